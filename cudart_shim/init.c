@@ -1,0 +1,36 @@
+/* Initialisation, safe when preloaded: a constructor and the first API call race to one
+ * pthread_once; calls made meanwhile from other threads wait for it, calls from inside it (our
+ * own, or the real runtime's) pass the gate untouched through the per-thread depth. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "options.h"
+#include "shim.h"
+
+atomic_int shim_ready;
+int shim_init_error;
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+static void init_body(void)
+{
+  shim_depth++;
+  shim_log_open();
+  shim_init_error = shim_real_load();
+  if (strcmp(cudaw_option("CUDAW_STATIC_CHECK"), "0") != 0)
+    shim_check_static_runtime("/proc/self/exe");
+  shim_depth--;
+  atomic_store_explicit(&shim_ready, 1, memory_order_release);
+}
+
+void shim_init(void)
+{
+  pthread_once(&init_once, init_body);
+}
+
+__attribute__((constructor)) static void shim_constructor(void)
+{
+  shim_init();
+}

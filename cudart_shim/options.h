@@ -1,0 +1,24 @@
+/* The one table of CUDAW_* environment options: name, default, one-line meaning. Shared by the
+ * library and the command-line tools (which print it for --help and the README). */
+#ifndef CUDAW_OPTIONS_H
+#define CUDAW_OPTIONS_H
+
+#include <stdio.h>
+
+struct cudaw_option {
+  const char *name;      /* environment variable */
+  const char *fallback;  /* default, as the user would write it */
+  const char *meaning;   /* one line */
+};
+
+extern const struct cudaw_option cudaw_options[];
+extern const unsigned cudaw_option_count;
+
+/* The option's value: the environment's if set and non-empty, else its default. NULL for a
+ * name that is not in the table (a programming error, logged by the caller). */
+const char *cudaw_option(const char *name);
+
+/* Print the table, aligned, one option per line (markdown when `markdown` is nonzero). */
+void cudaw_options_print(FILE *out, int markdown);
+
+#endif

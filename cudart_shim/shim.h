@@ -1,0 +1,150 @@
+/* cudart_shim internal contract: initialisation, the real runtime's entry points, the API gate,
+ * logging and options. Everything here is hidden inside libcudart.so; only the API is exported.
+ * Inside: 0 or -errno. Conversion to cudaError_t happens in the exported functions only. */
+#ifndef CUDAW_SHIM_H
+#define CUDAW_SHIM_H
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shim_fn_ids.h"
+
+#define SHIM_EXPORT __attribute__((visibility("default")))
+#define SHIM_LIKELY(x) __builtin_expect(!!(x), 1)
+#define SHIM_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define SHIM_TLS __thread __attribute__((tls_model("initial-exec")))
+
+typedef void (*shim_real_fn)(void);
+
+/* ---- real runtime (real.c) ---------------------------------------------------------------- */
+
+/* The real runtime's entry point for every export, indexed by enum shim_fn_id; NULL where the
+ * loaded library lacks the symbol. Filled once by shim_init before shim_ready is set. */
+extern shim_real_fn shim_real_table[SHIM_FN_COUNT];
+extern const char *const shim_fn_names[SHIM_FN_COUNT];
+extern const unsigned char shim_fn_undeclared[SHIM_FN_COUNT];
+
+/* Load the real runtime: CUDAW_REAL_CUDART, then the path found at build time, then well-known
+ * locations; never cudaw itself. Fills shim_real_table. Returns 0, or -ENOENT after logging
+ * every path tried. */
+int shim_real_load(void);
+
+/* Path and handle of the loaded real runtime (NULL before shim_real_load succeeds). */
+const char *shim_real_path(void);
+void *shim_real_handle(void);
+
+/* Look up a symbol in the real runtime (for modules that need functions by name). */
+void *shim_real_symbol(const char *name);
+
+/* ---- initialisation (init.c) ---------------------------------------------------------------- */
+
+/* 1 once shim_init has run (successfully or not); read on every API call. */
+extern atomic_int shim_ready;
+/* 0 if the real runtime loaded; otherwise every API call fails with this error. */
+extern int shim_init_error;
+
+/* Run initialisation once (pthread_once); safe from any thread, from the constructor and from
+ * the first API call, whichever comes first. */
+void shim_init(void);
+
+/* ---- the API gate (gate.c) ----------------------------------------------------------------- */
+
+/* Nonzero while a pause holds API calls. Read by every call and by the trampolines (asm). */
+extern atomic_int shim_gate_closed;
+/* API calls in flight (outermost calls only; blocking calls are not counted). */
+extern atomic_long shim_gate_inflight;
+/* Per-thread nesting depth of API calls: calls from inside cudaw pass the gate untouched. */
+extern SHIM_TLS unsigned shim_depth;
+
+void shim_gate_wait_open(void);       /* block while the gate is closed; touches no counter */
+void shim_gate_enter_slow(void);      /* a counted call met a closed gate: uncount, wait, recount */
+
+/* Enter an API call: initialise if needed, count the call in flight, wait while the gate is
+ * closed. Returns the real entry point (NULL if missing: call shim_missing). */
+static inline shim_real_fn shim_gate_enter(enum shim_fn_id id)
+{
+  if (SHIM_LIKELY(shim_depth++ == 0)) {
+    if (SHIM_UNLIKELY(!atomic_load_explicit(&shim_ready, memory_order_acquire))) shim_init();
+    atomic_fetch_add_explicit(&shim_gate_inflight, 1, memory_order_seq_cst);
+    if (SHIM_UNLIKELY(atomic_load_explicit(&shim_gate_closed, memory_order_seq_cst)))
+      shim_gate_enter_slow();
+  }
+  return shim_real_table[id];
+}
+
+static inline void shim_gate_leave(void)
+{
+  if (SHIM_LIKELY(--shim_depth == 0))
+    atomic_fetch_sub_explicit(&shim_gate_inflight, 1, memory_order_release);
+}
+
+/* Blocking calls (synchronisations) wait while the gate is closed but are not counted in
+ * flight, so a pause never waits for a thread that waits for the device or for another thread. */
+static inline shim_real_fn shim_gate_enter_blocking(enum shim_fn_id id)
+{
+  if (SHIM_LIKELY(shim_depth++ == 0)) {
+    if (SHIM_UNLIKELY(!atomic_load_explicit(&shim_ready, memory_order_acquire))) shim_init();
+    if (SHIM_UNLIKELY(atomic_load_explicit(&shim_gate_closed, memory_order_acquire)))
+      shim_gate_wait_open();
+  }
+  return shim_real_table[id];
+}
+
+static inline void shim_gate_leave_blocking(void)
+{
+  --shim_depth;
+}
+
+/* Close the gate: new calls block at entry; wait up to timeout_ns for calls in flight to
+ * finish. Returns 0, or -ETIMEDOUT (the gate is then open again and nothing changed). Must be
+ * called from a thread that is not inside an API call. */
+int shim_gate_close(uint64_t timeout_ns);
+/* Reopen the gate and wake every blocked thread. */
+void shim_gate_open(void);
+
+/* An API call whose real entry point is missing: leave the gate, log once, and return
+ * cudaErrorNotSupported (or the initialisation error). */
+int shim_missing(enum shim_fn_id id);
+int shim_missing_blocking(enum shim_fn_id id);
+
+/* ---- pointer translation hooks ------------------------------------------------------------ */
+
+/* The virtual range whose pointers must be translated before reaching the real runtime; empty
+ * (0, 0) while nothing needs translating (no vmem, or vmem's remap policy). */
+extern uintptr_t shim_translate_base, shim_translate_end;
+const void *shim_translate_slow(const void *p);
+
+static inline const void *shim_translate_ptr(const void *p)
+{
+  uintptr_t u = (uintptr_t)p;
+  if (SHIM_UNLIKELY(u - shim_translate_base < shim_translate_end - shim_translate_base))
+    return shim_translate_slow(p);
+  return p;
+}
+#define shim_translate_in(p) ((__typeof__(p))shim_translate_ptr(p))
+
+/* ---- logging (log.c) ----------------------------------------------------------------------- */
+
+enum shim_log_level { SHIM_LOG_ERROR, SHIM_LOG_WARN, SHIM_LOG_INFO, SHIM_LOG_DEBUG };
+extern int shim_log_level;
+void shim_log_open(void);
+void shim_logv(enum shim_log_level level, const char *fmt, va_list ap);
+__attribute__((format(printf, 2, 3))) void shim_log(enum shim_log_level level, const char *fmt,
+                                                    ...);
+#define shim_error(...) shim_log(SHIM_LOG_ERROR, __VA_ARGS__)
+#define shim_warn(...) shim_log(SHIM_LOG_WARN, __VA_ARGS__)
+#define shim_info(...) \
+  do { if (shim_log_level >= SHIM_LOG_INFO) shim_log(SHIM_LOG_INFO, __VA_ARGS__); } while (0)
+#define shim_debug(...) \
+  do { if (shim_log_level >= SHIM_LOG_DEBUG) shim_log(SHIM_LOG_DEBUG, __VA_ARGS__); } while (0)
+
+/* ---- static runtime detection (static_check.c) --------------------------------------------- */
+
+/* Warn once when the main program carries CUDA kernels but its runtime is linked statically,
+ * so cudaw never sees its calls. Returns 1 if it warned. */
+int shim_check_static_runtime(const char *exe_path);
+
+#endif

@@ -23,10 +23,15 @@
     exit(TEST_SKIP_CODE);                                                              \
   } while (0)
 
-/* CHECK(cond, fmt, ...): fail with the message unless cond holds. */
+/* CHECK(cond) or CHECK(cond, fmt, ...): fail with the message unless cond holds. */
 #define CHECK(cond, ...)                                                               \
   do {                                                                                 \
-    if (!(cond)) test_fail("check '%s' failed: " __VA_ARGS__, #cond);                  \
+    if (!(cond)) {                                                                     \
+      fprintf(stderr, "FAIL %s:%d: check '%s' failed:", __FILE__, __LINE__, #cond);    \
+      fprintf(stderr, " " __VA_ARGS__);                                                \
+      fputc('\n', stderr);                                                             \
+      exit(1);                                                                         \
+    }                                                                                  \
   } while (0)
 
 /* CHECK_EQ for integers; prints both values. */

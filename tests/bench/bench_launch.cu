@@ -1,0 +1,53 @@
+// Benchmark: cost of a forwarded runtime call (cudaGetDevice) and of an empty kernel launch with
+// four pointer arguments, per call, median of several batches. Driven by compare_runs, which
+// runs it natively and under cudaw and prints the ratios.
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "gpu_common.h"
+
+__global__ void empty4(float *a, float *b, float *c, float *d) {}
+
+template <class F> static double per_call_ns(int batches, int calls, F body)
+{
+  std::vector<double> v;
+  for (int b = 0; b < batches; b++) {
+    auto t0 = std::chrono::steady_clock::now();
+    body(calls);
+    auto t1 = std::chrono::steady_clock::now();
+    v.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / calls);
+  }
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int main()
+{
+  require_gpu();
+  float *p[4];
+  for (auto &x : p) CUDA_CHECK(cudaMalloc(&x, 256));
+  int dev = -1;
+  double get_device = per_call_ns(21, 200000, [&](int n) {
+    for (int i = 0; i < n; i++) cudaGetDevice(&dev);
+  });
+  empty4<<<1, 32>>>(p[0], p[1], p[2], p[3]);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  // Throughput: launches queued back to back, synchronised at the end of each batch.
+  double launch = per_call_ns(21, 20000, [&](int n) {
+    for (int i = 0; i < n; i++) empty4<<<1, 32>>>(p[0], p[1], p[2], p[3]);
+    cudaDeviceSynchronize();
+  });
+  // Latency: launch and wait, one at a time.
+  double launch_sync = per_call_ns(21, 2000, [&](int n) {
+    for (int i = 0; i < n; i++) {
+      empty4<<<1, 32>>>(p[0], p[1], p[2], p[3]);
+      cudaDeviceSynchronize();
+    }
+  });
+  CUDA_CHECK(cudaGetLastError());
+  printf("metric cudaGetDevice %.2f ns\n", get_device);
+  printf("metric launch_empty_4ptr %.2f ns\n", launch);
+  printf("metric launch_sync_empty_4ptr %.2f ns\n", launch_sync);
+  return 0;
+}

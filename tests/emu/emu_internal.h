@@ -121,6 +121,7 @@ cudaError_t emu_stream_add_callback(cudaStream_t stream, cudaStreamCallback_t ca
                                     void *user_data, unsigned flags);
 cudaError_t emu_stream_query(cudaStream_t stream);
 cudaError_t emu_stream_get_flags(cudaStream_t stream, unsigned *flags);
+cudaError_t emu_stream_get_priority(cudaStream_t stream, int *priority);
 cudaError_t emu_malloc_async(void **ptr, size_t size, cudaStream_t stream);
 cudaError_t emu_free_async(void *ptr, cudaStream_t stream);
 cudaError_t emu_prefetch(const void *ptr, size_t count, struct cudaMemLocation location,

@@ -79,6 +79,10 @@ EMU_EXPORT cudaError_t cudaStreamGetFlags(cudaStream_t stream, unsigned int *fla
   return emu_stream_get_flags(stream, flags);
 }
 
+EMU_EXPORT cudaError_t cudaStreamGetPriority(cudaStream_t stream, int *priority) {
+  return emu_stream_get_priority(stream, priority);
+}
+
 EMU_EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
                                            unsigned int flags) {
   return emu_stream_wait_event(stream, event, flags);

@@ -107,12 +107,16 @@ EMU_EXPORT cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greates
   return cudaSuccess;
 }
 
-EMU_EXPORT cudaError_t cudaStreamGetPriority(cudaStream_t stream, int *priority) {
+cudaError_t emu_stream_get_priority(cudaStream_t stream, int *priority) {
   if (!priority) return emu_result(cudaErrorInvalidValue);
   if (emu_stream_check(stream)) return emu_result(cudaErrorInvalidResourceHandle);
   *priority = stream && stream != cudaStreamLegacy && stream != cudaStreamPerThread
                   ? ((struct emu_stream *)stream)->priority : 0;
   return cudaSuccess;
+}
+
+EMU_EXPORT cudaError_t cudaStreamGetPriority(cudaStream_t stream, int *priority) {
+  return emu_stream_get_priority(stream, priority);
 }
 
 cudaError_t emu_stream_get_flags(cudaStream_t stream, unsigned *flags) {

@@ -1,0 +1,337 @@
+/* emu_driver.c: the emulated driver API, reachable only through cudaGetDriverEntryPoint(ByVersion)
+ * (the emu exports no cu* symbols). Each function has exactly its cuda.h signature, which the
+ * table below checks at compile time. VMM maps onto emu_memory.c's memfd-backed mappings. */
+#include <errno.h>
+#include <string.h>
+
+#include "emu_internal.h"
+
+static char primary_context_storage;
+#define PRIMARY_CONTEXT ((CUcontext)(void *)&primary_context_storage)
+
+static CUresult result_from_errno(int negative_errno) {
+  switch (negative_errno) {
+  case 0: return CUDA_SUCCESS;
+  case -ENOMEM: return CUDA_ERROR_OUT_OF_MEMORY;
+  default: return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+static CUresult check_stream(CUstream stream) {
+  return emu_stream_check((cudaStream_t)stream) ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
+}
+
+static CUresult emu_cuInit(unsigned int flags) {
+  emu_init();
+  return flags ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+static CUresult emu_cuDriverGetVersion(int *version) {
+  if (!version) return CUDA_ERROR_INVALID_VALUE;
+  *version = CUDA_VERSION;
+  return CUDA_SUCCESS;
+}
+
+static CUresult emu_cuDeviceGetCount(int *count) {
+  if (!count) return CUDA_ERROR_INVALID_VALUE;
+  *count = 1;
+  return CUDA_SUCCESS;
+}
+
+static CUresult emu_cuDeviceGet(CUdevice *device, int ordinal) {
+  if (!device) return CUDA_ERROR_INVALID_VALUE;
+  if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
+  *device = 0;
+  return CUDA_SUCCESS;
+}
+
+static CUresult emu_cuDeviceGetAttribute(int *value, CUdevice_attribute attribute, CUdevice device) {
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
+  return emu_device_attribute((int)attribute, value) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+static CUresult emu_cuDevicePrimaryCtxRetain(CUcontext *context, CUdevice device) {
+  if (!context) return CUDA_ERROR_INVALID_VALUE;
+  if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
+  *context = PRIMARY_CONTEXT;
+  return CUDA_SUCCESS;
+}
+
+static CUresult emu_cuDevicePrimaryCtxRelease(CUdevice device) {
+  return device == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+static CUresult emu_cuCtxGetCurrent(CUcontext *context) {
+  if (!context) return CUDA_ERROR_INVALID_VALUE;
+  *context = PRIMARY_CONTEXT; /* the runtime made the primary context current at init */
+  return CUDA_SUCCESS;
+}
+
+static CUresult emu_cuCtxSetCurrent(CUcontext context) {
+  return !context || context == PRIMARY_CONTEXT ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+static CUresult emu_cuCtxGetDevice(CUdevice *device) {
+  if (!device) return CUDA_ERROR_INVALID_VALUE;
+  *device = 0;
+  return CUDA_SUCCESS;
+}
+
+static CUresult emu_cuCtxSynchronize(void) { return CUDA_SUCCESS; }
+
+static CUresult emu_cuStreamSynchronize(CUstream stream) { return check_stream(stream); }
+
+static CUresult emu_cuMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+  if (!free_bytes || !total_bytes) return CUDA_ERROR_INVALID_VALUE;
+  size_t used, quota;
+  emu_memory_info(&used, &quota);
+  *free_bytes = quota - used;
+  *total_bytes = quota;
+  return CUDA_SUCCESS;
+}
+
+static CUresult emu_cuMemAlloc(CUdeviceptr *ptr, size_t size) {
+  if (!ptr || !size) return CUDA_ERROR_INVALID_VALUE;
+  void *p;
+  int err = emu_memory_alloc(size, EMU_SPACE_DEVICE, &p);
+  if (!err) *ptr = (CUdeviceptr)(uintptr_t)p;
+  return result_from_errno(err);
+}
+
+static CUresult emu_cuMemFree(CUdeviceptr ptr) {
+  if (!ptr) return CUDA_SUCCESS;
+  return result_from_errno(emu_memory_free((void *)(uintptr_t)ptr,
+                                           EMU_KIND_BIT(EMU_SPACE_DEVICE) |
+                                               EMU_KIND_BIT(EMU_SPACE_MANAGED)));
+}
+
+/* ---- virtual memory management ---- */
+
+static CUresult emu_cuMemGetAllocationGranularity(size_t *granularity,
+                                                  const CUmemAllocationProp *prop,
+                                                  CUmemAllocationGranularity_flags option) {
+  (void)option;
+  if (!granularity || !prop) return CUDA_ERROR_INVALID_VALUE;
+  *granularity = EMU_VMM_GRANULARITY;
+  return CUDA_SUCCESS;
+}
+
+static CUresult emu_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
+                                        CUdeviceptr address, unsigned long long flags) {
+  (void)flags;
+  if (!ptr) return CUDA_ERROR_INVALID_VALUE;
+  uintptr_t at;
+  int err = emu_vmm_reserve(size, alignment, (uintptr_t)address, &at);
+  if (!err) *ptr = (CUdeviceptr)at;
+  return result_from_errno(err);
+}
+
+static CUresult emu_cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+  return result_from_errno(emu_vmm_free((uintptr_t)ptr, size));
+}
+
+static CUresult emu_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+                                const CUmemAllocationProp *prop, unsigned long long flags) {
+  if (!handle || !prop || flags) return CUDA_ERROR_INVALID_VALUE;
+  if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;
+  if (prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE && prop->location.id != 0)
+    return CUDA_ERROR_INVALID_DEVICE;
+  uint64_t created;
+  int err = emu_vmm_create(size, &created);
+  if (!err) *handle = created;
+  return result_from_errno(err);
+}
+
+static CUresult emu_cuMemRelease(CUmemGenericAllocationHandle handle) {
+  return result_from_errno(emu_vmm_release(handle));
+}
+
+static CUresult emu_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                             CUmemGenericAllocationHandle handle, unsigned long long flags) {
+  if (flags) return CUDA_ERROR_INVALID_VALUE;
+  return result_from_errno(emu_vmm_map((uintptr_t)ptr, size, offset, handle));
+}
+
+static CUresult emu_cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  return result_from_errno(emu_vmm_unmap((uintptr_t)ptr, size));
+}
+
+static CUresult emu_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+                                   size_t count) {
+  if (!desc || !count) return CUDA_ERROR_INVALID_VALUE;
+  bool read_write = false;
+  for (size_t i = 0; i < count; i++) {
+    if (desc[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE && desc[i].location.id != 0)
+      return CUDA_ERROR_INVALID_DEVICE;
+    if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE ||
+        desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READ)
+      read_write = true; /* read-only is emulated as read-write */
+  }
+  return result_from_errno(emu_vmm_set_access((uintptr_t)ptr, size, read_write));
+}
+
+/* ---- pointers, copies, memsets ---- */
+
+static CUresult emu_cuPointerGetAttribute(void *data, CUpointer_attribute attribute,
+                                          CUdeviceptr ptr) {
+  if (!data) return CUDA_ERROR_INVALID_VALUE;
+  const void *address = (const void *)(uintptr_t)ptr;
+  struct emu_range range;
+  uintptr_t host_base;
+  size_t host_size;
+  bool device = emu_memory_lookup(address, &range) == 0;
+  if (!device && emu_host_lookup(address, &host_base, &host_size)) return CUDA_ERROR_INVALID_VALUE;
+  if (!device) range = (struct emu_range){host_base, host_size, EMU_SPACE_DEVICE, false};
+  bool managed = device && range.kind == EMU_SPACE_MANAGED;
+  switch (attribute) {
+  case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = PRIMARY_CONTEXT; return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+    *(unsigned *)data = device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(CUdeviceptr *)data = ptr; return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+    if (device && !managed) return CUDA_ERROR_INVALID_VALUE;
+    *(void **)data = (void *)address;
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(unsigned *)data = managed; return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = 0; return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_BUFFER_ID: *(unsigned long long *)data = range.base; return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(CUdeviceptr *)data = range.base; return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data = range.size; return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_MAPPED: *(unsigned *)data = 1; return CUDA_SUCCESS;
+  default: return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+static CUresult copy(void *dst, enum emu_side dst_side, const void *src, enum emu_side src_side,
+                     size_t count, CUstream stream) {
+  if (check_stream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+  return result_from_errno(emu_memory_copy2d(dst, count, dst_side, src, count, src_side, count, 1));
+}
+
+#define DEVICE_ADDRESS(p) ((void *)(uintptr_t)(p))
+
+static CUresult emu_cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t count) {
+  return copy(DEVICE_ADDRESS(dst), EMU_SIDE_DEVICE, src, EMU_SIDE_HOST, count, NULL);
+}
+static CUresult emu_cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t count) {
+  return copy(dst, EMU_SIDE_HOST, DEVICE_ADDRESS(src), EMU_SIDE_DEVICE, count, NULL);
+}
+static CUresult emu_cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t count) {
+  return copy(DEVICE_ADDRESS(dst), EMU_SIDE_DEVICE, DEVICE_ADDRESS(src), EMU_SIDE_DEVICE, count, NULL);
+}
+static CUresult emu_cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t count, CUstream s) {
+  return copy(DEVICE_ADDRESS(dst), EMU_SIDE_DEVICE, src, EMU_SIDE_HOST, count, s);
+}
+static CUresult emu_cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t count, CUstream s) {
+  return copy(dst, EMU_SIDE_HOST, DEVICE_ADDRESS(src), EMU_SIDE_DEVICE, count, s);
+}
+static CUresult emu_cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t count, CUstream s) {
+  return copy(DEVICE_ADDRESS(dst), EMU_SIDE_DEVICE, DEVICE_ADDRESS(src), EMU_SIDE_DEVICE, count, s);
+}
+
+static CUresult emu_cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count,
+                                    CUstream stream) {
+  if (check_stream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+  return result_from_errno(emu_memory_set2d(DEVICE_ADDRESS(dst), count, value, count, 1));
+}
+
+static CUresult emu_cuMemsetD8(CUdeviceptr dst, unsigned char value, size_t count) {
+  return emu_cuMemsetD8Async(dst, value, count, NULL);
+}
+
+/* The emu has no device image, so it cannot describe kernel parameters. */
+static CUresult emu_cuFuncGetParamInfo(CUfunction func, size_t index, size_t *offset,
+                                       size_t *size) {
+  (void)func, (void)index, (void)offset, (void)size;
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static CUresult emu_cuGetErrorName(CUresult error, const char **text) {
+  if (!text) return CUDA_ERROR_INVALID_VALUE;
+  switch (error) {
+  case CUDA_SUCCESS: *text = "CUDA_SUCCESS"; return CUDA_SUCCESS;
+  case CUDA_ERROR_INVALID_VALUE: *text = "CUDA_ERROR_INVALID_VALUE"; return CUDA_SUCCESS;
+  case CUDA_ERROR_OUT_OF_MEMORY: *text = "CUDA_ERROR_OUT_OF_MEMORY"; return CUDA_SUCCESS;
+  case CUDA_ERROR_INVALID_DEVICE: *text = "CUDA_ERROR_INVALID_DEVICE"; return CUDA_SUCCESS;
+  case CUDA_ERROR_INVALID_CONTEXT: *text = "CUDA_ERROR_INVALID_CONTEXT"; return CUDA_SUCCESS;
+  case CUDA_ERROR_INVALID_HANDLE: *text = "CUDA_ERROR_INVALID_HANDLE"; return CUDA_SUCCESS;
+  case CUDA_ERROR_NOT_SUPPORTED: *text = "CUDA_ERROR_NOT_SUPPORTED"; return CUDA_SUCCESS;
+  default: *text = NULL; return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+static CUresult emu_cuGetErrorString(CUresult error, const char **text) {
+  CUresult result = emu_cuGetErrorName(error, text);
+  if (result == CUDA_SUCCESS && error == CUDA_SUCCESS) *text = "no error";
+  return result;
+}
+
+/* ---- the entry-point table ---- */
+
+struct entry {
+  const char *name;
+  void (*function)(void);
+};
+
+/* E(name) fails to compile unless emu_<name> has exactly cuda.h's signature for name (which
+ * cuda.h may #define to a versioned name such as cuMemGetInfo_v2). One macro level only, so that
+ * #name stays the unversioned name the entry-point query uses. */
+#define E(name)                                                                                    \
+  static const struct entry entry_##name = {#name, (void (*)(void))emu_##name};                    \
+  _Static_assert(__builtin_types_compatible_p(__typeof__(&emu_##name), __typeof__(&name)),          \
+                 #name " signature differs from cuda.h")
+E(cuInit); E(cuDriverGetVersion); E(cuDeviceGetCount); E(cuDeviceGet); E(cuDeviceGetAttribute);
+E(cuDevicePrimaryCtxRetain); E(cuDevicePrimaryCtxRelease); E(cuCtxGetCurrent);
+E(cuCtxSetCurrent); E(cuCtxGetDevice); E(cuCtxSynchronize); E(cuStreamSynchronize);
+E(cuMemGetInfo); E(cuMemAlloc); E(cuMemFree); E(cuMemGetAllocationGranularity);
+E(cuMemAddressReserve); E(cuMemAddressFree); E(cuMemCreate); E(cuMemRelease); E(cuMemMap);
+E(cuMemUnmap); E(cuMemSetAccess); E(cuPointerGetAttribute); E(cuMemcpyHtoD); E(cuMemcpyDtoH);
+E(cuMemcpyDtoD); E(cuMemcpyHtoDAsync); E(cuMemcpyDtoHAsync); E(cuMemcpyDtoDAsync);
+E(cuMemsetD8); E(cuMemsetD8Async); E(cuFuncGetParamInfo); E(cuGetErrorName);
+E(cuGetErrorString);
+
+static const struct entry *const entries[] = {
+    &entry_cuInit, &entry_cuDriverGetVersion, &entry_cuDeviceGetCount, &entry_cuDeviceGet,
+    &entry_cuDeviceGetAttribute, &entry_cuDevicePrimaryCtxRetain, &entry_cuDevicePrimaryCtxRelease,
+    &entry_cuCtxGetCurrent, &entry_cuCtxSetCurrent, &entry_cuCtxGetDevice,
+    &entry_cuCtxSynchronize, &entry_cuStreamSynchronize, &entry_cuMemGetInfo, &entry_cuMemAlloc,
+    &entry_cuMemFree, &entry_cuMemGetAllocationGranularity, &entry_cuMemAddressReserve,
+    &entry_cuMemAddressFree, &entry_cuMemCreate, &entry_cuMemRelease, &entry_cuMemMap,
+    &entry_cuMemUnmap, &entry_cuMemSetAccess, &entry_cuPointerGetAttribute, &entry_cuMemcpyHtoD,
+    &entry_cuMemcpyDtoH, &entry_cuMemcpyDtoD, &entry_cuMemcpyHtoDAsync, &entry_cuMemcpyDtoHAsync,
+    &entry_cuMemcpyDtoDAsync, &entry_cuMemsetD8, &entry_cuMemsetD8Async,
+    &entry_cuFuncGetParamInfo, &entry_cuGetErrorName, &entry_cuGetErrorString,
+};
+
+cudaError_t emu_get_driver_entry_point(const char *symbol, void **func,
+                                       enum cudaDriverEntryPointQueryResult *status) {
+  emu_init();
+  if (!symbol || !func) return emu_result(cudaErrorInvalidValue);
+  *func = NULL;
+  if (status) *status = cudaDriverEntryPointSymbolNotFound;
+  for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {
+    if (strcmp(entries[i]->name, symbol)) continue;
+    void (*function)(void) = entries[i]->function;
+    memcpy(func, &function, sizeof function);
+    if (status) *status = cudaDriverEntryPointSuccess;
+    break;
+  }
+  return cudaSuccess;
+}
+
+EMU_EXPORT cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **func,
+                                               unsigned long long flags,
+                                               enum cudaDriverEntryPointQueryResult *status) {
+  (void)flags;
+  return emu_get_driver_entry_point(symbol, func, status);
+}
+
+EMU_EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **func,
+                                                        unsigned int version,
+                                                        unsigned long long flags,
+                                                        enum cudaDriverEntryPointQueryResult *status) {
+  (void)version, (void)flags;
+  return emu_get_driver_entry_point(symbol, func, status);
+}

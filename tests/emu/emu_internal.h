@@ -1,0 +1,133 @@
+/* emu_internal.h: the contract between the emulated device's files. Inside, functions return 0
+ * or -errno; only the exported CUDA entry points (emu_runtime.c and friends) turn that into
+ * cudaError_t / CUresult. */
+#ifndef CUDAW_EMU_INTERNAL_H
+#define CUDAW_EMU_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include "cudaw_emu.h"
+
+#define EMU_EXPORT __attribute__((visibility("default")))
+
+#define EMU_VMM_GRANULARITY ((size_t)2 << 20)
+
+/* ---- emu_init.c: options, one-time init, per-thread last error ---- */
+
+/* Initialises the device once (thread-safe, idempotent); announces the emu on stderr. */
+void emu_init(void);
+/* The emulated device memory size (CUDAW_EMU_MEM). */
+size_t emu_option_memory_bytes(void);
+/* Records err as the calling thread's last error unless it is cudaSuccess; returns err. */
+cudaError_t emu_result(cudaError_t err);
+/* The value of a device attribute (runtime and driver numbering agree); -EINVAL if unknown. */
+int emu_device_attribute(int attribute, int *value);
+/* Maps an internal -errno to the runtime's error. */
+cudaError_t emu_error_from_errno(int negative_errno);
+
+/* ---- emu_memory.c: the emulated device address space (one big PROT_NONE host region) ---- */
+
+enum emu_space_kind {
+  EMU_SPACE_DEVICE,   /* cudaMalloc and friends */
+  EMU_SPACE_MANAGED,  /* cudaMallocManaged, managed variables */
+  EMU_SPACE_SYMBOL,   /* storage of a registered __device__ variable; not freeable */
+  EMU_SPACE_RESERVED, /* a VMM reservation; valid only where mapped */
+};
+
+/* One run of valid device memory around an address. */
+struct emu_range {
+  uintptr_t base;
+  size_t size;
+  enum emu_space_kind kind;
+  bool mapped; /* inside a VMM reservation */
+};
+
+/* Which memory a copy's side must be: cudaMemcpyKind split into its two halves. */
+enum emu_side { EMU_SIDE_ANY, EMU_SIDE_HOST, EMU_SIDE_DEVICE };
+
+int emu_memory_init(size_t quota);
+/* Allocates size bytes (0 < size) of zeroed device memory at a never-before-used address (until
+ * the region wraps). -ENOMEM when over quota or out of address space. */
+int emu_memory_alloc(size_t size, enum emu_space_kind kind, void **out);
+/* Frees an allocation of one of the kinds in kind_mask (bit per emu_space_kind) given its start.
+ * -EINVAL for NULL-free callers must handle, an unknown or interior pointer, another kind. */
+int emu_memory_free(void *ptr, unsigned kind_mask);
+/* The valid device memory containing ptr: -ENOENT when ptr is no device memory. */
+int emu_memory_lookup(const void *ptr, struct emu_range *out);
+/* Bytes in use and the quota. */
+void emu_memory_info(size_t *used, size_t *quota);
+/* Frees every allocation (cudaDeviceReset); symbols and VMM objects stay. */
+void emu_memory_reset(void);
+
+/* Copies a width x height rectangle between pitched buffers, after checking that each side is the
+ * memory its enum emu_side says and that device-side spans lie inside valid device memory.
+ * -EINVAL on any violation (nothing copied). */
+int emu_memory_copy2d(void *dst, size_t dpitch, enum emu_side dst_side, const void *src,
+                      size_t spitch, enum emu_side src_side, size_t width, size_t height);
+/* Sets a width x height rectangle of device memory to value; -EINVAL unless valid device memory. */
+int emu_memory_set2d(void *dst, size_t pitch, int value, size_t width, size_t height);
+/* 0 when [ptr, ptr+size) is valid device memory of the given kinds (mask), else -EINVAL. */
+int emu_memory_check(const void *ptr, size_t size, unsigned kind_mask);
+
+#define EMU_KIND_BIT(kind) (1u << (kind))
+#define EMU_KINDS_ALL 0xffu
+
+/* Page-locked host memory (cudaMallocHost) and registered host ranges (cudaHostRegister). */
+int emu_host_alloc(size_t size, unsigned flags, void **out);
+int emu_host_free(void *ptr);                       /* -EINVAL unless from emu_host_alloc */
+int emu_host_register(void *ptr, size_t size, unsigned flags); /* -EEXIST when overlapping */
+int emu_host_unregister(void *ptr);                 /* -ENOENT when not registered */
+/* The pinned or registered host range containing ptr: 0, or -ENOENT. */
+int emu_host_lookup(const void *ptr, uintptr_t *base, size_t *size);
+
+/* ---- VMM (emu_memory.c): reservations, memfd-backed physical handles, mappings ---- */
+int emu_vmm_reserve(size_t size, size_t alignment, uintptr_t hint, uintptr_t *out);
+int emu_vmm_free(uintptr_t addr, size_t size);
+int emu_vmm_create(size_t size, uint64_t *handle);
+int emu_vmm_release(uint64_t handle);
+int emu_vmm_map(uintptr_t addr, size_t size, size_t offset, uint64_t handle);
+int emu_vmm_set_access(uintptr_t addr, size_t size, bool read_write);
+int emu_vmm_unmap(uintptr_t addr, size_t size);
+
+/* ---- emu_stream.c ---- */
+/* 0 when stream is a default stream or a live created one, else -EBADF. */
+int emu_stream_check(cudaStream_t stream);
+
+/* ---- emu_copy.c: the runtime's copy/memset semantics, shared by the _ptds variants ---- */
+cudaError_t emu_memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                         size_t height, enum cudaMemcpyKind kind, cudaStream_t stream);
+cudaError_t emu_memset2d(void *dst, size_t pitch, int value, size_t width, size_t height,
+                         cudaStream_t stream);
+cudaError_t emu_memcpy_symbol(const void *symbol, void *buffer, size_t count, size_t offset,
+                              enum cudaMemcpyKind kind, bool to_symbol, cudaStream_t stream);
+
+/* ---- emu_launch.c ---- */
+/* Launches a kernel given a host stub address or a kernel/function handle. */
+cudaError_t emu_launch(const void *func, dim3 grid, dim3 block, void **args, size_t shared_mem,
+                       cudaStream_t stream);
+/* The device storage of a registered variable; -ENOENT when symbol is not one. */
+int emu_symbol_lookup(const void *symbol, void **device, size_t *size);
+
+/* ---- emu_stream.c / emu_launch.c entry points reused by the _ptsz variants ---- */
+cudaError_t emu_event_record(cudaEvent_t event, cudaStream_t stream);
+cudaError_t emu_stream_wait_event(cudaStream_t stream, cudaEvent_t event, unsigned flags);
+cudaError_t emu_launch_host_func(cudaStream_t stream, cudaHostFn_t fn, void *user_data);
+cudaError_t emu_stream_add_callback(cudaStream_t stream, cudaStreamCallback_t callback,
+                                    void *user_data, unsigned flags);
+cudaError_t emu_stream_query(cudaStream_t stream);
+cudaError_t emu_stream_get_flags(cudaStream_t stream, unsigned *flags);
+cudaError_t emu_stream_get_priority(cudaStream_t stream, int *priority);
+cudaError_t emu_malloc_async(void **ptr, size_t size, cudaStream_t stream);
+cudaError_t emu_free_async(void *ptr, cudaStream_t stream);
+cudaError_t emu_prefetch(const void *ptr, size_t count, struct cudaMemLocation location,
+                         unsigned flags, cudaStream_t stream);
+cudaError_t emu_launch_ex(const cudaLaunchConfig_t *config, const void *func, void **args);
+cudaError_t emu_get_driver_entry_point(const char *symbol, void **func,
+                                       enum cudaDriverEntryPointQueryResult *status);
+
+#endif

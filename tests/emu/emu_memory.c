@@ -1,0 +1,584 @@
+/* emu_memory.c: the emulated device's memory. Device memory lives in one large PROT_NONE host
+ * region so device pointers are recognisable; allocations are handed out bump-pointer style and
+ * never reused until the region wraps; freed memory is PROT_NONE again so use-after-free faults.
+ * Also page-locked/registered host ranges and VMM (memfd-backed physical memory). One mutex. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "emu_internal.h"
+
+#define REGION_MIN_BYTES ((size_t)64 << 30)
+#define PAGE ((size_t)4096)
+
+/* Sorted (by base, the first member of every element) vector of non-overlapping ranges. */
+struct sorted_vector {
+  unsigned char *items;
+  size_t count, capacity, element_size;
+};
+
+struct space {
+  uintptr_t base;
+  size_t size;    /* usable bytes (the reservation size for EMU_SPACE_RESERVED) */
+  size_t span;    /* address space taken, including the guard page */
+  size_t charged; /* bytes counted against the quota */
+  enum emu_space_kind kind;
+  bool external; /* a VMM reservation mmapped outside the region */
+};
+
+struct mapping {
+  uintptr_t base;
+  size_t size;
+  uint64_t handle;
+  bool accessible;
+};
+
+struct host_range {
+  uintptr_t base;
+  size_t size;
+  bool owned; /* from emu_host_alloc (munmap on free), else registered */
+};
+
+struct physical {
+  int fd; /* -1 once released */
+  size_t size;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static uintptr_t region_base, region_end, cursor;
+static size_t quota_bytes, used_bytes;
+static struct sorted_vector spaces = {.element_size = sizeof(struct space)};
+static struct sorted_vector mappings = {.element_size = sizeof(struct mapping)};
+static struct sorted_vector hosts = {.element_size = sizeof(struct host_range)};
+static struct physical *physicals;
+static size_t physical_count, physical_capacity;
+
+static uintptr_t align_up(uintptr_t value, size_t alignment) {
+  return (value + alignment - 1) & ~(uintptr_t)(alignment - 1);
+}
+
+static void *item(const struct sorted_vector *v, size_t index) {
+  return v->items + index * v->element_size;
+}
+
+static uintptr_t item_base(const struct sorted_vector *v, size_t index) {
+  uintptr_t base;
+  memcpy(&base, item(v, index), sizeof base);
+  return base;
+}
+
+/* Index of the last item whose base <= address, or -1. */
+static long find_at_or_before(const struct sorted_vector *v, uintptr_t address) {
+  size_t low = 0, high = v->count;
+  while (low < high) {
+    size_t middle = low + (high - low) / 2;
+    if (item_base(v, middle) <= address) low = middle + 1;
+    else high = middle;
+  }
+  return (long)low - 1;
+}
+
+static int insert_sorted(struct sorted_vector *v, const void *element) {
+  if (v->count == v->capacity) {
+    size_t capacity = v->capacity ? v->capacity * 2 : 64;
+    unsigned char *items = realloc(v->items, capacity * v->element_size);
+    if (!items) return -ENOMEM;
+    v->items = items;
+    v->capacity = capacity;
+  }
+  uintptr_t base;
+  memcpy(&base, element, sizeof base);
+  size_t index = (size_t)(find_at_or_before(v, base) + 1);
+  memmove(item(v, index + 1), item(v, index), (v->count - index) * v->element_size);
+  memcpy(item(v, index), element, v->element_size);
+  v->count++;
+  return 0;
+}
+
+static void remove_at(struct sorted_vector *v, size_t index) {
+  memmove(item(v, index), item(v, index + 1), (v->count - index - 1) * v->element_size);
+  v->count--;
+}
+
+static struct space *space_at(size_t index) { return item(&spaces, index); }
+static struct mapping *mapping_at(size_t index) { return item(&mappings, index); }
+
+/* Turns [base, base+size) back into inaccessible, unbacked address space. */
+static void make_inaccessible(uintptr_t base, size_t size) {
+  mmap((void *)base, size, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+       -1, 0);
+}
+
+int emu_memory_init(size_t quota) {
+  size_t region = quota > REGION_MIN_BYTES / 4 ? align_up(quota * 4, PAGE) : REGION_MIN_BYTES;
+  void *base = mmap(NULL, region, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (base == MAP_FAILED) return -errno;
+  /* Device addresses start 2 MiB-aligned, like the real ones. */
+  region_base = align_up((uintptr_t)base, EMU_VMM_GRANULARITY);
+  region_end = (uintptr_t)base + region;
+  cursor = region_base;
+  quota_bytes = quota;
+  return 0;
+}
+
+/* First address >= from (aligned) where span bytes fit below limit between existing spaces. */
+static bool find_gap(uintptr_t from, uintptr_t limit, size_t span, size_t alignment,
+                     uintptr_t *out) {
+  uintptr_t at = align_up(from, alignment);
+  long index = find_at_or_before(&spaces, at);
+  if (index >= 0) {
+    struct space *s = space_at((size_t)index);
+    if (s->base + s->span > at) at = align_up(s->base + s->span, alignment);
+  }
+  for (size_t next = (size_t)(index + 1); next < spaces.count; next++) {
+    struct space *s = space_at(next);
+    if (at >= limit || limit - at < span) return false;
+    if (at + span <= s->base) break;
+    if (s->base + s->span > at) at = align_up(s->base + s->span, alignment);
+  }
+  if (at >= limit || limit - at < span) return false;
+  *out = at;
+  return true;
+}
+
+/* Places span bytes in the region at or after the cursor, wrapping around once. */
+static int place(size_t span, size_t alignment, uintptr_t *out) {
+  if (span > region_end - region_base) return -ENOMEM;
+  if (!find_gap(cursor, region_end, span, alignment, out) &&
+      !find_gap(region_base, region_end, span, alignment, out))
+    return -ENOMEM;
+  cursor = *out + span;
+  return 0;
+}
+
+int emu_memory_alloc(size_t size, enum emu_space_kind kind, void **out) {
+  if (size == 0 || size > ((size_t)1 << 46)) return size ? -ENOMEM : -EINVAL;
+  size_t rounded = align_up(size, PAGE);
+  pthread_mutex_lock(&lock);
+  int err = -ENOMEM;
+  uintptr_t base;
+  if (rounded > quota_bytes - used_bytes) goto out;
+  /* One guard page after each allocation makes small overruns fault in host kernels too. */
+  if ((err = place(rounded + PAGE, rounded >= EMU_VMM_GRANULARITY ? EMU_VMM_GRANULARITY : PAGE,
+                   &base)) != 0)
+    goto out;
+  if (mmap((void *)base, rounded, PROT_READ | PROT_WRITE,
+           MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) == MAP_FAILED) {
+    err = -ENOMEM;
+    goto out;
+  }
+  struct space s = {.base = base, .size = size, .span = rounded + PAGE, .charged = rounded,
+                    .kind = kind};
+  if ((err = insert_sorted(&spaces, &s)) != 0) {
+    make_inaccessible(base, rounded);
+    goto out;
+  }
+  used_bytes += rounded;
+  *out = (void *)base;
+out:
+  pthread_mutex_unlock(&lock);
+  return err;
+}
+
+int emu_memory_free(void *ptr, unsigned kind_mask) {
+  pthread_mutex_lock(&lock);
+  int err = -EINVAL;
+  long index = find_at_or_before(&spaces, (uintptr_t)ptr);
+  if (index >= 0) {
+    struct space *s = space_at((size_t)index);
+    if (s->base == (uintptr_t)ptr && s->kind != EMU_SPACE_RESERVED &&
+        (kind_mask & EMU_KIND_BIT(s->kind))) {
+      make_inaccessible(s->base, s->charged);
+      used_bytes -= s->charged;
+      remove_at(&spaces, (size_t)index);
+      err = 0;
+    }
+  }
+  pthread_mutex_unlock(&lock);
+  return err;
+}
+
+/* Valid device memory containing address; for VMM, the run of adjacent accessible mappings. */
+static int lookup_locked(uintptr_t address, struct emu_range *out) {
+  long index = find_at_or_before(&spaces, address);
+  if (index < 0) return -ENOENT;
+  struct space *s = space_at((size_t)index);
+  if (address - s->base >= s->size) return -ENOENT;
+  if (s->kind != EMU_SPACE_RESERVED) {
+    *out = (struct emu_range){s->base, s->size, s->kind, false};
+    return 0;
+  }
+  long first = find_at_or_before(&mappings, address);
+  if (first < 0) return -ENOENT;
+  struct mapping *m = mapping_at((size_t)first);
+  if (address - m->base >= m->size || !m->accessible) return -ENOENT;
+  uintptr_t start = m->base, end = m->base + m->size;
+  for (long i = first - 1; i >= 0; i--) {
+    struct mapping *prev = mapping_at((size_t)i);
+    if (prev->base + prev->size != start || !prev->accessible || prev->base < s->base) break;
+    start = prev->base;
+  }
+  for (size_t i = (size_t)first + 1; i < mappings.count; i++) {
+    struct mapping *next = mapping_at(i);
+    if (next->base != end || !next->accessible || end >= s->base + s->size) break;
+    end += next->size;
+  }
+  *out = (struct emu_range){start, end - start, EMU_SPACE_RESERVED, true};
+  return 0;
+}
+
+int emu_memory_lookup(const void *ptr, struct emu_range *out) {
+  pthread_mutex_lock(&lock);
+  int err = lookup_locked((uintptr_t)ptr, out);
+  pthread_mutex_unlock(&lock);
+  return err;
+}
+
+/* Whether address belongs to the device address space (the region or a VMM reservation). */
+static bool is_device_address(uintptr_t address) {
+  if (address >= region_base && address < region_end) return true;
+  long index = find_at_or_before(&spaces, address);
+  return index >= 0 && address - space_at((size_t)index)->base < space_at((size_t)index)->size;
+}
+
+static bool range_inside(uintptr_t base, size_t size, uintptr_t start, size_t extent) {
+  return start >= base && start - base <= size && extent <= size - (start - base);
+}
+
+static int host_lookup_locked(uintptr_t address, uintptr_t *base, size_t *size) {
+  long index = find_at_or_before(&hosts, address);
+  if (index < 0) return -ENOENT;
+  struct host_range *h = item(&hosts, (size_t)index);
+  if (address - h->base >= h->size) return -ENOENT;
+  *base = h->base;
+  *size = h->size;
+  return 0;
+}
+
+/* Checks one side of a copy: extent bytes from ptr. */
+static int check_side(const void *ptr, size_t extent, enum emu_side side) {
+  if (extent == 0) return 0;
+  if (!ptr) return -EINVAL;
+  uintptr_t address = (uintptr_t)ptr;
+  struct emu_range range;
+  if (lookup_locked(address, &range) == 0)
+    return range_inside(range.base, range.size, address, extent) ? 0 : -EINVAL;
+  if (is_device_address(address)) return -EINVAL; /* freed, never allocated, or unmapped */
+  if (side != EMU_SIDE_DEVICE) return 0;
+  /* Page-locked and registered host memory is device-accessible (unified addressing). */
+  uintptr_t base;
+  size_t size;
+  if (host_lookup_locked(address, &base, &size) == 0 && range_inside(base, size, address, extent))
+    return 0;
+  return -EINVAL;
+}
+
+static size_t extent_2d(size_t pitch, size_t width, size_t height) {
+  return height == 0 || width == 0 ? 0 : (height - 1) * pitch + width;
+}
+
+int emu_memory_copy2d(void *dst, size_t dpitch, enum emu_side dst_side, const void *src,
+                      size_t spitch, enum emu_side src_side, size_t width, size_t height) {
+  pthread_mutex_lock(&lock);
+  int err = check_side(dst, extent_2d(dpitch, width, height), dst_side);
+  if (!err) err = check_side(src, extent_2d(spitch, width, height), src_side);
+  if (!err && width && height) {
+    for (size_t row = 0; row < height; row++)
+      memmove((char *)dst + row * dpitch, (const char *)src + row * spitch, width);
+  }
+  pthread_mutex_unlock(&lock);
+  return err;
+}
+
+int emu_memory_set2d(void *dst, size_t pitch, int value, size_t width, size_t height) {
+  pthread_mutex_lock(&lock);
+  int err = check_side(dst, extent_2d(pitch, width, height), EMU_SIDE_DEVICE);
+  if (!err && width && height) {
+    for (size_t row = 0; row < height; row++) memset((char *)dst + row * pitch, value, width);
+  }
+  pthread_mutex_unlock(&lock);
+  return err;
+}
+
+int emu_memory_check(const void *ptr, size_t size, unsigned kind_mask) {
+  pthread_mutex_lock(&lock);
+  struct emu_range range;
+  int err = -EINVAL;
+  if (lookup_locked((uintptr_t)ptr, &range) == 0 && (kind_mask & EMU_KIND_BIT(range.kind)) &&
+      range_inside(range.base, range.size, (uintptr_t)ptr, size))
+    err = 0;
+  pthread_mutex_unlock(&lock);
+  return err;
+}
+
+void emu_memory_info(size_t *used, size_t *quota) {
+  pthread_mutex_lock(&lock);
+  *used = used_bytes;
+  *quota = quota_bytes;
+  pthread_mutex_unlock(&lock);
+}
+
+void emu_memory_reset(void) {
+  pthread_mutex_lock(&lock);
+  for (size_t i = spaces.count; i-- > 0;) {
+    struct space *s = space_at(i);
+    if (s->kind == EMU_SPACE_DEVICE || s->kind == EMU_SPACE_MANAGED) {
+      make_inaccessible(s->base, s->charged);
+      used_bytes -= s->charged;
+      remove_at(&spaces, i);
+    }
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+/* ---- page-locked and registered host memory ---- */
+
+static bool host_overlaps(uintptr_t base, size_t size) {
+  long index = find_at_or_before(&hosts, base + size - 1);
+  if (index < 0) return false;
+  struct host_range *h = item(&hosts, (size_t)index);
+  return h->base + h->size > base;
+}
+
+int emu_host_alloc(size_t size, unsigned flags, void **out) {
+  (void)flags;
+  size_t rounded = align_up(size ? size : 1, PAGE);
+  void *p = mmap(NULL, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return -ENOMEM;
+  struct host_range h = {(uintptr_t)p, rounded, true};
+  pthread_mutex_lock(&lock);
+  int err = insert_sorted(&hosts, &h);
+  pthread_mutex_unlock(&lock);
+  if (err) {
+    munmap(p, rounded);
+    return err;
+  }
+  *out = p;
+  return 0;
+}
+
+/* Removes the host range starting at ptr with the given ownership; its size or 0. */
+static size_t host_remove(void *ptr, bool owned) {
+  size_t size = 0;
+  pthread_mutex_lock(&lock);
+  long index = find_at_or_before(&hosts, (uintptr_t)ptr);
+  if (index >= 0) {
+    struct host_range *h = item(&hosts, (size_t)index);
+    if (h->base == (uintptr_t)ptr && h->owned == owned) {
+      size = h->size;
+      remove_at(&hosts, (size_t)index);
+    }
+  }
+  pthread_mutex_unlock(&lock);
+  return size;
+}
+
+int emu_host_free(void *ptr) {
+  size_t size = host_remove(ptr, true);
+  if (!size) return -EINVAL;
+  munmap(ptr, size);
+  return 0;
+}
+
+int emu_host_register(void *ptr, size_t size, unsigned flags) {
+  (void)flags;
+  if (!ptr || !size) return -EINVAL;
+  pthread_mutex_lock(&lock);
+  int err = -EEXIST;
+  if (!host_overlaps((uintptr_t)ptr, size) && !is_device_address((uintptr_t)ptr)) {
+    struct host_range h = {(uintptr_t)ptr, size, false};
+    err = insert_sorted(&hosts, &h);
+  }
+  pthread_mutex_unlock(&lock);
+  return err;
+}
+
+int emu_host_unregister(void *ptr) { return host_remove(ptr, false) ? 0 : -ENOENT; }
+
+int emu_host_lookup(const void *ptr, uintptr_t *base, size_t *size) {
+  pthread_mutex_lock(&lock);
+  int err = host_lookup_locked((uintptr_t)ptr, base, size);
+  pthread_mutex_unlock(&lock);
+  return err;
+}
+
+/* ---- VMM: reservations are spaces, physical memory is a memfd, mappings map it ---- */
+
+/* The reservation that holds all of [address, address+size), or NULL. */
+static struct space *reservation_of(uintptr_t address, size_t size) {
+  long index = find_at_or_before(&spaces, address);
+  if (index < 0) return NULL;
+  struct space *s = space_at((size_t)index);
+  if (s->kind != EMU_SPACE_RESERVED || !range_inside(s->base, s->size, address, size)) return NULL;
+  return s;
+}
+
+int emu_vmm_reserve(size_t size, size_t alignment, uintptr_t hint, uintptr_t *out) {
+  if (alignment == 0) alignment = EMU_VMM_GRANULARITY;
+  if (!size || size % EMU_VMM_GRANULARITY || (alignment & (alignment - 1))) return -EINVAL;
+  if (alignment < EMU_VMM_GRANULARITY) alignment = EMU_VMM_GRANULARITY;
+  pthread_mutex_lock(&lock);
+  struct space s = {.size = size, .span = size, .kind = EMU_SPACE_RESERVED};
+  uintptr_t at;
+  int err = 0;
+  if (hint && hint % alignment == 0 && find_gap(hint, region_end, size, alignment, &at) &&
+      at == hint && hint >= region_base) {
+    s.base = at;
+  } else if (place(size, alignment, &at) == 0) {
+    s.base = at;
+  } else {
+    /* Too big for the region: reserve alongside it. */
+    size_t total = size + alignment;
+    void *p = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      err = -ENOMEM;
+      goto out;
+    }
+    at = align_up((uintptr_t)p, alignment);
+    if (at > (uintptr_t)p) munmap(p, at - (uintptr_t)p);
+    if ((uintptr_t)p + total > at + size) munmap((void *)(at + size), (uintptr_t)p + total - at - size);
+    s.base = at;
+    s.external = true;
+  }
+  if ((err = insert_sorted(&spaces, &s)) != 0) goto out;
+  *out = s.base;
+out:
+  pthread_mutex_unlock(&lock);
+  return err;
+}
+
+int emu_vmm_free(uintptr_t address, size_t size) {
+  pthread_mutex_lock(&lock);
+  int err = -EINVAL;
+  struct space *s = reservation_of(address, size);
+  long index = find_at_or_before(&spaces, address);
+  long mapped = find_at_or_before(&mappings, address + size - 1);
+  bool has_mappings = mapped >= 0 && mapping_at((size_t)mapped)->base +
+                                             mapping_at((size_t)mapped)->size > address;
+  if (s && s->base == address && s->size == size && !has_mappings) {
+    if (s->external) munmap((void *)s->base, s->size);
+    remove_at(&spaces, (size_t)index);
+    err = 0;
+  }
+  pthread_mutex_unlock(&lock);
+  return err;
+}
+
+int emu_vmm_create(size_t size, uint64_t *handle) {
+  if (!size || size % EMU_VMM_GRANULARITY) return -EINVAL;
+  pthread_mutex_lock(&lock);
+  int err = -ENOMEM, fd = -1;
+  if (size > quota_bytes - used_bytes) goto out;
+  if (physical_count == physical_capacity) {
+    size_t capacity = physical_capacity ? physical_capacity * 2 : 64;
+    struct physical *grown = realloc(physicals, capacity * sizeof *grown);
+    if (!grown) goto out;
+    physicals = grown;
+    physical_capacity = capacity;
+  }
+  fd = memfd_create("cudaw-emu-physical", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
+    if (fd >= 0) close(fd);
+    goto out;
+  }
+  physicals[physical_count] = (struct physical){fd, size};
+  *handle = ++physical_count; /* handles are never reused */
+  used_bytes += size;
+  err = 0;
+out:
+  pthread_mutex_unlock(&lock);
+  return err;
+}
+
+static struct physical *physical_of(uint64_t handle) {
+  if (handle == 0 || handle > physical_count || physicals[handle - 1].fd < 0) return NULL;
+  return &physicals[handle - 1];
+}
+
+int emu_vmm_release(uint64_t handle) {
+  pthread_mutex_lock(&lock);
+  struct physical *p = physical_of(handle);
+  if (p) {
+    close(p->fd); /* live mappings keep the pages until unmapped, as on the real device */
+    p->fd = -1;
+    used_bytes -= p->size;
+  }
+  pthread_mutex_unlock(&lock);
+  return p ? 0 : -EINVAL;
+}
+
+/* Indexes [first, last) of the mappings overlapping [address, address+size). */
+static void mappings_overlapping(uintptr_t address, size_t size, size_t *first, size_t *last) {
+  long index = find_at_or_before(&mappings, address);
+  size_t i = index < 0 ? 0 : (size_t)index;
+  if (i < mappings.count && mapping_at(i)->base + mapping_at(i)->size <= address) i++;
+  *first = i;
+  while (i < mappings.count && mapping_at(i)->base < address + size) i++;
+  *last = i;
+}
+
+/* Whether whole mappings [first, last) exactly tile [address, address+size). */
+static bool mappings_tile(uintptr_t address, size_t size, size_t first, size_t last) {
+  uintptr_t at = address;
+  for (size_t i = first; i < last; i++) {
+    if (mapping_at(i)->base != at) return false;
+    at += mapping_at(i)->size;
+  }
+  return first < last && at == address + size;
+}
+
+int emu_vmm_map(uintptr_t address, size_t size, size_t offset, uint64_t handle) {
+  if (!size || size % EMU_VMM_GRANULARITY || offset % EMU_VMM_GRANULARITY ||
+      address % EMU_VMM_GRANULARITY)
+    return -EINVAL;
+  pthread_mutex_lock(&lock);
+  int err = -EINVAL;
+  struct physical *p = physical_of(handle);
+  size_t first, last;
+  mappings_overlapping(address, size, &first, &last);
+  if (!p || offset > p->size || size > p->size - offset || !reservation_of(address, size) ||
+      first != last)
+    goto out;
+  if (mmap((void *)address, size, PROT_NONE, MAP_FIXED | MAP_SHARED, p->fd, (off_t)offset) ==
+      MAP_FAILED) {
+    err = -errno;
+    goto out;
+  }
+  struct mapping m = {address, size, handle, false};
+  if ((err = insert_sorted(&mappings, &m)) != 0) make_inaccessible(address, size);
+out:
+  pthread_mutex_unlock(&lock);
+  return err;
+}
+
+int emu_vmm_set_access(uintptr_t address, size_t size, bool read_write) {
+  pthread_mutex_lock(&lock);
+  int err = -EINVAL;
+  size_t first, last;
+  mappings_overlapping(address, size, &first, &last);
+  if (size && mappings_tile(address, size, first, last) &&
+      mprotect((void *)address, size, read_write ? PROT_READ | PROT_WRITE : PROT_NONE) == 0) {
+    for (size_t i = first; i < last; i++) mapping_at(i)->accessible = read_write;
+    err = 0;
+  }
+  pthread_mutex_unlock(&lock);
+  return err;
+}
+
+int emu_vmm_unmap(uintptr_t address, size_t size) {
+  pthread_mutex_lock(&lock);
+  int err = -EINVAL;
+  size_t first, last;
+  mappings_overlapping(address, size, &first, &last);
+  if (size && mappings_tile(address, size, first, last)) {
+    make_inaccessible(address, size);
+    for (size_t i = last; i-- > first;) remove_at(&mappings, i);
+    err = 0;
+  }
+  pthread_mutex_unlock(&lock);
+  return err;
+}

@@ -84,7 +84,10 @@ static const char *const well_known[] = {
 int shim_real_load(void)
 {
   struct tried tried = {.len = 0};
-  int rc = try_open(cudaw_option("CUDAW_REAL_CUDART"), &tried);
+  const char *chosen = cudaw_option("CUDAW_REAL_CUDART");
+  int rc = try_open(chosen, &tried);
+  if (rc && *chosen)
+    shim_warn("CUDAW_REAL_CUDART cannot be used:%s; trying the usual locations", tried.text);
 #ifdef CUDAW_REAL_CUDART_BUILD
   if (rc) rc = try_open(CUDAW_REAL_CUDART_BUILD, &tried);
 #endif

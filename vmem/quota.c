@@ -30,10 +30,10 @@ static int suffix_shift(const char *suffix, unsigned *shift) {
 int vmem_parse_size(const char *text, uint64_t device_total, uint64_t *out) {
   if (!text || !out) return -EINVAL;
   while (*text == ' ') text++;
-  if (!(*text >= '0' && *text <= '9') && *text != '.') return -EINVAL;
+  size_t digits = strspn(text, "0123456789."); /* no signs, hex, exponents, nan or inf */
   char *end;
-  double value = strtod(text, &end);
-  if (end == text || !isfinite(value) || value <= 0) return -EINVAL;
+  double value = digits ? strtod(text, &end) : 0;
+  if (digits == 0 || end != text + digits || !isfinite(value) || value <= 0) return -EINVAL;
   while (*end == ' ') end++;
   double bytes;
   if (*end == '%') {

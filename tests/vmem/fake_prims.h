@@ -1,0 +1,41 @@
+/* Host-memory device primitives for vmem's unit tests: "device memory" is host memory, so tests
+ * can read and write it directly. Failure injection and a per-device memory size included. */
+#ifndef CUDAW_TEST_FAKE_PRIMS_H
+#define CUDAW_TEST_FAKE_PRIMS_H
+
+#include <stdint.h>
+
+#include "prims.h"
+
+enum fake_op {
+  FAKE_ANY, FAKE_VA_RESERVE, FAKE_PHYS_CREATE, FAKE_MAP, FAKE_SET_ACCESS, FAKE_UNMAP,
+  FAKE_PHYS_RELEASE, FAKE_DEV_MALLOC, FAKE_DEV_FREE, FAKE_MEM_INFO, FAKE_OPS
+};
+
+/* How va_reserve treats its hint: use it, return another host-free address, or return another
+ * address that it occupies on the host itself (like a UVA driver). */
+enum fake_hint { FAKE_HINT_HONOR, FAKE_HINT_MOVE_FREE, FAKE_HINT_MOVE_OCCUPIED };
+
+struct fake_config {
+  int devices;           /* 1..4 */
+  uint64_t device_bytes; /* memory per device */
+  uint64_t granule;      /* 0: 2 MiB */
+  int vmm;               /* report VMM support */
+  enum fake_hint hint;
+};
+
+struct fake;
+
+/* One fake set of devices; *prims is the shared function table, the fake is its ctx. */
+struct fake *fake_create(const struct fake_config *config);
+void fake_destroy(struct fake *fake);
+const struct vmem_prims *fake_prims(void);
+
+/* The nth next call (1 = the very next) of op fails with -ENOMEM; FAKE_ANY counts every call. */
+void fake_fail(struct fake *fake, enum fake_op op, uint64_t nth);
+uint64_t fake_calls(const struct fake *fake, enum fake_op op);
+/* Bytes in use on device, and its size (changeable, e.g. to simulate another process). */
+uint64_t fake_used(const struct fake *fake, int device);
+void fake_set_device_bytes(struct fake *fake, int device, uint64_t bytes);
+
+#endif

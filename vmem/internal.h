@@ -1,0 +1,110 @@
+/* vmem's internal state, shared by its .c files and by nothing else. Everything here is guarded
+ * by vmem_space.lock except the delta table, which readers load lock-free (see vmem.h). */
+#ifndef CUDAW_VMEM_INTERNAL_H
+#define CUDAW_VMEM_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "prims.h"
+#include "vmem.h"
+
+#define VMEM_MAX_DEVICES 64
+#define VMEM_MAX_CLASSES 512
+#define VMEM_MIN_ALIGN 256u
+#define VMEM_NATIVE_ROUND 512u /* cudaMalloc's own rounding, used for translate's large chunks */
+
+/* One backing chunk: a large allocation, or a slab of equal slots for one size class. */
+struct chunk {
+  uintptr_t vaddr;
+  uint64_t va_bytes;   /* granule multiple */
+  uint64_t backed;     /* device bytes held */
+  uint64_t real;       /* 0 while released */
+  uint64_t handle;     /* remap: physical memory handle */
+  uint64_t epoch;      /* recreate_all marks what it re-created */
+  int device;
+  bool resident;
+  bool is_slab;
+  uint64_t alloc_size; /* large: the requested size */
+  /* slab only */
+  unsigned size_class;
+  uint32_t slot_size, slots, used, hint_word;
+  uint64_t *used_bits;
+  uint32_t *slot_bytes; /* requested size per slot */
+  struct chunk *partial_next, *partial_prev;
+  bool in_partial;
+};
+
+struct device_state {
+  uint64_t held, requested, allocations, chunks;
+  struct chunk *partial[VMEM_MAX_CLASSES];
+  uint32_t class_slabs[VMEM_MAX_CLASSES];
+};
+
+struct extent {
+  uint64_t start, count; /* in granules */
+};
+
+struct freed_record {
+  uintptr_t base;
+  uint64_t size;
+  const void *where;
+};
+
+struct vmem_space {
+  pthread_mutex_t lock;
+  bool initialized;
+  const struct vmem_prims *prims;
+  void *ctx;
+  enum vmem_policy policy;
+  uintptr_t base;
+  uint64_t size, granule, granules;
+  unsigned shift;
+  bool host_reserved, device_reserved;
+  struct chunk **owner; /* per granule */
+  struct extent *free_extents;
+  uint64_t extent_count, extent_capacity, live_chunks;
+  int devices;
+  uint64_t mem_limit;
+  struct device_state *device;
+  uint64_t epoch, released_chunks;
+  bool check;
+  struct freed_record *history;
+  uint64_t history_capacity, history_count;
+};
+
+extern struct vmem_space vmem_space;
+
+/* space.c: virtual extents and the per-granule tables. */
+int vmem_va_take(uint64_t granules, uintptr_t *vaddr);
+void vmem_va_give(uintptr_t vaddr, uint64_t granules);
+void vmem_publish(struct chunk *c);   /* owner table + delta for a resident or released chunk */
+void vmem_unpublish_delta(struct chunk *c);
+void vmem_forget(struct chunk *c);    /* clear owner and delta */
+struct chunk *vmem_owner(uintptr_t p); /* NULL outside the range or unowned */
+/* Walk chunks in address order; cb may not change the owner table. */
+int vmem_walk(int (*cb)(struct chunk *c, void *arg), void *arg);
+
+/* backing.c: device memory of one chunk under the current policy. */
+int vmem_backing_create(struct chunk *c);
+int vmem_backing_destroy(struct chunk *c);
+
+/* classes.c: size classes for small allocations. */
+void vmem_classes_init(uint64_t granule);
+unsigned vmem_class_count(void);
+uint64_t vmem_class_max(void);
+unsigned vmem_class_of(uint64_t size); /* size in (0, vmem_class_max()] */
+uint32_t vmem_class_size(unsigned size_class);
+unsigned vmem_class_granules(unsigned size_class);
+
+/* alloc.c */
+void vmem_chunk_destroy_all(void);
+/* check.c */
+void vmem_history_record(uintptr_t base, uint64_t size, const void *where);
+/* The live allocation containing p, if any. */
+bool vmem_find_allocation(uintptr_t p, struct chunk **chunk, uintptr_t *base, uint64_t *size);
+
+static inline uint64_t vmem_round_up(uint64_t x, uint64_t to) { return (x + to - 1) / to * to; }
+
+#endif

@@ -1,0 +1,181 @@
+/* vmem: cudaw's virtual device address space. Hands out virtual device pointers from one reserved
+ * range, backs them with device memory through struct vmem_prims (prims.h), translates virtual to
+ * real addresses lock-free, and can give all device memory back and re-create it (checkpoint).
+ *
+ * Conventions: every int function returns 0 or -errno. One process-wide instance. All functions
+ * except the inline readers take one internal mutex; the inline readers (vmem_in_range,
+ * vmem_translate) take no lock and may run concurrently with anything except vmem_fini.
+ *
+ * Bookkeeping costs (host memory): 16 bytes per granule of the virtual range (delta and owner
+ * tables, mapped lazily, so untouched parts cost nothing); per backing chunk one ~120-byte
+ * descriptor; a small-allocation slab adds 1 bit + 4 bytes per slot (<= 36 KiB per 2 MiB slab of
+ * 256-byte slots). Per allocation: no further host memory. Time: vmem_translate O(1) (two loads),
+ * vmem_lookup and vmem_free O(1), vmem_alloc O(1) for small sizes when a slab has room, otherwise
+ * O(free extents) to find virtual space plus the device calls. */
+#ifndef CUDAW_VMEM_H
+#define CUDAW_VMEM_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct vmem_prims;
+
+enum vmem_policy {
+  VMEM_AUTO,      /* remap when every device supports VMM, else translate */
+  VMEM_REMAP,     /* physical memory mapped at the virtual address: virtual == real */
+  VMEM_TRANSLATE, /* dev_malloc at any real address; kernel arguments need translation */
+};
+
+struct vmem_config {
+  uint64_t va_size;          /* bytes of virtual range; 0: 4 x the sum of all devices' memory */
+  uint64_t mem_limit;        /* per-device quota in bytes (CUDAW_MEM_LIMIT); 0: none */
+  enum vmem_policy policy;   /* CUDAW_VMEM_POLICY */
+  int check;                 /* CUDAW_CHECK: keep a history of frees for use-after-free reports */
+  unsigned free_history;     /* entries in that history when check is on; 0: 4096 */
+};
+
+/* Initialise the address space: pick the policy, reserve the virtual range on the host
+ * (PROT_NONE, MAP_NORESERVE, so no host or device mapping can land in it) and, under remap, the
+ * same range on the device. prims and ctx must stay valid until vmem_fini. Call once, before any
+ * other vmem function (vmem_in_range/vmem_translate are safe before: they see an empty range).
+ * -EALREADY when already initialised, -EINVAL for a bad config or primitives, -ENOSYS for
+ * VMEM_REMAP without VMM, -ENOMEM when the range cannot be reserved. */
+int vmem_init(const struct vmem_config *config, const struct vmem_prims *prims, void *ctx);
+
+/* Give back every allocation's device memory and the reservations; forget everything. Only for
+ * process exit and tests: no other vmem call (inline readers included) may run concurrently. */
+void vmem_fini(void);
+
+/* The policy in force (never VMEM_AUTO after init), granule size, virtual range. */
+enum vmem_policy vmem_policy(void);
+uint64_t vmem_granule(void);
+void vmem_range(uintptr_t *base, uint64_t *size);
+
+/* Allocation flags. */
+#define VMEM_ALLOC_DEDICATED 0x1u /* own granule-aligned chunk even when small */
+
+/* Allocate size bytes on device; *vptr receives a 256-byte-aligned virtual device pointer (512
+ * for sizes above 256). size 0 behaves like cudaMalloc(0): success, *vptr = NULL, nothing held.
+ * -ENOMEM when the quota, the device or the virtual range is exhausted (nothing is left behind),
+ * -EINVAL for a bad device or flags, -EBUSY while memory is released (vmem_release_all). */
+int vmem_alloc(int device, uint64_t size, unsigned flags, void **vptr);
+
+/* Free an allocation. vptr NULL: success (like cudaFree(NULL)). -EINVAL for an interior pointer,
+ * an unknown pointer or a double free (with check on, vmem_check_range then names the earlier
+ * free). where: the caller's return address (__builtin_return_address(0) in the shim), kept in the
+ * free history. Works in the released state too. */
+int vmem_free(void *vptr, const void *where);
+
+/* Fast checks, lock-free. Inside the virtual range? */
+struct vmem_fast_path {
+  uintptr_t base;
+  _Atomic uint64_t size;  /* 0 until initialised: published last */
+  unsigned shift;         /* log2(granule) */
+  _Atomic uint64_t *delta; /* per granule: 0 = not backed, else (real - virtual) + 1 (even) */
+};
+extern struct vmem_fast_path vmem_fast;
+
+static inline int vmem_in_range(const void *p) {
+  uint64_t off = (uint64_t)((uintptr_t)p - vmem_fast.base);
+  return off < atomic_load_explicit(&vmem_fast.size, memory_order_acquire);
+}
+
+/* Virtual -> real. A pointer outside the range is returned unchanged (host pointers, real device
+ * pointers of other allocators); inside it, the real address if its granule is backed (identity
+ * under remap), else NULL (never allocated, freed, or released). Granule precision: a pointer into
+ * an unallocated slot of a live slab still translates; use vmem_check_range for exactness. For an
+ * end pointer (one past an allocation) translate p - 1 and add 1. */
+static inline void *vmem_translate(const void *p) {
+  uint64_t off = (uint64_t)((uintptr_t)p - vmem_fast.base);
+  if (off >= atomic_load_explicit(&vmem_fast.size, memory_order_acquire)) return (void *)p;
+  uint64_t entry = atomic_load_explicit(&vmem_fast.delta[off >> vmem_fast.shift],
+                                        memory_order_acquire);
+  if (entry == 0) return NULL;
+  return (void *)((uintptr_t)p + (uintptr_t)(entry - 1));
+}
+
+enum vmem_state { VMEM_RESIDENT, VMEM_RELEASED };
+
+struct vmem_info {
+  void *base;            /* the allocation's start (what vmem_alloc returned) */
+  uint64_t size;         /* its requested size */
+  uint64_t offset;       /* p - base */
+  uint64_t real;         /* real address of base; 0 while released */
+  int device;
+  enum vmem_state state;
+};
+
+/* The live allocation containing p (interior pointers included, p < base + size). O(1).
+ * -ENOENT when p is in no live allocation. */
+int vmem_lookup(const void *p, struct vmem_info *info);
+
+/* One backing chunk: a large allocation's or a slab's device memory. */
+struct vmem_chunk {
+  uintptr_t vaddr;       /* virtual start, granule-aligned */
+  uint64_t size;         /* bytes backed on the device (copy this many) */
+  int device;
+  uint64_t real;         /* real address (== vaddr under remap); 0 while released */
+  enum vmem_state state;
+};
+
+/* Call cb for every backing chunk, in address order, with the mutex held: cb may use the inline
+ * readers and vmem_lookup-free code only (no vmem calls: they would deadlock). A non-zero return
+ * from cb stops the walk and is returned. */
+int vmem_for_each(int (*cb)(const struct vmem_chunk *chunk, void *ctx), void *ctx);
+
+/* Give every resident chunk's device memory back (remap: unmap + release physical, the device
+ * reservation stays; translate: dev_free). Allocations keep their virtual addresses; their state
+ * becomes released and vmem_translate returns NULL for them. Copy contents out first. Idempotent;
+ * on a device error the chunk stays resident, the rest continue, the first error is returned. */
+int vmem_release_all(void);
+
+/* Re-create device memory for every released chunk, all or none. Under remap the real address is
+ * the virtual one again; under translate it may differ (see vmem_for_each). -ENOMEM when device
+ * memory runs out: everything re-created by this call is given back again, nothing is lost,
+ * *shortfall_bytes (may be NULL) receives how many released bytes were still missing when it
+ * stopped (freeing that much device memory lets a retry succeed, fragmentation aside). */
+int vmem_recreate_all(uint64_t *shortfall_bytes);
+
+/* For cudaMemGetInfo: total = min(device total, mem_limit); free = total minus what this process
+ * holds through vmem (released memory included: it will come back), never more than the device
+ * has free right now. */
+int vmem_mem_info(int device, uint64_t *free_bytes, uint64_t *total_bytes);
+
+/* Parse CUDAW_MEM_LIMIT: plain bytes, a K/M/G/T suffix (binary, optional trailing B/iB,
+ * fractions allowed: "1.5G"), or "N%" of device_total. -EINVAL for anything else, 0 or overflow. */
+int vmem_parse_size(const char *text, uint64_t device_total, uint64_t *out);
+
+enum vmem_check_kind {
+  VMEM_CHECK_OK,          /* inside one live allocation */
+  VMEM_CHECK_OUTSIDE,     /* not in the virtual range at all (host or foreign pointer) */
+  VMEM_CHECK_UNALLOCATED, /* in the range, no live allocation there and no recorded free */
+  VMEM_CHECK_OVERFLOW,    /* starts in a live allocation but runs past its end */
+  VMEM_CHECK_FREED,       /* in an allocation that was freed (use after free) */
+  VMEM_CHECK_RELEASED,    /* in a live allocation whose memory is released */
+};
+
+struct vmem_check_report {
+  enum vmem_check_kind kind;
+  void *base;             /* the allocation concerned (live, or freed for VMEM_CHECK_FREED) */
+  uint64_t size;
+  const void *freed_where; /* VMEM_CHECK_FREED: the where passed to vmem_free */
+};
+
+/* Validate that [p, p + size) lies inside one live, resident allocation (size 0 checks p alone).
+ * Returns 0 (report->kind OK) or -EFAULT with report filled. Free history is only kept with
+ * config.check; without it freed memory reads as VMEM_CHECK_UNALLOCATED. O(1) when OK, O(history)
+ * for a use after free. */
+int vmem_check_range(const void *p, uint64_t size, struct vmem_check_report *report);
+
+struct vmem_stats {
+  uint64_t allocations;     /* live allocations */
+  uint64_t requested_bytes; /* sum of their requested sizes */
+  uint64_t chunks;          /* backing chunks (slabs + large) */
+  uint64_t held_bytes;      /* device bytes they hold (released ones included) */
+  uint64_t size_classes_used;
+};
+/* Totals over all devices (device < 0) or one device. */
+int vmem_get_stats(int device, struct vmem_stats *stats);
+
+#endif

@@ -189,52 +189,39 @@ static void serve(int fd) {
   struct timeval timeout = {2, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
-  char line[1024];
+  char line[1024], why[160];
 
+  /* Read the line before refusing anyone: closing a socket with unread data resets it, and the
+   * refused client would lose the reason. The line is bounded and only compared. */
+  char request[REQUEST_MAX];
+  int read_rc = read_request(fd, request, sizeof request);
+  double received = ckpt_now();
   struct ucred peer;
   socklen_t peer_len = sizeof peer;
+  enum ckpt_op op = 0;
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &peer_len) != 0) {
     format_refusal(line, sizeof line, "permission", 0, "cannot read the peer's credentials");
-    reply(fd, line);
-    close(fd);
-    return;
-  }
-  if (peer.uid != geteuid() && peer.uid != 0) {
-    char why[160];
+  } else if (peer.uid != geteuid() && peer.uid != 0) {
     snprintf(why, sizeof why, "refused: uid %u may not control pid %ld (owner uid %u, or root)",
              (unsigned)peer.uid, (long)getpid(), (unsigned)geteuid());
     ckpt_logf(CKPT_LOG_WARN, "control socket: pid %ld %s", (long)peer.pid, why);
     format_refusal(line, sizeof line, "permission", 0, why);
-    reply(fd, line);
-    close(fd);
-    return;
-  }
-
-  char request[REQUEST_MAX];
-  if (read_request(fd, request, sizeof request) != 0) {
-    format_refusal(line, sizeof line, "bad_request", 0, "expected one line: status, checkpoint or resume");
-    reply(fd, line);
-    close(fd);
-    return;
-  }
-  double received = ckpt_now();
-  enum ckpt_op op = 0;
-  if (strcmp(request, "status") == 0) {
+  } else if (read_rc == 0 && strcmp(request, "status") == 0) {
     format_status(line, sizeof line);
-  } else if (strcmp(request, "checkpoint") == 0) {
+  } else if (read_rc == 0 && strcmp(request, "checkpoint") == 0) {
     op = CKPT_OP_CHECKPOINT;
-  } else if (strcmp(request, "resume") == 0) {
+  } else if (read_rc == 0 && strcmp(request, "resume") == 0) {
     op = CKPT_OP_RESUME;
   } else {
-    format_refusal(line, sizeof line, "bad_request", 0, "unknown request; expected status, checkpoint or resume");
+    format_refusal(line, sizeof line, "bad_request", 0,
+                   "expected one line: status, checkpoint or resume");
   }
   if (op) {
-    const char *why = "";
-    int rc = transition_submit(op, received, reply_when_done, (void *)(intptr_t)fd, &why);
+    const char *refusal = "";
+    int rc = transition_submit(op, received, reply_when_done, (void *)(intptr_t)fd, &refusal);
     if (rc == 0) return; /* the transition thread replies and closes fd */
-    char reason[160];
-    snprintf(reason, sizeof reason, "%s: %s", ckpt_op_name(op), why);
-    format_refusal(line, sizeof line, error_kind(rc), op, reason);
+    snprintf(why, sizeof why, "%s: %s", ckpt_op_name(op), refusal);
+    format_refusal(line, sizeof line, error_kind(rc), op, why);
   }
   reply(fd, line);
   close(fd);
@@ -340,6 +327,16 @@ int control_start(void) {
   }
   ctl.started = true;
   return 0;
+}
+
+void control_forget_after_fork(void) {
+  /* The socket is the parent's: close our copy, never unlink it. */
+  if (ctl.listen_fd >= 0) close(ctl.listen_fd);
+  ctl.listen_fd = -1;
+  ctl.path[0] = '\0';
+  ctl.started = false;
+  close_pipe(ctl.signal_pipe);
+  close_pipe(ctl.wake_pipe);
 }
 
 void control_stop(void) {

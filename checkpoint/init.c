@@ -10,6 +10,19 @@
 struct ckpt_runtime ckpt_rt;
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool started;
+static bool atfork_registered;
+
+/* A forked child has none of the parent's threads: forget the module there (the signal would
+ * otherwise write into the parent's pipe), so that the child may call ckpt_init afresh. */
+static void forget_in_child(void) {
+  pthread_mutex_init(&init_lock, NULL);
+  if (!started) return;
+  signal_restore();
+  control_forget_after_fork();
+  transition_forget_after_fork();
+  state_forget_after_fork();
+  started = false;
+}
 
 static bool ops_complete(const struct ckpt_host_ops *ops) {
   return ops && ops->gate_close && ops->gate_open && ops->device_drain && ops->for_each_region &&
@@ -52,6 +65,7 @@ int ckpt_init(const struct ckpt_host_ops *ops, void *ctx) {
   if (signal_rc)
     ckpt_logf(CKPT_LOG_WARN, "cannot install the checkpoint signal handler: %s", strerror(-signal_rc));
   started = true;
+  if (!atfork_registered && pthread_atfork(NULL, NULL, forget_in_child) == 0) atfork_registered = true;
   ckpt_logf(CKPT_LOG_DEBUG, "checkpoint ready: socket %s, signal %d",
             control_socket_path() ? control_socket_path() : "(none)", signal_number);
 out:

@@ -28,6 +28,8 @@ void ckpt_format_bytes(uint64_t bytes, char *buf, size_t len); /* "1.50 GiB" */
 int state_begin(enum ckpt_op op, const char **why);
 void state_finish(const struct ckpt_result *result);
 void state_reset(void);
+/* After fork, in the child (one thread): forget the parent's threads, fds and locks. */
+void state_forget_after_fork(void);
 bool state_last(struct ckpt_result *out);
 const char *ckpt_op_name(int op);
 
@@ -61,13 +63,17 @@ int transition_start(void);
 void transition_stop(void);
 int transition_submit(enum ckpt_op op, double requested_at, transition_done_fn done, void *arg,
                       const char **why);
+void transition_forget_after_fork(void);
 uint64_t transition_image_bytes(void);
+/* For tests: the engine (only touch it while no transition runs). */
+struct engine *transition_engine(void);
 uint64_t transition_image_regions(void);
 
 /* control.c: the control thread and socket. signal_fd receives what the signal handler
  * writes; control_signal_fd is its write end for signal.c. */
 int control_start(void);
 void control_stop(void);
+void control_forget_after_fork(void);
 int control_signal_fd(void);
 const char *control_socket_path(void);
 /* One line of JSON (with '\n') describing a transition's result. */

@@ -98,6 +98,12 @@ void state_reset(void) {
   pthread_mutex_unlock(&lock);
 }
 
+void state_forget_after_fork(void) {
+  pthread_mutex_init(&lock, NULL); /* a parent thread may have held it at fork */
+  atomic_store(&current, CKPT_RUNNING);
+  have_last = false;
+}
+
 bool state_last(struct ckpt_result *out) {
   pthread_mutex_lock(&lock);
   bool have = have_last;

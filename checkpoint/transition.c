@@ -180,6 +180,14 @@ void transition_stop(void) {
   tr.started = false;
 }
 
+void transition_forget_after_fork(void) {
+  /* The thread and the engine's streams and pinned buffers belong to the parent. */
+  pthread_mutex_init(&tr.lock, NULL);
+  pthread_cond_init(&tr.wake, NULL);
+  tr.started = tr.pending = tr.stopping = false;
+  tr.engine = NULL;
+}
+
 int transition_submit(enum ckpt_op op, double requested_at, transition_done_fn done, void *arg,
                       const char **why) {
   pthread_mutex_lock(&tr.lock);
@@ -214,3 +222,5 @@ uint64_t transition_image_regions(void) {
   pthread_mutex_unlock(&tr.lock);
   return regions;
 }
+
+struct engine *transition_engine(void) { return tr.engine; }

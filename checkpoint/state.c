@@ -28,7 +28,7 @@ const char *ckpt_op_name(int op) {
 enum ckpt_state_id ckpt_state(void) { return (enum ckpt_state_id)atomic_load(&current); }
 
 int state_begin(enum ckpt_op op, const char **why) {
-  int rc = 0;
+  int rc = 0, next = 0;
   pthread_mutex_lock(&lock);
   int state = atomic_load(&current);
   if (state == CKPT_PAUSING || state == CKPT_RESUMING) {
@@ -42,15 +42,17 @@ int state_begin(enum ckpt_op op, const char **why) {
     rc = -EALREADY;
     *why = "not paused";
   } else {
-    int next = op == CKPT_OP_CHECKPOINT ? CKPT_PAUSING : CKPT_RESUMING;
+    next = op == CKPT_OP_CHECKPOINT ? CKPT_PAUSING : CKPT_RESUMING;
     atomic_store(&current, next);
-    ckpt_logf(CKPT_LOG_INFO, "%s: %s -> %s", ckpt_op_name(op), state_names[state],
-              state_names[next]);
   }
   pthread_mutex_unlock(&lock);
+  /* Logged outside the lock: the shim's log callback may take its own locks. */
   if (rc)
     ckpt_logf(CKPT_LOG_WARN, "%s refused: %s (state %s)", ckpt_op_name(op), *why,
               state_names[state]);
+  else
+    ckpt_logf(CKPT_LOG_INFO, "%s: %s -> %s", ckpt_op_name(op), state_names[state],
+              state_names[next]);
   return rc;
 }
 

@@ -70,6 +70,13 @@ void fake_host_init(struct fake_host *host, int devices) {
   host->devices = devices;
 }
 
+void fake_host_free(struct fake_host *host) {
+  for (size_t i = 0; i < host->region_count; i++) free(host->regions[i].memory);
+  free(host->regions);
+  host->regions = NULL;
+  host->region_count = 0;
+}
+
 size_t fake_host_add_region(struct fake_host *host, uint64_t size, int device, uint32_t seed) {
   host->regions = realloc(host->regions, (host->region_count + 1) * sizeof *host->regions);
   uint64_t vaddr = 0x100000000000ull;

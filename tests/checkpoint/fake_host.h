@@ -49,6 +49,7 @@ struct fake_host {
 extern const struct ckpt_host_ops fake_host_ops;
 
 void fake_host_init(struct fake_host *host, int devices);
+void fake_host_free(struct fake_host *host);
 /* Add a region filled with a pattern from `seed`; returns its index. */
 size_t fake_host_add_region(struct fake_host *host, uint64_t size, int device, uint32_t seed);
 /* 0 if every byte of every region matches its pattern, else the first bad region index + 1. */

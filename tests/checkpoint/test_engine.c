@@ -55,6 +55,7 @@ static void engine_alone(void) {
   CHECK_EQ(h.pinned_live, 0);
   CHECK_EQ(h.streams_live, 0);
   CHECK_EQ(h.violations, 0);
+  fake_host_free(&h);
 }
 
 int main(void) {

@@ -87,7 +87,7 @@ struct ckpt_options {
   uint32_t pause_timeout_ms; /* CUDAW_PAUSE_TIMEOUT */
   int signal_number;         /* CUDAW_SIGNAL: SIGUSR1, SIGUSR2 or 0 for none */
   char run_dir[96];          /* CUDAW_RUN_DIR, or the default (see ckpt_default_run_dir) */
-  uint32_t streams;          /* CUDAW_CKPT_STREAMS: copy streams (and staging buffers) per device */
+  uint32_t streams;          /* CUDAW_CKPT_STREAMS: streams per device = staging buffers in all */
   uint64_t staging_bytes;    /* CUDAW_CKPT_STAGING: size of one staging buffer = one chunk */
   uint32_t threads;          /* CUDAW_CKPT_THREADS: host copy threads */
   int keep_image;            /* CUDAW_CKPT_KEEP_IMAGE: keep the host image after a resume */

@@ -1,0 +1,165 @@
+/* cudaw checkpoint: pause a CUDA program, copy its device memory into a host image, give the
+ * device memory back, and later restore it byte for byte. This header is the module's whole
+ * contract: the host operations the shim implements, the options, and the entry points. */
+#ifndef CUDAW_CKPT_H
+#define CUDAW_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum ckpt_state_id {
+  CKPT_RUNNING = 0, /* the gate is open, the program runs */
+  CKPT_PAUSING,     /* a checkpoint is under way */
+  CKPT_PAUSED,      /* gate closed, device memory saved in the host image and released */
+  CKPT_RESUMING,    /* a resume is under way */
+};
+
+enum ckpt_op { CKPT_OP_CHECKPOINT = 1, CKPT_OP_RESUME = 2 };
+
+enum ckpt_log_level { CKPT_LOG_ERROR = 0, CKPT_LOG_WARN, CKPT_LOG_INFO, CKPT_LOG_DEBUG };
+
+/* One piece of device memory to save: [vaddr, vaddr + size) on `device`. `id` is stable from
+ * the checkpoint to the resume (it names the region in reports and matches a kept image). */
+struct ckpt_region {
+  uint64_t id;
+  uint64_t vaddr;
+  uint64_t size;
+  int device;
+};
+
+/* Called once per region; a non-zero return stops the walk and becomes its result. */
+typedef int (*ckpt_region_visit_fn)(void *visit_ctx, const struct ckpt_region *region);
+
+/* The host operations: everything the checkpoint module needs from the shim (gate, device) and
+ * from vmem (regions). Every function returns 0 or -errno unless it says otherwise; `ctx` is the
+ * pointer given to ckpt_init. They are called only from the module's own threads (the control
+ * thread, the transition thread and the copy threads), never from a signal handler, and mostly
+ * while the gate is closed: the shim must implement them with the real runtime directly, not
+ * through its own gate, and make the right device current itself (a stream knows its device).
+ * Streams and pinned buffers the module creates must stay valid across release_all and
+ * recreate_all. Optional members may be NULL where noted. */
+struct ckpt_host_ops {
+  /* Stop new API calls from every thread at entry (they block until gate_open) and wait up to
+   * timeout_ns for the calls in flight to return. -ETIMEDOUT if they did not: the host then
+   * reopens the gate itself, so that on any error the gate is open and the program runs. */
+  int (*gate_close)(void *ctx, uint64_t timeout_ns);
+  /* Reopen the gate; blocked calls proceed. Precondition: the gate is closed. */
+  void (*gate_open)(void *ctx);
+  /* Wait until all work on every device is done (cudaDeviceSynchronize on each). */
+  int (*device_drain)(void *ctx);
+  /* Visit every piece of device memory that must be saved. Precondition: gate closed, drained.
+   * Regions do not overlap; the region passed to visit is only valid during the call. */
+  int (*for_each_region)(void *ctx, ckpt_region_visit_fn visit, void *visit_ctx);
+  /* Release the device memory of every region, keeping their virtual addresses reserved.
+   * All or nothing: on error nothing is released (or the host has recreated it). */
+  int (*release_all)(void *ctx);
+  /* Recreate device memory behind every region at the same virtual addresses (content
+   * undefined). All or nothing: on error nothing is held and *shortfall is the number of
+   * bytes missing (0 if unknown), so that a later retry may succeed. */
+  int (*recreate_all)(void *ctx, uint64_t *shortfall);
+  /* Number of devices; must not create a context. */
+  int (*device_count)(void *ctx, int *count);
+  /* Create / destroy an asynchronous stream on `device`. The handle is opaque to us. */
+  int (*stream_create)(void *ctx, int device, void **stream);
+  void (*stream_destroy)(void *ctx, void *stream);
+  /* Queue a copy of n bytes on `stream`; it may run after the call returns. `host` is always
+   * inside a buffer from host_alloc_pinned; [vaddr, vaddr + n) always inside one region. */
+  int (*copy_d2h_async)(void *ctx, void *host, uint64_t vaddr, size_t n, void *stream);
+  int (*copy_h2d_async)(void *ctx, uint64_t vaddr, const void *host, size_t n, void *stream);
+  /* Wait until everything queued on `stream` is done; reports a failed queued copy. */
+  int (*stream_sync)(void *ctx, void *stream);
+  /* Page-locked host memory usable by copies on every device (cudaHostAllocPortable). */
+  int (*host_alloc_pinned)(void *ctx, size_t n, void **host);
+  void (*host_free_pinned)(void *ctx, void *host);
+  /* Optional. Device memory the process still holds on `device` (context, ...) for status.
+   * Must not create a context: -ENODEV where there is none. */
+  int (*mem_held)(void *ctx, int device, uint64_t *bytes);
+  /* Optional. Where the module's messages go (one line, no newline); NULL: stderr. */
+  void (*log)(void *ctx, int level, const char *message);
+};
+
+/* The module's options, read from the environment in one place (ckpt_options_from_env). */
+struct ckpt_options {
+  uint32_t pause_timeout_ms; /* CUDAW_PAUSE_TIMEOUT */
+  int signal_number;         /* CUDAW_SIGNAL: SIGUSR1, SIGUSR2 or 0 for none */
+  char run_dir[96];          /* CUDAW_RUN_DIR, or the default (see ckpt_default_run_dir) */
+  uint32_t streams;          /* CUDAW_CKPT_STREAMS: streams per device = staging buffers in all */
+  uint64_t staging_bytes;    /* CUDAW_CKPT_STAGING: size of one staging buffer = one chunk */
+  uint32_t threads;          /* CUDAW_CKPT_THREADS: host copy threads */
+  int keep_image;            /* CUDAW_CKPT_KEEP_IMAGE: keep the host image after a resume */
+};
+
+/* One row of the options table, for the shim's merged table and `cudaw-ctl --help`. */
+struct ckpt_option_info {
+  const char *name;
+  const char *default_value;
+  const char *meaning;
+};
+
+/* The table of the module's CUDAW_* options; *count receives the number of rows. Static data. */
+const struct ckpt_option_info *ckpt_option_table(size_t *count);
+
+/* Fill *out with the defaults overridden by the environment. A malformed value keeps its
+ * default and returns -EINVAL with the variable named in `error` (may be NULL). */
+int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_len);
+
+/* The run directory when CUDAW_RUN_DIR is unset: $XDG_RUNTIME_DIR/cudaw, else /run/cudaw for
+ * root, else /tmp/cudaw-<uid>. 0, or -ENAMETOOLONG. */
+int ckpt_default_run_dir(char *buf, size_t len);
+
+/* What a checkpoint or resume did; `error` 0 on success, else -errno with `reason` saying why. */
+struct ckpt_result {
+  int op;                 /* enum ckpt_op */
+  int error;
+  char reason[256];
+  uint64_t bytes;         /* bytes copied */
+  uint64_t regions;
+  uint64_t shortfall;     /* resume: bytes recreate_all could not get */
+  double gate_seconds;    /* request (signal, socket, call) -> gate closed */
+  double drain_seconds;
+  double setup_seconds;   /* staging buffers and streams (first checkpoint only) */
+  double copy_seconds;    /* the copy engine, checksums included */
+  double memory_seconds;  /* release_all (checkpoint) or recreate_all (resume) */
+  double total_seconds;   /* request -> paused or running */
+};
+
+/* Start the module: options, transition thread, control socket <run dir>/<pid>.sock and the
+ * signal handler. `ops` and `ctx` must stay valid until ckpt_shutdown. Fails softly: 0 when the
+ * module can take requests (a socket or signal problem is logged and leaves the rest working),
+ * -errno with a logged message otherwise; it never terminates the host program.
+ * -EALREADY if already started. */
+int ckpt_init(const struct ckpt_host_ops *ops, void *ctx);
+
+/* Run a checkpoint / resume on the transition thread and wait for it: the same path as the
+ * socket. 0 on success; -EALREADY in the wrong state (checkpoint while paused, resume while
+ * running); -EBUSY while another transition runs; -ENOTCONN before ckpt_init; otherwise the
+ * failure's -errno (the state is then running for a checkpoint, paused for a resume).
+ * Must not be called from inside a gated API call (the gate would wait for the caller). */
+int ckpt_request_checkpoint(void);
+int ckpt_request_resume(void);
+
+/* The current state (CKPT_RUNNING before init). */
+enum ckpt_state_id ckpt_state(void);
+const char *ckpt_state_name(enum ckpt_state_id state);
+
+/* The result of the last completed transition: 0, or -ENOENT if none has run. */
+int ckpt_last_result(struct ckpt_result *out);
+
+/* Stop the control thread and signal handler, remove the socket, free staging buffers, streams
+ * and the image. Waits for a running transition; does not resume a paused program. Call it
+ * while the host operations still work (before the real runtime is unloaded). */
+void ckpt_shutdown(void);
+
+/* Hook for `cudaw-ctl --help`, defined by the shim (not here): the whole cudaw options table.
+ * cudaw-ctl references it weakly; link the shim's options object into cudaw_ctl to get the whole
+ * table printed, otherwise it prints the module's own rows (ckpt_option_table). */
+const struct ckpt_option_info *cudaw_options_table(size_t *count);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,355 @@
+/* The control thread and its UNIX socket <run dir>/<pid>.sock. Protocol: one request line
+ * ("status", "checkpoint" or "resume"), one reply line of JSON. Only the same uid or root may
+ * talk to it (SO_PEERCRED). The thread also turns signal-pipe bytes into checkpoint requests.
+ * Checkpoint and resume replies are written by the transition thread when it is done. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define REQUEST_MAX 128
+
+static struct {
+  int listen_fd;
+  int signal_pipe[2];
+  int wake_pipe[2];
+  pthread_t thread;
+  bool started;
+  pid_t owner;
+  char path[sizeof ((struct sockaddr_un *)0)->sun_path];
+} ctl = {-1, {-1, -1}, {-1, -1}, 0, false, 0, ""};
+
+static bool at_exit_registered;
+
+const char *control_socket_path(void) { return ctl.path[0] ? ctl.path : NULL; }
+int control_signal_fd(void) { return ctl.signal_pipe[1]; }
+
+/* ---- JSON ---- */
+
+static size_t json_string(char *buf, size_t len, const char *text) {
+  size_t n = 0;
+#define PUT(c) do { if (n + 1 < len) buf[n] = (c); n++; } while (0)
+  PUT('"');
+  for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+    if (*p == '"' || *p == '\\') {
+      PUT('\\');
+      PUT((char)*p);
+    } else if (*p < 0x20) {
+      char esc[8];
+      snprintf(esc, sizeof esc, "\\u%04x", *p);
+      for (char *e = esc; *e; e++) PUT(*e);
+    } else {
+      PUT((char)*p);
+    }
+  }
+  PUT('"');
+#undef PUT
+  if (len) buf[n < len ? n : len - 1] = '\0';
+  return n;
+}
+
+/* Appends with snprintf semantics; `used` saturates at len so later appends are no-ops. */
+static void append(char *buf, size_t len, size_t *used, const char *format, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void append(char *buf, size_t len, size_t *used, const char *format, ...) {
+  if (*used >= len) return;
+  va_list args;
+  va_start(args, format);
+  int n = vsnprintf(buf + *used, len - *used, format, args);
+  va_end(args);
+  *used = n < 0 ? len : *used + (size_t)n > len ? len : *used + (size_t)n;
+}
+
+static void append_string(char *buf, size_t len, size_t *used, const char *key, const char *value) {
+  char quoted[600];
+  json_string(quoted, sizeof quoted, value);
+  append(buf, len, used, ",\"%s\":%s", key, quoted);
+}
+
+static const char *error_kind(int error) {
+  return error == -EALREADY || error == -EBUSY ? "wrong_state"
+         : error == -EACCES || error == -EPERM ? "permission"
+                                               : "failed";
+}
+
+int control_format_result(const struct ckpt_result *r, char *buf, size_t len) {
+  size_t used = 0;
+  double rate = r->copy_seconds > 0 ? (double)r->bytes / r->copy_seconds / 1e9 : 0.0;
+  append(buf, len, &used, "{\"ok\":%s,\"op\":\"%s\",\"state\":\"%s\"", r->error ? "false" : "true",
+         ckpt_op_name(r->op), ckpt_state_name(ckpt_state()));
+  if (r->error) {
+    append(buf, len, &used, ",\"error\":\"%s\",\"errno\":%d", error_kind(r->error), -r->error);
+    append_string(buf, len, &used, "reason", r->reason);
+  }
+  append(buf, len, &used,
+         ",\"bytes\":%" PRIu64 ",\"regions\":%" PRIu64 ",\"seconds\":%.6f,\"gbps\":%.3f,"
+         "\"gate_ms\":%.3f,\"drain_ms\":%.3f,\"setup_ms\":%.3f,\"copy_seconds\":%.6f,"
+         "\"memory_ms\":%.3f,\"shortfall\":%" PRIu64 "}\n",
+         r->bytes, r->regions, r->total_seconds, rate, r->gate_seconds * 1e3,
+         r->drain_seconds * 1e3, r->setup_seconds * 1e3, r->copy_seconds, r->memory_seconds * 1e3,
+         r->shortfall);
+  return used < len ? 0 : -ENOSPC;
+}
+
+static void format_refusal(char *buf, size_t len, const char *kind, enum ckpt_op op, const char *why) {
+  size_t used = 0;
+  append(buf, len, &used, "{\"ok\":false");
+  if (op) append(buf, len, &used, ",\"op\":\"%s\"", ckpt_op_name(op));
+  append(buf, len, &used, ",\"state\":\"%s\",\"error\":\"%s\"", ckpt_state_name(ckpt_state()), kind);
+  append_string(buf, len, &used, "reason", why);
+  append(buf, len, &used, "}\n");
+}
+
+static void format_status(char *buf, size_t len) {
+  size_t used = 0;
+  append(buf, len, &used,
+         "{\"ok\":true,\"pid\":%ld,\"uid\":%u,\"state\":\"%s\",\"image_bytes\":%" PRIu64
+         ",\"image_regions\":%" PRIu64,
+         (long)getpid(), (unsigned)geteuid(), ckpt_state_name(ckpt_state()),
+         transition_image_bytes(), transition_image_regions());
+  append(buf, len, &used, ",\"held_bytes\":[");
+  int devices = 0;
+  const struct ckpt_host_ops *ops = ckpt_rt.ops;
+  if (ops->mem_held && ops->device_count(ckpt_rt.ctx, &devices) == 0) {
+    for (int d = 0; d < devices; d++) {
+      uint64_t bytes = 0;
+      if (ops->mem_held(ckpt_rt.ctx, d, &bytes) == 0)
+        append(buf, len, &used, "%s%" PRIu64, d ? "," : "", bytes);
+      else
+        append(buf, len, &used, "%snull", d ? "," : "");
+    }
+  }
+  append(buf, len, &used, "]");
+  struct ckpt_result last;
+  if (state_last(&last)) {
+    double rate = last.copy_seconds > 0 ? (double)last.bytes / last.copy_seconds / 1e9 : 0.0;
+    append(buf, len, &used,
+           ",\"last_op\":\"%s\",\"last_ok\":%s,\"last_bytes\":%" PRIu64
+           ",\"last_seconds\":%.6f,\"last_gbps\":%.3f",
+           ckpt_op_name(last.op), last.error ? "false" : "true", last.bytes, last.total_seconds,
+           rate);
+    append_string(buf, len, &used, "last_reason", last.reason);
+  }
+  append(buf, len, &used, "}\n");
+}
+
+/* ---- connections ---- */
+
+static void reply(int fd, const char *line) {
+  size_t n = strlen(line);
+  while (n) {
+    ssize_t sent = send(fd, line, n, MSG_NOSIGNAL);
+    if (sent <= 0) {
+      if (sent < 0 && errno == EINTR) continue;
+      break; /* the controller went away; nothing to tell it */
+    }
+    line += sent;
+    n -= (size_t)sent;
+  }
+}
+
+static void reply_when_done(void *arg, const struct ckpt_result *result) {
+  int fd = (int)(intptr_t)arg;
+  char line[1024];
+  control_format_result(result, line, sizeof line);
+  reply(fd, line);
+  close(fd);
+}
+
+/* Read one line (without '\n') within the socket's receive timeout. */
+static int read_request(int fd, char *line, size_t len) {
+  size_t used = 0;
+  while (used + 1 < len) {
+    ssize_t n = recv(fd, line + used, len - 1 - used, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    used += (size_t)n;
+    if (memchr(line, '\n', used)) break;
+  }
+  line[used] = '\0';
+  char *end = strpbrk(line, "\r\n");
+  if (!end) return used ? -EPROTO : -ENODATA;
+  *end = '\0';
+  return 0;
+}
+
+static void serve(int fd) {
+  struct timeval timeout = {2, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
+  char line[1024], why[160];
+
+  /* Read the line before refusing anyone: closing a socket with unread data resets it, and the
+   * refused client would lose the reason. The line is bounded and only compared. */
+  char request[REQUEST_MAX];
+  int read_rc = read_request(fd, request, sizeof request);
+  double received = ckpt_now();
+  struct ucred peer;
+  socklen_t peer_len = sizeof peer;
+  enum ckpt_op op = 0;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &peer_len) != 0) {
+    format_refusal(line, sizeof line, "permission", 0, "cannot read the peer's credentials");
+  } else if (peer.uid != geteuid() && peer.uid != 0) {
+    snprintf(why, sizeof why, "refused: uid %u may not control pid %ld (owner uid %u, or root)",
+             (unsigned)peer.uid, (long)getpid(), (unsigned)geteuid());
+    ckpt_logf(CKPT_LOG_WARN, "control socket: pid %ld %s", (long)peer.pid, why);
+    format_refusal(line, sizeof line, "permission", 0, why);
+  } else if (read_rc == 0 && strcmp(request, "status") == 0) {
+    format_status(line, sizeof line);
+  } else if (read_rc == 0 && strcmp(request, "checkpoint") == 0) {
+    op = CKPT_OP_CHECKPOINT;
+  } else if (read_rc == 0 && strcmp(request, "resume") == 0) {
+    op = CKPT_OP_RESUME;
+  } else {
+    format_refusal(line, sizeof line, "bad_request", 0,
+                   "expected one line: status, checkpoint or resume");
+  }
+  if (op) {
+    const char *refusal = "";
+    int rc = transition_submit(op, received, reply_when_done, (void *)(intptr_t)fd, &refusal);
+    if (rc == 0) return; /* the transition thread replies and closes fd */
+    snprintf(why, sizeof why, "%s: %s", ckpt_op_name(op), refusal);
+    format_refusal(line, sizeof line, error_kind(rc), op, why);
+  }
+  reply(fd, line);
+  close(fd);
+}
+
+static void on_signal_bytes(void) {
+  uint64_t stamps[16];
+  ssize_t n;
+  double requested_at = 0;
+  while ((n = read(ctl.signal_pipe[0], stamps, sizeof stamps)) > 0)
+    if (!requested_at) requested_at = (double)stamps[0] * 1e-9; /* the earliest one */
+  if (!requested_at) return;
+  ckpt_logf(CKPT_LOG_INFO, "checkpoint requested by signal");
+  const char *why = "";
+  transition_submit(CKPT_OP_CHECKPOINT, requested_at, NULL, NULL, &why); /* refusals are logged */
+}
+
+static void *run(void *unused) {
+  (void)unused;
+  for (;;) {
+    struct pollfd fds[3] = {{ctl.wake_pipe[0], POLLIN, 0},
+                            {ctl.signal_pipe[0], POLLIN, 0},
+                            {ctl.listen_fd, POLLIN, 0}};
+    int rc = poll(fds, ctl.listen_fd >= 0 ? 3 : 2, -1);
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      ckpt_logf(CKPT_LOG_ERROR, "control thread: poll failed: %s", strerror(errno));
+      break;
+    }
+    if (fds[0].revents) break;
+    if (fds[1].revents) on_signal_bytes();
+    if (ctl.listen_fd >= 0 && (fds[2].revents & POLLIN)) {
+      int fd = accept4(ctl.listen_fd, NULL, NULL, SOCK_CLOEXEC);
+      if (fd >= 0) serve(fd);
+    }
+  }
+  return NULL;
+}
+
+/* ---- socket lifetime ---- */
+
+static void remove_socket(void) {
+  if (ctl.path[0] && ctl.owner == getpid()) unlink(ctl.path); /* never a forked child's parent */
+  ctl.path[0] = '\0';
+}
+
+static int open_socket(void) {
+  const char *dir = ckpt_rt.options.run_dir;
+  char reason[200];
+  if (!dir[0]) {
+    ckpt_logf(CKPT_LOG_WARN, "no run dir for the control socket; use CUDAW_RUN_DIR");
+    return -ENOENT;
+  }
+  int rc = ckpt_run_dir_prepare(dir, reason, sizeof reason);
+  if (rc) {
+    ckpt_logf(CKPT_LOG_WARN, "control socket disabled: %s", reason);
+    return rc;
+  }
+  int removed = ckpt_clean_stale(dir);
+  if (removed) ckpt_logf(CKPT_LOG_INFO, "removed %d stale control sockets in %s", removed, dir);
+
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  if ((rc = ckpt_socket_path(dir, getpid(), addr.sun_path, sizeof addr.sun_path)) != 0) {
+    ckpt_logf(CKPT_LOG_WARN, "control socket disabled: path in %s too long", dir);
+    return rc;
+  }
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  unlink(addr.sun_path); /* a previous process with our pid left it */
+  if (bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 || chmod(addr.sun_path, 0600) != 0 ||
+      listen(fd, 16) != 0) {
+    rc = -errno;
+    ckpt_logf(CKPT_LOG_WARN, "control socket %s disabled: %s", addr.sun_path, strerror(-rc));
+    unlink(addr.sun_path);
+    close(fd);
+    return rc;
+  }
+  ctl.listen_fd = fd;
+  ctl.owner = getpid();
+  snprintf(ctl.path, sizeof ctl.path, "%s", addr.sun_path);
+  if (!at_exit_registered && atexit(remove_socket) == 0) at_exit_registered = true;
+  return 0;
+}
+
+static void close_pipe(int p[2]) {
+  for (int i = 0; i < 2; i++)
+    if (p[i] >= 0) close(p[i]);
+  p[0] = p[1] = -1;
+}
+
+int control_start(void) {
+  if (pipe2(ctl.signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return -errno;
+  if (pipe2(ctl.wake_pipe, O_CLOEXEC) != 0) {
+    int rc = -errno;
+    close_pipe(ctl.signal_pipe);
+    return rc;
+  }
+  open_socket(); /* without it, signals and ckpt_request_* still work */
+  int rc = pthread_create(&ctl.thread, NULL, run, NULL);
+  if (rc) {
+    control_stop();
+    return -rc;
+  }
+  ctl.started = true;
+  return 0;
+}
+
+void control_forget_after_fork(void) {
+  /* The socket is the parent's: close our copy, never unlink it. */
+  if (ctl.listen_fd >= 0) close(ctl.listen_fd);
+  ctl.listen_fd = -1;
+  ctl.path[0] = '\0';
+  ctl.started = false;
+  close_pipe(ctl.signal_pipe);
+  close_pipe(ctl.wake_pipe);
+}
+
+void control_stop(void) {
+  if (ctl.started) {
+    char byte = 1;
+    ssize_t n = write(ctl.wake_pipe[1], &byte, 1);
+    (void)n;
+    pthread_join(ctl.thread, NULL);
+    ctl.started = false;
+  }
+  if (ctl.listen_fd >= 0) close(ctl.listen_fd);
+  ctl.listen_fd = -1;
+  remove_socket();
+  close_pipe(ctl.signal_pipe);
+  close_pipe(ctl.wake_pipe);
+}

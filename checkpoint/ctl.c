@@ -1,0 +1,344 @@
+/* cudaw-ctl: list, inspect, checkpoint and resume cudaw processes through their control sockets.
+ * It never loads CUDA. Exit codes tell apart what a script needs to know (see usage()). */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#pragma weak cudaw_options_table
+
+enum exit_code {
+  EXIT_OK = 0,
+  EXIT_FAILED = 1,
+  EXIT_USAGE = 2,
+  EXIT_NO_PROCESS = 3,
+  EXIT_NOT_CUDAW = 4,
+  EXIT_PERMISSION = 5,
+  EXIT_WRONG_STATE = 6,
+};
+
+static bool json_output;
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: cudaw-ctl [--json] list\n"
+          "       cudaw-ctl [--json] status <pid>\n"
+          "       cudaw-ctl [--json] checkpoint <pid>   pause <pid>, save its GPU memory to host "
+          "memory, release the GPU memory\n"
+          "       cudaw-ctl [--json] resume <pid>       recreate the GPU memory, restore it, "
+          "continue <pid>\n"
+          "       cudaw-ctl --help\n"
+          "\n"
+          "checkpoint and resume wait until the transition is done and print what it did.\n"
+          "--json prints the process's reply (one JSON object per line) instead of text.\n"
+          "\n"
+          "exit codes: 0 ok, 1 failed, 2 usage, 3 no such process, 4 not a cudaw process\n"
+          "            (no control socket), 5 permission denied, 6 wrong state (resume while\n"
+          "            running, checkpoint while paused, another transition under way)\n");
+}
+
+static void print_options(void) {
+  size_t count = 0;
+  const struct ckpt_option_info *table =
+      cudaw_options_table ? cudaw_options_table(&count) : ckpt_option_table(&count);
+  printf("\nenvironment of the programs run under cudaw:\n");
+  for (size_t i = 0; i < count; i++)
+    printf("  %-24s %s (default: %s)\n", table[i].name, table[i].meaning, table[i].default_value);
+}
+
+/* ---- replies ---- */
+
+/* The value of "key" in a flat one-line JSON object, unquoted; false if absent. */
+static bool json_get(const char *json, const char *key, char *out, size_t len) {
+  char pattern[64];
+  snprintf(pattern, sizeof pattern, "\"%s\":", key);
+  const char *p = strstr(json, pattern);
+  if (!p || !len) return false;
+  p += strlen(pattern);
+  size_t n = 0;
+  if (*p == '"') {
+    for (p++; *p && *p != '"'; p++) {
+      if (*p == '\\' && p[1]) p++;
+      if (n + 1 < len) out[n++] = *p;
+    }
+  } else {
+    for (; *p && *p != ',' && *p != '}'; p++)
+      if (n + 1 < len) out[n++] = *p;
+  }
+  out[n] = '\0';
+  return true;
+}
+
+static double json_number(const char *json, const char *key) {
+  char value[64];
+  return json_get(json, key, value, sizeof value) ? strtod(value, NULL) : 0.0;
+}
+
+static bool json_true(const char *json, const char *key) {
+  char value[8];
+  return json_get(json, key, value, sizeof value) && strcmp(value, "true") == 0;
+}
+
+static int exit_for_reply(const char *json) {
+  if (json_true(json, "ok")) return EXIT_OK;
+  char kind[32] = "";
+  json_get(json, "error", kind, sizeof kind);
+  if (strcmp(kind, "wrong_state") == 0) return EXIT_WRONG_STATE;
+  if (strcmp(kind, "permission") == 0) return EXIT_PERMISSION;
+  return EXIT_FAILED;
+}
+
+/* ---- finding and talking to a process ---- */
+
+static int try_socket(const char *dir, pid_t pid, char *path, size_t len, bool *denied) {
+  if (ckpt_socket_path(dir, pid, path, len) != 0) return -ENAMETOOLONG;
+  struct stat st;
+  if (stat(path, &st) == 0) return S_ISSOCK(st.st_mode) ? 0 : -ENOTSOCK;
+  if (errno == EACCES) *denied = true;
+  return -errno;
+}
+
+/* CUDAW_RUN_DIR when set; else our own default dir, then the ones the target's owner would use. */
+static int find_socket(pid_t pid, char *path, size_t len, bool *denied) {
+  struct ckpt_options options;
+  ckpt_options_from_env(&options, NULL, 0);
+  if (getenv("CUDAW_RUN_DIR") && *getenv("CUDAW_RUN_DIR"))
+    return try_socket(options.run_dir, pid, path, len, denied);
+  if (options.run_dir[0] && try_socket(options.run_dir, pid, path, len, denied) == 0) return 0;
+  char proc[32], dir[96];
+  struct stat st;
+  snprintf(proc, sizeof proc, "/proc/%ld", (long)pid);
+  if (stat(proc, &st) != 0) return -ENOENT;
+  const char *formats[] = {"/run/user/%u/cudaw", "/tmp/cudaw-%u"};
+  for (size_t i = 0; i < 2; i++) {
+    snprintf(dir, sizeof dir, formats[i], (unsigned)st.st_uid);
+    if (try_socket(dir, pid, path, len, denied) == 0) return 0;
+  }
+  if (st.st_uid == 0 && try_socket("/run/cudaw", pid, path, len, denied) == 0) return 0;
+  return -ENOENT;
+}
+
+/* Send `request` to pid and read the reply line into `reply`; returns an exit code. */
+static int ask(pid_t pid, const char *request, char *reply, size_t len) {
+  if (!ckpt_pid_alive(pid)) {
+    fprintf(stderr, "cudaw-ctl: no such process: %ld\n", (long)pid);
+    return EXIT_NO_PROCESS;
+  }
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  bool denied = false;
+  if (find_socket(pid, addr.sun_path, sizeof addr.sun_path, &denied) != 0) {
+    if (denied) {
+      fprintf(stderr, "cudaw-ctl: pid %ld: permission denied looking for its control socket\n",
+              (long)pid);
+      return EXIT_PERMISSION;
+    }
+    fprintf(stderr, "cudaw-ctl: pid %ld is not a cudaw process (no control socket)\n", (long)pid);
+    return EXIT_NOT_CUDAW;
+  }
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    fprintf(stderr, "cudaw-ctl: socket: %s\n", strerror(errno));
+    return EXIT_FAILED;
+  }
+  if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+    int err = errno;
+    close(fd);
+    if (err == EACCES || err == EPERM) {
+      fprintf(stderr, "cudaw-ctl: pid %ld: permission denied (%s)\n", (long)pid, addr.sun_path);
+      return EXIT_PERMISSION;
+    }
+    if (err == ECONNREFUSED) { /* nobody listens: left behind by an earlier process */
+      unlink(addr.sun_path);
+      fprintf(stderr, "cudaw-ctl: pid %ld is not a cudaw process (stale socket %s removed)\n",
+              (long)pid, addr.sun_path);
+      return EXIT_NOT_CUDAW;
+    }
+    fprintf(stderr, "cudaw-ctl: pid %ld: connect %s: %s\n", (long)pid, addr.sun_path, strerror(err));
+    return EXIT_FAILED;
+  }
+  size_t n = strlen(request);
+  if (send(fd, request, n, MSG_NOSIGNAL) != (ssize_t)n) {
+    fprintf(stderr, "cudaw-ctl: pid %ld: send: %s\n", (long)pid, strerror(errno));
+    close(fd);
+    return EXIT_FAILED;
+  }
+  size_t used = 0;
+  while (used + 1 < len) {
+    ssize_t got = recv(fd, reply + used, len - 1 - used, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    used += (size_t)got;
+    if (memchr(reply, '\n', used)) break;
+  }
+  close(fd);
+  reply[used] = '\0';
+  char *end = strchr(reply, '\n');
+  if (!end) {
+    fprintf(stderr, "cudaw-ctl: pid %ld closed the connection without a reply\n", (long)pid);
+    return EXIT_FAILED;
+  }
+  *end = '\0';
+  return EXIT_OK;
+}
+
+/* ---- commands ---- */
+
+static void print_failure(pid_t pid, const char *reply) {
+  char kind[32] = "", reason[512] = "", state[16] = "";
+  json_get(reply, "error", kind, sizeof kind);
+  json_get(reply, "reason", reason, sizeof reason);
+  json_get(reply, "state", state, sizeof state);
+  const char *what = strcmp(kind, "wrong_state") == 0  ? "wrong state"
+                     : strcmp(kind, "permission") == 0 ? "permission denied"
+                                                       : "failed";
+  fprintf(stderr, "cudaw-ctl: pid %ld: %s: %s%s%s\n", (long)pid, what, reason,
+          state[0] ? "; now " : "", state);
+}
+
+static void print_status(pid_t pid, const char *reply) {
+  char state[16] = "?", bytes[32], last_op[16] = "", last_reason[256] = "";
+  json_get(reply, "state", state, sizeof state);
+  ckpt_format_bytes((uint64_t)json_number(reply, "image_bytes"), bytes, sizeof bytes);
+  printf("pid %ld: %s; host image %s in %.0f regions", (long)pid, state, bytes,
+         json_number(reply, "image_regions"));
+  if (json_get(reply, "last_op", last_op, sizeof last_op)) {
+    char last_bytes[32];
+    ckpt_format_bytes((uint64_t)json_number(reply, "last_bytes"), last_bytes, sizeof last_bytes);
+    json_get(reply, "last_reason", last_reason, sizeof last_reason);
+    if (json_true(reply, "last_ok"))
+      printf("; last %s: %s in %.3f s (%.2f GB/s)", last_op, last_bytes,
+             json_number(reply, "last_seconds"), json_number(reply, "last_gbps"));
+    else
+      printf("; last %s failed: %s", last_op, last_reason);
+  }
+  printf("\n");
+}
+
+static void print_transition(pid_t pid, const char *reply) {
+  char op[16] = "", state[16] = "", bytes[32];
+  json_get(reply, "op", op, sizeof op);
+  json_get(reply, "state", state, sizeof state);
+  ckpt_format_bytes((uint64_t)json_number(reply, "bytes"), bytes, sizeof bytes);
+  if (strcmp(op, "checkpoint") == 0)
+    printf("pid %ld %s: saved %s of %.0f regions in %.3f s (copy %.3f s, %.2f GB/s; gate closed "
+           "%.3f ms after the request, drain %.3f ms, release %.3f ms)\n",
+           (long)pid, state, bytes, json_number(reply, "regions"), json_number(reply, "seconds"),
+           json_number(reply, "copy_seconds"), json_number(reply, "gbps"),
+           json_number(reply, "gate_ms"), json_number(reply, "drain_ms"),
+           json_number(reply, "memory_ms"));
+  else
+    printf("pid %ld %s: restored and verified %s of %.0f regions in %.3f s (copy %.3f s, %.2f "
+           "GB/s; recreate %.3f ms)\n",
+           (long)pid, state, bytes, json_number(reply, "regions"), json_number(reply, "seconds"),
+           json_number(reply, "copy_seconds"), json_number(reply, "gbps"),
+           json_number(reply, "memory_ms"));
+}
+
+static int command_pid(const char *command, pid_t pid) {
+  char request[32], reply[4096];
+  snprintf(request, sizeof request, "%s\n", command);
+  int code = ask(pid, request, reply, sizeof reply);
+  if (code != EXIT_OK) return code;
+  code = exit_for_reply(reply);
+  if (json_output) printf("%s\n", reply);
+  else if (code != EXIT_OK) print_failure(pid, reply);
+  else if (strcmp(command, "status") == 0) print_status(pid, reply);
+  else print_transition(pid, reply);
+  return code;
+}
+
+static int compare_pids(const void *a, const void *b) {
+  pid_t x = *(const pid_t *)a, y = *(const pid_t *)b;
+  return (x > y) - (x < y);
+}
+
+static int command_list(void) {
+  struct ckpt_options options;
+  ckpt_options_from_env(&options, NULL, 0);
+  const char *dir = options.run_dir;
+  ckpt_clean_stale(dir);
+  pid_t pids[1024];
+  size_t count = 0;
+  DIR *d = opendir(dir);
+  if (d) {
+    struct dirent *entry;
+    while ((entry = readdir(d)) && count < sizeof pids / sizeof pids[0]) {
+      pid_t pid = ckpt_socket_name_pid(entry->d_name);
+      if (pid) pids[count++] = pid;
+    }
+    closedir(d);
+  } else if (errno == EACCES) {
+    fprintf(stderr, "cudaw-ctl: %s: permission denied\n", dir);
+    return EXIT_PERMISSION;
+  }
+  qsort(pids, count, sizeof pids[0], compare_pids);
+  if (json_output) printf("[");
+  else printf("%-8s %-9s %s\n", "PID", "STATE", "DETAIL");
+  bool first = true;
+  for (size_t i = 0; i < count; i++) {
+    char reply[4096];
+    int code = ask(pids[i], "status\n", reply, sizeof reply);
+    if (code == EXIT_NO_PROCESS || code == EXIT_NOT_CUDAW) continue; /* gone meanwhile */
+    if (json_output) {
+      if (code == EXIT_OK) printf("%s%s", first ? "" : ",", reply);
+      else printf("%s{\"ok\":false,\"pid\":%ld,\"error\":\"%s\"}", first ? "" : ",", (long)pids[i],
+                  code == EXIT_PERMISSION ? "permission" : "failed");
+    } else if (code == EXIT_OK) {
+      char state[16] = "?", bytes[32];
+      json_get(reply, "state", state, sizeof state);
+      ckpt_format_bytes((uint64_t)json_number(reply, "image_bytes"), bytes, sizeof bytes);
+      printf("%-8ld %-9s image %s\n", (long)pids[i], state, bytes);
+    } else {
+      printf("%-8ld %-9s %s\n", (long)pids[i], "?",
+             code == EXIT_PERMISSION ? "permission denied" : "no answer");
+    }
+    first = false;
+  }
+  if (json_output) printf("]\n");
+  return EXIT_OK;
+}
+
+static int parse_pid(const char *text, pid_t *pid) {
+  char *end;
+  errno = 0;
+  long value = strtol(text, &end, 10);
+  if (errno || end == text || *end || value <= 0 || value > 0x7fffffff) return -EINVAL;
+  *pid = (pid_t)value;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const char *args[3];
+  int count = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--json") == 0) {
+      json_output = true;
+    } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      usage(stdout);
+      print_options();
+      return EXIT_OK;
+    } else if (count < 3) {
+      args[count++] = argv[i];
+    } else {
+      usage(stderr);
+      return EXIT_USAGE;
+    }
+  }
+  if (count == 1 && strcmp(args[0], "list") == 0) return command_list();
+  pid_t pid;
+  if (count == 2 && parse_pid(args[1], &pid) == 0 &&
+      (strcmp(args[0], "status") == 0 || strcmp(args[0], "checkpoint") == 0 ||
+       strcmp(args[0], "resume") == 0))
+    return command_pid(args[0], pid);
+  usage(stderr);
+  return EXIT_USAGE;
+}

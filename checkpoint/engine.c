@@ -1,0 +1,438 @@
+/* The copy engine: device memory <-> host image, in chunks of one staging buffer. Pinned staging
+ * buffers and streams are allocated once and reused (pinning on the fly is slower than pageable
+ * copies). Each host thread owns a few (stream, staging) slots and keeps the DMA of one slot
+ * running while it copies another between staging and the image. Every chunk carries an XXH3-64
+ * checksum taken when saved and checked before it is sent back. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <xxhash.h>
+
+#include "internal.h"
+
+/* Hash in pieces that stay in cache between the memcpy and the hash. */
+#define PIECE_BYTES (256u << 10)
+
+struct image_region {
+  struct ckpt_region region;
+  uint8_t *data; /* mmap'd, region.size bytes (rounded up to pages) */
+  size_t mapped;
+  uint64_t *sums; /* one per chunk */
+  uint64_t chunks;
+};
+
+struct engine {
+  const struct ckpt_host_ops *ops;
+  void *ctx;
+  size_t chunk_bytes;
+  int threads;
+  int slots_per_thread;
+  int slots; /* threads * slots_per_thread staging buffers, and streams per device */
+  int devices;
+  void **staging;  /* [slots] */
+  void **streams;  /* [devices * slots] */
+  bool prepared;
+  struct image_region *image;
+  size_t image_count;
+  uint64_t image_bytes;
+};
+
+/* One chunk of work: region index and chunk index in it. */
+struct chunk_ref {
+  uint32_t region;
+  uint32_t chunk;
+};
+
+/* A save or restore run, shared by its threads. */
+struct job {
+  struct engine *engine;
+  bool save;
+  struct chunk_ref *chunks;
+  uint64_t chunk_count;
+  _Atomic uint64_t next;
+  _Atomic int failed;
+  pthread_mutex_t lock;
+  int error;
+  char reason[256];
+};
+
+struct worker {
+  struct job *job;
+  int index;
+  pthread_t thread;
+};
+
+struct engine *engine_new(const struct ckpt_host_ops *ops, void *ctx, const struct ckpt_options *options) {
+  struct engine *e = calloc(1, sizeof *e);
+  if (!e) return NULL;
+  e->ops = ops;
+  e->ctx = ctx;
+  e->chunk_bytes = (size_t)options->staging_bytes;
+  e->threads = (int)options->threads;
+  if (e->threads > (int)options->streams) e->threads = (int)options->streams;
+  e->slots_per_thread = (int)options->streams / e->threads;
+  e->slots = e->threads * e->slots_per_thread;
+  return e;
+}
+
+int engine_prepare(struct engine *e) {
+  if (e->prepared) return 0;
+  int devices = 0;
+  int rc = e->ops->device_count(e->ctx, &devices);
+  if (rc) return rc;
+  if (devices <= 0) devices = 1;
+  e->staging = calloc((size_t)e->slots, sizeof *e->staging);
+  e->streams = calloc((size_t)devices * (size_t)e->slots, sizeof *e->streams);
+  if (!e->staging || !e->streams) {
+    rc = -ENOMEM;
+    goto fail;
+  }
+  e->devices = devices;
+  for (int s = 0; s < e->slots; s++)
+    if ((rc = e->ops->host_alloc_pinned(e->ctx, e->chunk_bytes, &e->staging[s])) != 0) goto fail;
+  for (int d = 0; d < devices; d++)
+    for (int s = 0; s < e->slots; s++)
+      if ((rc = e->ops->stream_create(e->ctx, d, &e->streams[d * e->slots + s])) != 0) goto fail;
+  e->prepared = true;
+  return 0;
+fail:
+  for (int i = 0; e->streams && i < e->devices * e->slots; i++)
+    if (e->streams[i]) e->ops->stream_destroy(e->ctx, e->streams[i]);
+  for (int s = 0; e->staging && s < e->slots; s++)
+    if (e->staging[s]) e->ops->host_free_pinned(e->ctx, e->staging[s]);
+  free(e->streams);
+  free(e->staging);
+  e->streams = NULL;
+  e->staging = NULL;
+  e->devices = 0;
+  return rc;
+}
+
+static void free_image_region(struct image_region *r) {
+  if (r->data) munmap(r->data, r->mapped);
+  free(r->sums);
+  memset(r, 0, sizeof *r);
+}
+
+void engine_drop_image(struct engine *e) {
+  for (size_t i = 0; i < e->image_count; i++) free_image_region(&e->image[i]);
+  free(e->image);
+  e->image = NULL;
+  e->image_count = 0;
+  e->image_bytes = 0;
+}
+
+void engine_free(struct engine *e) {
+  if (!e) return;
+  engine_drop_image(e);
+  for (int i = 0; e->streams && i < e->devices * e->slots; i++)
+    e->ops->stream_destroy(e->ctx, e->streams[i]);
+  for (int s = 0; e->staging && s < e->slots; s++) e->ops->host_free_pinned(e->ctx, e->staging[s]);
+  free(e->streams);
+  free(e->staging);
+  free(e);
+}
+
+uint64_t engine_image_bytes(const struct engine *e) { return e->image_bytes; }
+uint64_t engine_image_regions(const struct engine *e) { return e->image_count; }
+
+uint8_t *engine_image_data(struct engine *e, size_t index, uint64_t *size) {
+  if (index >= e->image_count) return NULL;
+  *size = e->image[index].region.size;
+  return e->image[index].data;
+}
+
+/* ---- enumeration and the image ---- */
+
+struct region_list {
+  struct ckpt_region *items;
+  size_t count, capacity;
+};
+
+static int collect_region(void *arg, const struct ckpt_region *region) {
+  struct region_list *list = arg;
+  if (region->size == 0) return 0;
+  if (list->count == list->capacity) {
+    size_t capacity = list->capacity ? list->capacity * 2 : 64;
+    void *items = realloc(list->items, capacity * sizeof *list->items);
+    if (!items) return -ENOMEM;
+    list->items = items;
+    list->capacity = capacity;
+  }
+  list->items[list->count++] = *region;
+  return 0;
+}
+
+/* MemAvailable from /proc/meminfo, or UINT64_MAX when unknown. */
+static uint64_t host_memory_available(void) {
+  FILE *f = fopen("/proc/meminfo", "re");
+  if (!f) return UINT64_MAX;
+  char line[128];
+  unsigned long long kib = 0;
+  uint64_t result = UINT64_MAX;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
+      result = (uint64_t)kib << 10;
+      break;
+    }
+  fclose(f);
+  return result;
+}
+
+/* Build the image for `list`: reuse a kept buffer whose region has the same id and size,
+ * allocate the rest, free what is no longer needed. */
+static int build_image(struct engine *e, struct region_list *list, char *reason, size_t len) {
+  struct image_region *image = calloc(list->count ? list->count : 1, sizeof *image);
+  if (!image) return -ENOMEM;
+  uint64_t needed = 0, total = 0;
+  for (size_t i = 0; i < list->count; i++) {
+    image[i].region = list->items[i];
+    total += list->items[i].size;
+    for (size_t j = 0; j < e->image_count; j++) {
+      struct image_region *old = &e->image[j];
+      if (old->data && old->region.id == list->items[i].id &&
+          old->region.size == list->items[i].size) {
+        image[i].data = old->data;
+        image[i].mapped = old->mapped;
+        image[i].sums = old->sums;
+        old->data = NULL;
+        old->sums = NULL;
+        break;
+      }
+    }
+    if (!image[i].data) needed += list->items[i].size;
+  }
+  engine_drop_image(e); /* what was not reused */
+  e->image = image;
+  e->image_count = list->count;
+  e->image_bytes = total;
+
+  uint64_t available = host_memory_available();
+  if (needed > available) {
+    char need[32], have[32];
+    ckpt_format_bytes(needed, need, sizeof need);
+    ckpt_format_bytes(available, have, sizeof have);
+    snprintf(reason, len, "host image needs %s more, only %s of host memory available", need, have);
+    return -ENOMEM;
+  }
+  for (size_t i = 0; i < list->count; i++) {
+    struct image_region *r = &image[i];
+    r->chunks = (r->region.size + e->chunk_bytes - 1) / e->chunk_bytes;
+    if (r->data) continue;
+    r->mapped = (size_t)r->region.size;
+    r->data = mmap(NULL, r->mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (r->data == MAP_FAILED) {
+      r->data = NULL;
+      snprintf(reason, len, "host image: cannot map %" PRIu64 " bytes for region %" PRIu64,
+               r->region.size, r->region.id);
+      return -ENOMEM;
+    }
+    madvise(r->data, r->mapped, MADV_HUGEPAGE); /* fewer page faults on first touch */
+    r->sums = calloc(r->chunks, sizeof *r->sums);
+    if (!r->sums) {
+      snprintf(reason, len, "host image: out of memory for checksums");
+      return -ENOMEM;
+    }
+  }
+  return 0;
+}
+
+/* ---- the copy threads ---- */
+
+static void job_fail(struct job *job, int error, const char *format, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void job_fail(struct job *job, int error, const char *format, ...) {
+  pthread_mutex_lock(&job->lock);
+  if (!job->error) {
+    job->error = error;
+    va_list args;
+    va_start(args, format);
+    vsnprintf(job->reason, sizeof job->reason, format, args);
+    va_end(args);
+  }
+  pthread_mutex_unlock(&job->lock);
+  atomic_store(&job->failed, 1);
+}
+
+/* memcpy in cache-sized pieces, hashing the destination right after each piece lands. */
+static uint64_t copy_and_hash(XXH3_state_t *state, uint8_t *dst, const uint8_t *src, size_t n) {
+  XXH3_64bits_reset(state);
+  for (size_t done = 0; done < n; done += PIECE_BYTES) {
+    size_t piece = n - done < PIECE_BYTES ? n - done : PIECE_BYTES;
+    memcpy(dst + done, src + done, piece);
+    XXH3_64bits_update(state, dst + done, piece);
+  }
+  return XXH3_64bits_digest(state);
+}
+
+struct slot {
+  int staging; /* index into engine->staging */
+  int64_t chunk; /* chunk in flight, -1 if none */
+};
+
+static void *stream_of(struct engine *e, int device, int slot) {
+  if (device < 0 || device >= e->devices) return NULL;
+  return e->streams[device * e->slots + slot];
+}
+
+/* The slot's copy is done (stream synchronized); finish it on the host side. */
+static int complete_slot(struct job *job, struct slot *slot, XXH3_state_t *state) {
+  struct engine *e = job->engine;
+  struct chunk_ref ref = job->chunks[slot->chunk];
+  struct image_region *r = &e->image[ref.region];
+  void *stream = stream_of(e, r->region.device, slot->staging);
+  slot->chunk = -1;
+  int rc = e->ops->stream_sync(e->ctx, stream);
+  uint64_t offset = (uint64_t)ref.chunk * e->chunk_bytes;
+  if (rc) {
+    job_fail(job, rc, "%s region %" PRIu64 " (device %d) at offset %" PRIu64 ": copy failed (%s)",
+             job->save ? "saving" : "restoring", r->region.id, r->region.device, offset,
+             strerror(-rc));
+    return rc;
+  }
+  if (job->save && !atomic_load(&job->failed)) {
+    size_t n = (size_t)(r->region.size - offset < e->chunk_bytes ? r->region.size - offset
+                                                                 : e->chunk_bytes);
+    r->sums[ref.chunk] = copy_and_hash(state, r->data + offset, e->staging[slot->staging], n);
+  }
+  return 0;
+}
+
+/* Start the slot's next chunk: save issues the D2H; restore fills staging, verifies, issues H2D. */
+static int start_slot(struct job *job, struct slot *slot, uint64_t index, XXH3_state_t *state) {
+  struct engine *e = job->engine;
+  struct chunk_ref ref = job->chunks[index];
+  struct image_region *r = &e->image[ref.region];
+  uint64_t offset = (uint64_t)ref.chunk * e->chunk_bytes;
+  size_t n = (size_t)(r->region.size - offset < e->chunk_bytes ? r->region.size - offset
+                                                               : e->chunk_bytes);
+  void *stream = stream_of(e, r->region.device, slot->staging);
+  void *staging = e->staging[slot->staging];
+  if (!stream) {
+    job_fail(job, -ENODEV, "region %" PRIu64 " is on device %d, but only %d devices exist",
+             r->region.id, r->region.device, e->devices);
+    return -ENODEV;
+  }
+  int rc;
+  if (job->save) {
+    rc = e->ops->copy_d2h_async(e->ctx, staging, r->region.vaddr + offset, n, stream);
+  } else {
+    uint64_t sum = copy_and_hash(state, staging, r->data + offset, n);
+    if (sum != r->sums[ref.chunk]) {
+      job_fail(job, -EBADMSG,
+               "image corrupt: region %" PRIu64 " (vaddr 0x%" PRIx64 ", device %d) chunk at "
+               "offset %" PRIu64 " (%zu bytes): checksum %016" PRIx64 ", saved %016" PRIx64
+               "; not restored",
+               r->region.id, r->region.vaddr, r->region.device, offset, n, sum, r->sums[ref.chunk]);
+      return -EBADMSG;
+    }
+    rc = e->ops->copy_h2d_async(e->ctx, r->region.vaddr + offset, staging, n, stream);
+  }
+  if (rc) {
+    job_fail(job, rc, "%s region %" PRIu64 " (device %d) at offset %" PRIu64 ": %s",
+             job->save ? "saving" : "restoring", r->region.id, r->region.device, offset,
+             strerror(-rc));
+    return rc;
+  }
+  slot->chunk = (int64_t)index;
+  return 0;
+}
+
+static void *run_worker(void *arg) {
+  struct worker *w = arg;
+  struct job *job = w->job;
+  struct engine *e = job->engine;
+  struct slot slots[64];
+  int count = e->slots_per_thread;
+  for (int i = 0; i < count; i++) slots[i] = (struct slot){w->index * count + i, -1};
+  XXH3_state_t *state = XXH3_createState();
+  if (!state) {
+    job_fail(job, -ENOMEM, "out of memory for a checksum state");
+    return NULL;
+  }
+  /* Round robin over the slots: the oldest copy is waited for while the others run. */
+  for (int turn = 0;; turn = (turn + 1) % count) {
+    struct slot *slot = &slots[turn];
+    if (slot->chunk >= 0 && complete_slot(job, slot, state) != 0) break;
+    if (atomic_load(&job->failed)) break;
+    uint64_t index = atomic_fetch_add(&job->next, 1);
+    if (index >= job->chunk_count) break;
+    if (start_slot(job, slot, index, state) != 0) break;
+  }
+  /* Finish (or, after a failure, at least wait for) what is still in flight. */
+  for (int i = 0; i < count; i++)
+    if (slots[i].chunk >= 0) complete_slot(job, &slots[i], state);
+  XXH3_freeState(state);
+  return NULL;
+}
+
+static int run_job(struct engine *e, bool save, struct engine_stats *stats, char *reason, size_t len) {
+  struct job job = {.engine = e, .save = save};
+  pthread_mutex_init(&job.lock, NULL);
+  uint64_t total = 0;
+  for (size_t i = 0; i < e->image_count; i++) total += e->image[i].chunks;
+  job.chunks = malloc((total ? total : 1) * sizeof *job.chunks);
+  struct worker *workers = calloc((size_t)e->threads, sizeof *workers);
+  int rc = 0;
+  if (!job.chunks || !workers) {
+    rc = -ENOMEM;
+    snprintf(reason, len, "out of memory for the chunk list");
+    goto out;
+  }
+  for (size_t i = 0; i < e->image_count; i++)
+    for (uint64_t c = 0; c < e->image[i].chunks; c++)
+      job.chunks[job.chunk_count++] = (struct chunk_ref){(uint32_t)i, (uint32_t)c};
+
+  /* Worker 0 runs on this thread; if a thread cannot start, its slots stay unused. */
+  int started = 1;
+  for (int t = 0; t < e->threads; t++) workers[t] = (struct worker){&job, t, 0};
+  for (int t = 1; t < e->threads; t++) {
+    if (pthread_create(&workers[t].thread, NULL, run_worker, &workers[t]) != 0) break;
+    started++;
+  }
+  run_worker(&workers[0]);
+  for (int t = 1; t < started; t++) pthread_join(workers[t].thread, NULL);
+  if (job.error) {
+    rc = job.error;
+    snprintf(reason, len, "%s", job.reason);
+  } else {
+    stats->bytes = e->image_bytes;
+    stats->regions = e->image_count;
+  }
+out:
+  free(job.chunks);
+  free(workers);
+  pthread_mutex_destroy(&job.lock);
+  return rc;
+}
+
+int engine_save(struct engine *e, struct engine_stats *stats, char *reason, size_t len) {
+  struct region_list list = {0};
+  *stats = (struct engine_stats){0};
+  int rc = e->ops->for_each_region(e->ctx, collect_region, &list);
+  if (rc) {
+    snprintf(reason, len, "listing device memory regions failed: %s", strerror(-rc));
+  } else if ((rc = build_image(e, &list, reason, len)) == 0) {
+    for (size_t i = 0; i < e->image_count && !rc; i++)
+      if (e->image[i].chunks > UINT32_MAX || e->image_count > UINT32_MAX) {
+        snprintf(reason, len, "region %" PRIu64 " has too many chunks", e->image[i].region.id);
+        rc = -E2BIG;
+      }
+    if (!rc) rc = run_job(e, true, stats, reason, len);
+  }
+  free(list.items);
+  if (rc) engine_drop_image(e); /* half an image is worth nothing */
+  return rc;
+}
+
+int engine_restore(struct engine *e, struct engine_stats *stats, char *reason, size_t len) {
+  *stats = (struct engine_stats){0};
+  return run_job(e, false, stats, reason, len);
+}

@@ -1,0 +1,115 @@
+/* The module's entry points for the shim: start and stop the threads, socket and signal
+ * handler, and run checkpoint/resume requests through the same path as the socket. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "internal.h"
+
+struct ckpt_runtime ckpt_rt;
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool started;
+static bool atfork_registered;
+
+/* A forked child has none of the parent's threads: forget the module there (the signal would
+ * otherwise write into the parent's pipe), so that the child may call ckpt_init afresh. */
+static void forget_in_child(void) {
+  pthread_mutex_init(&init_lock, NULL);
+  if (!started) return;
+  signal_restore();
+  control_forget_after_fork();
+  transition_forget_after_fork();
+  state_forget_after_fork();
+  started = false;
+}
+
+static bool ops_complete(const struct ckpt_host_ops *ops) {
+  return ops && ops->gate_close && ops->gate_open && ops->device_drain && ops->for_each_region &&
+         ops->release_all && ops->recreate_all && ops->device_count && ops->stream_create &&
+         ops->stream_destroy && ops->copy_d2h_async && ops->copy_h2d_async && ops->stream_sync &&
+         ops->host_alloc_pinned && ops->host_free_pinned;
+}
+
+int ckpt_init(const struct ckpt_host_ops *ops, void *ctx) {
+  pthread_mutex_lock(&init_lock);
+  int rc = 0;
+  if (started) {
+    rc = -EALREADY;
+    goto out;
+  }
+  ckpt_rt.ops = ops;
+  ckpt_rt.ctx = ctx;
+  if (!ops_complete(ops)) {
+    ckpt_logf(CKPT_LOG_ERROR, "checkpointing disabled: the host operations are incomplete");
+    ckpt_rt.ops = NULL;
+    rc = -EINVAL;
+    goto out;
+  }
+  char error[160];
+  if (ckpt_options_from_env(&ckpt_rt.options, error, sizeof error) != 0)
+    ckpt_logf(CKPT_LOG_WARN, "%s", error);
+  state_reset();
+  if ((rc = transition_start()) != 0) {
+    ckpt_logf(CKPT_LOG_ERROR, "checkpointing disabled: cannot start its thread: %s", strerror(-rc));
+    goto out;
+  }
+  if ((rc = control_start()) != 0) {
+    ckpt_logf(CKPT_LOG_ERROR, "checkpointing disabled: cannot start the control thread: %s",
+              strerror(-rc));
+    transition_stop();
+    goto out;
+  }
+  int signal_number = ckpt_rt.options.signal_number;
+  int signal_rc = signal_install(signal_number, control_signal_fd());
+  if (signal_rc)
+    ckpt_logf(CKPT_LOG_WARN, "cannot install the checkpoint signal handler: %s", strerror(-signal_rc));
+  started = true;
+  if (!atfork_registered && pthread_atfork(NULL, NULL, forget_in_child) == 0) atfork_registered = true;
+  ckpt_logf(CKPT_LOG_DEBUG, "checkpoint ready: socket %s, signal %d",
+            control_socket_path() ? control_socket_path() : "(none)", signal_number);
+out:
+  pthread_mutex_unlock(&init_lock);
+  return rc;
+}
+
+void ckpt_shutdown(void) {
+  pthread_mutex_lock(&init_lock);
+  if (started) {
+    signal_restore();
+    control_stop();
+    transition_stop();
+    started = false;
+  }
+  pthread_mutex_unlock(&init_lock);
+}
+
+struct waiter {
+  pthread_mutex_t lock;
+  pthread_cond_t done_cond;
+  bool done;
+  int error;
+};
+
+static void wake_waiter(void *arg, const struct ckpt_result *result) {
+  struct waiter *w = arg;
+  pthread_mutex_lock(&w->lock);
+  w->error = result->error;
+  w->done = true;
+  pthread_cond_signal(&w->done_cond);
+  pthread_mutex_unlock(&w->lock);
+}
+
+static int request(enum ckpt_op op) {
+  struct waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0};
+  const char *why = "";
+  int rc = transition_submit(op, ckpt_now(), wake_waiter, &w, &why);
+  if (rc) return rc;
+  pthread_mutex_lock(&w.lock);
+  while (!w.done) pthread_cond_wait(&w.done_cond, &w.lock);
+  pthread_mutex_unlock(&w.lock);
+  return w.error;
+}
+
+int ckpt_request_checkpoint(void) { return request(CKPT_OP_CHECKPOINT); }
+int ckpt_request_resume(void) { return request(CKPT_OP_RESUME); }

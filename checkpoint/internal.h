@@ -1,0 +1,97 @@
+/* Internal contract between the checkpoint module's files (not for the shim). Each block names
+ * the file that implements it. Everything returns 0 or -errno unless it says otherwise. */
+#ifndef CUDAW_CKPT_INTERNAL_H
+#define CUDAW_CKPT_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "ckpt.h"
+
+/* init.c: what ckpt_init was given, shared read-only by the other files while started. */
+struct ckpt_runtime {
+  const struct ckpt_host_ops *ops;
+  void *ctx;
+  struct ckpt_options options;
+};
+extern struct ckpt_runtime ckpt_rt;
+
+/* log.c */
+void ckpt_logf(int level, const char *format, ...) __attribute__((format(printf, 2, 3)));
+double ckpt_now(void); /* CLOCK_MONOTONIC seconds */
+void ckpt_format_bytes(uint64_t bytes, char *buf, size_t len); /* "1.50 GiB" */
+
+/* state.c: the state machine. state_begin moves running -> pausing or paused -> resuming
+ * atomically, or says why not (-EBUSY: a transition runs; -EALREADY: already there).
+ * state_finish moves to the end state the result implies and logs the transition. */
+int state_begin(enum ckpt_op op, const char **why);
+void state_finish(const struct ckpt_result *result);
+void state_reset(void);
+/* After fork, in the child (one thread): forget the parent's threads, fds and locks. */
+void state_forget_after_fork(void);
+bool state_last(struct ckpt_result *out);
+const char *ckpt_op_name(int op);
+
+/* engine.c: the copy engine and the host image. */
+struct engine;
+struct engine_stats {
+  uint64_t bytes;
+  uint64_t regions;
+};
+struct engine *engine_new(const struct ckpt_host_ops *ops, void *ctx, const struct ckpt_options *options);
+/* Allocate the staging buffers and streams the first time; later calls are free. */
+int engine_prepare(struct engine *engine);
+/* Enumerate the regions and copy them into the image. Precondition: gate closed, drained. */
+int engine_save(struct engine *engine, struct engine_stats *stats, char *reason, size_t reason_len);
+/* Copy the image back, verifying every chunk's checksum before it is sent; a mismatch is
+ * -EBADMSG with the region and offset in `reason`. Precondition: regions recreated. */
+int engine_restore(struct engine *engine, struct engine_stats *stats, char *reason, size_t reason_len);
+/* Free the image's memory (kept between cycles with keep_image). */
+void engine_drop_image(struct engine *engine);
+uint64_t engine_image_bytes(const struct engine *engine);
+uint64_t engine_image_regions(const struct engine *engine);
+void engine_free(struct engine *engine);
+/* For tests: the image bytes of region `index` (in enumeration order), or NULL. */
+uint8_t *engine_image_data(struct engine *engine, size_t index, uint64_t *size);
+
+/* transition.c: the transition thread runs one checkpoint or resume at a time. submit checks
+ * the state at once (an error means nothing was started) and calls done(arg, result) on the
+ * transition thread when finished. */
+typedef void (*transition_done_fn)(void *arg, const struct ckpt_result *result);
+int transition_start(void);
+void transition_stop(void);
+int transition_submit(enum ckpt_op op, double requested_at, transition_done_fn done, void *arg,
+                      const char **why);
+void transition_forget_after_fork(void);
+uint64_t transition_image_bytes(void);
+/* For tests: the engine (only touch it while no transition runs). */
+struct engine *transition_engine(void);
+uint64_t transition_image_regions(void);
+
+/* control.c: the control thread and socket. signal_fd receives what the signal handler
+ * writes; control_signal_fd is its write end for signal.c. */
+int control_start(void);
+void control_stop(void);
+void control_forget_after_fork(void);
+int control_signal_fd(void);
+const char *control_socket_path(void);
+/* One line of JSON (with '\n') describing a transition's result. */
+int control_format_result(const struct ckpt_result *result, char *buf, size_t len);
+
+/* signal.c */
+int signal_install(int signal_number, int notify_fd);
+void signal_restore(void);
+
+/* rundir.c: where sockets live; shared with cudaw-ctl. */
+int ckpt_socket_path(const char *dir, pid_t pid, char *buf, size_t len);
+/* Create the run dir (0700) if missing; refuse one owned by another user. */
+int ckpt_run_dir_prepare(const char *dir, char *reason, size_t reason_len);
+/* 1 alive, 0 gone, by kill(pid, 0). */
+int ckpt_pid_alive(pid_t pid);
+/* Unlink <pid>.sock files of processes that are gone; returns how many. */
+int ckpt_clean_stale(const char *dir);
+/* Parse "<pid>.sock"; 0 if the name is not one. */
+pid_t ckpt_socket_name_pid(const char *name);
+
+#endif

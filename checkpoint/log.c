@@ -1,0 +1,42 @@
+/* Logging and clocks for the checkpoint module: every message goes through the shim's log
+ * callback when it set one, else to stderr, one line each. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <time.h>
+
+#include "internal.h"
+
+void ckpt_logf(int level, const char *format, ...) {
+  char line[512];
+  va_list args;
+  va_start(args, format);
+  vsnprintf(line, sizeof line, format, args);
+  va_end(args);
+  if (ckpt_rt.ops && ckpt_rt.ops->log) {
+    ckpt_rt.ops->log(ckpt_rt.ctx, level, line);
+    return;
+  }
+  static const char *const names[] = {"error", "warning", "info", "debug"};
+  const char *name = level >= 0 && level <= CKPT_LOG_DEBUG ? names[level] : "?";
+  fprintf(stderr, "cudaw checkpoint %s: %s\n", name, line);
+}
+
+double ckpt_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void ckpt_format_bytes(uint64_t bytes, char *buf, size_t len) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = (double)bytes;
+  int unit = 0;
+  while (value >= 1024.0 && unit < 4) {
+    value /= 1024.0;
+    unit++;
+  }
+  if (unit == 0)
+    snprintf(buf, len, "%llu B", (unsigned long long)bytes);
+  else
+    snprintf(buf, len, "%.2f %s", value, units[unit]);
+}

@@ -1,0 +1,117 @@
+/* The checkpoint module's CUDAW_* options: one table (name, default, meaning) that the shim
+ * merges into its own, and the one place that reads them from the environment. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "internal.h"
+
+#define DEFAULT_PAUSE_TIMEOUT_MS 10000u
+#define DEFAULT_STREAMS 8u
+#define DEFAULT_STAGING_BYTES (32ull << 20)
+#define DEFAULT_THREADS 4u
+
+static const struct ckpt_option_info table[] = {
+    {"CUDAW_PAUSE_TIMEOUT", "10000",
+     "ms to wait for API calls in flight when pausing; then the checkpoint is abandoned"},
+    {"CUDAW_SIGNAL", "USR1", "signal that requests a checkpoint: USR1, USR2 or none"},
+    {"CUDAW_RUN_DIR", "$XDG_RUNTIME_DIR/cudaw, /run/cudaw (root), /tmp/cudaw-<uid>",
+     "directory of the control sockets <pid>.sock"},
+    {"CUDAW_CKPT_STREAMS", "8",
+     "copy streams per device, and pinned staging buffers in all (shared by the devices)"},
+    {"CUDAW_CKPT_STAGING", "32M", "size of one pinned staging buffer (= one checksummed chunk)"},
+    {"CUDAW_CKPT_THREADS", "4", "host threads copying between staging buffers and the image"},
+    {"CUDAW_CKPT_KEEP_IMAGE", "0", "1: keep the host image after a resume for the next checkpoint"},
+};
+
+const struct ckpt_option_info *ckpt_option_table(size_t *count) {
+  *count = sizeof table / sizeof table[0];
+  return table;
+}
+
+/* "123", "64K", "32M", "2G" -> bytes. */
+static int parse_size(const char *text, uint64_t *out) {
+  char *end;
+  errno = 0;
+  unsigned long long value = strtoull(text, &end, 10);
+  if (errno || end == text) return -EINVAL;
+  unsigned shift = 0;
+  switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    default: break;
+  }
+  if (*end == 'i' || *end == 'B') end++;
+  if (*end == 'B') end++;
+  if (*end || value == 0 || value > (UINT64_MAX >> shift)) return -EINVAL;
+  *out = (uint64_t)value << shift;
+  return 0;
+}
+
+static int parse_count(const char *text, uint64_t max, uint64_t *out) {
+  char *end;
+  errno = 0;
+  unsigned long long value = strtoull(text, &end, 10);
+  if (errno || end == text || *end || value > max) return -EINVAL;
+  *out = value;
+  return 0;
+}
+
+static int reject(const char *name, const char *value, char *error, size_t len) {
+  if (error) snprintf(error, len, "%s=%s is not valid; using the default", name, value);
+  return -EINVAL;
+}
+
+int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_len) {
+  int rc = 0;
+  uint64_t value;
+  const char *text;
+  memset(out, 0, sizeof *out);
+  out->pause_timeout_ms = DEFAULT_PAUSE_TIMEOUT_MS;
+  out->signal_number = SIGUSR1;
+  out->streams = DEFAULT_STREAMS;
+  out->staging_bytes = DEFAULT_STAGING_BYTES;
+  out->threads = DEFAULT_THREADS;
+  if (error && error_len) error[0] = '\0';
+
+  if ((text = getenv("CUDAW_PAUSE_TIMEOUT")) && *text) {
+    if (parse_count(text, 24ull * 3600 * 1000, &value) == 0) out->pause_timeout_ms = (uint32_t)value;
+    else rc = reject("CUDAW_PAUSE_TIMEOUT", text, error, error_len);
+  }
+  if ((text = getenv("CUDAW_SIGNAL")) && *text) {
+    const char *name = strncasecmp(text, "SIG", 3) == 0 ? text + 3 : text;
+    if (strcasecmp(name, "USR1") == 0) out->signal_number = SIGUSR1;
+    else if (strcasecmp(name, "USR2") == 0) out->signal_number = SIGUSR2;
+    else if (strcasecmp(name, "none") == 0 || strcmp(name, "0") == 0) out->signal_number = 0;
+    else rc = reject("CUDAW_SIGNAL", text, error, error_len);
+  }
+  if ((text = getenv("CUDAW_CKPT_STREAMS")) && *text) {
+    if (parse_count(text, 64, &value) == 0 && value > 0) out->streams = (uint32_t)value;
+    else rc = reject("CUDAW_CKPT_STREAMS", text, error, error_len);
+  }
+  if ((text = getenv("CUDAW_CKPT_STAGING")) && *text) {
+    if (parse_size(text, &value) == 0 && value >= 4096 && value <= (4ull << 30))
+      out->staging_bytes = value;
+    else rc = reject("CUDAW_CKPT_STAGING", text, error, error_len);
+  }
+  if ((text = getenv("CUDAW_CKPT_THREADS")) && *text) {
+    if (parse_count(text, 64, &value) == 0 && value > 0) out->threads = (uint32_t)value;
+    else rc = reject("CUDAW_CKPT_THREADS", text, error, error_len);
+  }
+  if ((text = getenv("CUDAW_CKPT_KEEP_IMAGE")) && *text) {
+    if (strcmp(text, "0") == 0 || strcmp(text, "1") == 0) out->keep_image = text[0] == '1';
+    else rc = reject("CUDAW_CKPT_KEEP_IMAGE", text, error, error_len);
+  }
+  if ((text = getenv("CUDAW_RUN_DIR")) && *text) {
+    if (strlen(text) < sizeof out->run_dir) snprintf(out->run_dir, sizeof out->run_dir, "%s", text);
+    else rc = reject("CUDAW_RUN_DIR", "(too long)", error, error_len);
+  }
+  if (!out->run_dir[0] && ckpt_default_run_dir(out->run_dir, sizeof out->run_dir) != 0)
+    out->run_dir[0] = '\0';
+  return rc;
+}

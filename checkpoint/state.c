@@ -1,0 +1,117 @@
+/* The pause/resume state machine: running -> pausing -> paused -> resuming -> running. Failures
+ * always land in a state the next command can leave: a failed pause is running again, a failed
+ * resume is still paused. Every transition is logged with its timing. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int current = CKPT_RUNNING;
+static struct ckpt_result last;
+static bool have_last;
+
+static const char *const state_names[] = {"running", "pausing", "paused", "resuming"};
+
+const char *ckpt_state_name(enum ckpt_state_id state) {
+  return (unsigned)state < 4 ? state_names[state] : "unknown";
+}
+
+const char *ckpt_op_name(int op) {
+  return op == CKPT_OP_CHECKPOINT ? "checkpoint" : op == CKPT_OP_RESUME ? "resume" : "?";
+}
+
+enum ckpt_state_id ckpt_state(void) { return (enum ckpt_state_id)atomic_load(&current); }
+
+int state_begin(enum ckpt_op op, const char **why) {
+  int rc = 0, next = 0;
+  pthread_mutex_lock(&lock);
+  int state = atomic_load(&current);
+  if (state == CKPT_PAUSING || state == CKPT_RESUMING) {
+    rc = -EBUSY;
+    *why = state == CKPT_PAUSING ? "a checkpoint is already under way"
+                                 : "a resume is already under way";
+  } else if (op == CKPT_OP_CHECKPOINT && state == CKPT_PAUSED) {
+    rc = -EALREADY;
+    *why = "already paused";
+  } else if (op == CKPT_OP_RESUME && state == CKPT_RUNNING) {
+    rc = -EALREADY;
+    *why = "not paused";
+  } else {
+    next = op == CKPT_OP_CHECKPOINT ? CKPT_PAUSING : CKPT_RESUMING;
+    atomic_store(&current, next);
+  }
+  pthread_mutex_unlock(&lock);
+  /* Logged outside the lock: the shim's log callback may take its own locks. */
+  if (rc)
+    ckpt_logf(CKPT_LOG_WARN, "%s refused: %s (state %s)", ckpt_op_name(op), *why,
+              state_names[state]);
+  else
+    ckpt_logf(CKPT_LOG_INFO, "%s: %s -> %s", ckpt_op_name(op), state_names[state],
+              state_names[next]);
+  return rc;
+}
+
+static void log_result(const struct ckpt_result *r, int from, int to) {
+  char bytes[32];
+  ckpt_format_bytes(r->bytes, bytes, sizeof bytes);
+  double rate = r->copy_seconds > 0 ? (double)r->bytes / r->copy_seconds / 1e9 : 0.0;
+  if (r->error) {
+    ckpt_logf(CKPT_LOG_ERROR, "%s failed: %s -> %s after %.3f s: %s", ckpt_op_name(r->op),
+              state_names[from], state_names[to], r->total_seconds, r->reason);
+  } else if (r->op == CKPT_OP_CHECKPOINT) {
+    ckpt_logf(CKPT_LOG_INFO,
+              "checkpoint: %s -> %s in %.3f s: gate closed %.3f ms after the request, drain "
+              "%.3f ms, setup %.3f ms, saved %s of %llu regions in %.3f s (%.2f GB/s), "
+              "release %.3f ms",
+              state_names[from], state_names[to], r->total_seconds, r->gate_seconds * 1e3,
+              r->drain_seconds * 1e3, r->setup_seconds * 1e3, bytes,
+              (unsigned long long)r->regions, r->copy_seconds, rate, r->memory_seconds * 1e3);
+  } else {
+    ckpt_logf(CKPT_LOG_INFO,
+              "resume: %s -> %s in %.3f s: recreate %.3f ms, restored and verified %s of %llu "
+              "regions in %.3f s (%.2f GB/s)",
+              state_names[from], state_names[to], r->total_seconds, r->memory_seconds * 1e3, bytes,
+              (unsigned long long)r->regions, r->copy_seconds, rate);
+  }
+}
+
+void state_finish(const struct ckpt_result *result) {
+  pthread_mutex_lock(&lock);
+  int from = atomic_load(&current);
+  int to;
+  if (result->op == CKPT_OP_CHECKPOINT) to = result->error ? CKPT_RUNNING : CKPT_PAUSED;
+  else to = result->error ? CKPT_PAUSED : CKPT_RUNNING;
+  last = *result;
+  have_last = true;
+  atomic_store(&current, to);
+  pthread_mutex_unlock(&lock);
+  log_result(result, from, to);
+}
+
+void state_reset(void) {
+  pthread_mutex_lock(&lock);
+  atomic_store(&current, CKPT_RUNNING);
+  have_last = false;
+  pthread_mutex_unlock(&lock);
+}
+
+void state_forget_after_fork(void) {
+  pthread_mutex_init(&lock, NULL); /* a parent thread may have held it at fork */
+  atomic_store(&current, CKPT_RUNNING);
+  have_last = false;
+}
+
+bool state_last(struct ckpt_result *out) {
+  pthread_mutex_lock(&lock);
+  bool have = have_last;
+  if (have) *out = last;
+  pthread_mutex_unlock(&lock);
+  return have;
+}
+
+int ckpt_last_result(struct ckpt_result *out) { return state_last(out) ? 0 : -ENOENT; }

@@ -1,0 +1,226 @@
+/* The transition thread: runs the pause sequence (close gate, drain, save, release) and the
+ * resume sequence (recreate, restore and verify, open gate) one at a time, off the control
+ * thread so that status requests are answered while a checkpoint runs. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+static struct {
+  pthread_mutex_t lock;
+  pthread_cond_t wake;
+  pthread_t thread;
+  bool started, stopping, pending;
+  enum ckpt_op op;
+  double requested_at;
+  transition_done_fn done;
+  void *done_arg;
+  struct engine *engine;
+} tr = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
+
+static void fail(struct ckpt_result *r, int error, const char *format, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void fail(struct ckpt_result *r, int error, const char *format, ...) {
+  va_list args;
+  va_start(args, format);
+  vsnprintf(r->reason, sizeof r->reason, format, args);
+  va_end(args);
+  r->error = error;
+}
+
+static void pause_program(struct ckpt_result *r, double requested_at) {
+  const struct ckpt_host_ops *ops = ckpt_rt.ops;
+  void *ctx = ckpt_rt.ctx;
+  char reason[224] = "";
+  uint32_t timeout_ms = ckpt_rt.options.pause_timeout_ms;
+
+  int rc = ops->gate_close(ctx, (uint64_t)timeout_ms * 1000000u);
+  double t = ckpt_now();
+  r->gate_seconds = t - requested_at;
+  if (rc == -ETIMEDOUT) {
+    fail(r, rc, "API calls still in flight after %u ms (CUDAW_PAUSE_TIMEOUT); checkpoint "
+         "abandoned, the program keeps running", timeout_ms);
+    return;
+  }
+  if (rc) {
+    fail(r, rc, "closing the API gate failed: %s", strerror(-rc));
+    return;
+  }
+
+  rc = ops->device_drain(ctx);
+  r->drain_seconds = ckpt_now() - t;
+  t = ckpt_now();
+  if (rc) {
+    fail(r, rc, "device synchronize failed: %s", strerror(-rc));
+    goto reopen;
+  }
+  rc = engine_prepare(tr.engine);
+  r->setup_seconds = ckpt_now() - t;
+  t = ckpt_now();
+  if (rc) {
+    fail(r, rc, "allocating staging buffers and streams failed: %s", strerror(-rc));
+    goto reopen;
+  }
+  struct engine_stats stats;
+  rc = engine_save(tr.engine, &stats, reason, sizeof reason);
+  r->copy_seconds = ckpt_now() - t;
+  r->bytes = stats.bytes;
+  r->regions = stats.regions;
+  t = ckpt_now();
+  if (rc) {
+    fail(r, rc, "saving device memory failed: %s", reason);
+    goto reopen;
+  }
+  rc = ops->release_all(ctx);
+  r->memory_seconds = ckpt_now() - t;
+  if (rc) {
+    engine_drop_image(tr.engine);
+    fail(r, rc, "releasing device memory failed: %s", strerror(-rc));
+    goto reopen;
+  }
+  return; /* paused: the gate stays closed until resume */
+reopen:
+  ops->gate_open(ctx);
+}
+
+static void resume_program(struct ckpt_result *r) {
+  const struct ckpt_host_ops *ops = ckpt_rt.ops;
+  void *ctx = ckpt_rt.ctx;
+  char reason[224] = "";
+  uint64_t shortfall = 0;
+
+  double t = ckpt_now();
+  int rc = ops->recreate_all(ctx, &shortfall);
+  r->memory_seconds = ckpt_now() - t;
+  if (rc) {
+    char missing[32];
+    ckpt_format_bytes(shortfall, missing, sizeof missing);
+    r->shortfall = shortfall;
+    if (shortfall)
+      fail(r, rc, "recreating device memory failed: %s short (%s); still paused, retry when "
+           "memory is free", missing, strerror(-rc));
+    else
+      fail(r, rc, "recreating device memory failed: %s; still paused", strerror(-rc));
+    return;
+  }
+  t = ckpt_now();
+  struct engine_stats stats;
+  rc = engine_restore(tr.engine, &stats, reason, sizeof reason);
+  r->copy_seconds = ckpt_now() - t;
+  r->bytes = stats.bytes;
+  r->regions = stats.regions;
+  if (rc) {
+    /* Give the memory back so that "paused" means the same as before the attempt. */
+    int released = ops->release_all(ctx);
+    fail(r, rc, "%s; still paused%s", reason,
+         released ? " (and releasing the recreated memory failed too)" : "");
+    return;
+  }
+  if (!ckpt_rt.options.keep_image) engine_drop_image(tr.engine);
+  ops->gate_open(ctx);
+}
+
+static void *run(void *unused) {
+  (void)unused;
+  pthread_mutex_lock(&tr.lock);
+  for (;;) {
+    while (!tr.pending && !tr.stopping) pthread_cond_wait(&tr.wake, &tr.lock);
+    if (!tr.pending) break;
+    enum ckpt_op op = tr.op;
+    double requested_at = tr.requested_at;
+    transition_done_fn done = tr.done;
+    void *done_arg = tr.done_arg;
+    pthread_mutex_unlock(&tr.lock);
+
+    struct ckpt_result result = {.op = op};
+    if (op == CKPT_OP_CHECKPOINT) pause_program(&result, requested_at);
+    else resume_program(&result);
+    result.total_seconds = ckpt_now() - requested_at;
+    /* Free the request slot before the state changes: the moment state_finish returns, a
+     * controller may submit the next transition. */
+    pthread_mutex_lock(&tr.lock);
+    tr.pending = false;
+    pthread_mutex_unlock(&tr.lock);
+    state_finish(&result);
+    if (done) done(done_arg, &result);
+    pthread_mutex_lock(&tr.lock);
+  }
+  pthread_mutex_unlock(&tr.lock);
+  return NULL;
+}
+
+int transition_start(void) {
+  tr.engine = engine_new(ckpt_rt.ops, ckpt_rt.ctx, &ckpt_rt.options);
+  if (!tr.engine) return -ENOMEM;
+  tr.stopping = false;
+  tr.pending = false;
+  int rc = pthread_create(&tr.thread, NULL, run, NULL);
+  if (rc) {
+    engine_free(tr.engine);
+    tr.engine = NULL;
+    return -rc;
+  }
+  tr.started = true;
+  return 0;
+}
+
+void transition_stop(void) {
+  if (!tr.started) return;
+  pthread_mutex_lock(&tr.lock);
+  tr.stopping = true;
+  pthread_cond_broadcast(&tr.wake);
+  pthread_mutex_unlock(&tr.lock);
+  pthread_join(tr.thread, NULL); /* a pending transition finishes first */
+  engine_free(tr.engine);
+  tr.engine = NULL;
+  tr.started = false;
+}
+
+void transition_forget_after_fork(void) {
+  /* The thread and the engine's streams and pinned buffers belong to the parent. */
+  pthread_mutex_init(&tr.lock, NULL);
+  pthread_cond_init(&tr.wake, NULL);
+  tr.started = tr.pending = tr.stopping = false;
+  tr.engine = NULL;
+}
+
+int transition_submit(enum ckpt_op op, double requested_at, transition_done_fn done, void *arg,
+                      const char **why) {
+  pthread_mutex_lock(&tr.lock);
+  if (!tr.started || tr.stopping) {
+    pthread_mutex_unlock(&tr.lock);
+    *why = "checkpoint module not running";
+    return -ENOTCONN;
+  }
+  int rc = state_begin(op, why);
+  if (rc == 0) {
+    tr.pending = true;
+    tr.op = op;
+    tr.requested_at = requested_at;
+    tr.done = done;
+    tr.done_arg = arg;
+    pthread_cond_broadcast(&tr.wake);
+  }
+  pthread_mutex_unlock(&tr.lock);
+  return rc;
+}
+
+uint64_t transition_image_bytes(void) {
+  pthread_mutex_lock(&tr.lock);
+  uint64_t bytes = tr.engine && !tr.pending ? engine_image_bytes(tr.engine) : 0;
+  pthread_mutex_unlock(&tr.lock);
+  return bytes;
+}
+
+uint64_t transition_image_regions(void) {
+  pthread_mutex_lock(&tr.lock);
+  uint64_t regions = tr.engine && !tr.pending ? engine_image_regions(tr.engine) : 0;
+  pthread_mutex_unlock(&tr.lock);
+  return regions;
+}
+
+struct engine *transition_engine(void) { return tr.engine; }

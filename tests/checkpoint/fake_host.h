@@ -1,0 +1,74 @@
+/* A fake implementation of the checkpoint host operations over host memory, for the tests.
+ * Copies really are asynchronous (they run at stream_sync), and every contract in ckpt.h that
+ * it can check (gate closed, region bounds, device of the stream, pinned host buffer) is checked:
+ * a violation is counted and fails the copy. */
+#ifndef CUDAW_TEST_FAKE_HOST_H
+#define CUDAW_TEST_FAKE_HOST_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt.h"
+
+struct fake_region {
+  uint64_t id, vaddr, size;
+  int device;
+  uint8_t *memory; /* NULL while released */
+  uint32_t seed;
+};
+
+struct fake_host {
+  pthread_mutex_t lock;
+  pthread_cond_t changed;
+  int devices;
+  struct fake_region *regions;
+  size_t region_count;
+  bool released;
+  /* gate */
+  bool gate_closed;
+  int in_flight;
+  /* injected behaviour */
+  int recreate_failures;       /* the next N recreate_all fail with -ENOMEM */
+  uint64_t recreate_shortfall; /* ... reporting this shortfall */
+  int drain_error;             /* device_drain returns this */
+  bool drain_block;            /* device_drain waits until cleared (fake_host_unblock_drain) */
+  bool drain_entered;
+  bool recreate_block;         /* recreate_all waits until cleared */
+  bool recreate_entered;
+  /* what happened */
+  int gate_closes, gate_opens, release_calls, recreate_calls, copies;
+  int pinned_live, streams_live;
+  int violations;
+  char violation[256];
+  int log_lines;
+  char last_log[512];
+};
+
+extern const struct ckpt_host_ops fake_host_ops;
+
+void fake_host_init(struct fake_host *host, int devices);
+void fake_host_free(struct fake_host *host);
+/* Add a region filled with a pattern from `seed`; returns its index. */
+size_t fake_host_add_region(struct fake_host *host, uint64_t size, int device, uint32_t seed);
+/* 0 if every byte of every region matches its pattern, else the first bad region index + 1. */
+size_t fake_host_verify(struct fake_host *host, uint64_t *bad_offset);
+/* A program's API call: blocks while the gate is closed. */
+void fake_host_call_enter(struct fake_host *host);
+void fake_host_call_exit(struct fake_host *host);
+/* Wait (up to seconds) until device_drain has been entered; then release it. */
+bool fake_host_wait_drain_entered(struct fake_host *host, double seconds);
+void fake_host_unblock_drain(struct fake_host *host);
+bool fake_host_wait_recreate_entered(struct fake_host *host, double seconds);
+void fake_host_unblock_recreate(struct fake_host *host);
+
+/* Test helpers: a private run dir (sets CUDAW_RUN_DIR), removed by test_remove_run_dir. */
+void test_make_run_dir(char *path, size_t len);
+void test_remove_run_dir(const char *path);
+/* Wait up to `seconds` for ckpt_state() == state. */
+bool test_wait_state(enum ckpt_state_id state, double seconds);
+/* Run `ctl` with args (NULL-terminated) as a child; stdout into out; returns its exit code. */
+int test_run_ctl(char *out, size_t out_len, const char *ctl, ...);
+
+#endif

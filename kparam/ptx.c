@@ -84,7 +84,7 @@ static uint32_t parse_number(const char *t, size_t n, bool *ok) {
 /* Parse one `.param ...` declaration; the lexer stands after `.param`. */
 static int parse_param(struct lexer *lx, uint32_t *cursor, struct kparam_param *out) {
   uint32_t align = 0, elem = 0, count = 1;
-  bool is_float = false, is_ptr = false, is_array = false, named = false, ok;
+  bool is_float = false, is_ptr = false, named = false, ok;
   const char *t;
   size_t n;
   for (;;) {
@@ -111,7 +111,6 @@ static int parse_param(struct lexer *lx, uint32_t *cursor, struct kparam_param *
       if (!ok || count == 0) return -EBADMSG;
       n = next_token(lx, &t);
       if (!token_is(t, n, "]")) return -EBADMSG;
-      is_array = true;
     } else {
       named = true;
     }
@@ -121,10 +120,9 @@ static int parse_param(struct lexer *lx, uint32_t *cursor, struct kparam_param *
   uint32_t offset = (*cursor + align - 1) & ~(align - 1);
   out->offset = offset;
   out->size = elem * count;
-  out->kind = is_ptr ? KPARAM_KIND_POINTER
-              : is_array ? KPARAM_KIND_AGGREGATE
-              : (out->size == 8 && !is_float) ? KPARAM_KIND_UNKNOWN
-                                               : KPARAM_KIND_SCALAR;
+  /* Like .nv.info, PTX types say nothing reliable about C++ types (a struct of one double is
+   * an .f64, a pointer a .u64): only an explicit .ptr is taken as a kind. */
+  out->kind = is_ptr ? KPARAM_KIND_POINTER : KPARAM_KIND_UNKNOWN;
   *cursor = offset + out->size;
   return *cursor > KPARAM_MAX_PARAM_BYTES ? -EBADMSG : 0;
 }

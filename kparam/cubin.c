@@ -173,6 +173,19 @@ int cubin_parse(const void *image, size_t size, struct kparam_layout_list *out,
                 size_t *error_offset) {
   *error_offset = 0;
   if (!cubin_is_elf(image, size)) return -EBADMSG;
+  /* libelf accepts an image cut short and just sees fewer sections: check the bounds first. */
+  Elf64_Ehdr eh;
+  memcpy(&eh, image, sizeof eh);
+  if (eh.e_shentsize != sizeof(Elf64_Shdr) || eh.e_shoff > size ||
+      (size_t)eh.e_shnum * sizeof(Elf64_Shdr) > size - eh.e_shoff)
+    return (*error_offset = offsetof(Elf64_Ehdr, e_shoff), -EBADMSG);
+  for (unsigned i = 0; i < eh.e_shnum; i++) {
+    Elf64_Shdr sh;
+    size_t at = (size_t)eh.e_shoff + (size_t)i * sizeof sh;
+    memcpy(&sh, (const uint8_t *)image + at, sizeof sh);
+    if (sh.sh_type != SHT_NOBITS && (sh.sh_offset > size || sh.sh_size > size - sh.sh_offset))
+      return (*error_offset = at, -EBADMSG);
+  }
   elf_version(EV_CURRENT);
   /* libelf only reads here: the image is native 64-bit little-endian, so nothing is converted
    * in place (the fatbin may sit in read-only memory). */

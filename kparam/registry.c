@@ -1,0 +1,314 @@
+/* The registry: what the shim learns from __cudaRegisterFatBinary, __cudaRegisterFunction,
+ * __cudaGetKernel and cudaLibrary*, kept as pointers until a kernel is first looked up; then its
+ * module's images are opened, the kernel's plan is built once and cached. Thread-safe. */
+#include "internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_PRELINKED 65536
+
+struct kparam_module {
+  struct kparam_module *next;
+  const void *data;              /* container, cubin or PTX */
+  size_t size;                   /* 0: find out from the headers */
+  const void *const *prelinked;  /* version-2 wrappers: NULL-terminated containers */
+  char label[160];
+  bool opened;
+  struct image **images;
+  size_t image_count;
+};
+
+struct function {
+  const void *host_fun; /* NULL for library kernels */
+  struct kparam_module *module;
+  char *name;
+  _Atomic(struct kparam_plan *) plan;
+};
+
+static pthread_rwlock_t lock = PTHREAD_RWLOCK_INITIALIZER;
+static struct kparam_module *modules;
+static struct hash_map functions_by_host_fun; /* host_fun -> function */
+static struct hash_map functions_by_handle;   /* kernel or library-kernel handle -> function
+                                                 (library kernels are owned here) */
+static struct hash_map libraries;             /* lib_handle -> module */
+static struct hash_map pending_handles;       /* kernel handle -> host_fun, not registered yet */
+static atomic_int device_arch;
+
+static uint64_t key_of(const void *p) { return (uint64_t)(uintptr_t)p; }
+
+void kparam_set_device_arch(int sm) { atomic_store(&device_arch, sm); }
+
+static struct kparam_module *module_new(const void *data, size_t size) {
+  struct kparam_module *module = calloc(1, sizeof *module);
+  if (!module) return NULL;
+  module->data = data;
+  module->size = size;
+  snprintf(module->label, sizeof module->label, "%p", data);
+  return module;
+}
+
+kparam_module_key kparam_register_fatbin(const void *wrapper) {
+  if (!wrapper) return NULL;
+  uint32_t magic, version;
+  memcpy(&magic, wrapper, 4);
+  struct kparam_module *module;
+  if (magic == FATBIN_WRAPPER_MAGIC) {
+    const void *data, *extra;
+    memcpy(&version, (const char *)wrapper + 4, 4);
+    memcpy(&data, (const char *)wrapper + 8, sizeof data);
+    memcpy(&extra, (const char *)wrapper + 16, sizeof extra);
+    module = module_new(data, 0);
+    if (!module) return NULL;
+    if (version == 2) module->prelinked = extra;
+    else if (version == 1 && extra)
+      snprintf(module->label, sizeof module->label, "%.140s (%p)", (const char *)extra, data);
+  } else {
+    module = module_new(wrapper, 0);
+    if (!module) return NULL;
+  }
+  pthread_rwlock_wrlock(&lock);
+  module->next = modules;
+  modules = module;
+  pthread_rwlock_unlock(&lock);
+  return module;
+}
+
+static size_t extent_of(const void *data) {
+  if (!data) return 0;
+  size_t size = fatbin_container_extent(data);
+  if (!size) size = cubin_extent(data);
+  if (!size) size = strnlen(data, KPARAM_MAX_IMAGE_BYTES);
+  return size;
+}
+
+static void open_one(struct kparam_module *module, const void *data, size_t size) {
+  struct image *image = NULL;
+  if (!size) size = extent_of(data);
+  image_open(data, size, module->label, &image); /* warns itself; keeps the good entries */
+  if (image) module->images[module->image_count++] = image;
+}
+
+/* Open the module's images on first use. Called with the write lock held. */
+static void module_open(struct kparam_module *module) {
+  if (module->opened) return;
+  module->opened = true;
+  size_t prelinked = 0;
+  while (module->prelinked && prelinked < MAX_PRELINKED && module->prelinked[prelinked])
+    prelinked++;
+  module->images = calloc(prelinked + 1, sizeof *module->images);
+  if (!module->images) return;
+  if (module->data) open_one(module, module->data, module->size);
+  for (size_t i = 0; i < prelinked; i++) open_one(module, module->prelinked[i], 0);
+}
+
+/* Layout from the host stub's machine code: sizes only, natural alignment assumed. */
+static struct kparam_plan *plan_from_stub(const struct function *fn) {
+  uint32_t sizes[256];
+  int count = fn->host_fun ? kparam_stub_arg_sizes(fn->host_fun, sizes, 256) : -ENOENT;
+  if (count < 0 || count > 256) return NULL;
+  struct kparam_param params[256];
+  uint32_t cursor = 0;
+  for (int i = 0; i < count; i++) {
+    uint32_t align = sizes[i] & (~sizes[i] + 1); /* largest power of two dividing it */
+    if (align > 8) align = 8;
+    cursor = (cursor + align - 1) & ~(align - 1);
+    params[i] = (struct kparam_param){(uint32_t)i, cursor, sizes[i], KPARAM_KIND_UNKNOWN};
+    cursor += sizes[i];
+  }
+  struct kparam_layout layout = {fn->name, (uint32_t)count, cursor, params};
+  return plan_build(&layout, KPARAM_SOURCE_HOST_STUB, 0);
+}
+
+/* Build fn's plan: best layout over the module's images, else the stub, else opaque. */
+static struct kparam_plan *build_plan(struct function *fn) {
+  const struct kparam_layout *best = NULL;
+  enum kparam_source best_source = KPARAM_SOURCE_OPAQUE;
+  int best_sm = 0, prefer = atomic_load(&device_arch);
+  if (fn->module) {
+    module_open(fn->module);
+    for (size_t i = 0; i < fn->module->image_count; i++) {
+      enum kparam_source source;
+      int sm;
+      const struct kparam_layout *layout =
+          image_lookup(fn->module->images[i], fn->name, prefer, &source, &sm);
+      if (layout && (!best || source < best_source)) {
+        best = layout;
+        best_source = source;
+        best_sm = sm;
+      }
+    }
+  }
+  struct kparam_plan *plan = best ? plan_build(best, best_source, best_sm) : NULL;
+  if (!plan && !best) {
+    plan = plan_from_stub(fn);
+    if (!plan)
+      kparam_warn("kernel %s (fatbin %s): no parameter layout found; its arguments will not be "
+                  "translated", fn->name, fn->module ? fn->module->label : "?");
+  }
+  return plan ? plan : plan_opaque(fn->name);
+}
+
+static const struct kparam_plan *plan_of(struct hash_map *map, const void *key) {
+  pthread_rwlock_rdlock(&lock);
+  struct function *fn = hash_get(map, key_of(key));
+  struct kparam_plan *plan = fn ? atomic_load(&fn->plan) : NULL;
+  pthread_rwlock_unlock(&lock);
+  if (plan || !fn) return plan;
+  pthread_rwlock_wrlock(&lock);
+  fn = hash_get(map, key_of(key)); /* may have gone or been built meanwhile */
+  if (fn && !(plan = atomic_load(&fn->plan))) {
+    plan = build_plan(fn);
+    atomic_store(&fn->plan, plan);
+  }
+  pthread_rwlock_unlock(&lock);
+  return plan;
+}
+
+const struct kparam_plan *kparam_plan_for_host_fun(const void *host_fun) {
+  return host_fun ? plan_of(&functions_by_host_fun, host_fun) : NULL;
+}
+
+const struct kparam_plan *kparam_plan_for_kernel(const void *kernel_handle) {
+  return kernel_handle ? plan_of(&functions_by_handle, kernel_handle) : NULL;
+}
+
+static struct function *function_new(struct kparam_module *module, const void *host_fun,
+                                     const char *name) {
+  struct function *fn = calloc(1, sizeof *fn);
+  if (!fn) return NULL;
+  fn->name = strdup(name);
+  if (!fn->name) {
+    free(fn);
+    return NULL;
+  }
+  fn->module = module;
+  fn->host_fun = host_fun;
+  return fn;
+}
+
+static void function_free(struct function *fn) {
+  if (!fn) return;
+  plan_free(atomic_load(&fn->plan));
+  free(fn->name);
+  free(fn);
+}
+
+/* Drop every handle that points at fn. Write lock held. */
+static void forget_handles_of(const struct function *fn) {
+  for (size_t i = 0; i < functions_by_handle.capacity; i++)
+    while (functions_by_handle.keys[i] && functions_by_handle.values[i] == fn)
+      hash_remove(&functions_by_handle, functions_by_handle.keys[i]);
+}
+
+int kparam_register_function(kparam_module_key key, const void *host_fun, const char *device_name) {
+  if (!key || !host_fun || !device_name) return -EINVAL;
+  struct function *fn = function_new(key, host_fun, device_name);
+  if (!fn) return -ENOMEM;
+  pthread_rwlock_wrlock(&lock);
+  struct function *old = hash_get(&functions_by_host_fun, key_of(host_fun));
+  int rc = hash_put(&functions_by_host_fun, key_of(host_fun), fn);
+  if (rc == 0 && old) {
+    forget_handles_of(old);
+    function_free(old);
+  }
+  /* A __cudaGetKernel that came first. */
+  for (size_t i = 0; rc == 0 && i < pending_handles.capacity; i++)
+    while (pending_handles.keys[i] && pending_handles.values[i] == host_fun) {
+      uint64_t handle = pending_handles.keys[i];
+      hash_remove(&pending_handles, handle);
+      rc = hash_put(&functions_by_handle, handle, fn);
+    }
+  pthread_rwlock_unlock(&lock);
+  if (rc && !old) function_free(fn);
+  return rc;
+}
+
+int kparam_register_kernel_handle(const void *kernel_handle, const void *host_fun) {
+  if (!kernel_handle || !host_fun) return -EINVAL;
+  pthread_rwlock_wrlock(&lock);
+  struct function *fn = hash_get(&functions_by_host_fun, key_of(host_fun));
+  int rc = fn ? hash_put(&functions_by_handle, key_of(kernel_handle), fn)
+              : hash_put(&pending_handles, key_of(kernel_handle), (void *)host_fun);
+  pthread_rwlock_unlock(&lock);
+  return rc;
+}
+
+int kparam_register_library(const void *lib_handle, const void *image, size_t size_or_0) {
+  if (!lib_handle || !image) return -EINVAL;
+  struct kparam_module *module;
+  uint32_t magic;
+  memcpy(&magic, image, 4);
+  if (magic == FATBIN_WRAPPER_MAGIC) {
+    module = kparam_register_fatbin(image);
+    if (!module) return -ENOMEM;
+    pthread_rwlock_wrlock(&lock);
+  } else {
+    module = module_new(image, size_or_0);
+    if (!module) return -ENOMEM;
+    snprintf(module->label, sizeof module->label, "library %p (image %p)", lib_handle, image);
+    pthread_rwlock_wrlock(&lock);
+    module->next = modules;
+    modules = module;
+  }
+  int rc = hash_put(&libraries, key_of(lib_handle), module);
+  pthread_rwlock_unlock(&lock);
+  return rc;
+}
+
+int kparam_register_library_kernel(const void *kernel_handle, const void *lib_handle,
+                                   const char *name) {
+  if (!kernel_handle || !lib_handle || !name) return -EINVAL;
+  pthread_rwlock_wrlock(&lock);
+  struct kparam_module *module = hash_get(&libraries, key_of(lib_handle));
+  int rc = -ENOENT;
+  if (module) {
+    struct function *fn = function_new(module, NULL, name);
+    struct function *old = hash_get(&functions_by_handle, key_of(kernel_handle));
+    rc = fn ? hash_put(&functions_by_handle, key_of(kernel_handle), fn) : -ENOMEM;
+    if (rc == 0 && old && !old->host_fun) function_free(old); /* library kernels are ours */
+    else if (rc) function_free(fn);
+  }
+  pthread_rwlock_unlock(&lock);
+  return rc;
+}
+
+void kparam_unregister_fatbin(kparam_module_key key) {
+  if (!key) return;
+  pthread_rwlock_wrlock(&lock);
+  struct kparam_module **link = &modules;
+  while (*link && *link != key) link = &(*link)->next;
+  if (!*link) {
+    pthread_rwlock_unlock(&lock);
+    return;
+  }
+  *link = key->next;
+  for (size_t i = 0; i < functions_by_host_fun.capacity; i++) {
+    struct function *fn = functions_by_host_fun.values[i];
+    while (functions_by_host_fun.keys[i] && (fn = functions_by_host_fun.values[i]) &&
+           fn->module == key) {
+      hash_remove(&functions_by_host_fun, functions_by_host_fun.keys[i]);
+      forget_handles_of(fn);
+      function_free(fn);
+    }
+  }
+  for (size_t i = 0; i < functions_by_handle.capacity; i++) {
+    struct function *fn;
+    while (functions_by_handle.keys[i] && (fn = functions_by_handle.values[i]) &&
+           fn->module == key) {
+      hash_remove(&functions_by_handle, functions_by_handle.keys[i]);
+      function_free(fn);
+    }
+  }
+  for (size_t i = 0; i < libraries.capacity; i++)
+    while (libraries.keys[i] && libraries.values[i] == key)
+      hash_remove(&libraries, libraries.keys[i]);
+  pthread_rwlock_unlock(&lock);
+  for (size_t i = 0; i < key->image_count; i++) image_close(key->images[i]);
+  free(key->images);
+  free(key);
+}

@@ -51,6 +51,10 @@ int main(int argc, char **argv)
       diffs++;
     }
   }
+  for (size_t k = 0; k < real.count; k++) free(real.line[k]);
+  for (size_t k = 0; k < ours.count; k++) free(ours.line[k]);
+  free(real.line);
+  free(ours.line);
   printf("real runtime %s: %zu lines; cudaw: %zu lines; %zu functions match, %zu differences\n",
          argv[1], real.count, ours.count, funcs, diffs);
   CHECK(funcs > 0, "no functions compared");

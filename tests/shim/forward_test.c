@@ -66,6 +66,8 @@ int main(int argc, char **argv)
   CHECK_EQ(cudaGraphCreate(&g, 0), cudaErrorNotSupported);
   CHECK_EQ(cudaGraphCreate(&g, 0), cudaErrorNotSupported);
 
+  free(host);
+  free(back);
   CUDA_OK(cudaEventDestroy(e));
   CUDA_OK(cudaStreamDestroy(s));
   printf("forwarding through cudaw to the emulated device: ok\n");

@@ -18,7 +18,6 @@ static void *real_handle;
 static char real_path[PATH_MAX];
 
 const char *shim_real_path(void) { return real_handle ? real_path : NULL; }
-void *shim_real_handle(void) { return real_handle; }
 
 void *shim_real_symbol(const char *name)
 {

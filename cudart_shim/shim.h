@@ -25,16 +25,14 @@ typedef void (*shim_real_fn)(void);
  * loaded library lacks the symbol. Filled once by shim_init before shim_ready is set. */
 extern shim_real_fn shim_real_table[SHIM_FN_COUNT];
 extern const char *const shim_fn_names[SHIM_FN_COUNT];
-extern const unsigned char shim_fn_undeclared[SHIM_FN_COUNT];
 
 /* Load the real runtime: CUDAW_REAL_CUDART, then the path found at build time, then well-known
  * locations; never cudaw itself. Fills shim_real_table. Returns 0, or -ENOENT after logging
  * every path tried. */
 int shim_real_load(void);
 
-/* Path and handle of the loaded real runtime (NULL before shim_real_load succeeds). */
+/* Path of the loaded real runtime (NULL before shim_real_load succeeds). */
 const char *shim_real_path(void);
-void *shim_real_handle(void);
 
 /* Look up a symbol in the real runtime (for modules that need functions by name). */
 void *shim_real_symbol(const char *name);

@@ -245,9 +245,7 @@ def emit_wrapper(d, blocking, out):
     miss = "shim_missing_blocking" if d.name in blocking else "shim_missing"
     if d.ret == "cudaError_t":
         fail = "%s(SHIM_FN_%s)" % (miss, d.name)
-    elif ret_void:
-        fail = ""
-    else:
+    elif not ret_void:
         fail = "(%s(SHIM_FN_%s), (%s)%s)" % (miss, d.name, d.ret, "{0}" if d.ret.startswith("struct") else "0")
     if ret_void:
         out.append("  if (!real) { %s(SHIM_FN_%s); return; }" % (miss, d.name))
@@ -385,8 +383,7 @@ def main():
     with open(os.path.join(a.out, "shim_fn_ids.h"), "w") as f:
         f.write("/* %s */\n#ifndef SHIM_FN_IDS_H\n#define SHIM_FN_IDS_H\n\n" % GENERATED.format(src=src))
         f.write('#define SHIM_REAL_SONAME "%s"\n#define SHIM_VERSION_NODE "%s"\n' % (soname, node))
-        f.write("#define SHIM_FN_COUNT %d\n#define SHIM_FN_GENERATED %d\n#define SHIM_FN_TRAMPOLINES %d\n\n"
-                % (len(exports), len(generated), len(trampolines)))
+        f.write("#define SHIM_FN_COUNT %d\n\n" % len(exports))
         f.write("enum shim_fn_id {\n")
         f.writelines("  SHIM_FN_%s = %d,\n" % (n, i) for i, n in enumerate(exports))
         f.write("};\n\n#endif\n")
@@ -396,9 +393,6 @@ def main():
         f.write("/* Export names, indexed by enum shim_fn_id. */\n")
         f.write("const char *const shim_fn_names[SHIM_FN_COUNT] = {\n")
         f.writelines('  "%s",\n' % n for n in exports)
-        f.write("};\n\n/* 1 where the export is declared in no header (forwarded by a trampoline). */\n")
-        f.write("const unsigned char shim_fn_undeclared[SHIM_FN_COUNT] = {\n")
-        f.writelines("  %d, /* %s */\n" % (n in trampolines, n) for n in exports)
         f.write("};\n")
 
     out = ["/* %s */" % GENERATED.format(src=src),

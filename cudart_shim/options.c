@@ -10,6 +10,12 @@ const struct cudaw_option cudaw_options[] = {
   {"CUDAW_LOG_FILE", "", "append the log to this file instead of standard error"},
   {"CUDAW_REAL_CUDART", "", "absolute path of the real libcudart.so to forward to (first choice)"},
   {"CUDAW_STATIC_CHECK", "1", "warn when the program's CUDA runtime is linked statically (0: off)"},
+  {"CUDAW_VMEM", "auto", "virtual device memory policy: auto (remap where the device has VMM), "
+                         "remap, translate, or off (allocations not virtualised)"},
+  {"CUDAW_VA_SIZE", "auto", "size of the reserved virtual range (auto: 4 x the devices' memory)"},
+  {"CUDAW_MEM_LIMIT", "", "device memory quota per device: bytes, K/M/G/T, or a percentage"},
+  {"CUDAW_CHECK", "0", "1: validate pointer arguments against live allocations and report "
+                       "use after free"},
 };
 const unsigned cudaw_option_count = sizeof cudaw_options / sizeof cudaw_options[0];
 

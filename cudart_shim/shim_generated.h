@@ -11,4 +11,8 @@
 #define SHIM_GATE_ENTER(id) shim_gate_enter(id)
 #define SHIM_GATE_ENTER_BLOCKING(id) shim_gate_enter_blocking(id)
 
+/* The real runtime's `name`, typed, for hand-written overrides (NULL when missing). Inside cudaw
+ * (shim_depth > 0) calls go straight there, without the gate. */
+#define SHIM_REAL(name) ((__typeof__(&name))shim_real_table[SHIM_FN_##name])
+
 #endif

@@ -49,9 +49,17 @@ def read_exports(path):
     return soname, node, sorted(n for n, _ in funcs)
 
 
-def read_conf(path):
-    """api.conf: sections [handwritten] and [blocking], one function name per line."""
+def read_conf(paths):
+    """api.conf and gen/api.d/*.conf: sections [handwritten] and [blocking], one function name
+    per line. Sections of the same name in several files add up; a name listed twice is an error."""
     sections = {}
+    seen = {}
+    for path in paths:
+        read_conf_file(path, sections, seen)
+    return sections
+
+
+def read_conf_file(path, sections, seen):
     current = None
     with open(path) as f:
         for raw in f:
@@ -64,8 +72,10 @@ def read_conf(path):
             elif current is None:
                 die("%s: name outside a section: %s" % (path, line))
             else:
+                if line in seen:
+                    die("%s: %s is already listed in %s" % (path, line, seen[line]))
+                seen[line] = path
                 current.append(line)
-    return sections
 
 
 # ---------------------------------------------------------------------------------------------
@@ -332,7 +342,8 @@ shim_trampoline_slow:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--exports", required=True, help="output of cudaw-gen-exports")
-    ap.add_argument("--conf", required=True, help="gen/api.conf")
+    ap.add_argument("--conf", action="append", required=True,
+                    help="gen/api.conf, then each gen/api.d/*.conf")
     ap.add_argument("--cc", required=True, help="C compiler used as preprocessor")
     ap.add_argument("--include", action="append", required=True, help="toolkit include dir")
     ap.add_argument("--arch", default=os.uname().machine)

@@ -1,0 +1,128 @@
+/* vmem inside the library: started lazily by the first call that needs virtual memory (so that a
+ * program that never allocates never creates a context because of cudaw), configured from the
+ * options table, and hooked into the wrappers' pointer translation under the translate policy. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "options.h"
+#include "prims.h"
+#include "shim_generated.h"
+#include "shim_vmem.h"
+#include "vmem.h"
+
+static pthread_once_t vmem_once = PTHREAD_ONCE_INIT;
+static int vmem_status = -ENODEV; /* 0 once vmem runs; else why it does not */
+
+static int parse_policy(const char *text, enum vmem_policy *policy)
+{
+  static const struct { const char *name; enum vmem_policy policy; } names[] = {
+    {"auto", VMEM_AUTO}, {"remap", VMEM_REMAP}, {"translate", VMEM_TRANSLATE}};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (strcmp(text, names[i].name) == 0) {
+      *policy = names[i].policy;
+      return 0;
+    }
+  return -EINVAL;
+}
+
+static int read_config(const struct vmem_prims *prims, void *ctx, struct vmem_config *config)
+{
+  memset(config, 0, sizeof *config);
+  if (parse_policy(cudaw_option("CUDAW_VMEM"), &config->policy) != 0) {
+    shim_error("CUDAW_VMEM=%s: expected auto, remap, translate or off", cudaw_option("CUDAW_VMEM"));
+    return -EINVAL;
+  }
+  config->check = strcmp(cudaw_option("CUDAW_CHECK"), "0") != 0;
+  const char *va = cudaw_option("CUDAW_VA_SIZE");
+  if (strcmp(va, "auto") != 0 && vmem_parse_size(va, 0, &config->va_size) != 0) {
+    shim_error("CUDAW_VA_SIZE=%s: expected a size such as 256G", va);
+    return -EINVAL;
+  }
+  const char *limit = cudaw_option("CUDAW_MEM_LIMIT");
+  if (*limit && strcmp(limit, "none") != 0) {
+    uint64_t free_bytes = 0, total = 0;
+    int rc = prims->mem_info(ctx, 0, &free_bytes, &total);
+    if (rc != 0) return rc;
+    if (vmem_parse_size(limit, total, &config->mem_limit) != 0) {
+      shim_error("CUDAW_MEM_LIMIT=%s: expected bytes, K/M/G/T or a percentage", limit);
+      return -EINVAL;
+    }
+  }
+  return 0;
+}
+
+static const char *policy_name(enum vmem_policy policy)
+{
+  return policy == VMEM_REMAP ? "remap" : policy == VMEM_TRANSLATE ? "translate" : "auto";
+}
+
+static void start(void)
+{
+  shim_depth++;
+  const char *wanted = cudaw_option("CUDAW_VMEM");
+  if (strcmp(wanted, "off") == 0) {
+    vmem_status = -ECANCELED;
+    shim_info("vmem: off (CUDAW_VMEM=off): allocations are not virtualised");
+    goto out;
+  }
+  const struct vmem_prims *prims;
+  void *ctx;
+  struct vmem_config config;
+  int rc = vmem_prims_cuda(shim_real_symbol, &prims, &ctx);
+  if (rc == 0) rc = read_config(prims, ctx, &config);
+  if (rc == 0) rc = vmem_init(&config, prims, ctx);
+  if (rc != 0) {
+    vmem_status = rc;
+    shim_warn("vmem: not started (%s): allocations are passed to the real runtime unchanged and "
+              "cannot be checkpointed", strerror(-rc));
+    goto out;
+  }
+  uintptr_t base;
+  uint64_t size;
+  vmem_range(&base, &size);
+  if (vmem_policy() == VMEM_TRANSLATE) {
+    shim_translate_base = base;
+    shim_translate_end = base + size;
+  }
+  shim_info("vmem: policy %s, virtual range %#lx..%#lx (%lu GiB), granule %lu KiB",
+            policy_name(vmem_policy()), (unsigned long)base, (unsigned long)(base + size),
+            (unsigned long)(size >> 30), (unsigned long)(vmem_granule() >> 10));
+  vmem_status = 0;
+out:
+  shim_depth--;
+}
+
+int shim_vmem_start(void)
+{
+  pthread_once(&vmem_once, start);
+  return vmem_status;
+}
+
+int shim_vmem_running(void)
+{
+  return atomic_load_explicit(&vmem_fast.size, memory_order_acquire) != 0;
+}
+
+/* A virtual pointer whose memory is not backed (never allocated, freed, released) is passed on
+ * unchanged: it lies in a PROT_NONE host range, so the real runtime rejects it as invalid. */
+const void *shim_translate_slow(const void *p)
+{
+  void *real = vmem_translate(p);
+  return real ? real : p;
+}
+
+cudaError_t shim_error_from_errno(int rc)
+{
+  switch (rc) {
+  case 0: return cudaSuccess;
+  case -ENOMEM: return cudaErrorMemoryAllocation;
+  case -EINVAL: case -ENOENT: case -EFAULT: return cudaErrorInvalidValue;
+  case -ENOSYS: case -ENOTSUP: return cudaErrorNotSupported;
+  case -EBUSY: return cudaErrorNotPermitted;
+  case -ENODEV: return cudaErrorNoDevice;
+  default: return cudaErrorUnknown;
+  }
+}

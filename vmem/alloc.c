@@ -1,4 +1,4 @@
-/* Allocation and free: small sizes share slabs of their size class, large ones (and dedicated
+/* Allocation and free: small sizes share arenas (arena.c), large ones (and dedicated
  * ones) get their own granule-aligned chunk. Also lookup and statistics, which read the same
  * bookkeeping. */
 #include <errno.h>
@@ -6,32 +6,31 @@
 
 #include "internal.h"
 
-static void partial_push(struct device_state *d, struct chunk *c) {
-  c->partial_prev = NULL;
-  c->partial_next = d->partial[c->size_class];
-  if (c->partial_next) c->partial_next->partial_prev = c;
-  d->partial[c->size_class] = c;
-  c->in_partial = true;
+static void open_push(struct device_state *d, struct chunk *c) {
+  c->open_prev = NULL;
+  c->open_next = d->open_arenas;
+  if (c->open_next) c->open_next->open_prev = c;
+  d->open_arenas = c;
+  c->in_open = true;
 }
 
-static void partial_remove(struct device_state *d, struct chunk *c) {
-  if (c->partial_prev) c->partial_prev->partial_next = c->partial_next;
-  else d->partial[c->size_class] = c->partial_next;
-  if (c->partial_next) c->partial_next->partial_prev = c->partial_prev;
-  c->partial_next = c->partial_prev = NULL;
-  c->in_partial = false;
+static void open_remove(struct device_state *d, struct chunk *c) {
+  if (c->open_prev) c->open_prev->open_next = c->open_next;
+  else d->open_arenas = c->open_next;
+  if (c->open_next) c->open_next->open_prev = c->open_prev;
+  c->open_next = c->open_prev = NULL;
+  c->in_open = false;
 }
 
 static void chunk_free_memory(struct chunk *c) {
-  free(c->used_bits);
-  free(c->slot_bytes);
+  if (c->is_arena) vmem_arena_fini(c);
   free(c);
 }
 
 /* A new chunk of va_granules granules backing `backed` device bytes: quota, virtual space,
  * descriptor, device memory, tables, in that order, each undone if a later step fails. */
-static int chunk_create(int device, uint64_t va_granules, uint64_t backed, bool slab,
-                        unsigned size_class, struct chunk **out) {
+static int chunk_create(int device, uint64_t va_granules, uint64_t backed, bool arena,
+                        struct chunk **out) {
   struct vmem_space *s = &vmem_space;
   struct device_state *d = &s->device[device];
   if (s->mem_limit && d->held + backed > s->mem_limit) return -ENOMEM;
@@ -40,17 +39,9 @@ static int chunk_create(int device, uint64_t va_granules, uint64_t backed, bool 
   c->device = device;
   c->va_bytes = va_granules << s->shift;
   c->backed = backed;
-  if (slab) {
-    c->is_slab = true;
-    c->size_class = size_class;
-    c->slot_size = vmem_class_size(size_class);
-    c->slots = (uint32_t)(c->va_bytes / c->slot_size);
-    c->used_bits = calloc((c->slots + 63) / 64, sizeof(uint64_t));
-    c->slot_bytes = calloc(c->slots, sizeof(uint32_t));
-    if (!c->used_bits || !c->slot_bytes) {
-      chunk_free_memory(c);
-      return -ENOMEM;
-    }
+  if (arena && vmem_arena_init(c) != 0) {
+    chunk_free_memory(c);
+    return -ENOMEM;
   }
   int rc = vmem_va_take(va_granules, &c->vaddr);
   if (rc) {
@@ -66,9 +57,10 @@ static int chunk_create(int device, uint64_t va_granules, uint64_t backed, bool 
   vmem_publish(c);
   d->held += backed;
   d->chunks++;
-  if (slab) {
-    d->class_slabs[size_class]++;
-    partial_push(d, c);
+  if (arena) {
+    d->arenas++;
+    d->empty_arenas++;
+    open_push(d, c);
   }
   *out = c;
   return 0;
@@ -89,9 +81,10 @@ static int chunk_destroy(struct chunk *c) {
   vmem_va_give(c->vaddr, c->va_bytes >> s->shift);
   d->held -= c->backed;
   d->chunks--;
-  if (c->is_slab) {
-    d->class_slabs[c->size_class]--;
-    if (c->in_partial) partial_remove(d, c);
+  if (c->is_arena) {
+    d->arenas--;
+    if (c->free_units == c->units) d->empty_arenas--;
+    if (c->in_open) open_remove(d, c);
   }
   chunk_free_memory(c);
   return 0;
@@ -102,7 +95,7 @@ static int walk_destroy(struct chunk *c, void *arg) {
   struct device_state *d = &vmem_space.device[c->device];
   if (chunk_destroy(c) != 0) { /* the device refused; forget it anyway */
     vmem_forget(c);
-    if (c->is_slab && c->in_partial) partial_remove(d, c);
+    if (c->is_arena && c->in_open) open_remove(d, c);
     chunk_free_memory(c);
   }
   return 0;
@@ -110,48 +103,51 @@ static int walk_destroy(struct chunk *c, void *arg) {
 
 void vmem_chunk_destroy_all(void) { vmem_walk(walk_destroy, NULL); }
 
-static int slot_take(struct chunk *c, uint64_t size, uintptr_t *vptr) {
-  uint32_t words = (c->slots + 63) / 64;
-  for (uint32_t n = 0; n < words; n++) {
-    uint32_t w = (c->hint_word + n) % words;
-    uint64_t free_bits = ~c->used_bits[w];
-    if (w == words - 1 && c->slots % 64) free_bits &= (1ull << (c->slots % 64)) - 1;
-    if (!free_bits) continue;
-    uint32_t slot = w * 64 + (uint32_t)__builtin_ctzll(free_bits);
-    c->used_bits[w] |= 1ull << (slot % 64);
-    c->slot_bytes[slot] = (uint32_t)size;
-    c->used++;
-    c->hint_word = w;
-    *vptr = c->vaddr + (uint64_t)slot * c->slot_size;
-    return 0;
+/* Small: first fit in the open arenas, newest first; a new arena when none has room. */
+static int alloc_small(int device, uint64_t size, uintptr_t *addr) {
+  struct vmem_space *s = &vmem_space;
+  struct device_state *d = &s->device[device];
+  uint32_t units = vmem_arena_units(size);
+  struct chunk *c;
+  for (c = d->open_arenas; c; c = c->open_next)
+    if (c->free_units >= units && vmem_arena_take(c, size, addr) == 0) break;
+  if (!c) {
+    int rc = chunk_create(device, 1, s->granule, true, &c);
+    if (rc) return rc;
+    rc = vmem_arena_take(c, size, addr);
+    if (rc) return rc; /* cannot happen: size <= half a granule */
   }
-  return -ENOSPC; /* unreachable while the partial list is right */
+  if (c->free_units + units == c->units) d->empty_arenas--;
+  if (c->free_units == 0) open_remove(d, c);
+  return 0;
 }
+
+/* A small allocation's arena became empty: keep one empty arena per device, so that alloc/free
+ * pairs do not create and destroy device memory each time; give back any other. */
+static int arena_emptied(struct chunk *c) {
+  struct device_state *d = &vmem_space.device[c->device];
+  d->empty_arenas++;
+  if (d->empty_arenas > 1) return chunk_destroy(c);
+  return 0;
+}
+
+uint64_t vmem_small_max(void) { return vmem_space.granule / 2; }
 
 static int alloc_locked(int device, uint64_t size, unsigned flags, void **vptr) {
   struct vmem_space *s = &vmem_space;
   struct device_state *d = &s->device[device];
   uintptr_t addr;
   int rc;
-  if (size <= vmem_class_max() && !(flags & VMEM_ALLOC_DEDICATED)) {
-    unsigned size_class = vmem_class_of(size);
-    struct chunk *c = d->partial[size_class];
-    if (!c) {
-      rc = chunk_create(device, vmem_class_granules(size_class),
-                        (uint64_t)vmem_class_granules(size_class) << s->shift, true, size_class,
-                        &c);
-      if (rc) return rc;
-    }
-    rc = slot_take(c, size, &addr);
+  if (size <= vmem_small_max() && !(flags & VMEM_ALLOC_DEDICATED)) {
+    rc = alloc_small(device, size, &addr);
     if (rc) return rc;
-    if (c->used == c->slots) partial_remove(d, c);
   } else {
     uint64_t granules = (size + s->granule - 1) >> s->shift;
     if (granules > s->granules) return -ENOMEM;
     uint64_t backed = s->policy == VMEM_REMAP ? granules << s->shift
                                               : vmem_round_up(size, VMEM_NATIVE_ROUND);
     struct chunk *c;
-    rc = chunk_create(device, granules, backed, false, 0, &c);
+    rc = chunk_create(device, granules, backed, false, &c);
     if (rc) return rc;
     c->alloc_size = size;
     addr = c->vaddr;
@@ -185,17 +181,14 @@ bool vmem_find_allocation(uintptr_t p, struct chunk **chunk, uintptr_t *base, ui
   struct chunk *c = vmem_owner(p);
   if (!c) return false;
   uint64_t offset = p - c->vaddr;
-  if (!c->is_slab) {
+  if (!c->is_arena) {
     if (offset >= c->alloc_size) return false;
     *base = c->vaddr;
     *size = c->alloc_size;
   } else {
-    uint32_t slot = (uint32_t)(offset / c->slot_size);
-    if (slot >= c->slots || !(c->used_bits[slot / 64] >> (slot % 64) & 1)) return false;
-    uint64_t start = (uint64_t)slot * c->slot_size;
-    if (offset - start >= c->slot_bytes[slot]) return false;
+    uint64_t start;
+    if (!vmem_arena_find(c, offset, &start, size)) return false;
     *base = c->vaddr + start;
-    *size = c->slot_bytes[slot];
   }
   *chunk = c;
   return true;
@@ -208,16 +201,12 @@ static int free_locked(uintptr_t p, const void *where) {
   uint64_t size;
   if (!vmem_find_allocation(p, &c, &base, &size) || base != p) return -EINVAL;
   struct device_state *d = &s->device[c->device];
-  if (c->is_slab) {
-    uint32_t slot = (uint32_t)((p - c->vaddr) / c->slot_size);
-    if (c->used == 1) {
-      int rc = chunk_destroy(c);
+  if (c->is_arena) {
+    vmem_arena_give(c, p - c->vaddr);
+    if (!c->in_open) open_push(d, c);
+    if (c->free_units == c->units) {
+      int rc = arena_emptied(c);
       if (rc) return rc;
-    } else {
-      c->used_bits[slot / 64] &= ~(1ull << (slot % 64));
-      c->slot_bytes[slot] = 0;
-      c->used--;
-      if (!c->in_partial) partial_push(d, c);
     }
   } else {
     int rc = chunk_destroy(c);
@@ -275,9 +264,24 @@ int vmem_get_stats(int device, struct vmem_stats *stats) {
       stats->requested_bytes += d->requested;
       stats->chunks += d->chunks;
       stats->held_bytes += d->held;
-      for (unsigned k = 0; k < vmem_class_count(); k++) stats->size_classes_used += d->class_slabs[k] != 0;
+      stats->arenas += d->arenas;
+      stats->empty_arenas += d->empty_arenas;
     }
   }
+  pthread_mutex_unlock(&s->lock);
+  return rc;
+}
+
+static int walk_trim(struct chunk *c, void *arg) {
+  (void)arg;
+  if (c->is_arena && c->free_units == c->units) return chunk_destroy(c);
+  return 0;
+}
+
+int vmem_trim(void) {
+  struct vmem_space *s = &vmem_space;
+  pthread_mutex_lock(&s->lock);
+  int rc = s->initialized ? vmem_walk(walk_trim, NULL) : -EINVAL;
   pthread_mutex_unlock(&s->lock);
   return rc;
 }

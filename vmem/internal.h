@@ -11,11 +11,11 @@
 #include "vmem.h"
 
 #define VMEM_MAX_DEVICES 64
-#define VMEM_MAX_CLASSES 512
 #define VMEM_MIN_ALIGN 256u
+#define VMEM_UNIT 512u /* arenas hand out multiples of this (cudaMalloc's own rounding) */
 #define VMEM_NATIVE_ROUND 512u /* cudaMalloc's own rounding, used for translate's large chunks */
 
-/* One backing chunk: a large allocation, or a slab of equal slots for one size class. */
+/* One backing chunk: a large allocation, or an arena shared by small ones. */
 struct chunk {
   uintptr_t vaddr;
   uint64_t va_bytes;   /* granule multiple */
@@ -25,21 +25,22 @@ struct chunk {
   uint64_t epoch;      /* recreate_all marks what it re-created */
   int device;
   bool resident;
-  bool is_slab;
+  bool is_arena;
   uint64_t alloc_size; /* large: the requested size */
-  /* slab only */
-  unsigned size_class;
-  uint32_t slot_size, slots, used, hint_word;
+  /* arena only (arena.c) */
+  uint32_t units, free_units;
+  uint32_t no_run_of;    /* a run of this many free units is known not to exist (0: unknown) */
   uint64_t *used_bits;
-  uint32_t *slot_bytes; /* requested size per slot */
-  struct chunk *partial_next, *partial_prev;
-  bool in_partial;
+  uint32_t *first_unit;  /* per used unit: the first unit of its allocation */
+  uint32_t *unit_bytes;  /* per first unit: the requested size */
+  struct chunk *open_next, *open_prev; /* arenas with free units, newest first */
+  bool in_open;
 };
 
 struct device_state {
   uint64_t held, requested, allocations, chunks;
-  struct chunk *partial[VMEM_MAX_CLASSES];
-  uint32_t class_slabs[VMEM_MAX_CLASSES];
+  struct chunk *open_arenas;
+  uint32_t arenas, empty_arenas;
 };
 
 struct extent {
@@ -90,13 +91,14 @@ int vmem_walk(int (*cb)(struct chunk *c, void *arg), void *arg);
 int vmem_backing_create(struct chunk *c);
 int vmem_backing_destroy(struct chunk *c);
 
-/* classes.c: size classes for small allocations. */
-void vmem_classes_init(uint64_t granule);
-unsigned vmem_class_count(void);
-uint64_t vmem_class_max(void);
-unsigned vmem_class_of(uint64_t size); /* size in (0, vmem_class_max()] */
-uint32_t vmem_class_size(unsigned size_class);
-unsigned vmem_class_granules(unsigned size_class);
+/* arena.c: small allocations inside one chunk. */
+int vmem_arena_init(struct chunk *c);   /* c->va_bytes set; -ENOMEM */
+void vmem_arena_fini(struct chunk *c);
+uint32_t vmem_arena_units(uint64_t size);
+int vmem_arena_take(struct chunk *c, uint64_t size, uintptr_t *vptr); /* -ENOSPC if no room */
+/* The allocation covering offset: its start offset and requested size. */
+bool vmem_arena_find(const struct chunk *c, uint64_t offset, uint64_t *start, uint64_t *size);
+void vmem_arena_give(struct chunk *c, uint64_t start_offset);
 
 /* alloc.c */
 void vmem_chunk_destroy_all(void);

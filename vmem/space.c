@@ -174,7 +174,6 @@ static int init_locked(struct vmem_space *s, const struct vmem_config *config) {
     free_tables(s);
     return rc;
   }
-  vmem_classes_init(s->granule);
   vmem_fast.base = s->base;
   vmem_fast.shift = s->shift;
   atomic_store_explicit(&vmem_fast.size, s->size, memory_order_release);

@@ -8,10 +8,11 @@
  *
  * Bookkeeping costs (host memory): 16 bytes per granule of the virtual range (delta and owner
  * tables, mapped lazily, so untouched parts cost nothing); per backing chunk one ~120-byte
- * descriptor; a small-allocation slab adds 1 bit + 4 bytes per slot (<= 36 KiB per 2 MiB slab of
- * 256-byte slots). Per allocation: no further host memory. Time: vmem_translate O(1) (two loads),
- * vmem_lookup and vmem_free O(1), vmem_alloc O(1) for small sizes when a slab has room, otherwise
- * O(free extents) to find virtual space plus the device calls. */
+ * descriptor; an arena (one granule shared by small allocations, in 512-byte units) adds 8 bytes +
+ * 1 bit per unit (33 KiB per 2 MiB arena). Per allocation: no further host memory. Time:
+ * vmem_translate O(1) (two loads), vmem_lookup and vmem_free O(1) (a small free also clears its
+ * units' bits), vmem_alloc for small sizes a first-fit bitmap scan of the open arenas (64 words
+ * each), otherwise O(free extents) to find virtual space plus the device calls. */
 #ifndef CUDAW_VMEM_H
 #define CUDAW_VMEM_H
 
@@ -55,8 +56,9 @@ void vmem_range(uintptr_t *base, uint64_t *size);
 /* Allocation flags. */
 #define VMEM_ALLOC_DEDICATED 0x1u /* own granule-aligned chunk even when small */
 
-/* Allocate size bytes on device; *vptr receives a 256-byte-aligned virtual device pointer (512
- * for sizes above 256). size 0 behaves like cudaMalloc(0): success, *vptr = NULL, nothing held.
+/* Allocate size bytes on device; *vptr receives a 512-byte-aligned virtual device pointer.
+ * Sizes up to half a granule share arenas (packed in 512-byte units, like cudaMalloc rounds);
+ * larger ones, and VMEM_ALLOC_DEDICATED, get their own granule-aligned chunk. size 0 behaves like cudaMalloc(0): success, *vptr = NULL, nothing held.
  * -ENOMEM when the quota, the device or the virtual range is exhausted (nothing is left behind),
  * -EINVAL for a bad device or flags, -EBUSY while memory is released (vmem_release_all). */
 int vmem_alloc(int device, uint64_t size, unsigned flags, void **vptr);
@@ -84,7 +86,7 @@ static inline int vmem_in_range(const void *p) {
 /* Virtual -> real. A pointer outside the range is returned unchanged (host pointers, real device
  * pointers of other allocators); inside it, the real address if its granule is backed (identity
  * under remap), else NULL (never allocated, freed, or released). Granule precision: a pointer into
- * an unallocated slot of a live slab still translates; use vmem_check_range for exactness. For an
+ * an unallocated unit of a live arena still translates; use vmem_check_range for exactness. For an
  * end pointer (one past an allocation) translate p - 1 and add 1. */
 static inline void *vmem_translate(const void *p) {
   uint64_t off = (uint64_t)((uintptr_t)p - vmem_fast.base);
@@ -110,7 +112,7 @@ struct vmem_info {
  * -ENOENT when p is in no live allocation. */
 int vmem_lookup(const void *p, struct vmem_info *info);
 
-/* One backing chunk: a large allocation's or a slab's device memory. */
+/* One backing chunk: a large allocation's or an arena's device memory. */
 struct vmem_chunk {
   uintptr_t vaddr;       /* virtual start, granule-aligned */
   uint64_t size;         /* bytes backed on the device (copy this many) */
@@ -171,10 +173,15 @@ int vmem_check_range(const void *p, uint64_t size, struct vmem_check_report *rep
 struct vmem_stats {
   uint64_t allocations;     /* live allocations */
   uint64_t requested_bytes; /* sum of their requested sizes */
-  uint64_t chunks;          /* backing chunks (slabs + large) */
+  uint64_t chunks;          /* backing chunks (arenas + large) */
   uint64_t held_bytes;      /* device bytes they hold (released ones included) */
-  uint64_t size_classes_used;
+  uint64_t arenas;          /* arenas of small allocations (among the chunks) */
+  uint64_t empty_arenas;    /* of those, empty ones kept for reuse (at most one per device) */
 };
+/* Give back the device memory of empty arenas kept for reuse (after a free emptied an arena, one
+ * per device is kept so that alloc/free pairs do not create device memory each time). */
+int vmem_trim(void);
+
 /* Totals over all devices (device < 0) or one device. */
 int vmem_get_stats(int device, struct vmem_stats *stats);
 

@@ -39,7 +39,7 @@ static void run(enum vmem_policy policy) {
 
   CHECK_EQ(vmem_free((char *)p + 8, NULL), -EINVAL);   /* interior, small */
   CHECK_EQ(vmem_free((char *)big + 4096, NULL), -EINVAL); /* interior, large */
-  CHECK_EQ(vmem_free((char *)p + 4096, NULL), -EINVAL); /* free slot of a live slab */
+  CHECK_EQ(vmem_free((char *)p + 4096, NULL), -EINVAL); /* free unit of a live arena */
   CHECK_EQ(vmem_free((char *)big + 8 * MiB, NULL), -EINVAL); /* unallocated, in range */
   CHECK_EQ(vmem_free(&host_var, NULL), -EINVAL);         /* foreign */
 
@@ -67,7 +67,9 @@ static void run(enum vmem_policy policy) {
   CHECK_EQ(vmem_check_range((char *)p + 10, 4, &r), -EFAULT);
   CHECK_EQ(r.kind, VMEM_CHECK_FREED);
   CHECK(r.base == p && r.size == 1000 && r.freed_where == where, "use after free names the free");
-  CHECK(vmem_translate(p) == NULL, "its slab is gone, so is the translation");
+  CHECK(vmem_translate(p) != NULL, "its empty arena is kept for reuse");
+  CHECK_EQ(vmem_trim(), 0);
+  CHECK(vmem_translate(p) == NULL, "trimmed: its arena is gone, so is the translation");
   CHECK_EQ(vmem_free(big, where), 0);
   CHECK(vmem_translate(big) == NULL, "freed large chunk no longer translates");
   CHECK_EQ(vmem_free(big, NULL), -EINVAL);

@@ -74,6 +74,9 @@ static void quota(enum vmem_policy policy) {
   CHECK_EQ(total, 64 * MiB);
   CHECK_EQ(free_bytes, 64 * MiB - 62 * MiB);
   CHECK_EQ(vmem_free(small, NULL), 0);
+  CHECK_EQ(fake_used(f, 0), used0 + 2 * MiB); /* its empty arena is kept for reuse ... */
+  CHECK_EQ(vmem_trim(), 0);
+  CHECK_EQ(fake_used(f, 0), used0);            /* ... until trimmed */
 
   /* Another process takes the device: free follows the device, not just the quota. */
   fake_set_device_bytes(f, 0, used0 + MiB);
@@ -105,6 +108,7 @@ static void exhaustion(enum vmem_policy policy) {
     if (fake_calls(f, ops[i]) == 0) { /* not used under this policy */
       CHECK_EQ(rc, 0);
       CHECK_EQ(vmem_free(b, NULL), 0);
+      CHECK_EQ(vmem_trim(), 0); /* the next small allocation must create an arena again */
       fake_fail(f, ops[i], 0);
       continue;
     }

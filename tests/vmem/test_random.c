@@ -168,6 +168,10 @@ static void run(enum vmem_policy policy, uint64_t ops, uint64_t seed) {
   }
   struct vmem_stats st;
   CHECK_EQ(vmem_get_stats(-1, &st), 0);
+  CHECK(st.empty_arenas <= 2 && st.held_bytes == st.empty_arenas * vmem_granule(),
+        "after freeing everything only the kept empty arenas (one per device) remain");
+  CHECK_EQ(vmem_trim(), 0);
+  CHECK_EQ(vmem_get_stats(-1, &st), 0);
   CHECK_EQ(st.held_bytes, 0);
   CHECK_EQ(st.chunks, 0);
   CHECK_EQ(fake_used(f, 0) + fake_used(f, 1), 0);

@@ -61,6 +61,7 @@ int main(void) {
   CHECK_EQ(vmem_get_stats(0, &st), 0);
   CHECK_EQ(st.allocations, STABLE);
   for (int i = 0; i < STABLE; i++) CHECK_EQ(vmem_free(stable[i], NULL), 0);
+  CHECK_EQ(vmem_trim(), 0);
   CHECK_EQ(vmem_get_stats(0, &st), 0);
   CHECK_EQ(st.held_bytes, 0);
   stop(f);

@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""CuPy under cudaw: array arithmetic, a custom RawKernel and cuBLAS (matmul) on fixed data.
+
+Prints one line per part with a SHA-256 of the result's bytes, so that a run under cudaw can be
+compared with a native one (the lines must be identical). Exits 1 if a result is wrong against
+NumPy on the host.
+"""
+import hashlib
+import sys
+
+import cupy as cp
+import numpy as np
+
+
+def digest(a):
+    return hashlib.sha256(cp.asnumpy(a).tobytes()).hexdigest()[:16]
+
+
+def main():
+    rng = np.random.default_rng(7)
+    ok = True
+    a_h = rng.standard_normal((1024, 1024)).astype(np.float32)
+    b_h = rng.standard_normal((1024, 1024)).astype(np.float32)
+    a, b = cp.asarray(a_h), cp.asarray(b_h)
+
+    c = (a * 2.0 + b).sum(axis=1)
+    ok &= np.allclose(cp.asnumpy(c), (a_h * 2.0 + b_h).sum(axis=1), rtol=1e-4, atol=1e-3)
+    print("arith", digest(c))
+
+    kernel = cp.RawKernel(r'''
+    extern "C" __global__ void saxpy(float a, const float *x, float *y, int n) {
+      int i = blockIdx.x * blockDim.x + threadIdx.x;
+      if (i < n) y[i] = a * x[i] + y[i];
+    }''', "saxpy")
+    n = a.size
+    y = b.ravel().copy()
+    kernel(((n + 255) // 256,), (256,), (np.float32(3.0), a.ravel(), y, np.int32(n)))
+    ok &= np.array_equal(cp.asnumpy(y), np.float32(3.0) * a_h.ravel() + b_h.ravel())
+    print("rawkernel", digest(y))
+
+    with cp.cuda.Device(0):
+        m = a @ b  # cuBLAS SGEMM
+    ref = a_h.astype(np.float64) @ b_h.astype(np.float64)
+    err = np.linalg.norm(cp.asnumpy(m) - ref) / np.linalg.norm(ref)
+    ok &= err < 1e-3
+    print("cublas", digest(m), "relerr %.1e" % err)
+
+    free, total = cp.cuda.runtime.memGetInfo()
+    print("memGetInfo ok" if 0 < free <= total else "memGetInfo WRONG %d %d" % (free, total))
+    ok &= 0 < free <= total
+    print("cupy: ok" if ok else "cupy: FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

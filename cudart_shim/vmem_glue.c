@@ -147,6 +147,8 @@ cudaError_t shim_vmem_alloc(void **ptr, uint64_t size)
   int rc = vmem_alloc(device, size, 0, ptr);
   if (rc == -ENOMEM) {
     /* Like the runtime's pools: blocks freed on streams still running come back first. */
+    /* The failed attempt's runtime error (translate: cudaMalloc) is not the program's. */
+    SHIM_REAL(cudaGetLastError)();
     shim_vmem_reap_frees(1);
     rc = vmem_alloc(device, size, 0, ptr);
   }

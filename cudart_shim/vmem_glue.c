@@ -3,6 +3,7 @@
  * options table, and hooked into the wrappers' pointer translation under the translate policy. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -59,6 +60,30 @@ static int read_config(const struct vmem_prims *prims, void *ctx, struct vmem_co
   return 0;
 }
 
+/* Libraries that launch their kernels without going through libcudart (static runtime inside, or
+ * the driver API): under translate the virtual pointers they receive are not valid on the device. */
+static const char *const bypassing_libraries[] = {
+  "libcublas", "libcublasLt", "libcudnn", "libnccl", "libcufft", "libcusparse", "libcusolver",
+  "libcurand", "libnvrtc", "libtriton"};
+
+static int warn_bypassing(struct dl_phdr_info *info, size_t size, void *ctx)
+{
+  (void)size;
+  (void)ctx;
+  const char *name = strrchr(info->dlpi_name, '/');
+  name = name ? name + 1 : info->dlpi_name;
+  for (size_t i = 0; i < sizeof bypassing_libraries / sizeof bypassing_libraries[0]; i++) {
+    size_t n = strlen(bypassing_libraries[i]);
+    if (strncmp(name, bypassing_libraries[i], n) == 0 && (name[n] == '.' || name[n] == '_' ||
+                                                         name[n] == '-'))
+      shim_warn("vmem: %s is loaded and launches its kernels without the CUDA runtime: under "
+                "CUDAW_VMEM=translate the device pointers it receives are virtual and invalid on "
+                "the GPU (expect cudaErrorIllegalAddress); use CUDAW_VMEM=remap (needs VMM) or "
+                "CUDAW_VMEM=off", name);
+  }
+  return 0;
+}
+
 static const char *policy_name(enum vmem_policy policy)
 {
   return policy == VMEM_REMAP ? "remap" : policy == VMEM_TRANSLATE ? "translate" : "auto";
@@ -92,6 +117,7 @@ static void start(void)
   if (vmem_policy() == VMEM_TRANSLATE) {
     shim_translate_base = base;
     shim_translate_end = base + size;
+    dl_iterate_phdr(warn_bypassing, NULL);
   }
   shim_info("vmem: policy %s, virtual range %#lx..%#lx (%lu GiB), granule %lu KiB",
             policy_name(vmem_policy()), (unsigned long)base, (unsigned long)(base + size),

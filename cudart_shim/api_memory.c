@@ -1,29 +1,28 @@
 /* Hand-written allocation overrides: device memory comes from vmem, so that it has a virtual
- * address that survives a checkpoint. When vmem does not run (CUDAW_VMEM=off, no device) the
- * calls go to the real runtime unchanged. Listed in gen/api.d/vmem.conf. */
+ * address that survives a checkpoint; managed and page-locked host memory go to the real runtime
+ * and are tracked (mem_registry.c). When vmem does not run (CUDAW_VMEM=off, no device) device
+ * allocations go to the real runtime unchanged. Listed in gen/api.d/vmem.conf. */
 #include <errno.h>
+#include <stdint.h>
 
 #include "shim_generated.h"
 #include "shim_vmem.h"
 #include "vmem.h"
 
-static cudaError_t current_device(int *device)
-{
-  return SHIM_REAL(cudaGetDevice)(device);
-}
+#define PITCH_ALIGNMENT_MIN 512u
+#define MAX_DEVICES 64
 
 SHIM_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
 {
   shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaMalloc);
   if (!real) return shim_missing(SHIM_FN_cudaMalloc);
   cudaError_t result;
-  int device;
   if (!devPtr) {
     result = shim_set_last_error(cudaErrorInvalidValue);
   } else if (shim_vmem_start() != 0) {
     result = ((__typeof__(&cudaMalloc))real)(devPtr, size);
-  } else if ((result = current_device(&device)) == cudaSuccess) {
-    result = shim_set_last_error(shim_error_from_errno(vmem_alloc(device, size, 0, devPtr)));
+  } else {
+    result = shim_set_last_error(shim_vmem_alloc(devPtr, size));
   }
   shim_gate_leave();
   return result;
@@ -36,12 +35,16 @@ SHIM_EXPORT cudaError_t cudaFree(void *devPtr)
   cudaError_t result;
   if (devPtr && vmem_in_range(devPtr)) {
     /* cudaFree waits for the device before the memory can be reused; so do we, since a freed
-     * slot of a shared slab is handed out again at once. */
+     * slot of a shared slab is handed out again at once. Blocks freed on streams are then done. */
     SHIM_REAL(cudaDeviceSynchronize)();
+    shim_vmem_reap_frees(1);
     result = shim_set_last_error(
         shim_error_from_errno(vmem_free(devPtr, __builtin_return_address(0))));
   } else {
     result = ((__typeof__(&cudaFree))real)(devPtr);
+    if (result == cudaSuccess && devPtr &&
+        shim_mem_untrack(SHIM_MEM_MANAGED, devPtr, NULL) != 0)
+      shim_mem_untrack(SHIM_MEM_PASSTHROUGH, devPtr, NULL);
   }
   shim_gate_leave();
   return result;
@@ -57,14 +60,169 @@ SHIM_EXPORT cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
     result = shim_set_last_error(cudaErrorInvalidValue);
   } else if (shim_vmem_start() != 0) {
     result = ((__typeof__(&cudaMemGetInfo))real)(free, total);
-  } else if ((result = current_device(&device)) == cudaSuccess) {
+  } else if ((result = shim_current_device(&device)) == cudaSuccess) {
+    shim_vmem_reap_frees(0);
     uint64_t f = 0, t = 0;
     result = shim_error_from_errno(vmem_mem_info(device, &f, &t));
     if (result == cudaSuccess) {
       *free = (size_t)f;
       *total = (size_t)t;
     }
+    shim_set_last_error(result);
   }
+  shim_gate_leave();
+  return result;
+}
+
+/* The pitch the real runtime picks for a row of width bytes: rounded up to the device's texture
+ * pitch alignment, at least 512 bytes (what cudaMallocPitch returns on every current GPU). */
+static cudaError_t pitch_for(size_t width, size_t *pitch)
+{
+  static _Atomic unsigned alignment[MAX_DEVICES];
+  int device;
+  cudaError_t result = shim_current_device(&device);
+  if (result != cudaSuccess) return result;
+  unsigned align = device >= 0 && device < MAX_DEVICES ? atomic_load(&alignment[device]) : 0;
+  if (align == 0) {
+    int value = 0;
+    if (SHIM_REAL(cudaDeviceGetAttribute)(&value, cudaDevAttrTexturePitchAlignment, device) !=
+        cudaSuccess) {
+      SHIM_REAL(cudaGetLastError)(); /* our probe's failure is not the program's error */
+      value = 0;
+    }
+    align = PITCH_ALIGNMENT_MIN;
+    while (align < (unsigned)value) align <<= 1;
+    if (device >= 0 && device < MAX_DEVICES) atomic_store(&alignment[device], align);
+  }
+  if (width > SIZE_MAX - align) return cudaErrorMemoryAllocation;
+  *pitch = (width + align - 1) & ~(size_t)(align - 1);
+  return cudaSuccess;
+}
+
+/* width x rows pitched through vmem; *pitch set on success. */
+static cudaError_t alloc_pitched(void **ptr, size_t *pitch, size_t width, size_t rows)
+{
+  size_t p;
+  cudaError_t result = pitch_for(width, &p);
+  if (result != cudaSuccess) return result;
+  if (rows && p > SIZE_MAX / rows) return cudaErrorMemoryAllocation;
+  result = shim_vmem_alloc(ptr, (uint64_t)p * rows);
+  if (result == cudaSuccess) *pitch = p;
+  return result;
+}
+
+SHIM_EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaMallocPitch);
+  if (!real) return shim_missing(SHIM_FN_cudaMallocPitch);
+  cudaError_t result;
+  if (!devPtr || !pitch) {
+    result = shim_set_last_error(cudaErrorInvalidValue);
+  } else if (shim_vmem_start() != 0) {
+    result = ((__typeof__(&cudaMallocPitch))real)(devPtr, pitch, width, height);
+  } else {
+    result = shim_set_last_error(alloc_pitched(devPtr, pitch, width, height));
+  }
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struct cudaExtent extent)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaMalloc3D);
+  if (!real) return shim_missing(SHIM_FN_cudaMalloc3D);
+  cudaError_t result;
+  if (!pitchedDevPtr) {
+    result = shim_set_last_error(cudaErrorInvalidValue);
+  } else if (shim_vmem_start() != 0) {
+    result = ((__typeof__(&cudaMalloc3D))real)(pitchedDevPtr, extent);
+  } else if (extent.depth && extent.height > SIZE_MAX / extent.depth) {
+    result = shim_set_last_error(cudaErrorMemoryAllocation);
+  } else {
+    void *ptr = NULL;
+    size_t pitch = 0;
+    result = alloc_pitched(&ptr, &pitch, extent.width, extent.height * extent.depth);
+    if (result == cudaSuccess)
+      *pitchedDevPtr = (struct cudaPitchedPtr){ptr, pitch, extent.width, extent.height};
+    shim_set_last_error(result);
+  }
+  shim_gate_leave();
+  return result;
+}
+
+/* Track what the real runtime allocated; on failure give it back and fail like a full device. */
+static cudaError_t track(cudaError_t result, enum shim_mem_kind kind, void *handle, size_t size,
+                         unsigned flags, cudaError_t (*undo)(void *))
+{
+  if (result != cudaSuccess || !handle) return result;
+  struct shim_mem_record record = {.kind = kind, .handle = handle, .size = size, .flags = flags};
+  if (shim_current_device(&record.device) != cudaSuccess) record.device = 0;
+  if (shim_mem_track(&record) == 0) return cudaSuccess;
+  undo(handle);
+  return shim_set_last_error(cudaErrorMemoryAllocation);
+}
+
+/* Managed memory is not virtualised: the driver migrates it between host and device by itself,
+ * and its address is valid on the host, so it must stay real. Tracked for checkpoint. */
+SHIM_EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaMallocManaged);
+  if (!real) return shim_missing(SHIM_FN_cudaMallocManaged);
+  cudaError_t result = ((__typeof__(&cudaMallocManaged))real)(devPtr, size, flags);
+  result = track(result, SHIM_MEM_MANAGED, devPtr ? *devPtr : NULL, size, flags,
+                 SHIM_REAL(cudaFree));
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT cudaError_t cudaMallocHost(void **ptr, size_t size)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaMallocHost);
+  if (!real) return shim_missing(SHIM_FN_cudaMallocHost);
+  cudaError_t result = ((__typeof__(&cudaMallocHost))real)(ptr, size);
+  result = track(result, SHIM_MEM_HOST, ptr ? *ptr : NULL, size, cudaHostAllocDefault,
+                 SHIM_REAL(cudaFreeHost));
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaHostAlloc);
+  if (!real) return shim_missing(SHIM_FN_cudaHostAlloc);
+  cudaError_t result = ((__typeof__(&cudaHostAlloc))real)(pHost, size, flags);
+  result = track(result, SHIM_MEM_HOST, pHost ? *pHost : NULL, size, flags,
+                 SHIM_REAL(cudaFreeHost));
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT cudaError_t cudaFreeHost(void *ptr)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaFreeHost);
+  if (!real) return shim_missing(SHIM_FN_cudaFreeHost);
+  cudaError_t result = ((__typeof__(&cudaFreeHost))real)(ptr);
+  if (result == cudaSuccess && ptr) shim_mem_untrack(SHIM_MEM_HOST, ptr, NULL);
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaHostRegister);
+  if (!real) return shim_missing(SHIM_FN_cudaHostRegister);
+  cudaError_t result = ((__typeof__(&cudaHostRegister))real)(ptr, size, flags);
+  result = track(result, SHIM_MEM_REGISTERED, ptr, size, flags, SHIM_REAL(cudaHostUnregister));
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT cudaError_t cudaHostUnregister(void *ptr)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaHostUnregister);
+  if (!real) return shim_missing(SHIM_FN_cudaHostUnregister);
+  cudaError_t result = ((__typeof__(&cudaHostUnregister))real)(ptr);
+  if (result == cudaSuccess) shim_mem_untrack(SHIM_MEM_REGISTERED, ptr, NULL);
   shim_gate_leave();
   return result;
 }

@@ -1,8 +1,15 @@
-/* The library's use of vmem: lazy start and the error conversion at the API edge. */
+/* The library's use of vmem: lazy start, argument checks, stream-ordered frees, the registry of
+ * memory that is not vmem's (managed, pinned host, arrays) and the error conversion at the API
+ * edge. Implemented in vmem_glue.c, api_mem_async.c and mem_registry.c. */
 #ifndef CUDAW_SHIM_VMEM_H
 #define CUDAW_SHIM_VMEM_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include <cuda_runtime_api.h>
+
+#include "shim.h"
 
 /* Start vmem once (options, primitives over the real runtime, reservation). 0 when allocations
  * are virtualised; -errno when they are not (CUDAW_VMEM=off, no device, ...): callers then pass
@@ -18,5 +25,75 @@ cudaError_t shim_error_from_errno(int rc);
 /* Record an error cudaw returns without the real runtime seeing it, so that cudaGetLastError
  * reports it as the runtime would (last_error.c). Returns error. */
 cudaError_t shim_set_last_error(cudaError_t error);
+
+/* ---- argument checks (vmem_glue.c) -------------------------------------------------------- */
+
+/* Nonzero with CUDAW_CHECK=1: every virtual pointer argument is validated. */
+extern int shim_vmem_check_all;
+
+/* Check a virtual pointer argument of API function id (p is inside the virtual range). ranged:
+ * bytes is how far the call reaches from p (0: nothing is touched, the call is not checked
+ * unless CUDAW_CHECK is on); unranged: p alone must be inside a live allocation. Returns 0 when
+ * the call may proceed, -EFAULT (after a log line naming the call, the allocation, and for a use
+ * after free where it was freed) when it must fail with cudaErrorInvalidValue. */
+int shim_vmem_check_arg(enum shim_fn_id id, const void *p, uint64_t bytes, int ranged);
+
+/* A 2D extent: the bytes a width x height copy with this pitch spans from its start. */
+static inline uint64_t shim_extent_2d(size_t pitch, size_t width, size_t height)
+{
+  return width == 0 || height == 0 ? 0 : (uint64_t)(height - 1) * pitch + width;
+}
+
+/* The current device, through the real runtime. */
+cudaError_t shim_current_device(int *device);
+
+/* Allocate through vmem on the current device, honouring the quota; on -ENOMEM frees still
+ * waiting on their stream are waited for and the allocation retried once. */
+cudaError_t shim_vmem_alloc(void **ptr, uint64_t size);
+
+/* ---- stream-ordered frees (api_mem_async.c) ----------------------------------------------- */
+
+/* Give back to vmem every block freed on a stream whose stream has passed the free (polled, no
+ * waiting). wait: wait for all of them first (cudaFree, out of memory, before a checkpoint). */
+void shim_vmem_reap_frees(int wait);
+
+/* 1 when vptr was freed with cudaFreeAsync and that free has not completed yet. */
+int shim_vmem_free_pending(const void *vptr);
+
+/* ---- memory that is not vmem's (mem_registry.c) ------------------------------------------- */
+
+enum shim_mem_kind {
+  SHIM_MEM_MANAGED,     /* cudaMallocManaged */
+  SHIM_MEM_HOST,        /* cudaMallocHost / cudaHostAlloc */
+  SHIM_MEM_REGISTERED,  /* cudaHostRegister */
+  SHIM_MEM_ARRAY,       /* cudaMallocArray / cudaMalloc3DArray */
+  SHIM_MEM_MIPMAPPED,   /* cudaMallocMipmappedArray */
+  SHIM_MEM_PASSTHROUGH, /* device memory left real: stream capture, CUDAW_VMEM=off */
+};
+
+/* One tracked allocation. Arrays: handle is the cudaArray_t / cudaMipmappedArray_t. */
+struct shim_mem_record {
+  enum shim_mem_kind kind;
+  void *handle;                   /* pointer or array handle */
+  uint64_t size;                  /* bytes (0 for arrays: see extent) */
+  unsigned flags;                 /* the allocation's flags */
+  int device;
+  struct cudaChannelFormatDesc format; /* arrays only */
+  struct cudaExtent extent;            /* arrays only */
+  unsigned levels;                     /* mipmapped arrays only */
+};
+
+/* Track / forget an allocation. Add returns 0 or -ENOMEM; remove returns 0 or -ENOENT when
+ * handle is not tracked with that kind. */
+int shim_mem_track(const struct shim_mem_record *record);
+int shim_mem_untrack(enum shim_mem_kind kind, const void *handle, struct shim_mem_record *out);
+
+/* The tracked record whose pointer range contains p (not arrays). 0 or -ENOENT. */
+int shim_mem_find(const void *p, struct shim_mem_record *out);
+
+/* Call cb for every tracked allocation (the registry's lock held: cb must not call back into
+ * the registry). A non-zero return from cb stops the walk and is returned. For the checkpoint
+ * glue: managed memory and arrays hold device contents that vmem does not see. */
+int shim_mem_for_each(int (*cb)(const struct shim_mem_record *record, void *ctx), void *ctx);
 
 #endif

@@ -2,8 +2,12 @@
  * program that never allocates never creates a context because of cudaw), configured from the
  * options table, and hooked into the wrappers' pointer translation under the translate policy. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +16,8 @@
 #include "shim_generated.h"
 #include "shim_vmem.h"
 #include "vmem.h"
+
+int shim_vmem_check_all;
 
 static pthread_once_t vmem_once = PTHREAD_ONCE_INIT;
 static int vmem_status = -ENODEV; /* 0 once vmem runs; else why it does not */
@@ -54,6 +60,30 @@ static int read_config(const struct vmem_prims *prims, void *ctx, struct vmem_co
   return 0;
 }
 
+/* Libraries that launch their kernels without going through libcudart (static runtime inside, or
+ * the driver API): under translate the virtual pointers they receive are not valid on the device. */
+static const char *const bypassing_libraries[] = {
+  "libcublas", "libcublasLt", "libcudnn", "libnccl", "libcufft", "libcusparse", "libcusolver",
+  "libcurand", "libnvrtc", "libtriton"};
+
+static int warn_bypassing(struct dl_phdr_info *info, size_t size, void *ctx)
+{
+  (void)size;
+  (void)ctx;
+  const char *name = strrchr(info->dlpi_name, '/');
+  name = name ? name + 1 : info->dlpi_name;
+  for (size_t i = 0; i < sizeof bypassing_libraries / sizeof bypassing_libraries[0]; i++) {
+    size_t n = strlen(bypassing_libraries[i]);
+    if (strncmp(name, bypassing_libraries[i], n) == 0 && (name[n] == '.' || name[n] == '_' ||
+                                                         name[n] == '-'))
+      shim_warn("vmem: %s is loaded and launches its kernels without the CUDA runtime: under "
+                "CUDAW_VMEM=translate the device pointers it receives are virtual and invalid on "
+                "the GPU (expect cudaErrorIllegalAddress); use CUDAW_VMEM=remap (needs VMM) or "
+                "CUDAW_VMEM=off", name);
+  }
+  return 0;
+}
+
 static const char *policy_name(enum vmem_policy policy)
 {
   return policy == VMEM_REMAP ? "remap" : policy == VMEM_TRANSLATE ? "translate" : "auto";
@@ -80,12 +110,14 @@ static void start(void)
               "cannot be checkpointed", strerror(-rc));
     goto out;
   }
+  shim_vmem_check_all = config.check;
   uintptr_t base;
   uint64_t size;
   vmem_range(&base, &size);
   if (vmem_policy() == VMEM_TRANSLATE) {
     shim_translate_base = base;
     shim_translate_end = base + size;
+    dl_iterate_phdr(warn_bypassing, NULL);
   }
   shim_info("vmem: policy %s, virtual range %#lx..%#lx (%lu GiB), granule %lu KiB",
             policy_name(vmem_policy()), (unsigned long)base, (unsigned long)(base + size),
@@ -125,4 +157,85 @@ cudaError_t shim_error_from_errno(int rc)
   case -ENODEV: return cudaErrorNoDevice;
   default: return cudaErrorUnknown;
   }
+}
+
+cudaError_t shim_current_device(int *device)
+{
+  return SHIM_REAL(cudaGetDevice)(device);
+}
+
+cudaError_t shim_vmem_alloc(void **ptr, uint64_t size)
+{
+  int device;
+  cudaError_t result = shim_current_device(&device);
+  if (result != cudaSuccess) return result;
+  shim_vmem_reap_frees(0);
+  int rc = vmem_alloc(device, size, 0, ptr);
+  if (rc == -ENOMEM) {
+    /* Like the runtime's pools: blocks freed on streams still running come back first. */
+    /* The failed attempt's runtime error (translate: cudaMalloc) is not the program's. */
+    SHIM_REAL(cudaGetLastError)();
+    shim_vmem_reap_frees(1);
+    rc = vmem_alloc(device, size, 0, ptr);
+  }
+  return shim_error_from_errno(rc);
+}
+
+/* "name+0x12 (libfoo.so)" for a code address, for use-after-free reports. */
+static void describe_site(const void *where, char *out, size_t size)
+{
+  Dl_info info;
+  if (where && dladdr(where, &info) && info.dli_fname) {
+    const char *file = strrchr(info.dli_fname, '/');
+    file = file ? file + 1 : info.dli_fname;
+    if (info.dli_sname)
+      snprintf(out, size, "%s+%#lx (%s)", info.dli_sname,
+               (unsigned long)((uintptr_t)where - (uintptr_t)info.dli_saddr), file);
+    else
+      snprintf(out, size, "%s+%#lx", file,
+               (unsigned long)((uintptr_t)where - (uintptr_t)info.dli_fbase));
+  } else {
+    snprintf(out, size, "%p", where);
+  }
+}
+
+int shim_vmem_check_arg(enum shim_fn_id id, const void *p, uint64_t bytes, int ranged)
+{
+  const char *fn = shim_fn_names[id];
+  if (shim_vmem_check_all) {
+    struct vmem_check_report report;
+    if (vmem_check_range(p, bytes, &report) == 0) return 0;
+    char site[256];
+    switch (report.kind) {
+    case VMEM_CHECK_FREED:
+      describe_site(report.freed_where, site, sizeof site);
+      shim_error("CUDAW_CHECK: %s: %p is a use after free: it lies in an allocation of %" PRIu64
+                 " bytes at %p freed by %s", fn, p, report.size, report.base, site);
+      break;
+    case VMEM_CHECK_OVERFLOW:
+      shim_error("CUDAW_CHECK: %s: %p + %" PRIu64 " bytes runs past the end of the allocation of "
+                 "%" PRIu64 " bytes at %p", fn, p, bytes, report.size, report.base);
+      break;
+    case VMEM_CHECK_RELEASED:
+      shim_error("CUDAW_CHECK: %s: %p is in an allocation whose memory is released (checkpoint)",
+                 fn, p);
+      break;
+    default:
+      shim_error("CUDAW_CHECK: %s: %p is not inside any live allocation", fn, p);
+      break;
+    }
+    return -EFAULT;
+  }
+  if (!ranged || bytes == 0) return 0;
+  struct vmem_info info;
+  if (vmem_lookup(p, &info) != 0) {
+    shim_warn("%s: %p is not inside any live allocation", fn, p);
+    return -EFAULT;
+  }
+  if (bytes > info.size - info.offset) {
+    shim_warn("%s: %p + %" PRIu64 " bytes runs past the end of the allocation of %" PRIu64
+              " bytes at %p", fn, p, bytes, info.size, info.base);
+    return -EFAULT;
+  }
+  return 0;
 }

@@ -241,7 +241,30 @@ def is_translated_pointer(ptype):
     return re.sub(r"\s+", "", t) == "void*"
 
 
-def emit_wrapper(d, blocking, out):
+def read_ranges(entries, wanted):
+    """[range] lines `name: param = bytes-expression; ...`: how many bytes a pointer argument
+    spans, so that the wrapper can refuse a range running past a virtual allocation's end. The
+    _ptds/_ptsz variants of a name share its entry."""
+    ranges = {}
+    for line in entries:
+        m = re.match(r"^(\w+)\s*:(.*)$", line)
+        if not m or m.group(1) not in wanted:
+            die("[range] %s: expected `exported_name: param = expression; ...`" % line)
+        spec = {}
+        for part in m.group(2).split(";"):
+            pm = re.match(r"^\s*(\w+)\s*=\s*(.+?)\s*$", part)
+            if not pm:
+                die("[range] %s: bad part %r" % (m.group(1), part))
+            spec[pm.group(1)] = pm.group(2)
+        ranges[m.group(1)] = spec
+    return ranges
+
+
+def range_of(ranges, name):
+    return ranges.get(re.sub(r"_pt(ds|sz)$", "", name), {})
+
+
+def emit_wrapper(d, blocking, out, ranges=None):
     ret_void = d.ret == "void"
     args = ", ".join(n for _, n in d.params)
     out.append("#undef %s" % d.name)
@@ -261,9 +284,27 @@ def emit_wrapper(d, blocking, out):
         out.append("  if (!real) { %s(SHIM_FN_%s); return; }" % (miss, d.name))
     else:
         out.append("  if (!real) return %s;" % fail)
-    for decl, name in d.params:
-        if is_translated_pointer(param_type(decl, name)):
-            out.append("  %s = shim_translate_in(%s);" % (name, name))
+    spec = range_of(ranges or {}, d.name)
+    pointers = [n for decl, n in d.params if is_translated_pointer(param_type(decl, n))]
+    for p in spec:
+        if p not in pointers:
+            die("[range] %s: %s is not a void * parameter" % (d.name, p))
+    # Virtual pointers are checked before translation: a range past the allocation's end, or
+    # with CUDAW_CHECK any pointer into no live allocation, is refused (cudaErrorInvalidValue).
+    if d.ret == "cudaError_t":
+        for name in pointers:
+            if name in spec:
+                cond = "shim_vmem_check_arg(SHIM_FN_%s, %s, (uint64_t)(%s), 1)" % (
+                    d.name, name, spec[name])
+            else:
+                cond = "shim_vmem_check_all && shim_vmem_check_arg(SHIM_FN_%s, %s, 0, 0)" % (
+                    d.name, name)
+            out.append("  if (SHIM_UNLIKELY(vmem_in_range(%s)) && %s) {" % (name, cond))
+            out.append("    %s;" % leave)
+            out.append("    return shim_set_last_error(cudaErrorInvalidValue);")
+            out.append("  }")
+    for name in pointers:
+        out.append("  %s = shim_translate_in(%s);" % (name, name))
     call = "((__typeof__(&%s))real)(%s)" % (d.name, args)
     if ret_void:
         out.append("  %s;" % call)
@@ -354,6 +395,7 @@ def main():
     wanted = set(exports)
     conf = read_conf(a.conf)
     handwritten = conf.get("handwritten", [])
+    ranges = read_ranges(conf.get("range", []), wanted)
     blocking = set(conf.get("blocking", []))
     for name in handwritten + sorted(blocking):
         if name not in wanted:
@@ -409,9 +451,9 @@ def main():
     out = ["/* %s */" % GENERATED.format(src=src),
            "/* One wrapper per declared runtime function: gate, translate `void *` arguments, call",
            " * the real entry point. Hand-written functions (gen/api.conf) live in cudart_shim/. */",
-           '#include "shim_generated.h"', ""]
+           '#include "shim_generated.h"', '#include "shim_vmem.h"', '#include "vmem.h"', ""]
     for n in generated:
-        emit_wrapper(decls[n], blocking, out)
+        emit_wrapper(decls[n], blocking, out, ranges)
     with open(os.path.join(a.out, "shim_wrappers.c"), "w") as f:
         f.write("\n".join(out))
 

@@ -51,6 +51,11 @@ typedef void (*cudaw_emu_kernel_fn)(const struct cudaw_emu_launch *launch, void 
  * over a dlsym-found one. Returns 0, or -EINVAL for a NULL name or function, -ENOMEM. */
 int cudaw_emu_register_kernel(const char *mangled, cudaw_emu_kernel_fn fn);
 
+/* Hold (hold != 0) or release a stream: while held, events recorded on it report
+ * cudaErrorNotReady, as if the stream had not reached them yet; synchronising with such an event
+ * releases the stream. For stream-ordered allocation tests. Returns 0, or -EINVAL. */
+int cudaw_emu_hold_stream(cudaStream_t stream, int hold);
+
 /* Always returns 1: lets a program prove its runtime calls reach the emu (look it up with dlsym). */
 int cudaw_emu_is_emulated(void);
 

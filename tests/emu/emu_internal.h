@@ -94,6 +94,11 @@ int emu_vmm_map(uintptr_t addr, size_t size, size_t offset, uint64_t handle);
 int emu_vmm_set_access(uintptr_t addr, size_t size, bool read_write);
 int emu_vmm_unmap(uintptr_t addr, size_t size);
 
+/* ---- emu_vmem_api.c: held streams (cudaw_emu_hold_stream) ---- */
+/* Whether work on stream is held back: events recorded there do not complete until released. */
+bool emu_stream_held(cudaStream_t stream);
+void emu_stream_release(cudaStream_t stream);
+
 /* ---- emu_stream.c ---- */
 /* 0 when stream is a default stream or a live created one, else -EBADF. */
 int emu_stream_check(cudaStream_t stream);

@@ -22,6 +22,7 @@ struct emu_event {
   unsigned flags;
   bool recorded;
   struct timespec time;
+  cudaStream_t held_on; /* recorded on a held stream (cudaw_emu_hold_stream): not complete yet */
 };
 
 /* Live handles, so a destroyed or made-up handle is refused without being dereferenced. */
@@ -207,6 +208,7 @@ cudaError_t emu_event_record(cudaEvent_t event, cudaStream_t stream) {
   if (!e || emu_stream_check(stream)) return emu_result(cudaErrorInvalidResourceHandle);
   clock_gettime(CLOCK_MONOTONIC, &e->time);
   e->recorded = true;
+  e->held_on = emu_stream_held(stream) ? stream : NULL;
   return cudaSuccess;
 }
 
@@ -221,11 +223,15 @@ EMU_EXPORT cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t 
 }
 
 EMU_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  return emu_result(live_event(event) ? cudaSuccess : cudaErrorInvalidResourceHandle);
+  struct emu_event *e = live_event(event);
+  if (e && e->held_on) emu_stream_release(e->held_on); /* waiting lets the stream catch up */
+  return emu_result(e ? cudaSuccess : cudaErrorInvalidResourceHandle);
 }
 
 EMU_EXPORT cudaError_t cudaEventQuery(cudaEvent_t event) {
-  return emu_result(live_event(event) ? cudaSuccess : cudaErrorInvalidResourceHandle);
+  struct emu_event *e = live_event(event);
+  if (e && e->held_on && emu_stream_held(e->held_on)) return cudaErrorNotReady;
+  return emu_result(e ? cudaSuccess : cudaErrorInvalidResourceHandle);
 }
 
 EMU_EXPORT cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {

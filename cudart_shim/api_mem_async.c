@@ -1,0 +1,277 @@
+/* Stream-ordered allocation through vmem: cudaMallocAsync, cudaMallocFromPoolAsync, cudaFreeAsync
+ * and their _ptsz variants. A block freed on a stream must not be handed out again before the
+ * stream reaches the free, so the free records an event there and the block goes back to vmem
+ * once that event has completed: polled on later allocation calls and cudaMemGetInfo, waited for
+ * by cudaFree and when an allocation runs out of memory. No CUDA call is made from a callback.
+ * Memory pools (cudaMemPool*) are passed through; allocations from them come from vmem (pool
+ * attributes such as the release threshold do not apply). A stream being captured into a graph
+ * gets real memory from the real runtime (a graph's allocation nodes cannot be virtualised). */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "shim_generated.h"
+#include "shim_vmem.h"
+#include "vmem.h"
+
+/* Not declared in C mode without CUDA_API_PER_THREAD_DEFAULT_STREAM. */
+cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t hStream);
+cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t hStream);
+cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t memPool,
+                                         cudaStream_t stream);
+
+struct pending_free {
+  void *ptr;
+  cudaEvent_t event;
+  const void *where;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct pending_free *pending;
+static size_t pending_count, pending_capacity;
+static _Atomic size_t pending_published; /* pending_count, readable without the lock */
+static cudaEvent_t *spare_events;          /* completed events, reused */
+static size_t spare_count, spare_capacity;
+
+static void keep_spare(cudaEvent_t event)
+{
+  if (spare_count == spare_capacity) {
+    size_t grown = spare_capacity ? spare_capacity * 2 : 16;
+    cudaEvent_t *bigger = realloc(spare_events, grown * sizeof *bigger);
+    if (!bigger) {
+      SHIM_REAL(cudaEventDestroy)(event);
+      return;
+    }
+    spare_events = bigger;
+    spare_capacity = grown;
+  }
+  spare_events[spare_count++] = event;
+}
+
+void shim_vmem_reap_frees(int wait)
+{
+  if (atomic_load_explicit(&pending_published, memory_order_acquire) == 0) return;
+  pthread_mutex_lock(&lock);
+  size_t kept = 0;
+  for (size_t i = 0; i < pending_count; i++) {
+    struct pending_free *f = &pending[i];
+    cudaError_t state = wait ? SHIM_REAL(cudaEventSynchronize)(f->event)
+                             : SHIM_REAL(cudaEventQuery)(f->event);
+    if (state == cudaErrorNotReady) {
+      pending[kept++] = *f;
+      continue;
+    }
+    /* Completed, or the context is broken (sticky error): either way nothing runs any more. */
+    int rc = vmem_free(f->ptr, f->where);
+    if (rc != 0) shim_warn("cudaFreeAsync(%p): deferred free failed (%d)", f->ptr, rc);
+    keep_spare(f->event);
+  }
+  pending_count = kept;
+  atomic_store_explicit(&pending_published, kept, memory_order_release);
+  pthread_mutex_unlock(&lock);
+}
+
+int shim_vmem_free_pending(const void *vptr)
+{
+  if (atomic_load_explicit(&pending_published, memory_order_acquire) == 0) return 0;
+  pthread_mutex_lock(&lock);
+  int found = 0;
+  for (size_t i = 0; i < pending_count && !found; i++) found = pending[i].ptr == vptr;
+  pthread_mutex_unlock(&lock);
+  return found;
+}
+
+/* Record the free of vptr on stream; vmem gets the block back once the stream passed here. */
+static cudaError_t defer_free(void *vptr, cudaStream_t stream, const void *where)
+{
+  pthread_mutex_lock(&lock);
+  cudaError_t result = cudaSuccess;
+  cudaEvent_t event = NULL;
+  if (spare_count) {
+    event = spare_events[--spare_count];
+  } else if ((result = SHIM_REAL(cudaEventCreateWithFlags)(&event, cudaEventDisableTiming)) !=
+             cudaSuccess) {
+    goto out;
+  }
+  if (pending_count == pending_capacity) {
+    size_t grown = pending_capacity ? pending_capacity * 2 : 64;
+    struct pending_free *bigger = realloc(pending, grown * sizeof *bigger);
+    if (!bigger) {
+      keep_spare(event);
+      result = cudaErrorMemoryAllocation;
+      goto out;
+    }
+    pending = bigger;
+    pending_capacity = grown;
+  }
+  if ((result = SHIM_REAL(cudaEventRecord)(event, stream)) != cudaSuccess) {
+    keep_spare(event);
+    goto out;
+  }
+  pending[pending_count++] = (struct pending_free){vptr, event, where};
+  atomic_store_explicit(&pending_published, pending_count, memory_order_release);
+out:
+  pthread_mutex_unlock(&lock);
+  return result;
+}
+
+/* Whether stream is being captured (then its allocations must stay real), or the error the
+ * runtime gives for the stream (an invalid handle). */
+static cudaError_t capturing(cudaStream_t stream, int *active)
+{
+  enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  *active = 0;
+  if (!SHIM_REAL(cudaStreamIsCapturing)) return cudaSuccess;
+  cudaError_t result = SHIM_REAL(cudaStreamIsCapturing)(stream, &status);
+  *active = result == cudaSuccess && status != cudaStreamCaptureStatusNone;
+  return result;
+}
+
+/* The common body of the allocating calls. real_alloc is the real runtime's call for streams
+ * under capture and when vmem does not run. */
+static cudaError_t malloc_async(void **ptr, size_t size, cudaStream_t stream,
+                                cudaError_t (*real_alloc)(void **, size_t, void *, cudaStream_t),
+                                void *pool)
+{
+  if (!ptr) return shim_set_last_error(cudaErrorInvalidValue);
+  if (shim_vmem_start() != 0) return real_alloc(ptr, size, pool, stream);
+  int active;
+  cudaError_t result = capturing(stream, &active);
+  if (result != cudaSuccess) return result;
+  if (active) {
+    result = real_alloc(ptr, size, pool, stream);
+    if (result == cudaSuccess && *ptr) {
+      struct shim_mem_record record = {.kind = SHIM_MEM_PASSTHROUGH, .handle = *ptr, .size = size};
+      shim_current_device(&record.device);
+      shim_mem_track(&record);
+    }
+    return result;
+  }
+  return shim_set_last_error(shim_vmem_alloc(ptr, size));
+}
+
+static cudaError_t free_async(void *ptr, cudaStream_t stream, const void *where,
+                              cudaError_t (*real_free)(void *, cudaStream_t))
+{
+  if (!ptr || !vmem_in_range(ptr)) {
+    cudaError_t result = real_free(ptr, stream);
+    if (result == cudaSuccess && ptr) shim_mem_untrack(SHIM_MEM_PASSTHROUGH, ptr, NULL);
+    return result;
+  }
+  struct vmem_info info;
+  if (vmem_lookup(ptr, &info) != 0 || info.offset != 0 || shim_vmem_free_pending(ptr)) {
+    shim_warn("cudaFreeAsync(%p): not the start of a live allocation (interior pointer, unknown "
+              "pointer or double free)", ptr);
+    return shim_set_last_error(cudaErrorInvalidValue);
+  }
+  int active;
+  cudaError_t result = capturing(stream, &active);
+  if (result != cudaSuccess) return result;
+  if (active) {
+    shim_warn("cudaFreeAsync(%p): freeing cudaw virtual memory inside a stream capture is not "
+              "supported (allocate it inside the capture, or free it outside)", ptr);
+    return shim_set_last_error(cudaErrorStreamCaptureUnsupported);
+  }
+  return shim_set_last_error(defer_free(ptr, stream, where));
+}
+
+/* ---- the real runtime's calls, shaped alike ---- */
+
+static cudaError_t real_malloc_async(void **ptr, size_t size, void *pool, cudaStream_t stream)
+{
+  (void)pool;
+  return SHIM_REAL(cudaMallocAsync)(ptr, size, stream);
+}
+
+static cudaError_t real_malloc_async_ptsz(void **ptr, size_t size, void *pool, cudaStream_t stream)
+{
+  (void)pool;
+  return SHIM_REAL(cudaMallocAsync_ptsz)(ptr, size, stream);
+}
+
+static cudaError_t real_malloc_pool(void **ptr, size_t size, void *pool, cudaStream_t stream)
+{
+  return SHIM_REAL(cudaMallocFromPoolAsync)(ptr, size, (cudaMemPool_t)pool, stream);
+}
+
+static cudaError_t real_malloc_pool_ptsz(void **ptr, size_t size, void *pool, cudaStream_t stream)
+{
+  return SHIM_REAL(cudaMallocFromPoolAsync_ptsz)(ptr, size, (cudaMemPool_t)pool, stream);
+}
+
+static cudaError_t real_free_async(void *ptr, cudaStream_t stream)
+{
+  return SHIM_REAL(cudaFreeAsync)(ptr, stream);
+}
+
+static cudaError_t real_free_async_ptsz(void *ptr, cudaStream_t stream)
+{
+  return SHIM_REAL(cudaFreeAsync_ptsz)(ptr, stream);
+}
+
+/* In a _ptsz call, stream 0 is the calling thread's default stream. */
+static cudaStream_t per_thread(cudaStream_t stream)
+{
+  return stream ? stream : cudaStreamPerThread;
+}
+
+/* ---- exported ---- */
+
+#define ENTER(name)                                                                            \
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_##name);                                         \
+  if (!real) return shim_missing(SHIM_FN_##name)
+
+SHIM_EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream)
+{
+  ENTER(cudaMallocAsync);
+  cudaError_t result = malloc_async(devPtr, size, hStream, real_malloc_async, NULL);
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t hStream)
+{
+  ENTER(cudaMallocAsync_ptsz);
+  cudaError_t result = malloc_async(devPtr, size, per_thread(hStream), real_malloc_async_ptsz,
+                                    NULL);
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool,
+                                                cudaStream_t stream)
+{
+  ENTER(cudaMallocFromPoolAsync);
+  cudaError_t result = memPool ? malloc_async(ptr, size, stream, real_malloc_pool, memPool)
+                               : shim_set_last_error(cudaErrorInvalidValue);
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size,
+                                                     cudaMemPool_t memPool, cudaStream_t stream)
+{
+  ENTER(cudaMallocFromPoolAsync_ptsz);
+  cudaError_t result = memPool ? malloc_async(ptr, size, per_thread(stream),
+                                              real_malloc_pool_ptsz, memPool)
+                               : shim_set_last_error(cudaErrorInvalidValue);
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
+{
+  ENTER(cudaFreeAsync);
+  cudaError_t result = free_async(devPtr, hStream, __builtin_return_address(0), real_free_async);
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t hStream)
+{
+  ENTER(cudaFreeAsync_ptsz);
+  cudaError_t result = free_async(devPtr, per_thread(hStream), __builtin_return_address(0),
+                                  real_free_async_ptsz);
+  shim_gate_leave();
+  return result;
+}

@@ -1,0 +1,231 @@
+/* emu_vmem_api.c: the emulated entry points cudaw's vmem glue needs beyond the basics: 3D copies
+ * and memsets between linear buffers, batched copies, CUDA arrays (host buffers behind an opaque
+ * handle), the default memory pool, stream capture status, and held streams (events recorded on a
+ * held stream stay incomplete), so stream-ordered frees can be tested. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emu_internal.h"
+
+/* Per-thread-stream names, declared here because this file is compiled without
+ * CUDA_API_PER_THREAD_DEFAULT_STREAM. */
+cudaError_t cudaMemcpy3D_ptds(const struct cudaMemcpy3DParms *p);
+cudaError_t cudaMemcpy3DAsync_ptsz(const struct cudaMemcpy3DParms *p, cudaStream_t stream);
+cudaError_t cudaMemset3D_ptds(struct cudaPitchedPtr ptr, int value, struct cudaExtent extent);
+cudaError_t cudaMemset3DAsync_ptsz(struct cudaPitchedPtr ptr, int value, struct cudaExtent extent,
+                                   cudaStream_t stream);
+cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream, enum cudaStreamCaptureStatus *status);
+cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t pool,
+                                         cudaStream_t stream);
+
+/* ---- held streams ---- */
+
+#define MAX_HELD 16
+static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
+static cudaStream_t held[MAX_HELD];
+
+bool emu_stream_held(cudaStream_t stream) {
+  pthread_mutex_lock(&held_lock);
+  bool found = false;
+  for (int i = 0; i < MAX_HELD && !found; i++) found = held[i] == stream && stream;
+  pthread_mutex_unlock(&held_lock);
+  return found;
+}
+
+void emu_stream_release(cudaStream_t stream) {
+  pthread_mutex_lock(&held_lock);
+  for (int i = 0; i < MAX_HELD; i++)
+    if (held[i] == stream) held[i] = NULL;
+  pthread_mutex_unlock(&held_lock);
+}
+
+EMU_EXPORT int cudaw_emu_hold_stream(cudaStream_t stream, int hold) {
+  if (!stream || emu_stream_check(stream)) return -EINVAL;
+  if (!hold) {
+    emu_stream_release(stream);
+    return 0;
+  }
+  if (emu_stream_held(stream)) return 0;
+  pthread_mutex_lock(&held_lock);
+  int err = -EINVAL;
+  for (int i = 0; i < MAX_HELD && err; i++)
+    if (!held[i]) {
+      held[i] = stream;
+      err = 0;
+    }
+  pthread_mutex_unlock(&held_lock);
+  return err;
+}
+
+static cudaError_t is_capturing(cudaStream_t stream, enum cudaStreamCaptureStatus *status) {
+  emu_init();
+  if (!status) return emu_result(cudaErrorInvalidValue);
+  if (emu_stream_check(stream)) return emu_result(cudaErrorInvalidResourceHandle);
+  *status = cudaStreamCaptureStatusNone; /* the emu does not capture */
+  return cudaSuccess;
+}
+
+EMU_EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t stream,
+                                             enum cudaStreamCaptureStatus *status) {
+  return is_capturing(stream, status);
+}
+
+EMU_EXPORT cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream,
+                                                  enum cudaStreamCaptureStatus *status) {
+  return is_capturing(stream ? stream : cudaStreamPerThread, status);
+}
+
+/* ---- 3D copies and memsets (linear memory only) ---- */
+
+static char *at(struct cudaPitchedPtr p, struct cudaPos pos, size_t z) {
+  return (char *)p.ptr + ((pos.z + z) * p.ysize + pos.y) * p.pitch + pos.x;
+}
+
+static cudaError_t copy3d(const struct cudaMemcpy3DParms *p, cudaStream_t stream) {
+  emu_init();
+  if (!p) return emu_result(cudaErrorInvalidValue);
+  if (p->srcArray || p->dstArray) return emu_result(cudaErrorNotSupported);
+  if (p->extent.depth > 1 && (!p->srcPtr.ysize || !p->dstPtr.ysize))
+    return emu_result(cudaErrorInvalidValue);
+  for (size_t z = 0; z < p->extent.depth; z++) {
+    cudaError_t err = emu_memcpy2d(at(p->dstPtr, p->dstPos, z), p->dstPtr.pitch,
+                                   at(p->srcPtr, p->srcPos, z), p->srcPtr.pitch, p->extent.width,
+                                   p->extent.height, p->kind, stream);
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+EMU_EXPORT cudaError_t cudaMemcpy3D(const struct cudaMemcpy3DParms *p) { return copy3d(p, NULL); }
+EMU_EXPORT cudaError_t cudaMemcpy3D_ptds(const struct cudaMemcpy3DParms *p) {
+  return copy3d(p, cudaStreamPerThread);
+}
+EMU_EXPORT cudaError_t cudaMemcpy3DAsync(const struct cudaMemcpy3DParms *p, cudaStream_t stream) {
+  return copy3d(p, stream);
+}
+EMU_EXPORT cudaError_t cudaMemcpy3DAsync_ptsz(const struct cudaMemcpy3DParms *p,
+                                              cudaStream_t stream) {
+  return copy3d(p, stream ? stream : cudaStreamPerThread);
+}
+
+static cudaError_t set3d(struct cudaPitchedPtr p, int value, struct cudaExtent e,
+                         cudaStream_t stream) {
+  emu_init();
+  if (e.depth > 1 && !p.ysize) return emu_result(cudaErrorInvalidValue);
+  for (size_t z = 0; z < e.depth; z++) {
+    cudaError_t err = emu_memset2d((char *)p.ptr + z * p.ysize * p.pitch, p.pitch, value, e.width,
+                                   e.height, stream);
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+EMU_EXPORT cudaError_t cudaMemset3D(struct cudaPitchedPtr p, int value, struct cudaExtent e) {
+  return set3d(p, value, e, NULL);
+}
+EMU_EXPORT cudaError_t cudaMemset3D_ptds(struct cudaPitchedPtr p, int value, struct cudaExtent e) {
+  return set3d(p, value, e, cudaStreamPerThread);
+}
+EMU_EXPORT cudaError_t cudaMemset3DAsync(struct cudaPitchedPtr p, int value, struct cudaExtent e,
+                                         cudaStream_t stream) {
+  return set3d(p, value, e, stream);
+}
+EMU_EXPORT cudaError_t cudaMemset3DAsync_ptsz(struct cudaPitchedPtr p, int value,
+                                              struct cudaExtent e, cudaStream_t stream) {
+  return set3d(p, value, e, stream ? stream : cudaStreamPerThread);
+}
+
+EMU_EXPORT cudaError_t cudaMemcpyBatchAsync(void *const *dsts, const void *const *srcs,
+                                            const size_t *sizes, size_t count,
+                                            struct cudaMemcpyAttributes *attrs, size_t *attrsIdxs,
+                                            size_t numAttrs, cudaStream_t stream) {
+  emu_init();
+  (void)attrs;
+  (void)attrsIdxs;
+  if (!dsts || !srcs || !sizes || !count || !numAttrs) return emu_result(cudaErrorInvalidValue);
+  for (size_t i = 0; i < count; i++) {
+    cudaError_t err = emu_memcpy2d(dsts[i], sizes[i], srcs[i], sizes[i], sizes[i], 1,
+                                   cudaMemcpyDefault, stream);
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+/* ---- CUDA arrays: a host buffer behind a handle ---- */
+
+#define ARRAY_MAGIC 0x41525259u
+
+struct emu_array {
+  unsigned magic;
+  struct cudaChannelFormatDesc desc;
+  struct cudaExtent extent;
+  void *data;
+};
+
+static cudaError_t make_array(cudaArray_t *array, const struct cudaChannelFormatDesc *desc,
+                              struct cudaExtent extent) {
+  emu_init();
+  if (!array || !desc || !extent.width) return emu_result(cudaErrorInvalidValue);
+  size_t element = (size_t)(desc->x + desc->y + desc->z + desc->w) / 8;
+  size_t bytes = extent.width * (extent.height ? extent.height : 1) *
+                 (extent.depth ? extent.depth : 1) * (element ? element : 1);
+  struct emu_array *a = calloc(1, sizeof *a);
+  void *data = calloc(1, bytes);
+  if (!a || !data) {
+    free(a);
+    free(data);
+    return emu_result(cudaErrorMemoryAllocation);
+  }
+  *a = (struct emu_array){ARRAY_MAGIC, *desc, extent, data};
+  *array = (cudaArray_t)a;
+  return cudaSuccess;
+}
+
+EMU_EXPORT cudaError_t cudaMallocArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc,
+                                       size_t width, size_t height, unsigned int flags) {
+  (void)flags;
+  return make_array(array, desc, (struct cudaExtent){width, height, 0});
+}
+
+EMU_EXPORT cudaError_t cudaMalloc3DArray(cudaArray_t *array,
+                                         const struct cudaChannelFormatDesc *desc,
+                                         struct cudaExtent extent, unsigned int flags) {
+  (void)flags;
+  return make_array(array, desc, extent);
+}
+
+EMU_EXPORT cudaError_t cudaFreeArray(cudaArray_t array) {
+  emu_init();
+  if (!array) return cudaSuccess;
+  struct emu_array *a = (struct emu_array *)array;
+  if (a->magic != ARRAY_MAGIC) return emu_result(cudaErrorInvalidValue);
+  a->magic = 0;
+  free(a->data);
+  free(a);
+  return cudaSuccess;
+}
+
+/* ---- memory pools: one default pool per device, allocations are plain ---- */
+
+static int default_pool;
+
+EMU_EXPORT cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int device) {
+  emu_init();
+  if (!pool) return emu_result(cudaErrorInvalidValue);
+  if (device != 0) return emu_result(cudaErrorInvalidDevice);
+  *pool = (cudaMemPool_t)&default_pool;
+  return cudaSuccess;
+}
+
+EMU_EXPORT cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t pool,
+                                               cudaStream_t stream) {
+  if (pool != (cudaMemPool_t)&default_pool) return emu_result(cudaErrorInvalidValue);
+  return emu_malloc_async(ptr, size, stream);
+}
+
+EMU_EXPORT cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t pool,
+                                                    cudaStream_t stream) {
+  return cudaMallocFromPoolAsync(ptr, size, pool, stream ? stream : cudaStreamPerThread);
+}

@@ -133,7 +133,7 @@ static int arena_emptied(struct chunk *c) {
 
 uint64_t vmem_small_max(void) { return vmem_space.granule / 2; }
 
-static int alloc_locked(int device, uint64_t size, unsigned flags, void **vptr) {
+static int alloc_once(int device, uint64_t size, unsigned flags, void **vptr) {
   struct vmem_space *s = &vmem_space;
   struct device_state *d = &s->device[device];
   uintptr_t addr;
@@ -156,6 +156,18 @@ static int alloc_locked(int device, uint64_t size, unsigned flags, void **vptr) 
   d->requested += size;
   *vptr = (void *)addr;
   return 0;
+}
+
+static int walk_trim(struct chunk *c, void *arg);
+
+/* Out of device memory or quota: give back the empty arenas kept for reuse and try again. */
+static int alloc_locked(int device, uint64_t size, unsigned flags, void **vptr) {
+  int rc = alloc_once(device, size, flags, vptr);
+  if (rc == -ENOMEM && vmem_space.device[device].empty_arenas) {
+    vmem_walk(walk_trim, NULL);
+    rc = alloc_once(device, size, flags, vptr);
+  }
+  return rc;
 }
 
 int vmem_alloc(int device, uint64_t size, unsigned flags, void **vptr) {

@@ -58,9 +58,12 @@ int vmem_mem_info(int device, uint64_t *free_bytes, uint64_t *total_bytes) {
     uint64_t device_free, device_total;
     rc = s->prims->mem_info(s->ctx, device, &device_free, &device_total);
     if (rc == 0) {
-      uint64_t total = device_total, held = s->device[device].held;
+      /* An empty arena kept for reuse is ours to hand out: free for this process. */
+      uint64_t kept = (uint64_t)s->device[device].empty_arenas * s->granule;
+      uint64_t total = device_total, held = s->device[device].held - kept;
       if (s->mem_limit && s->mem_limit < total) total = s->mem_limit;
       uint64_t free_view = total > held ? total - held : 0;
+      device_free += kept;
       *free_bytes = free_view < device_free ? free_view : device_free;
       *total_bytes = total;
     }

@@ -51,6 +51,11 @@ typedef void (*cudaw_emu_kernel_fn)(const struct cudaw_emu_launch *launch, void 
  * over a dlsym-found one. Returns 0, or -EINVAL for a NULL name or function, -ENOMEM. */
 int cudaw_emu_register_kernel(const char *mangled, cudaw_emu_kernel_fn fn);
 
+/* Declares the parameter sizes of a kernel (mangled name), in order: graph kernel nodes need them
+ * to copy their arguments, as the real runtime does from the kernel's metadata. A node added for
+ * a kernel without declared sizes fails with cudaErrorNotSupported. Returns 0, -EINVAL, -ENOMEM.*/
+int cudaw_emu_set_kernel_param_sizes(const char *mangled, unsigned count, const size_t *sizes);
+
 /* Always returns 1: lets a program prove its runtime calls reach the emu (look it up with dlsym). */
 int cudaw_emu_is_emulated(void);
 

@@ -306,10 +306,10 @@ SHIM_EXPORT cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t hGraphE
   LEAVE();
 }
 
-/* Generic node parameters: memcpy and memset nodes are translated in a copy; every other kind
- * (kernel nodes included: kparam's business) goes through untouched. */
-static int node_params_in(enum shim_fn_id id, struct cudaGraphNodeParams *in,
-                          struct cudaGraphNodeParams *copy, struct cudaGraphNodeParams **use)
+/* Generic node parameters (cudaGraphAddNode and friends, in api_graph.c): memcpy and memset
+ * nodes are translated in a copy; every other kind goes through untouched. */
+int shim_vmem_node_params_in(enum shim_fn_id id, struct cudaGraphNodeParams *in,
+                             struct cudaGraphNodeParams *copy, struct cudaGraphNodeParams **use)
 {
   *use = in;
   if (!in || (in->type != cudaGraphNodeTypeMemcpy && in->type != cudaGraphNodeTypeMemset))
@@ -322,46 +322,6 @@ static int node_params_in(enum shim_fn_id id, struct cudaGraphNodeParams *in,
   int rc = memset_in(id, &m);
   copy->memset.dst = m.dst;
   return rc;
-}
-
-SHIM_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
-                                         const cudaGraphNode_t *pDependencies,
-                                         const cudaGraphEdgeData *dependencyData,
-                                         size_t numDependencies,
-                                         struct cudaGraphNodeParams *nodeParams)
-{
-  ENTER(cudaGraphAddNode);
-  struct cudaGraphNodeParams copy, *use;
-  if (node_params_in(SHIM_FN_cudaGraphAddNode, nodeParams, &copy, &use))
-    FAIL_INVALID();
-  else
-    result = REAL(cudaGraphAddNode)(pGraphNode, graph, pDependencies, dependencyData,
-                                    numDependencies, use);
-  LEAVE();
-}
-
-SHIM_EXPORT cudaError_t cudaGraphNodeSetParams(cudaGraphNode_t node,
-                                               struct cudaGraphNodeParams *nodeParams)
-{
-  ENTER(cudaGraphNodeSetParams);
-  struct cudaGraphNodeParams copy, *use;
-  if (node_params_in(SHIM_FN_cudaGraphNodeSetParams, nodeParams, &copy, &use))
-    FAIL_INVALID();
-  else
-    result = REAL(cudaGraphNodeSetParams)(node, use);
-  LEAVE();
-}
-
-SHIM_EXPORT cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t graphExec, cudaGraphNode_t node,
-                                                   struct cudaGraphNodeParams *nodeParams)
-{
-  ENTER(cudaGraphExecNodeSetParams);
-  struct cudaGraphNodeParams copy, *use;
-  if (node_params_in(SHIM_FN_cudaGraphExecNodeSetParams, nodeParams, &copy, &use))
-    FAIL_INVALID();
-  else
-    result = REAL(cudaGraphExecNodeSetParams)(graphExec, node, use);
-  LEAVE();
 }
 
 /* ---- what a pointer is ---- */

@@ -96,4 +96,9 @@ int shim_mem_find(const void *p, struct shim_mem_record *out);
  * glue: managed memory and arrays hold device contents that vmem does not see. */
 int shim_mem_for_each(int (*cb)(const struct shim_mem_record *record, void *ctx), void *ctx);
 
+/* Graph node parameters of any kind: memcpy and memset nodes are range-checked and translated
+ * into *copy and *use points at it; other kinds leave *use = in. 0, or -EFAULT for a bad range. */
+int shim_vmem_node_params_in(enum shim_fn_id id, struct cudaGraphNodeParams *in,
+                             struct cudaGraphNodeParams *copy, struct cudaGraphNodeParams **use);
+
 #endif

@@ -1,6 +1,8 @@
 /* kparam: kernel parameter layouts from fatbinary metadata, and translation of launch arguments.
  * The whole contract of the module: the shim registers fatbins and kernels as the runtime sees
  * them, looks a plan up per launch, and lets kparam rewrite the pointer words of the arguments.
+ * A plan stays valid until its module is unregistered, even if its kernel is registered again
+ * meanwhile (the replaced plan is retired, not freed: another thread may be launching with it).
  * Every function returning int returns 0 (or a count) on success and -errno on failure. */
 #ifndef CUDAW_KPARAM_H
 #define CUDAW_KPARAM_H
@@ -102,6 +104,15 @@ int kparam_register_library(const void *lib_handle, const void *image, size_t si
  * Returns 0, -EINVAL, -ENOENT (unknown library) or -ENOMEM. */
 int kparam_register_library_kernel(const void *kernel_handle, const void *lib_handle,
                                    const char *name);
+
+/* cudaLibraryUnload: forget the library, its module and its kernels (plans become invalid). */
+void kparam_unregister_library(const void *lib_handle);
+
+/* The image a wrapper stands for (its version-1 container), or data itself when data is no
+ * wrapper; and the size in bytes of a fatbin container, cubin ELF or PTX text at data, read from
+ * its headers (0 when unrecognised). For copying a library image before its owner frees it. */
+const void *kparam_image_data(const void *data);
+size_t kparam_image_extent(const void *data);
 
 /* The plan for a host function / kernel handle. Never NULL for a registered kernel (an opaque
  * plan when nothing is known); NULL only if it was never registered. The first lookup parses;

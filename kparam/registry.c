@@ -24,6 +24,7 @@ struct kparam_module {
 };
 
 struct function {
+  struct function *retired_next; /* on the retired list once replaced */
   const void *host_fun; /* NULL for library kernels */
   struct kparam_module *module;
   char *name;
@@ -38,6 +39,9 @@ static struct hash_map functions_by_handle;   /* kernel or library-kernel handle
 static struct hash_map libraries;             /* lib_handle -> module */
 static struct hash_map pending_handles;       /* kernel handle -> host_fun, not registered yet */
 static atomic_int device_arch;
+/* Functions replaced by a re-registration: their plans may still be in use by a launch on
+ * another thread, so they are freed only when their module is unregistered. */
+static struct function *retired;
 
 static uint64_t key_of(const void *p) { return (uint64_t)(uintptr_t)p; }
 
@@ -214,7 +218,8 @@ int kparam_register_function(kparam_module_key key, const void *host_fun, const 
   int rc = hash_put(&functions_by_host_fun, key_of(host_fun), fn);
   if (rc == 0 && old) {
     forget_handles_of(old);
-    function_free(old);
+    old->retired_next = retired;
+    retired = old;
   }
   /* A __cudaGetKernel that came first. */
   for (size_t i = 0; rc == 0 && i < pending_handles.capacity; i++)
@@ -270,8 +275,12 @@ int kparam_register_library_kernel(const void *kernel_handle, const void *lib_ha
     struct function *fn = function_new(module, NULL, name);
     struct function *old = hash_get(&functions_by_handle, key_of(kernel_handle));
     rc = fn ? hash_put(&functions_by_handle, key_of(kernel_handle), fn) : -ENOMEM;
-    if (rc == 0 && old && !old->host_fun) function_free(old); /* library kernels are ours */
-    else if (rc) function_free(fn);
+    if (rc == 0 && old && !old->host_fun) { /* library kernels are ours */
+      old->retired_next = retired;
+      retired = old;
+    } else if (rc) {
+      function_free(fn);
+    }
   }
   pthread_rwlock_unlock(&lock);
   return rc;
@@ -307,8 +316,37 @@ void kparam_unregister_fatbin(kparam_module_key key) {
   for (size_t i = 0; i < libraries.capacity; i++)
     while (libraries.keys[i] && libraries.values[i] == key)
       hash_remove(&libraries, libraries.keys[i]);
+  for (struct function **at = &retired; *at;) {
+    struct function *fn = *at;
+    if (fn->module == key) {
+      *at = fn->retired_next;
+      function_free(fn);
+    } else {
+      at = &fn->retired_next;
+    }
+  }
   pthread_rwlock_unlock(&lock);
   for (size_t i = 0; i < key->image_count; i++) image_close(key->images[i]);
   free(key->images);
   free(key);
 }
+
+void kparam_unregister_library(const void *lib_handle) {
+  if (!lib_handle) return;
+  pthread_rwlock_rdlock(&lock);
+  struct kparam_module *module = hash_get(&libraries, key_of(lib_handle));
+  pthread_rwlock_unlock(&lock);
+  kparam_unregister_fatbin(module);
+}
+
+const void *kparam_image_data(const void *data) {
+  uint32_t magic;
+  if (!data) return NULL;
+  memcpy(&magic, data, 4);
+  if (magic != FATBIN_WRAPPER_MAGIC) return data;
+  const void *inner;
+  memcpy(&inner, (const char *)data + 8, sizeof inner);
+  return inner;
+}
+
+size_t kparam_image_extent(const void *data) { return extent_of(data); }

@@ -1,5 +1,6 @@
 // Benchmark: cost of a forwarded runtime call (cudaGetDevice) and of an empty kernel launch with
-// four pointer arguments, per call, median of several batches. Driven by compare_runs, which
+// four pointer arguments, and with one 64-byte struct holding pointers and scalars (an aggregate:
+// under CUDAW_VMEM=translate every aligned word is scanned), per call, median of several batches. Driven by compare_runs, which
 // runs it natively and under cudaw and prints the ratios.
 #include <algorithm>
 #include <chrono>
@@ -8,6 +9,10 @@
 #include "gpu_common.h"
 
 __global__ void empty4(float *a, float *b, float *c, float *d) {}
+
+struct Args64 { float *a, *b, *c, *d; int n, m; long long k; double x, y; }; // 64 bytes
+static_assert(sizeof(Args64) == 64, "64-byte struct");
+__global__ void empty_struct64(Args64 s) {}
 
 template <class F> static double per_call_ns(int batches, int calls, F body)
 {
@@ -45,9 +50,17 @@ int main()
       cudaDeviceSynchronize();
     }
   });
+  Args64 s = {p[0], p[1], p[2], p[3], 1, 2, 3, 4.0, 5.0};
+  empty_struct64<<<1, 32>>>(s);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  double launch_struct = per_call_ns(21, 20000, [&](int n) {
+    for (int i = 0; i < n; i++) empty_struct64<<<1, 32>>>(s);
+    cudaDeviceSynchronize();
+  });
   CUDA_CHECK(cudaGetLastError());
   printf("metric cudaGetDevice %.2f ns\n", get_device);
   printf("metric launch_empty_4ptr %.2f ns\n", launch);
   printf("metric launch_sync_empty_4ptr %.2f ns\n", launch_sync);
+  printf("metric launch_empty_struct64 %.2f ns\n", launch_struct);
   return 0;
 }

@@ -56,6 +56,11 @@ int cudaw_emu_register_kernel(const char *mangled, cudaw_emu_kernel_fn fn);
  * releases the stream. For stream-ordered allocation tests. Returns 0, or -EINVAL. */
 int cudaw_emu_hold_stream(cudaStream_t stream, int hold);
 
+/* Declares the parameter sizes of a kernel (mangled name), in order: graph kernel nodes need them
+ * to copy their arguments, as the real runtime does from the kernel's metadata. A node added for
+ * a kernel without declared sizes fails with cudaErrorNotSupported. Returns 0, -EINVAL, -ENOMEM.*/
+int cudaw_emu_set_kernel_param_sizes(const char *mangled, unsigned count, const size_t *sizes);
+
 /* Always returns 1: lets a program prove its runtime calls reach the emu (look it up with dlsym). */
 int cudaw_emu_is_emulated(void);
 

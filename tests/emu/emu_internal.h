@@ -118,6 +118,12 @@ cudaError_t emu_launch(const void *func, dim3 grid, dim3 block, void **args, siz
 /* The device storage of a registered variable; -ENOENT when symbol is not one. */
 int emu_symbol_lookup(const void *symbol, void **device, size_t *size);
 
+/* Launches every node of an instantiated graph, in order (emu_graph.c). */
+cudaError_t emu_graph_launch(cudaGraphExec_t exec, cudaStream_t stream);
+
+/* The mangled name of the kernel whose handle or host stub is func; -ENOENT when none. */
+int emu_kernel_name(const void *func, const char **name);
+
 /* ---- emu_stream.c / emu_launch.c entry points reused by the _ptsz variants ---- */
 cudaError_t emu_event_record(cudaEvent_t event, cudaStream_t stream);
 cudaError_t emu_stream_wait_event(cudaStream_t stream, cudaEvent_t event, unsigned flags);

@@ -43,6 +43,7 @@ struct kernel {
   const void *host_fun;
   char *name;
   struct module *module;
+  const void *library; /* cudaLibraryGetKernel: the library it came from */
   cudaw_emu_kernel_fn found; /* from dlsym, cached */
   bool looked_up, missing_reported;
 };
@@ -363,4 +364,92 @@ cudaError_t emu_launch_ex(const cudaLaunchConfig_t *config, const void *func, vo
 EMU_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func,
                                            void **args) {
   return emu_launch_ex(config, func, args);
+}
+
+EMU_EXPORT cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 grid, dim3 block,
+                                                   void **args, size_t shared_mem,
+                                                   cudaStream_t stream) {
+  return emu_launch(func, grid, block, args, shared_mem, stream);
+}
+
+int emu_kernel_name(const void *func, const char **name) {
+  pthread_mutex_lock(&lock);
+  struct kernel *k = find_kernel(func);
+  *name = k ? k->name : NULL;
+  pthread_mutex_unlock(&lock);
+  return k ? 0 : -ENOENT;
+}
+
+/* ---- cudaLibrary*: the image is not looked at; kernels are found by name like registered ones */
+
+struct library {
+  int unused;
+};
+
+EMU_EXPORT cudaError_t cudaLibraryLoadData(cudaLibrary_t *library, const void *code,
+                                           enum cudaJitOption *jit_options, void **jit_values,
+                                           unsigned jit_count, enum cudaLibraryOption *options,
+                                           void **option_values, unsigned option_count) {
+  (void)jit_options, (void)jit_values, (void)jit_count, (void)options, (void)option_values;
+  (void)option_count;
+  emu_init();
+  if (!library || !code) return emu_result(cudaErrorInvalidValue);
+  struct library *l = calloc(1, sizeof *l);
+  if (!l) return emu_result(cudaErrorMemoryAllocation);
+  *library = (cudaLibrary_t)l;
+  return cudaSuccess;
+}
+
+EMU_EXPORT cudaError_t cudaLibraryLoadFromFile(cudaLibrary_t *library, const char *file,
+                                               enum cudaJitOption *jit_options, void **jit_values,
+                                               unsigned jit_count, enum cudaLibraryOption *options,
+                                               void **option_values, unsigned option_count) {
+  emu_init();
+  if (!file) return emu_result(cudaErrorInvalidValue);
+  FILE *f = fopen(file, "rb");
+  if (!f) return emu_result(cudaErrorFileNotFound);
+  fclose(f);
+  return cudaLibraryLoadData(library, file, jit_options, jit_values, jit_count, options,
+                             option_values, option_count);
+}
+
+EMU_EXPORT cudaError_t cudaLibraryGetKernel(cudaKernel_t *kernel, cudaLibrary_t library,
+                                            const char *name) {
+  emu_init();
+  if (!kernel || !library || !name) return emu_result(cudaErrorInvalidValue);
+  pthread_mutex_lock(&lock);
+  struct kernel *k = NULL;
+  for (size_t i = 0; i < kernel_count && !k; i++)
+    if (kernels[i]->library == library && !strcmp(kernels[i]->name, name)) k = kernels[i];
+  if (!k) {
+    k = calloc(1, sizeof *k);
+    if (k && (!(k->name = strdup(name)) || !RESERVE_ONE(kernels, kernel_capacity, kernel_count))) {
+      free(k->name);
+      free(k);
+      k = NULL;
+    }
+    if (k) {
+      k->library = library;
+      kernels[kernel_count++] = k;
+    }
+  }
+  pthread_mutex_unlock(&lock);
+  if (!k) return emu_result(cudaErrorMemoryAllocation);
+  *kernel = (cudaKernel_t)k;
+  return cudaSuccess;
+}
+
+EMU_EXPORT cudaError_t cudaLibraryUnload(cudaLibrary_t library) {
+  emu_init();
+  if (!library) return emu_result(cudaErrorInvalidValue);
+  pthread_mutex_lock(&lock);
+  for (size_t i = kernel_count; i-- > 0;) {
+    if (kernels[i]->library != library) continue;
+    free(kernels[i]->name);
+    free(kernels[i]);
+    kernels[i] = kernels[--kernel_count];
+  }
+  pthread_mutex_unlock(&lock);
+  free(library);
+  return cudaSuccess;
 }

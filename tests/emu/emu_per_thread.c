@@ -117,6 +117,16 @@ EMU_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, con
   return emu_launch_ex(config, func, args);
 }
 
+EMU_EXPORT cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 grid, dim3 block,
+                                                   void **args, size_t shared_mem,
+                                                   cudaStream_t stream) {
+  return emu_launch(func, grid, block, args, shared_mem, stream);
+}
+
+EMU_EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  return emu_graph_launch(exec, stream);
+}
+
 EMU_EXPORT cudaError_t cudaMallocAsync(void **ptr, size_t size, cudaStream_t stream) {
   return emu_malloc_async(ptr, size, stream);
 }

@@ -1,0 +1,329 @@
+/* Hand-written graph overrides: kernel nodes get translated arguments like launches (the real
+ * runtime copies them when the node is added or set), and graphs holding translated arguments
+ * are tracked so that they are refused, not run with stale real addresses, after a checkpoint
+ * moved device memory (kparam_graphs.c). Listed in gen/api.d/kparam.conf. */
+#include <errno.h>
+
+#include "shim_generated.h"
+#include "shim_kparam.h"
+#include "shim_vmem.h"
+
+cudaError_t cudaGraphInstantiateWithParams_ptsz(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+                                                cudaGraphInstantiateParams *instantiateParams);
+cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t graphExec, cudaStream_t stream);
+cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph);
+
+static cudaError_t refused(int rc)
+{
+  return shim_set_last_error(rc == -EFAULT ? cudaErrorInvalidValue : cudaErrorMemoryAllocation);
+}
+
+/* Translate a kernel node's parameters into *copy (fields from the caller's, args from frame).
+ * Returns 0 or -errno. */
+static int prepare_node(const struct cudaKernelNodeParams *params,
+                        struct cudaKernelNodeParams *copy, struct shim_kparam_frame *frame)
+{
+  *copy = *params;
+  int rc = shim_kparam_prepare(params->func, SHIM_KPARAM_HOST_FUN_OR_HANDLE, params->kernelParams,
+                               params->kernelParams ? NULL : params->extra, frame);
+  copy->kernelParams = frame->args;
+  copy->extra = params->kernelParams ? params->extra : frame->extra;
+  return rc;
+}
+
+static int prepare_node_v2(const struct cudaGraphNodeParams *params,
+                           struct cudaGraphNodeParams *copy, struct shim_kparam_frame *frame)
+{
+  *copy = *params;
+  const struct cudaKernelNodeParamsV2 *kernel = &params->kernel;
+  int rc = shim_kparam_prepare(kernel->func, SHIM_KPARAM_HOST_FUN_OR_HANDLE, kernel->kernelParams,
+                               kernel->kernelParams ? NULL : kernel->extra, frame);
+  copy->kernel.kernelParams = frame->args;
+  copy->kernel.extra = kernel->kernelParams ? kernel->extra : frame->extra;
+  return rc;
+}
+
+static bool kernel_node(const struct cudaGraphNodeParams *params)
+{
+  return params && params->type == cudaGraphNodeTypeKernel && shim_kparam_active();
+}
+
+SHIM_EXPORT cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                               const cudaGraphNode_t *pDependencies,
+                                               size_t numDependencies,
+                                               const struct cudaKernelNodeParams *pNodeParams)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaGraphAddKernelNode);
+  if (!real) return shim_missing(SHIM_FN_cudaGraphAddKernelNode);
+  __typeof__(&cudaGraphAddKernelNode) forward = (__typeof__(&cudaGraphAddKernelNode))real;
+  cudaError_t result;
+  if (SHIM_LIKELY(!pNodeParams || !shim_kparam_active())) {
+    result = forward(pGraphNode, graph, pDependencies, numDependencies, pNodeParams);
+  } else {
+    struct shim_kparam_frame frame;
+    struct cudaKernelNodeParams copy;
+    int rc = prepare_node(pNodeParams, &copy, &frame);
+    result = rc ? refused(rc) : forward(pGraphNode, graph, pDependencies, numDependencies, &copy);
+    shim_kparam_frame_release(&frame);
+    if (result == cudaSuccess) {
+      shim_kparam_graph_mark(graph);
+      shim_kparam_node_mark(*pGraphNode, graph);
+    }
+  }
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT cudaError_t cudaGraphKernelNodeSetParams(cudaGraphNode_t node,
+                                                     const struct cudaKernelNodeParams *pNodeParams)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaGraphKernelNodeSetParams);
+  if (!real) return shim_missing(SHIM_FN_cudaGraphKernelNodeSetParams);
+  __typeof__(&cudaGraphKernelNodeSetParams) forward =
+      (__typeof__(&cudaGraphKernelNodeSetParams))real;
+  cudaError_t result;
+  if (SHIM_LIKELY(!pNodeParams || !shim_kparam_active())) {
+    result = forward(node, pNodeParams);
+  } else {
+    struct shim_kparam_frame frame;
+    struct cudaKernelNodeParams copy;
+    int rc = prepare_node(pNodeParams, &copy, &frame);
+    result = rc ? refused(rc) : forward(node, &copy);
+    shim_kparam_frame_release(&frame);
+    if (result == cudaSuccess) shim_kparam_graph_mark(shim_kparam_node_graph(node));
+  }
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT cudaError_t cudaGraphExecKernelNodeSetParams(
+    cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const struct cudaKernelNodeParams *pNodeParams)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaGraphExecKernelNodeSetParams);
+  if (!real) return shim_missing(SHIM_FN_cudaGraphExecKernelNodeSetParams);
+  __typeof__(&cudaGraphExecKernelNodeSetParams) forward =
+      (__typeof__(&cudaGraphExecKernelNodeSetParams))real;
+  cudaError_t result;
+  if (SHIM_LIKELY(!pNodeParams || !shim_kparam_active())) {
+    result = forward(hGraphExec, node, pNodeParams);
+  } else {
+    struct shim_kparam_frame frame;
+    struct cudaKernelNodeParams copy;
+    int rc = prepare_node(pNodeParams, &copy, &frame);
+    result = rc ? refused(rc) : forward(hGraphExec, node, &copy);
+    shim_kparam_frame_release(&frame);
+  }
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                         const cudaGraphNode_t *pDependencies,
+                                         const cudaGraphEdgeData *dependencyData,
+                                         size_t numDependencies,
+                                         struct cudaGraphNodeParams *nodeParams)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaGraphAddNode);
+  if (!real) return shim_missing(SHIM_FN_cudaGraphAddNode);
+  __typeof__(&cudaGraphAddNode) forward = (__typeof__(&cudaGraphAddNode))real;
+  cudaError_t result;
+  if (SHIM_LIKELY(!kernel_node(nodeParams))) {
+    /* memcpy/memset nodes translated in a copy (vmem); other types (memory allocation nodes
+     * write their address back) go through as is. */
+    struct cudaGraphNodeParams copy, *use;
+    if (shim_vmem_node_params_in(SHIM_FN_cudaGraphAddNode, nodeParams, &copy, &use))
+      result = shim_set_last_error(cudaErrorInvalidValue);
+    else
+      result = forward(pGraphNode, graph, pDependencies, dependencyData, numDependencies, use);
+  } else {
+    struct shim_kparam_frame frame;
+    struct cudaGraphNodeParams copy;
+    int rc = prepare_node_v2(nodeParams, &copy, &frame);
+    result = rc ? refused(rc)
+                : forward(pGraphNode, graph, pDependencies, dependencyData, numDependencies, &copy);
+    shim_kparam_frame_release(&frame);
+    if (result == cudaSuccess) {
+      shim_kparam_graph_mark(graph);
+      shim_kparam_node_mark(*pGraphNode, graph);
+    }
+  }
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT cudaError_t cudaGraphNodeSetParams(cudaGraphNode_t node,
+                                               struct cudaGraphNodeParams *nodeParams)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaGraphNodeSetParams);
+  if (!real) return shim_missing(SHIM_FN_cudaGraphNodeSetParams);
+  __typeof__(&cudaGraphNodeSetParams) forward = (__typeof__(&cudaGraphNodeSetParams))real;
+  cudaError_t result;
+  if (SHIM_LIKELY(!kernel_node(nodeParams))) {
+    struct cudaGraphNodeParams copy, *use;
+    if (shim_vmem_node_params_in(SHIM_FN_cudaGraphNodeSetParams, nodeParams, &copy, &use))
+      result = shim_set_last_error(cudaErrorInvalidValue);
+    else
+      result = forward(node, use);
+  } else {
+    struct shim_kparam_frame frame;
+    struct cudaGraphNodeParams copy;
+    int rc = prepare_node_v2(nodeParams, &copy, &frame);
+    result = rc ? refused(rc) : forward(node, &copy);
+    shim_kparam_frame_release(&frame);
+    if (result == cudaSuccess) shim_kparam_graph_mark(shim_kparam_node_graph(node));
+  }
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t graphExec, cudaGraphNode_t node,
+                                                   struct cudaGraphNodeParams *nodeParams)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaGraphExecNodeSetParams);
+  if (!real) return shim_missing(SHIM_FN_cudaGraphExecNodeSetParams);
+  __typeof__(&cudaGraphExecNodeSetParams) forward = (__typeof__(&cudaGraphExecNodeSetParams))real;
+  cudaError_t result;
+  if (SHIM_LIKELY(!kernel_node(nodeParams))) {
+    struct cudaGraphNodeParams copy, *use;
+    if (shim_vmem_node_params_in(SHIM_FN_cudaGraphExecNodeSetParams, nodeParams, &copy, &use))
+      result = shim_set_last_error(cudaErrorInvalidValue);
+    else
+      result = forward(graphExec, node, use);
+  } else {
+    struct shim_kparam_frame frame;
+    struct cudaGraphNodeParams copy;
+    int rc = prepare_node_v2(nodeParams, &copy, &frame);
+    result = rc ? refused(rc) : forward(graphExec, node, &copy);
+    shim_kparam_frame_release(&frame);
+  }
+  shim_gate_leave();
+  return result;
+}
+
+/* ---- staleness after relocation ---- */
+
+static cudaError_t stale_refused(void)
+{
+  return shim_set_last_error(cudaErrorNotPermitted);
+}
+
+#define INSTANTIATE(name, ...)                                                                  \
+  {                                                                                            \
+    shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_##name);                                       \
+    if (!real) return shim_missing(SHIM_FN_##name);                                            \
+    cudaError_t result;                                                                        \
+    if (shim_kparam_graph_stale(graph)) {                                                      \
+      result = stale_refused();                                                                \
+    } else {                                                                                   \
+      result = ((__typeof__(&name))real)(pGraphExec, graph, __VA_ARGS__);                      \
+      if (result == cudaSuccess) shim_kparam_exec_mark(*pGraphExec, graph);                    \
+    }                                                                                          \
+    shim_gate_leave();                                                                         \
+    return result;                                                                             \
+  }
+
+SHIM_EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+                                             unsigned long long flags)
+INSTANTIATE(cudaGraphInstantiate, flags)
+
+SHIM_EXPORT cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec,
+                                                      cudaGraph_t graph, unsigned long long flags)
+INSTANTIATE(cudaGraphInstantiateWithFlags, flags)
+
+SHIM_EXPORT cudaError_t cudaGraphInstantiateWithParams(cudaGraphExec_t *pGraphExec,
+                                                       cudaGraph_t graph,
+                                                       cudaGraphInstantiateParams *instantiateParams)
+INSTANTIATE(cudaGraphInstantiateWithParams, instantiateParams)
+
+SHIM_EXPORT cudaError_t cudaGraphInstantiateWithParams_ptsz(
+    cudaGraphExec_t *pGraphExec, cudaGraph_t graph, cudaGraphInstantiateParams *instantiateParams)
+INSTANTIATE(cudaGraphInstantiateWithParams_ptsz, instantiateParams)
+
+#define GRAPH_LAUNCH(name)                                                                      \
+  SHIM_EXPORT cudaError_t name(cudaGraphExec_t graphExec, cudaStream_t stream)                  \
+  {                                                                                            \
+    shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_##name);                                       \
+    if (!real) return shim_missing(SHIM_FN_##name);                                            \
+    cudaError_t result = shim_kparam_exec_stale(graphExec)                                     \
+                             ? stale_refused()                                                 \
+                             : ((__typeof__(&name))real)(graphExec, stream);                   \
+    shim_gate_leave();                                                                         \
+    return result;                                                                             \
+  }
+
+GRAPH_LAUNCH(cudaGraphLaunch)
+GRAPH_LAUNCH(cudaGraphLaunch_ptsz)
+
+/* Kernels launched during a capture were translated on their way in. */
+#define END_CAPTURE(name)                                                                       \
+  SHIM_EXPORT cudaError_t name(cudaStream_t stream, cudaGraph_t *pGraph)                       \
+  {                                                                                            \
+    shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_##name);                                       \
+    if (!real) return shim_missing(SHIM_FN_##name);                                            \
+    cudaError_t result = ((__typeof__(&name))real)(stream, pGraph);                            \
+    if (result == cudaSuccess && pGraph) shim_kparam_graph_mark(*pGraph);                     \
+    shim_gate_leave();                                                                         \
+    return result;                                                                             \
+  }
+
+END_CAPTURE(cudaStreamEndCapture)
+END_CAPTURE(cudaStreamEndCapture_ptsz)
+
+SHIM_EXPORT cudaError_t cudaGraphClone(cudaGraph_t *pGraphClone, cudaGraph_t originalGraph)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaGraphClone);
+  if (!real) return shim_missing(SHIM_FN_cudaGraphClone);
+  cudaError_t result = ((__typeof__(&cudaGraphClone))real)(pGraphClone, originalGraph);
+  if (result == cudaSuccess) shim_kparam_graph_inherit(*pGraphClone, originalGraph);
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                                   const cudaGraphNode_t *pDependencies,
+                                                   size_t numDependencies, cudaGraph_t childGraph)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaGraphAddChildGraphNode);
+  if (!real) return shim_missing(SHIM_FN_cudaGraphAddChildGraphNode);
+  cudaError_t result = ((__typeof__(&cudaGraphAddChildGraphNode))real)(
+      pGraphNode, graph, pDependencies, numDependencies, childGraph);
+  if (result == cudaSuccess) shim_kparam_graph_inherit(graph, childGraph);
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT cudaError_t cudaGraphExecUpdate(cudaGraphExec_t hGraphExec, cudaGraph_t hGraph,
+                                            cudaGraphExecUpdateResultInfo *resultInfo)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaGraphExecUpdate);
+  if (!real) return shim_missing(SHIM_FN_cudaGraphExecUpdate);
+  cudaError_t result;
+  if (shim_kparam_graph_stale(hGraph)) {
+    result = stale_refused();
+  } else {
+    result = ((__typeof__(&cudaGraphExecUpdate))real)(hGraphExec, hGraph, resultInfo);
+    if (result == cudaSuccess) shim_kparam_exec_mark(hGraphExec, hGraph);
+  }
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t graph)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaGraphDestroy);
+  if (!real) return shim_missing(SHIM_FN_cudaGraphDestroy);
+  shim_kparam_graph_forget(graph);
+  cudaError_t result = ((__typeof__(&cudaGraphDestroy))real)(graph);
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaGraphExecDestroy);
+  if (!real) return shim_missing(SHIM_FN_cudaGraphExecDestroy);
+  shim_kparam_graph_forget(graphExec);
+  cudaError_t result = ((__typeof__(&cudaGraphExecDestroy))real)(graphExec);
+  shim_gate_leave();
+  return result;
+}

@@ -1,0 +1,278 @@
+/* Hand-written registration overrides: nvcc's hidden registration ABI (__cudaRegisterFatBinary,
+ * __cudaRegisterFunction, __cudaUnregisterFatBinary, __cudaGetKernel), cudaGetKernel and the
+ * cudaLibrary* kernel APIs forward to the real runtime and record what they saw in kparam's
+ * registry: pointers only, so that a program registering hundreds of MB of fatbins does not start
+ * slower; a kernel's layout is parsed at its first launch that needs it. Listed in
+ * gen/api.d/kparam.conf. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kparam.h"
+#include "shim_generated.h"
+#include "shim_kparam.h"
+
+/* Declared only in nvcc's generated host code (crt/host_runtime.h). */
+void **__cudaRegisterFatBinary(void *fatCubin);
+void __cudaUnregisterFatBinary(void **fatCubinHandle);
+void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *deviceFun,
+                            const char *deviceName, int thread_limit, uint3 *tid, uint3 *bid,
+                            dim3 *bDim, dim3 *gDim, int *wSize);
+cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun);
+
+/* ---- runtime module handle -> kparam module ---- */
+
+struct module_link {
+  void **handle;
+  kparam_module_key key;
+};
+
+static pthread_mutex_t modules_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct module_link *links;
+static size_t link_count, link_capacity;
+static _Thread_local struct module_link last; /* functions follow their fatbin */
+
+static void link_add(void **handle, kparam_module_key key)
+{
+  pthread_mutex_lock(&modules_lock);
+  if (link_count == link_capacity) {
+    size_t capacity = link_capacity ? 2 * link_capacity : 64;
+    struct module_link *grown = realloc(links, capacity * sizeof *grown);
+    if (grown) links = grown, link_capacity = capacity;
+  }
+  if (link_count < link_capacity) links[link_count++] = (struct module_link){handle, key};
+  pthread_mutex_unlock(&modules_lock);
+  last = (struct module_link){handle, key};
+}
+
+/* The key of handle; with remove, forget it. NULL if unknown. */
+static kparam_module_key link_find(void **handle, bool remove)
+{
+  if (!remove && last.handle == handle) return last.key;
+  kparam_module_key key = NULL;
+  pthread_mutex_lock(&modules_lock);
+  for (size_t i = link_count; i-- > 0;) {
+    if (links[i].handle != handle) continue;
+    key = links[i].key;
+    if (remove) links[i] = links[--link_count];
+    break;
+  }
+  pthread_mutex_unlock(&modules_lock);
+  if (remove && last.handle == handle) last = (struct module_link){NULL, NULL};
+  else if (key) last = (struct module_link){handle, key};
+  return key;
+}
+
+SHIM_EXPORT void **__cudaRegisterFatBinary(void *fatCubin)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN___cudaRegisterFatBinary);
+  if (!real) return (shim_missing(SHIM_FN___cudaRegisterFatBinary), (void **)0);
+  shim_kparam_init();
+  void **handle = ((__typeof__(&__cudaRegisterFatBinary))real)(fatCubin);
+  if (handle && fatCubin) {
+    kparam_module_key key = kparam_register_fatbin(fatCubin);
+    if (key) link_add(handle, key);
+    else shim_warn("kparam: out of memory recording fatbin %p: its kernels stay opaque", fatCubin);
+  }
+  shim_gate_leave();
+  return handle;
+}
+
+SHIM_EXPORT void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun,
+                                        char *deviceFun, const char *deviceName, int thread_limit,
+                                        uint3 *tid, uint3 *bid, dim3 *bDim, dim3 *gDim, int *wSize)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN___cudaRegisterFunction);
+  if (!real) {
+    shim_missing(SHIM_FN___cudaRegisterFunction);
+    return;
+  }
+  ((__typeof__(&__cudaRegisterFunction))real)(fatCubinHandle, hostFun, deviceFun, deviceName,
+                                              thread_limit, tid, bid, bDim, gDim, wSize);
+  kparam_module_key key = link_find(fatCubinHandle, false);
+  const char *name = deviceName ? deviceName : deviceFun;
+  if (key && hostFun && name) {
+    int rc = kparam_register_function(key, hostFun, name);
+    if (rc) shim_warn("kparam: kernel %s not recorded (%s): it stays opaque", name, strerror(-rc));
+  }
+  shim_gate_leave();
+}
+
+SHIM_EXPORT void __cudaUnregisterFatBinary(void **fatCubinHandle)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN___cudaUnregisterFatBinary);
+  if (!real) {
+    shim_missing(SHIM_FN___cudaUnregisterFatBinary);
+    return;
+  }
+  kparam_module_key key = link_find(fatCubinHandle, true);
+  ((__typeof__(&__cudaUnregisterFatBinary))real)(fatCubinHandle);
+  kparam_unregister_fatbin(key);
+  shim_gate_leave();
+}
+
+static void record_kernel(cudaError_t result, cudaKernel_t *kernel, const void *host_fun)
+{
+  if (result != cudaSuccess || !kernel || !*kernel || !host_fun) return;
+  int rc = kparam_register_kernel_handle(*kernel, host_fun);
+  if (rc) shim_warn("kparam: kernel handle %p not recorded (%s)", (void *)*kernel, strerror(-rc));
+}
+
+SHIM_EXPORT cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN___cudaGetKernel);
+  if (!real) return shim_missing(SHIM_FN___cudaGetKernel);
+  cudaError_t result = ((__typeof__(&__cudaGetKernel))real)(kernel, hostFun);
+  record_kernel(result, kernel, hostFun);
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT cudaError_t cudaGetKernel(cudaKernel_t *kernelPtr, const void *entryFuncAddr)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaGetKernel);
+  if (!real) return shim_missing(SHIM_FN_cudaGetKernel);
+  cudaError_t result = ((__typeof__(&cudaGetKernel))real)(kernelPtr, entryFuncAddr);
+  record_kernel(result, kernelPtr, entryFuncAddr);
+  shim_gate_leave();
+  return result;
+}
+
+/* ---- cudaLibrary* ---- */
+
+/* kparam parses a library's image lazily, after cudaLibraryLoad* returned: the caller may free
+ * its image by then, so cudaw keeps its own copy (or a read-only mapping of the file). */
+struct library {
+  cudaLibrary_t handle;
+  void *image;
+  size_t size;
+  bool mapped;
+};
+
+static pthread_mutex_t libraries_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct library *libraries;
+static size_t library_count, library_capacity;
+
+static void library_add(cudaLibrary_t handle, void *image, size_t size, bool mapped)
+{
+  int rc = kparam_register_library(handle, image, size);
+  pthread_mutex_lock(&libraries_lock);
+  if (rc == 0 && library_count == library_capacity) {
+    size_t capacity = library_capacity ? 2 * library_capacity : 16;
+    struct library *grown = realloc(libraries, capacity * sizeof *grown);
+    if (grown) libraries = grown, library_capacity = capacity;
+    else rc = -ENOMEM;
+  }
+  if (rc == 0) libraries[library_count++] = (struct library){handle, image, size, mapped};
+  pthread_mutex_unlock(&libraries_lock);
+  if (rc == 0) return;
+  shim_warn("kparam: library %p not recorded (%s): its kernels stay opaque", (void *)handle,
+            strerror(-rc));
+  kparam_unregister_library(handle);
+  if (mapped) munmap(image, size);
+  else free(image);
+}
+
+static void library_remove(cudaLibrary_t handle)
+{
+  struct library found = {0};
+  pthread_mutex_lock(&libraries_lock);
+  for (size_t i = 0; i < library_count; i++)
+    if (libraries[i].handle == handle) {
+      found = libraries[i];
+      libraries[i] = libraries[--library_count];
+      break;
+    }
+  pthread_mutex_unlock(&libraries_lock);
+  if (!found.image) return;
+  kparam_unregister_library(handle);
+  if (found.mapped) munmap(found.image, found.size);
+  else free(found.image);
+}
+
+SHIM_EXPORT cudaError_t cudaLibraryLoadData(cudaLibrary_t *library, const void *code,
+                                            enum cudaJitOption *jitOptions, void **jitOptionsValues,
+                                            unsigned int numJitOptions,
+                                            enum cudaLibraryOption *libraryOptions,
+                                            void **libraryOptionValues,
+                                            unsigned int numLibraryOptions)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaLibraryLoadData);
+  if (!real) return shim_missing(SHIM_FN_cudaLibraryLoadData);
+  shim_kparam_init();
+  cudaError_t result = ((__typeof__(&cudaLibraryLoadData))real)(
+      library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
+      libraryOptionValues, numLibraryOptions);
+  if (result == cudaSuccess && library && code) {
+    const void *image = kparam_image_data(code);
+    size_t size = kparam_image_extent(image);
+    void *copy = size ? malloc(size) : NULL;
+    if (copy) {
+      memcpy(copy, image, size);
+      library_add(*library, copy, size, false);
+    } else {
+      shim_warn("kparam: library %p: image %p not recorded (%s): its kernels stay opaque",
+                (void *)*library, code, size ? "out of memory" : "unknown format");
+    }
+  }
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT cudaError_t cudaLibraryLoadFromFile(cudaLibrary_t *library, const char *fileName,
+                                                enum cudaJitOption *jitOptions,
+                                                void **jitOptionsValues, unsigned int numJitOptions,
+                                                enum cudaLibraryOption *libraryOptions,
+                                                void **libraryOptionValues,
+                                                unsigned int numLibraryOptions)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaLibraryLoadFromFile);
+  if (!real) return shim_missing(SHIM_FN_cudaLibraryLoadFromFile);
+  shim_kparam_init();
+  cudaError_t result = ((__typeof__(&cudaLibraryLoadFromFile))real)(
+      library, fileName, jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
+      libraryOptionValues, numLibraryOptions);
+  if (result == cudaSuccess && library && fileName) {
+    int fd = open(fileName, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    void *image = MAP_FAILED;
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0)
+      image = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (fd >= 0) close(fd);
+    if (image != MAP_FAILED) library_add(*library, image, (size_t)st.st_size, true);
+    else shim_warn("kparam: library file %s not readable: its kernels stay opaque", fileName);
+  }
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT cudaError_t cudaLibraryGetKernel(cudaKernel_t *pKernel, cudaLibrary_t library,
+                                             const char *name)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaLibraryGetKernel);
+  if (!real) return shim_missing(SHIM_FN_cudaLibraryGetKernel);
+  cudaError_t result = ((__typeof__(&cudaLibraryGetKernel))real)(pKernel, library, name);
+  if (result == cudaSuccess && pKernel && *pKernel && name) {
+    int rc = kparam_register_library_kernel(*pKernel, library, name);
+    if (rc) shim_warn("kparam: kernel %s of library %p not recorded (%s): it stays opaque", name,
+                      (void *)library, strerror(-rc));
+  }
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT cudaError_t cudaLibraryUnload(cudaLibrary_t library)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaLibraryUnload);
+  if (!real) return shim_missing(SHIM_FN_cudaLibraryUnload);
+  cudaError_t result = ((__typeof__(&cudaLibraryUnload))real)(library);
+  if (result == cudaSuccess) library_remove(library);
+  shim_gate_leave();
+  return result;
+}

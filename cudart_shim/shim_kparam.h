@@ -1,0 +1,87 @@
+/* The library's use of kparam: kernel registration is recorded (pointers only; parsing waits for
+ * the first launch that needs a plan), and every launch path hands its arguments through
+ * shim_kparam_prepare, which translates virtual device pointers under the translate policy and
+ * validates them under CUDAW_CHECK=1. Inside: 0 or -errno. */
+#ifndef CUDAW_SHIM_KPARAM_H
+#define CUDAW_SHIM_KPARAM_H
+
+#include <stdalign.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shim.h"
+
+/* Nonzero under CUDAW_CHECK=1 (read once when the library loads). */
+extern int shim_kparam_check;
+
+/* Whether launches must look at their arguments at all: translate policy active, or checking.
+ * Under remap without checks translation is the identity and launches skip kparam entirely
+ * (two loads). */
+static inline bool shim_kparam_active(void)
+{
+  return SHIM_UNLIKELY((shim_translate_end | (uintptr_t)shim_kparam_check) != 0);
+}
+
+#define SHIM_KPARAM_STACK_ARGS 64
+#define SHIM_KPARAM_STACK_SCRATCH 2048
+
+/* Per-launch storage for translated arguments: on the caller's stack, heap for big plans. The
+ * caller's own args[] and the storage it points to are never written. */
+struct shim_kparam_frame {
+  void **args;   /* what to pass on: the caller's args, or a translated copy */
+  void **extra;  /* likewise for the `extra` form (graph kernel nodes) */
+  void *heap;    /* freed by shim_kparam_frame_release */
+  void *extra_words[5];
+  size_t extra_size;
+  void *argv[SHIM_KPARAM_STACK_ARGS];
+  alignas(16) unsigned char scratch[SHIM_KPARAM_STACK_SCRATCH];
+};
+
+/* How a launch names its kernel. */
+enum shim_kparam_func {
+  SHIM_KPARAM_HANDLE,            /* a cudaKernel_t (__cudaLaunchKernel) */
+  SHIM_KPARAM_HOST_FUN_OR_HANDLE /* a host stub address, or a cudaKernel_t cast to void * */
+};
+
+/* Prepare the arguments of a launch of func: frame->args (and frame->extra for the extra form;
+ * pass extra NULL otherwise) receive what to pass to the real runtime. Returns 0, or -EFAULT
+ * when CUDAW_CHECK found a freed or unallocated pointer (reported; refuse the launch), -ENOMEM.
+ * Kernels with unknown layouts are passed through untranslated (reported once per kernel).
+ * Call inside the gate, only when shim_kparam_active(). Release the frame afterwards. */
+int shim_kparam_prepare(const void *func, enum shim_kparam_func how, void **args, void **extra,
+                        struct shim_kparam_frame *frame);
+void shim_kparam_frame_release(struct shim_kparam_frame *frame);
+
+/* Read CUDAW_CHECK, route kparam's log (idempotent, cheap after the first call). */
+void shim_kparam_init(void);
+
+/* ---- graphs and relocation (kparam_graphs.c) ------------------------------------------------ */
+
+/* After a checkpoint/resume re-created device memory: under translate, real addresses may have
+ * changed, so graphs holding translated (real) kernel arguments become stale; their launches and
+ * instantiations are refused from now on (cudaErrorNotPermitted, with a message). Called by the
+ * checkpoint glue (weak reference) outside any API call. Returns 0 or -errno. */
+int shim_kparam_relocated(void);
+
+/* The relocation epoch (starts at 0; shim_kparam_relocated increments it under translate). */
+unsigned shim_kparam_epoch(void);
+
+/* graph now holds translated kernel arguments (a kernel node added or set, a stream capture
+ * ended, a clone or child graph of such a graph). No-op unless the translate policy is active. */
+void shim_kparam_graph_mark(const void *graph);
+/* node (added by cudaw's override) belongs to graph: cudaGraphKernelNodeSetParams finds it. */
+void shim_kparam_node_mark(const void *node, const void *graph);
+const void *shim_kparam_node_graph(const void *node); /* NULL if unknown */
+/* to now holds whatever from holds (clone, child graph node). */
+void shim_kparam_graph_inherit(const void *to, const void *from);
+/* exec was instantiated from graph (its staleness follows the graph's). */
+void shim_kparam_exec_mark(const void *exec, const void *graph);
+/* The graph or graph exec holds arguments translated before the last relocation:
+ * logs why (once per object) and returns true. */
+bool shim_kparam_graph_stale(const void *graph);
+bool shim_kparam_exec_stale(const void *exec);
+/* Forget a destroyed graph or exec (handles are reused). */
+void shim_kparam_graph_forget(const void *graph_or_exec);
+
+#endif

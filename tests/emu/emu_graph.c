@@ -1,0 +1,267 @@
+/* emu_graph.c: CUDA graphs reduced to what kernel-node tests need: graphs of kernel nodes (added
+ * with cudaGraphAddKernelNode or cudaGraphAddNode), set, instantiated (a snapshot), updated per
+ * node and launched in insertion order, synchronously. Like the real runtime, a node copies its
+ * arguments when added or set; the sizes come from cudaw_emu_set_kernel_param_sizes. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emu_internal.h"
+
+struct param_sizes {
+  char *name;
+  unsigned count;
+  size_t *sizes;
+};
+
+struct node {
+  struct node *next;     /* in its graph or exec, insertion order */
+  const struct node *origin; /* exec nodes: the graph node they were instantiated from */
+  const void *func;
+  dim3 grid, block;
+  size_t shared_mem;
+  unsigned count;
+  void **argv;           /* into storage */
+  unsigned char *storage;
+};
+
+struct graph {
+  struct node *first, **tail;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct param_sizes *sizes_table;
+static size_t sizes_count;
+
+EMU_EXPORT int cudaw_emu_set_kernel_param_sizes(const char *mangled, unsigned count,
+                                                const size_t *sizes) {
+  if (!mangled || (count && !sizes)) return -EINVAL;
+  struct param_sizes entry = {strdup(mangled), count, malloc((count + 1) * sizeof(size_t))};
+  if (!entry.name || !entry.sizes) {
+    free(entry.name);
+    free(entry.sizes);
+    return -ENOMEM;
+  }
+  if (count) memcpy(entry.sizes, sizes, count * sizeof(size_t));
+  pthread_mutex_lock(&lock);
+  struct param_sizes *grown = realloc(sizes_table, (sizes_count + 1) * sizeof *grown);
+  if (grown) {
+    sizes_table = grown;
+    sizes_table[sizes_count++] = entry;
+  }
+  pthread_mutex_unlock(&lock);
+  if (grown) return 0;
+  free(entry.name);
+  free(entry.sizes);
+  return -ENOMEM;
+}
+
+/* Copies the launch into node (replacing its arguments). */
+static cudaError_t node_set(struct node *node, const void *func, dim3 grid, dim3 block,
+                            size_t shared_mem, void **args, void **extra) {
+  const char *name;
+  if (!func || emu_kernel_name(func, &name)) return cudaErrorInvalidDeviceFunction;
+  if (extra || (!args && !extra)) {
+    /* The extra form needs the packed layout; the emu only knows sizes. */
+    fprintf(stderr, "cudaw-emu: graph kernel node for %s: only kernelParams is supported\n",
+            name);
+    return cudaErrorNotSupported;
+  }
+  const struct param_sizes *p = NULL;
+  pthread_mutex_lock(&lock);
+  for (size_t i = 0; i < sizes_count && !p; i++)
+    if (!strcmp(sizes_table[i].name, name)) p = &sizes_table[i];
+  size_t total = 0;
+  unsigned count = p ? p->count : 0;
+  size_t offsets[256];
+  for (unsigned i = 0; p && i < count && i < 256; i++) {
+    offsets[i] = total;
+    total += (p->sizes[i] + 15) & ~(size_t)15;
+  }
+  unsigned char *storage = p ? malloc(total + 1) : NULL;
+  void **argv = p ? calloc(count + 1, sizeof *argv) : NULL;
+  for (unsigned i = 0; storage && argv && i < count && i < 256; i++) {
+    argv[i] = storage + offsets[i];
+    memcpy(argv[i], args[i], p->sizes[i]);
+  }
+  pthread_mutex_unlock(&lock);
+  if (!p) {
+    fprintf(stderr, "cudaw-emu: graph kernel node for %s: declare its parameter sizes with "
+            "cudaw_emu_set_kernel_param_sizes\n", name);
+    return cudaErrorNotSupported;
+  }
+  if (!storage || !argv || count > 256) {
+    free(storage);
+    free(argv);
+    return cudaErrorMemoryAllocation;
+  }
+  free(node->storage);
+  free(node->argv);
+  node->func = func;
+  node->grid = grid;
+  node->block = block;
+  node->shared_mem = shared_mem;
+  node->count = count;
+  node->argv = argv;
+  node->storage = storage;
+  return cudaSuccess;
+}
+
+static cudaError_t node_copy(struct node *to, const struct node *from) {
+  *to = (struct node){NULL, from, NULL, {1, 1, 1}, {1, 1, 1}, 0, 0, NULL, NULL};
+  return node_set(to, from->func, from->grid, from->block, from->shared_mem, from->argv, NULL);
+}
+
+static void graph_free(struct graph *g) {
+  for (struct node *n = g->first, *next; n; n = next) {
+    next = n->next;
+    free(n->storage);
+    free(n->argv);
+    free(n);
+  }
+  free(g);
+}
+
+EMU_EXPORT cudaError_t cudaGraphCreate(cudaGraph_t *graph, unsigned flags) {
+  emu_init();
+  if (!graph || flags) return emu_result(cudaErrorInvalidValue);
+  struct graph *g = calloc(1, sizeof *g);
+  if (!g) return emu_result(cudaErrorMemoryAllocation);
+  g->tail = &g->first;
+  *graph = (cudaGraph_t)g;
+  return cudaSuccess;
+}
+
+EMU_EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  if (!graph) return emu_result(cudaErrorInvalidValue);
+  graph_free((struct graph *)graph);
+  return cudaSuccess;
+}
+
+static cudaError_t add_kernel(cudaGraphNode_t *out, cudaGraph_t graph, const void *func,
+                              dim3 grid, dim3 block, size_t shared_mem, void **args,
+                              void **extra) {
+  if (!out || !graph) return emu_result(cudaErrorInvalidValue);
+  struct node *n = calloc(1, sizeof *n);
+  if (!n) return emu_result(cudaErrorMemoryAllocation);
+  cudaError_t err = node_set(n, func, grid, block, shared_mem, args, extra);
+  if (err) {
+    free(n);
+    return emu_result(err);
+  }
+  struct graph *g = (struct graph *)graph;
+  *g->tail = n;
+  g->tail = &n->next;
+  *out = (cudaGraphNode_t)n;
+  return cudaSuccess;
+}
+
+EMU_EXPORT cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *node, cudaGraph_t graph,
+                                              const cudaGraphNode_t *deps, size_t dep_count,
+                                              const struct cudaKernelNodeParams *p) {
+  (void)deps, (void)dep_count;
+  if (!p) return emu_result(cudaErrorInvalidValue);
+  return add_kernel(node, graph, p->func, p->gridDim, p->blockDim, p->sharedMemBytes,
+                    p->kernelParams, p->extra);
+}
+
+EMU_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t *node, cudaGraph_t graph,
+                                        const cudaGraphNode_t *deps,
+                                        const cudaGraphEdgeData *edges, size_t dep_count,
+                                        struct cudaGraphNodeParams *p) {
+  (void)deps, (void)edges, (void)dep_count;
+  if (!p) return emu_result(cudaErrorInvalidValue);
+  if (p->type != cudaGraphNodeTypeKernel) return emu_result(cudaErrorNotSupported);
+  const struct cudaKernelNodeParamsV2 *k = &p->kernel;
+  return add_kernel(node, graph, k->func, k->gridDim, k->blockDim, k->sharedMemBytes,
+                    k->kernelParams, k->extra);
+}
+
+EMU_EXPORT cudaError_t cudaGraphKernelNodeSetParams(cudaGraphNode_t node,
+                                                    const struct cudaKernelNodeParams *p) {
+  if (!node || !p) return emu_result(cudaErrorInvalidValue);
+  return emu_result(node_set((struct node *)node, p->func, p->gridDim, p->blockDim,
+                             p->sharedMemBytes, p->kernelParams, p->extra));
+}
+
+EMU_EXPORT cudaError_t cudaGraphNodeSetParams(cudaGraphNode_t node,
+                                              struct cudaGraphNodeParams *p) {
+  if (!node || !p) return emu_result(cudaErrorInvalidValue);
+  if (p->type != cudaGraphNodeTypeKernel) return emu_result(cudaErrorNotSupported);
+  const struct cudaKernelNodeParamsV2 *k = &p->kernel;
+  return emu_result(node_set((struct node *)node, k->func, k->gridDim, k->blockDim,
+                             k->sharedMemBytes, k->kernelParams, k->extra));
+}
+
+EMU_EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph,
+                                            unsigned long long flags) {
+  (void)flags;
+  if (!exec || !graph) return emu_result(cudaErrorInvalidValue);
+  struct graph *copy = calloc(1, sizeof *copy);
+  if (!copy) return emu_result(cudaErrorMemoryAllocation);
+  copy->tail = &copy->first;
+  for (const struct node *n = ((struct graph *)graph)->first; n; n = n->next) {
+    struct node *c = calloc(1, sizeof *c);
+    cudaError_t err = c ? node_copy(c, n) : cudaErrorMemoryAllocation;
+    if (err) {
+      free(c);
+      graph_free(copy);
+      return emu_result(err);
+    }
+    *copy->tail = c;
+    copy->tail = &c->next;
+  }
+  *exec = (cudaGraphExec_t)copy;
+  return cudaSuccess;
+}
+
+EMU_EXPORT cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *exec, cudaGraph_t graph,
+                                                     unsigned long long flags) {
+  return cudaGraphInstantiate(exec, graph, flags);
+}
+
+EMU_EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  if (!exec) return emu_result(cudaErrorInvalidValue);
+  graph_free((struct graph *)exec);
+  return cudaSuccess;
+}
+
+static struct node *exec_node(cudaGraphExec_t exec, cudaGraphNode_t node) {
+  for (struct node *n = ((struct graph *)exec)->first; n; n = n->next)
+    if (n->origin == (const struct node *)node) return n;
+  return NULL;
+}
+
+EMU_EXPORT cudaError_t cudaGraphExecKernelNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                                        const struct cudaKernelNodeParams *p) {
+  struct node *n = exec && p ? exec_node(exec, node) : NULL;
+  if (!n) return emu_result(cudaErrorInvalidValue);
+  return emu_result(node_set(n, p->func, p->gridDim, p->blockDim, p->sharedMemBytes,
+                             p->kernelParams, p->extra));
+}
+
+EMU_EXPORT cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                                  struct cudaGraphNodeParams *p) {
+  struct node *n = exec && p ? exec_node(exec, node) : NULL;
+  if (!n) return emu_result(cudaErrorInvalidValue);
+  if (p->type != cudaGraphNodeTypeKernel) return emu_result(cudaErrorNotSupported);
+  const struct cudaKernelNodeParamsV2 *k = &p->kernel;
+  return emu_result(node_set(n, k->func, k->gridDim, k->blockDim, k->sharedMemBytes,
+                             k->kernelParams, k->extra));
+}
+
+EMU_EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  return emu_graph_launch(exec, stream);
+}
+
+cudaError_t emu_graph_launch(cudaGraphExec_t exec, cudaStream_t stream) {
+  if (!exec) return emu_result(cudaErrorInvalidValue);
+  for (struct node *n = ((struct graph *)exec)->first; n; n = n->next) {
+    cudaError_t err = emu_launch(n->func, n->grid, n->block, n->argv, n->shared_mem, stream);
+    if (err) return err;
+  }
+  return cudaSuccess;
+}

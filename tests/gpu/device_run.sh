@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# One call on a GPU machine: build cudaw from source there and run the GPU half of the suite,
+# benchmarks and framework checks. The machine lacks our Debian -dev packages: their .debs travel
+# in .carry/debs (see README) and are unpacked into /tmp/deps.
+# Usage: tests/gpu/device_run.sh [stage ...]   stages: build test bench pytorch cupy ckpt (default:
+# build test bench). Logs go to $OUT (or /tmp/cudaw-out); the summary is printed last.
+set -u
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=${OUT:-/tmp/cudaw-out}
+B=${CUDAW_DEVICE_BUILD:-$SRC/build-device}
+mkdir -p "$OUT"
+stages=${*:-build test bench}
+summary=()
+note() { summary+=("$*"); echo "== $*"; }
+
+if [[ " $stages " == *" build "* ]]; then
+  mkdir -p /tmp/deps
+  for f in "$SRC"/.carry/debs/*.deb; do dpkg -x "$f" /tmp/deps; done
+  D=/tmp/deps/usr
+  t0=$SECONDS
+  { cmake -S "$SRC" -B "$B" -DCUDAW_WERROR=ON -DCMAKE_PREFIX_PATH=$D -DCMAKE_INCLUDE_PATH=$D/include \
+      -DCMAKE_LIBRARY_PATH=$D/lib/x86_64-linux-gnu && cmake --build "$B" -j16; } > "$OUT/build.log" 2>&1
+  rc=$?
+  note "build: rc=$rc in $((SECONDS - t0)) s"
+  [ $rc -eq 0 ] || { tail -30 "$OUT/build.log"; exit 1; }
+fi
+if [[ " $stages " == *" test "* ]]; then
+  (cd "$B" && ctest -j6 --output-on-failure --timeout 300 > "$OUT/ctest.log" 2>&1)
+  note "ctest: $(grep -E 'tests passed' "$OUT/ctest.log")"
+  grep -E "\*\*\*Failed|\(Failed\)|Timeout|Not Run" "$OUT/ctest.log" | head -20
+  for t in $(grep -oE "Test +#[0-9]+: [a-z_0-9.]+ \.+\*\*\*Failed" "$OUT/ctest.log" | awk '{print $3}'); do
+    echo "---- $t"; (cd "$B" && ctest -R "^$t\$" --output-on-failure 2>&1 | tail -25)
+  done
+fi
+if [[ " $stages " == *" bench "* ]]; then
+  for policy in remap translate; do
+    "$B/tests/bench/compare_runs" 7 "$B/lib" --env CUDAW_VMEM=$policy -- "$B/tests/bench/bench_launch" \
+      > "$OUT/bench_launch_$policy.log" 2>&1
+    note "bench_launch $policy:"; tail -8 "$OUT/bench_launch_$policy.log"
+    "$B/tests/bench/compare_runs" 5 "$B/lib" --env CUDAW_VMEM=$policy -- "$B/tests/bench/bench_alloc" \
+      > "$OUT/bench_alloc_$policy.log" 2>&1
+    note "bench_alloc $policy:"; tail -16 "$OUT/bench_alloc_$policy.log"
+  done
+fi
+if [[ " $stages " == *" pytorch "* ]]; then
+  STEPS=${STEPS:-30} bash "$SRC/examples/pytorch/check_all.sh" "$B" "$OUT/pytorch" > "$OUT/pytorch.log" 2>&1
+  note "pytorch:"; grep -E "RESULT|ratio|status while|device memory|checks:" "$OUT/pytorch.log"
+fi
+if [[ " $stages " == *" cupy "* ]]; then
+  bash "$SRC/examples/cupy/check.sh" "$B" > "$OUT/cupy.log" 2>&1
+  note "cupy:"; cat "$OUT/cupy.log"
+fi
+echo; echo "==== summary"; printf '%s\n' "${summary[@]}"

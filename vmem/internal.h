@@ -61,6 +61,7 @@ struct vmem_space {
   enum vmem_policy policy;
   uintptr_t base;
   uint64_t size, granule, granules;
+  uint64_t table_granules; /* entries mapped in the owner and delta tables (>= granules) */
   unsigned shift;
   bool host_reserved, device_reserved;
   struct chunk **owner; /* per granule */

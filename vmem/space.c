@@ -44,6 +44,9 @@ static int reserve_both(struct vmem_space *s) {
     rc = reserve_host(s->size, s->granule, &host);
     if (rc) break;
     rc = s->prims->va_reserve(s->ctx, s->size, s->granule, host, &device_addr);
+    /* A driver may fail a hint it cannot honour instead of ignoring it (seen on an H200 for
+     * some sizes): let it pick the address, the host reservation follows below. */
+    if (rc == -ENOMEM) rc = s->prims->va_reserve(s->ctx, s->size, s->granule, 0, &device_addr);
     if (rc) {
       munmap((void *)host, s->size);
       break;
@@ -111,8 +114,8 @@ static void release_reservation(struct vmem_space *s) {
 }
 
 static void free_tables(struct vmem_space *s) {
-  if (vmem_fast.delta) munmap((void *)vmem_fast.delta, s->granules * sizeof(uint64_t));
-  if (s->owner) munmap(s->owner, s->granules * sizeof(*s->owner));
+  if (vmem_fast.delta) munmap((void *)vmem_fast.delta, s->table_granules * sizeof(uint64_t));
+  if (s->owner) munmap(s->owner, s->table_granules * sizeof(*s->owner));
   free(s->free_extents);
   free(s->device);
   free(s->history);
@@ -149,6 +152,7 @@ static int init_locked(struct vmem_space *s, const struct vmem_config *config) {
   s->device = calloc((size_t)s->devices, sizeof(*s->device));
   s->extent_capacity = 16;
   s->free_extents = malloc(s->extent_capacity * sizeof(*s->free_extents));
+  s->table_granules = s->granules;
   s->owner = map_table(s->granules * sizeof(*s->owner));
   vmem_fast.delta = map_table(s->granules * sizeof(uint64_t));
   if (s->check) {
@@ -164,11 +168,21 @@ static int init_locked(struct vmem_space *s, const struct vmem_config *config) {
   s->extent_count = 1;
   s->live_chunks = 0;
 
-  if (s->policy == VMEM_REMAP) {
-    rc = reserve_both(s);
-  } else {
-    rc = reserve_host(s->size, s->granule, &s->base);
-    s->host_reserved = rc == 0;
+  /* A range sized by default (4 x device memory) shrinks until it can be reserved, down to the
+   * devices' memory itself; an explicit CUDAW_VA_SIZE is taken as is. */
+  uint64_t floor_size = config->va_size ? s->size : vmem_round_up(size / 4, s->granule);
+  for (;;) {
+    if (s->policy == VMEM_REMAP) {
+      rc = reserve_both(s);
+    } else {
+      rc = reserve_host(s->size, s->granule, &s->base);
+      s->host_reserved = rc == 0;
+    }
+    uint64_t smaller = vmem_round_up(s->size / 4 * 3, s->granule);
+    if (rc != -ENOMEM || smaller < floor_size || smaller >= s->size) break;
+    s->size = smaller;
+    s->granules = s->size >> s->shift;
+    s->free_extents[0] = (struct extent){0, s->granules};
   }
   if (rc) {
     free_tables(s);

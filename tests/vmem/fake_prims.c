@@ -38,7 +38,7 @@ struct fake {
   struct phys *phys;
   uint64_t phys_count, phys_capacity;
   struct reservation reservations[MAX_RESERVATIONS];
-  uint64_t calls[FAKE_OPS], fail_at[FAKE_OPS];
+  uint64_t calls[FAKE_OPS], fail_at[FAKE_OPS], fail_more[FAKE_OPS];
 };
 
 static const int anon = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
@@ -48,7 +48,11 @@ static int enter(struct fake *f, enum fake_op op) {
   int rc = 0;
   f->calls[op]++;
   f->calls[FAKE_ANY]++;
-  if (f->fail_at[op] && f->calls[op] == f->fail_at[op]) rc = -ENOMEM, f->fail_at[op] = 0;
+  if (f->fail_at[op] && f->calls[op] == f->fail_at[op]) {
+    rc = -ENOMEM;
+    f->fail_at[op] = f->fail_more[op] ? f->fail_at[op] + 1 : 0;
+    if (f->fail_more[op]) f->fail_more[op]--;
+  }
   if (f->fail_at[FAKE_ANY] && f->calls[FAKE_ANY] == f->fail_at[FAKE_ANY])
     rc = -ENOMEM, f->fail_at[FAKE_ANY] = 0;
   return rc;
@@ -272,6 +276,11 @@ void fake_destroy(struct fake *f) {
 
 void fake_fail(struct fake *f, enum fake_op op, uint64_t nth) {
   f->fail_at[op] = nth ? f->calls[op] + nth : 0;
+  f->fail_more[op] = 0;
+}
+void fake_fail_run(struct fake *f, enum fake_op op, uint64_t nth, uint64_t count) {
+  fake_fail(f, op, nth);
+  f->fail_more[op] = count ? count - 1 : 0;
 }
 uint64_t fake_calls(const struct fake *f, enum fake_op op) { return f->calls[op]; }
 uint64_t fake_used(const struct fake *f, int device) { return f->used[device]; }

@@ -33,6 +33,8 @@ const struct vmem_prims *fake_prims(void);
 
 /* The nth next call (1 = the very next) of op fails with -ENOMEM; FAKE_ANY counts every call. */
 void fake_fail(struct fake *fake, enum fake_op op, uint64_t nth);
+/* Make count calls in a row fail, from the nth call of op on (FAKE_ANY not supported). */
+void fake_fail_run(struct fake *fake, enum fake_op op, uint64_t nth, uint64_t count);
 uint64_t fake_calls(const struct fake *fake, enum fake_op op);
 /* Bytes in use on device, and its size (changeable, e.g. to simulate another process). */
 uint64_t fake_used(const struct fake *fake, int device);

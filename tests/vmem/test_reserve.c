@@ -52,8 +52,45 @@ static void hint(enum fake_hint mode) {
   printf("ok hint mode %d\n", (int)mode);
 }
 
+/* Regression (H200, 2026-11-21): cuMemAddressReserve failed with out-of-memory for some sizes
+ * when given a host address as hint, and vmem gave up. Now it retries without a hint, and a
+ * default-sized range shrinks until it can be reserved. */
+static void reserve_failures(void) {
+  struct fake_config fc = {.devices = 1, .device_bytes = GiB, .vmm = 1};
+  struct fake *f = fake_create(&fc);
+  struct vmem_config vc = {.policy = VMEM_REMAP};
+  fake_fail(f, FAKE_VA_RESERVE, 1); /* the hinted attempt fails, the unhinted one works */
+  CHECK_EQ(vmem_init(&vc, fake_prims(), f), 0);
+  uintptr_t base;
+  uint64_t size;
+  vmem_range(&base, &size);
+  CHECK_EQ(size, 4 * GiB);
+  CHECK_EQ(fake_calls(f, FAKE_VA_RESERVE), 2);
+  vmem_fini();
+  fake_destroy(f);
+
+  f = fake_create(&fc);
+  fake_fail_run(f, FAKE_VA_RESERVE, 1, 2); /* the unhinted retry fails too: a smaller range */
+  CHECK_EQ(vmem_init(&vc, fake_prims(), f), 0);
+  vmem_range(&base, &size);
+  CHECK_EQ(size, 3 * GiB);
+  void *p;
+  CHECK_EQ(vmem_alloc(0, 5 * MiB, 0, &p), 0);
+  CHECK_EQ(vmem_free(p, NULL), 0);
+  vmem_fini();
+  fake_destroy(f);
+
+  f = fake_create(&fc);
+  vc.va_size = 4 * GiB; /* an explicit size is not shrunk */
+  fake_fail_run(f, FAKE_VA_RESERVE, 1, 2);
+  CHECK_EQ(vmem_init(&vc, fake_prims(), f), -ENOMEM);
+  fake_destroy(f);
+  printf("ok reserve failures\n");
+}
+
 int main(void) {
   policy_choice();
+  reserve_failures();
   hint(FAKE_HINT_HONOR);
   hint(FAKE_HINT_MOVE_FREE);
   hint(FAKE_HINT_MOVE_OCCUPIED);

@@ -13,5 +13,13 @@ echo "native: $native"
 echo "cudaw:  $under"
 if [ $rc -ne 0 ]; then echo "run under cudaw failed ($rc)"; cat "$log"; exit 1; fi
 if ! grep -q "forwarding to" "$log"; then echo "the run did not go through cudaw:"; cat "$log"; exit 1; fi
+# A run that asked for a policy must have had it: a vmem that did not start would pass the
+# allocations through and prove nothing.
+case ${CUDAW_VMEM:-} in
+  remap|translate)
+    if ! grep -q "vmem: policy $CUDAW_VMEM" "$log"; then
+      echo "vmem did not run the $CUDAW_VMEM policy:"; cat "$log"; exit 1
+    fi ;;
+esac
 if [ "$native" != "$under" ]; then echo "outputs differ"; exit 1; fi
 echo "identical"

@@ -137,9 +137,10 @@ static void format_status(char *buf, size_t len) {
     double rate = last.copy_seconds > 0 ? (double)last.bytes / last.copy_seconds / 1e9 : 0.0;
     append(buf, len, &used,
            ",\"last_op\":\"%s\",\"last_ok\":%s,\"last_bytes\":%" PRIu64
-           ",\"last_seconds\":%.6f,\"last_gbps\":%.3f",
+           ",\"last_seconds\":%.6f,\"last_gbps\":%.3f,\"last_gate_ms\":%.3f,"
+           "\"last_copy_seconds\":%.6f,\"last_setup_ms\":%.3f",
            ckpt_op_name(last.op), last.error ? "false" : "true", last.bytes, last.total_seconds,
-           rate);
+           rate, last.gate_seconds * 1e3, last.copy_seconds, last.setup_seconds * 1e3);
     append_string(buf, len, &used, "last_reason", last.reason);
   }
   append(buf, len, &used, "}\n");

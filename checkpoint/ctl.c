@@ -52,7 +52,8 @@ static void print_options(void) {
       cudaw_options_table ? cudaw_options_table(&count) : ckpt_option_table(&count);
   printf("\nenvironment of the programs run under cudaw:\n");
   for (size_t i = 0; i < count; i++)
-    printf("  %-24s %s (default: %s)\n", table[i].name, table[i].meaning, table[i].default_value);
+    printf("  %-24s %s (default: %s)\n", table[i].name, table[i].meaning,
+           table[i].default_value[0] ? table[i].default_value : "unset");
 }
 
 /* ---- replies ---- */

@@ -86,7 +86,9 @@ int engine_prepare(struct engine *e) {
   int devices = 0;
   int rc = e->ops->device_count(e->ctx, &devices);
   if (rc) return rc;
-  if (devices <= 0) devices = 1;
+  /* No device in use yet (the host creates no context for us): nothing to copy, nothing to
+   * allocate; prepare again next time. */
+  if (devices <= 0) return 0;
   e->staging = calloc((size_t)e->slots, sizeof *e->staging);
   e->streams = calloc((size_t)devices * (size_t)e->slots, sizeof *e->streams);
   if (!e->staging || !e->streams) {

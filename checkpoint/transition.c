@@ -78,8 +78,12 @@ static void pause_program(struct ckpt_result *r, double requested_at) {
   rc = ops->release_all(ctx);
   r->memory_seconds = ckpt_now() - t;
   if (rc) {
+    /* The host re-created what it had released, with undefined content: put the saved bytes
+     * back before the program continues. */
+    int restored = engine_restore(tr.engine, &stats, reason, sizeof reason);
     engine_drop_image(tr.engine);
-    fail(r, rc, "releasing device memory failed: %s", strerror(-rc));
+    fail(r, rc, "releasing device memory failed: %s%s%s", strerror(-rc),
+         restored ? "; restoring the saved bytes failed too: " : "", restored ? reason : "");
     goto reopen;
   }
   return; /* paused: the gate stays closed until resume */

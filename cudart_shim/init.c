@@ -8,6 +8,7 @@
 
 #include "options.h"
 #include "shim.h"
+#include "shim_ckpt.h"
 
 atomic_int shim_ready;
 int shim_init_error;
@@ -21,6 +22,7 @@ static void init_body(void)
   shim_init_error = shim_real_load();
   if (strcmp(cudaw_option("CUDAW_STATIC_CHECK"), "0") != 0)
     shim_check_static_runtime("/proc/self/exe");
+  if (shim_init_error == 0) shim_ckpt_start(); /* threads and a socket, no CUDA call */
   shim_depth--;
   atomic_store_explicit(&shim_ready, 1, memory_order_release);
 }

@@ -1,8 +1,12 @@
 /* The one table of CUDAW_* options. Modules read their options through cudaw_option(), so that
- * every variable, its default and its meaning stay in this one place. */
+ * every variable, its default and its meaning stay in this one place. The checkpoint module keeps
+ * its rows next to the code that parses them (ckpt_option_table); they are merged in here, so
+ * that `cudaw options`, `cudaw-ctl --help` and the README print one table. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt.h"
 #include "options.h"
 
 const struct cudaw_option cudaw_options[] = {
@@ -29,18 +33,42 @@ const char *cudaw_option(const char *name)
   return NULL;
 }
 
+/* The merged table: the rows above, then the checkpoint module's. Built once. */
+#define MERGED_MAX 64
+static struct ckpt_option_info merged[MERGED_MAX];
+static size_t merged_count;
+static pthread_once_t merged_once = PTHREAD_ONCE_INIT;
+
+static void merge(void)
+{
+  size_t count = 0;
+  const struct ckpt_option_info *checkpoint = ckpt_option_table(&count);
+  for (unsigned i = 0; i < cudaw_option_count && merged_count < MERGED_MAX; i++)
+    merged[merged_count++] = (struct ckpt_option_info){
+        cudaw_options[i].name, cudaw_options[i].fallback, cudaw_options[i].meaning};
+  for (size_t i = 0; i < count && merged_count < MERGED_MAX; i++) merged[merged_count++] = checkpoint[i];
+}
+
+const struct ckpt_option_info *cudaw_options_table(size_t *count)
+{
+  pthread_once(&merged_once, merge);
+  *count = merged_count;
+  return merged;
+}
+
 void cudaw_options_print(FILE *out, int markdown)
 {
+  size_t count;
+  const struct ckpt_option_info *table = cudaw_options_table(&count);
   if (markdown) {
     fputs("| variable | default | meaning |\n| --- | --- | --- |\n", out);
-    for (unsigned i = 0; i < cudaw_option_count; i++)
-      fprintf(out, "| `%s` | %s%s%s | %s |\n", cudaw_options[i].name,
-              *cudaw_options[i].fallback ? "`" : "", *cudaw_options[i].fallback
-                  ? cudaw_options[i].fallback : "(unset)",
-              *cudaw_options[i].fallback ? "`" : "", cudaw_options[i].meaning);
+    for (size_t i = 0; i < count; i++)
+      fprintf(out, "| `%s` | %s%s%s | %s |\n", table[i].name, *table[i].default_value ? "`" : "",
+              *table[i].default_value ? table[i].default_value : "(unset)",
+              *table[i].default_value ? "`" : "", table[i].meaning);
     return;
   }
-  for (unsigned i = 0; i < cudaw_option_count; i++)
-    fprintf(out, "  %-22s %-10s %s\n", cudaw_options[i].name,
-            *cudaw_options[i].fallback ? cudaw_options[i].fallback : "-", cudaw_options[i].meaning);
+  for (size_t i = 0; i < count; i++)
+    fprintf(out, "  %-22s %-10s %s\n", table[i].name,
+            *table[i].default_value ? table[i].default_value : "-", table[i].meaning);
 }

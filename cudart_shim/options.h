@@ -18,7 +18,8 @@ extern const unsigned cudaw_option_count;
  * name that is not in the table (a programming error, logged by the caller). */
 const char *cudaw_option(const char *name);
 
-/* Print the table, aligned, one option per line (markdown when `markdown` is nonzero). */
+/* Print the whole table (these rows and the checkpoint module's; see cudaw_options_table in
+ * ckpt.h), aligned, one option per line (markdown when `markdown` is nonzero). */
 void cudaw_options_print(FILE *out, int markdown);
 
 #endif

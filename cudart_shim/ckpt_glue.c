@@ -1,0 +1,403 @@
+/* The checkpoint module inside the library: struct ckpt_host_ops over the API gate, vmem and the
+ * real runtime. The module calls these from its own threads, which are never inside an API call,
+ * so they use the real runtime directly (SHIM_REAL), never cudaw's gated exports. Started by
+ * shim_init (no CUDA call there); nothing here creates a CUDA context: while vmem has not
+ * started there is nothing to drain or save, and the devices count as none. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "shim_ckpt.h"
+#include "shim_generated.h"
+#include "shim_vmem.h"
+#include "vmem.h"
+
+/* Defined by the launch-translation glue when it is linked in: refreshes whatever it caches of
+ * real addresses after vmem re-created memory at new ones (translate policy). 0 or -errno. */
+extern int shim_kparam_relocated(void) __attribute__((weak));
+
+static _Atomic int exiting; /* set by the destructor: the real runtime may be gone */
+
+static int errno_from_cuda(cudaError_t error, const char *what)
+{
+  if (error == cudaSuccess) return 0;
+  shim_debug("checkpoint: %s: %s", what, SHIM_REAL(cudaGetErrorName)
+                                             ? SHIM_REAL(cudaGetErrorName)(error) : "?");
+  switch (error) {
+  case cudaErrorMemoryAllocation: return -ENOMEM;
+  case cudaErrorInvalidValue: return -EINVAL;
+  case cudaErrorInvalidDevice: case cudaErrorNoDevice: return -ENODEV;
+  case cudaErrorNotSupported: return -ENOTSUP;
+  default: return -EIO;
+  }
+}
+
+/* Everything below runs on the module's threads, outside any API call. While they are in the
+ * real runtime or in vmem, shim_depth is raised, so that a call the real runtime makes to one
+ * of its own exports (bound to cudaw's wrapper by symbol interposition) passes the closed gate
+ * instead of waiting for the pause it is part of. */
+static cudaError_t leave(cudaError_t error)
+{
+  shim_depth--;
+  return error;
+}
+
+/* Call the real runtime's `name`, or fail with -ENOSYS where the loaded runtime lacks it. */
+#define REAL_CALL(name, ...)                                                                  \
+  (SHIM_REAL(name) ? (shim_depth++, errno_from_cuda(leave(SHIM_REAL(name)(__VA_ARGS__)), #name)) \
+                   : -ENOSYS)
+
+/* The device this (module) thread last made current, to skip redundant cudaSetDevice calls. */
+static SHIM_TLS int thread_device = -1;
+
+static int use_device(int device)
+{
+  if (thread_device == device) return 0;
+  int rc = REAL_CALL(cudaSetDevice, device);
+  if (rc == 0) thread_device = device;
+  return rc;
+}
+
+/* ---- gate ---------------------------------------------------------------------------------- */
+
+static int gate_close(void *ctx, uint64_t timeout_ns)
+{
+  (void)ctx;
+  return shim_gate_close(timeout_ns); /* reopens the gate itself on -ETIMEDOUT */
+}
+
+static void gate_open(void *ctx)
+{
+  (void)ctx;
+  shim_gate_open();
+}
+
+/* ---- devices ------------------------------------------------------------------------------- */
+
+static int device_count(void *ctx, int *count)
+{
+  (void)ctx;
+  *count = 0;
+  if (!shim_vmem_running()) return 0; /* no virtual memory yet: nothing on any device */
+  return REAL_CALL(cudaGetDeviceCount, count);
+}
+
+typedef int (*primary_ctx_state_fn)(int device, unsigned *flags, int *active);
+
+/* Whether `device` has a context, without creating one: the driver's primary context state where
+ * the runtime hands out cuDevicePrimaryCtxGetState (runtime and driver ordinals agree: both see
+ * CUDA_VISIBLE_DEVICES), and in any case when vmem holds memory there. */
+static int device_has_context(int device)
+{
+  struct vmem_stats stats;
+  if (vmem_get_stats(device, &stats) == 0 && stats.chunks > 0) return 1;
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+  int active = 0;
+  if (REAL_CALL(cudaGetDriverEntryPointByVersion, "cuDevicePrimaryCtxGetState", &fn, 12000,
+                cudaEnableDefault, &status) == 0 &&
+      status == cudaDriverEntryPointSuccess && fn) {
+    unsigned flags = 0;
+    shim_depth++;
+    if (((primary_ctx_state_fn)fn)(device, &flags, &active) != 0) active = 0;
+    shim_depth--;
+  }
+  return active;
+}
+
+static int device_drain(void *ctx)
+{
+  int count = 0, rc = device_count(ctx, &count);
+  for (int device = 0; rc == 0 && device < count; device++) {
+    if (!device_has_context(device)) continue;
+    rc = use_device(device);
+    if (rc == 0) rc = REAL_CALL(cudaDeviceSynchronize);
+    if (rc) shim_error("checkpoint: draining device %d failed: %s", device, strerror(-rc));
+  }
+  return rc;
+}
+
+/* ---- regions: vmem's backing chunks -------------------------------------------------------- */
+
+struct chunk_list {
+  struct vmem_chunk *items;
+  size_t count, capacity;
+};
+
+/* Runs with vmem's mutex held: only collect. */
+static int collect_chunk(const struct vmem_chunk *chunk, void *arg)
+{
+  struct chunk_list *list = arg;
+  if (chunk->state != VMEM_RESIDENT || chunk->size == 0) return 0;
+  if (list->count == list->capacity) {
+    size_t capacity = list->capacity ? list->capacity * 2 : 256;
+    struct vmem_chunk *items = realloc(list->items, capacity * sizeof *items);
+    if (!items) return -ENOMEM;
+    list->items = items;
+    list->capacity = capacity;
+  }
+  list->items[list->count++] = *chunk;
+  return 0;
+}
+
+static int for_each_region(void *ctx, ckpt_region_visit_fn visit, void *visit_ctx)
+{
+  (void)ctx;
+  if (!shim_vmem_running()) return 0;
+  struct chunk_list list = {0};
+  shim_depth++;
+  int rc = vmem_for_each(collect_chunk, &list);
+  shim_depth--;
+  for (size_t i = 0; rc == 0 && i < list.count; i++) {
+    /* The virtual address names the chunk: it stays the same from checkpoint to resume. */
+    struct ckpt_region region = {.id = list.items[i].vaddr, .vaddr = list.items[i].vaddr,
+                                 .size = list.items[i].size, .device = list.items[i].device};
+    rc = visit(visit_ctx, &region);
+  }
+  free(list.items);
+  return rc;
+}
+
+/* After vmem re-created memory: under translate the real addresses changed, so the launch
+ * translation's caches must follow. On its failure the memory is given back again. */
+static int after_recreate(void)
+{
+  if (vmem_policy() != VMEM_TRANSLATE || !shim_kparam_relocated) return 0;
+  shim_depth++;
+  int rc = shim_kparam_relocated();
+  if (rc) vmem_release_all();
+  shim_depth--;
+  if (rc)
+    shim_error("checkpoint: launch translation could not follow the new device addresses: %s",
+               strerror(-rc));
+  return rc;
+}
+
+static int recreate_all(void *ctx, uint64_t *shortfall)
+{
+  (void)ctx;
+  *shortfall = 0;
+  if (!shim_vmem_running()) return 0;
+  shim_depth++;
+  int rc = vmem_recreate_all(shortfall);
+  shim_depth--;
+  if (rc == 0) rc = after_recreate();
+  return rc;
+}
+
+/* vmem releases what it can and reports the first error; the contract here is all or nothing,
+ * so on error re-create what was released (the module then restores it from the image). */
+static int release_all(void *ctx)
+{
+  (void)ctx;
+  if (!shim_vmem_running()) return 0;
+  shim_depth++;
+  int rc = vmem_release_all();
+  uint64_t shortfall = 0;
+  int undo = rc ? vmem_recreate_all(&shortfall) : 0;
+  shim_depth--;
+  if (rc == 0) return 0;
+  if (undo == 0) undo = after_recreate();
+  if (undo)
+    shim_error("checkpoint: releasing device memory failed (%s) and re-creating the part released "
+               "failed too (%s)", strerror(-rc), strerror(-undo));
+  return rc;
+}
+
+/* ---- streams, copies, pinned memory -------------------------------------------------------- */
+
+struct glue_stream {
+  cudaStream_t stream;
+  int device;
+};
+
+static int stream_create(void *ctx, int device, void **out)
+{
+  (void)ctx;
+  struct glue_stream *s = calloc(1, sizeof *s);
+  if (!s) return -ENOMEM;
+  s->device = device;
+  int rc = use_device(device);
+  if (rc == 0) rc = REAL_CALL(cudaStreamCreateWithFlags, &s->stream, cudaStreamNonBlocking);
+  if (rc) {
+    free(s);
+    return rc;
+  }
+  *out = s;
+  return 0;
+}
+
+static void stream_destroy(void *ctx, void *stream)
+{
+  (void)ctx;
+  struct glue_stream *s = stream;
+  if (!s) return;
+  if (!atomic_load(&exiting)) (void)REAL_CALL(cudaStreamDestroy, s->stream);
+  free(s);
+}
+
+/* A virtual device address of a resident chunk -> the real one (identity under remap). */
+static int device_address(uint64_t vaddr, void **real)
+{
+  *real = vmem_translate((const void *)(uintptr_t)vaddr);
+  return *real ? 0 : -EFAULT;
+}
+
+static int copy_d2h_async(void *ctx, void *host, uint64_t vaddr, size_t n, void *stream)
+{
+  (void)ctx;
+  struct glue_stream *s = stream;
+  void *device;
+  int rc = device_address(vaddr, &device);
+  if (rc == 0) rc = use_device(s->device);
+  if (rc == 0)
+    rc = REAL_CALL(cudaMemcpyAsync, host, device, n, cudaMemcpyDeviceToHost, s->stream);
+  return rc;
+}
+
+static int copy_h2d_async(void *ctx, uint64_t vaddr, const void *host, size_t n, void *stream)
+{
+  (void)ctx;
+  struct glue_stream *s = stream;
+  void *device;
+  int rc = device_address(vaddr, &device);
+  if (rc == 0) rc = use_device(s->device);
+  if (rc == 0)
+    rc = REAL_CALL(cudaMemcpyAsync, device, host, n, cudaMemcpyHostToDevice, s->stream);
+  return rc;
+}
+
+static int stream_sync(void *ctx, void *stream)
+{
+  (void)ctx;
+  return REAL_CALL(cudaStreamSynchronize, ((struct glue_stream *)stream)->stream);
+}
+
+static int host_alloc_pinned(void *ctx, size_t n, void **host)
+{
+  (void)ctx;
+  return REAL_CALL(cudaHostAlloc, host, n, cudaHostAllocPortable);
+}
+
+static void host_free_pinned(void *ctx, void *host)
+{
+  (void)ctx;
+  if (!atomic_load(&exiting)) (void)REAL_CALL(cudaFreeHost, host);
+}
+
+/* ---- memory held, from NVML (never creates a context) -------------------------------------- */
+
+/* The few NVML declarations used (nvml.h is not part of the toolkit here; this ABI is stable). */
+typedef struct nvml_device *nvml_device_t;
+struct nvml_process_info {
+  unsigned int pid;
+  unsigned long long used_gpu_memory;
+  unsigned int gpu_instance_id, compute_instance_id;
+};
+#define NVML_SUCCESS 0
+#define NVML_ERROR_INSUFFICIENT_SIZE 7
+#define NVML_VALUE_NOT_AVAILABLE (~0ull)
+
+static struct {
+  pthread_mutex_t lock;
+  int state; /* 0 not tried, 1 ready, -1 unavailable */
+  int (*init)(void);
+  int (*by_pci_bus_id)(const char *bus_id, nvml_device_t *device);
+  int (*processes)(nvml_device_t device, unsigned *count, struct nvml_process_info *infos);
+} nvml = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static int nvml_ready(void)
+{
+  pthread_mutex_lock(&nvml.lock);
+  if (nvml.state == 0) {
+    nvml.state = -1;
+    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib) {
+      nvml.init = (int (*)(void))dlsym(lib, "nvmlInit_v2");
+      nvml.by_pci_bus_id = (int (*)(const char *, nvml_device_t *))dlsym(
+          lib, "nvmlDeviceGetHandleByPciBusId_v2");
+      void *processes = dlsym(lib, "nvmlDeviceGetComputeRunningProcesses_v3");
+      nvml.processes = (int (*)(nvml_device_t, unsigned *, struct nvml_process_info *))processes;
+      if (nvml.init && nvml.by_pci_bus_id && nvml.processes && nvml.init() == NVML_SUCCESS)
+        nvml.state = 1;
+      else
+        dlclose(lib);
+    }
+  }
+  int ready = nvml.state == 1;
+  pthread_mutex_unlock(&nvml.lock);
+  return ready;
+}
+
+static int mem_held(void *ctx, int device, uint64_t *bytes)
+{
+  (void)ctx;
+  *bytes = 0;
+  if (!nvml_ready()) return -ENODEV;
+  char bus_id[32];
+  int rc = REAL_CALL(cudaDeviceGetPCIBusId, bus_id, (int)sizeof bus_id, device);
+  if (rc) return rc;
+  nvml_device_t handle;
+  if (nvml.by_pci_bus_id(bus_id, &handle) != NVML_SUCCESS) return -ENODEV;
+  struct nvml_process_info infos[64];
+  unsigned count = 64;
+  int status = nvml.processes(handle, &count, infos);
+  if (status != NVML_SUCCESS) return -EIO; /* more than 64 processes: not worth more */
+  for (unsigned i = 0; i < count; i++)
+    if (infos[i].pid == (unsigned)getpid()) {
+      if (infos[i].used_gpu_memory == NVML_VALUE_NOT_AVAILABLE) return -ENODATA;
+      *bytes = infos[i].used_gpu_memory;
+    }
+  return 0;
+}
+
+/* ---- log and start ------------------------------------------------------------------------- */
+
+static void log_message(void *ctx, int level, const char *message)
+{
+  (void)ctx;
+  static const enum shim_log_level levels[] = {SHIM_LOG_ERROR, SHIM_LOG_WARN, SHIM_LOG_INFO,
+                                               SHIM_LOG_DEBUG};
+  enum shim_log_level shim_level = (unsigned)level < 4 ? levels[level] : SHIM_LOG_DEBUG;
+  if ((int)shim_level <= shim_log_level) shim_log(shim_level, "%s", message);
+}
+
+static const struct ckpt_host_ops host_ops = {
+  .gate_close = gate_close,
+  .gate_open = gate_open,
+  .device_drain = device_drain,
+  .for_each_region = for_each_region,
+  .release_all = release_all,
+  .recreate_all = recreate_all,
+  .device_count = device_count,
+  .stream_create = stream_create,
+  .stream_destroy = stream_destroy,
+  .copy_d2h_async = copy_d2h_async,
+  .copy_h2d_async = copy_h2d_async,
+  .stream_sync = stream_sync,
+  .host_alloc_pinned = host_alloc_pinned,
+  .host_free_pinned = host_free_pinned,
+  .mem_held = mem_held,
+  .log = log_message,
+};
+
+void shim_ckpt_start(void)
+{
+  int rc = ckpt_init(&host_ops, NULL);
+  if (rc && rc != -EALREADY) shim_warn("checkpoint: not available in this process");
+}
+
+/* At exit: stop the control thread and the signal handler and wait for a transition under way.
+ * The real runtime may already have torn itself down (its exit handlers run before ours), so
+ * the staging buffers and streams are left to the process's end. A paused program stays
+ * paused. */
+__attribute__((destructor)) static void shim_ckpt_stop(void)
+{
+  atomic_store(&exiting, 1);
+  ckpt_shutdown();
+}

@@ -1,0 +1,344 @@
+// Checkpoint benchmark (run under cudaw; see the bench_ckpt_run target). For each size (GiB, from
+// argv): device memory in one allocation and in thousands, a first checkpoint, a resume, a
+// repeated checkpoint (image kept: CUDAW_CKPT_KEEP_IMAGE=1) and a resume, each as GB/s and as a
+// ratio against the copy ceilings measured in the same run (pinned D2H and H2D cudaMemcpyAsync
+// through one reused pinned buffer); pause latency (signal -> gate closed, drain excluded, with
+// a thread busy in API calls); and NVIDIA's driver checkpoint (cuCheckpointProcess*) driven from
+// a native helper process against a child holding the same amount of data.
+// Goals: first checkpoint >= 0.7x pinned D2H, repeated >= 0.9x, resume >= 0.8x pinned H2D,
+// faster than the driver, pause latency < 5 ms.
+//
+// usage: bench_ckpt [GiB...]                       (default 1 8 32; under cudaw)
+//        bench_ckpt --driver <GiB>                 (native helper: prints "driver <ckpt s> <restore s>")
+//        bench_ckpt --driver-child <GiB> <fd>      (native child holding the data)
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <string>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <thread>
+#include <time.h>
+#include <unistd.h>
+#include <vector>
+
+#define CUDA_CHECK(call)                                                                       \
+  do {                                                                                         \
+    cudaError_t e_ = (call);                                                                   \
+    if (e_ != cudaSuccess) {                                                                   \
+      fprintf(stderr, "bench_ckpt: %s: %s\n", #call, cudaGetErrorString(e_));                  \
+      exit(1);                                                                                 \
+    }                                                                                          \
+  } while (0)
+
+static const size_t GIB = (size_t)1 << 30;
+
+static double now()
+{
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// ---- talking to our own control socket --------------------------------------------------------
+
+static std::string ask(const char *command)
+{
+  const char *dir = getenv("CUDAW_RUN_DIR");
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  snprintf(addr.sun_path, sizeof addr.sun_path, "%s/%ld.sock", dir ? dir : "", (long)getpid());
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  if (fd < 0 || connect(fd, (sockaddr *)&addr, sizeof addr) != 0) {
+    fprintf(stderr, "bench_ckpt: cannot reach %s: is this running under cudaw with CUDAW_RUN_DIR "
+            "set?\n", addr.sun_path);
+    exit(1);
+  }
+  std::string line = std::string(command) + "\n", reply;
+  if (send(fd, line.data(), line.size(), 0) != (ssize_t)line.size()) exit(1);
+  char buf[4096];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof buf, 0)) > 0) {
+    reply.append(buf, (size_t)n);
+    if (reply.find('\n') != std::string::npos) break;
+  }
+  close(fd);
+  return reply;
+}
+
+static double number(const std::string &json, const char *key)
+{
+  std::string pattern = std::string("\"") + key + "\":";
+  size_t at = json.find(pattern);
+  return at == std::string::npos ? -1.0 : strtod(json.c_str() + at + pattern.size(), nullptr);
+}
+
+struct transition {
+  double total, copy, setup_ms, gate_ms;
+  double bytes;
+};
+
+static transition run(const char *command)
+{
+  std::string reply = ask(command);
+  if (reply.find("\"ok\":true") == std::string::npos) {
+    fprintf(stderr, "bench_ckpt: %s failed: %s", command, reply.c_str());
+    exit(1);
+  }
+  return {number(reply, "seconds"), number(reply, "copy_seconds"), number(reply, "setup_ms"),
+          number(reply, "gate_ms"), number(reply, "bytes")};
+}
+
+// ---- ceilings ----------------------------------------------------------------------------------
+
+// GB/s of `total` bytes copied between `device` and one reused pinned buffer of `chunk` bytes.
+static double ceiling(bool d2h, char *device, size_t total, void *pinned, size_t chunk,
+                      cudaStream_t stream)
+{
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  double t0 = now();
+  for (size_t off = 0; off < total; off += chunk) {
+    size_t n = std::min(chunk, total - off);
+    if (d2h) CUDA_CHECK(cudaMemcpyAsync(pinned, device + off, n, cudaMemcpyDeviceToHost, stream));
+    else CUDA_CHECK(cudaMemcpyAsync(device + off, pinned, n, cudaMemcpyHostToDevice, stream));
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  return (double)total / (now() - t0) / 1e9;
+}
+
+// ---- NVIDIA's driver checkpoint, from a native helper ------------------------------------------
+
+static int driver_child(size_t gib, int fd)
+{
+  std::vector<char *> blocks(gib);
+  for (size_t i = 0; i < gib; i++) {
+    CUDA_CHECK(cudaMalloc(&blocks[i], GIB));
+    CUDA_CHECK(cudaMemset(blocks[i], (int)(i * 37 + 1), GIB));
+  }
+  CUDA_CHECK(cudaDeviceSynchronize());
+  char byte = 'r';
+  if (write(fd, &byte, 1) != 1) return 1;
+  if (read(fd, &byte, 1) != 1) return 1; // the helper has checkpointed and restored us
+  std::vector<unsigned char> host(64 << 20);
+  for (size_t i = 0; i < gib; i++) { // spot-check every GiB
+    CUDA_CHECK(cudaMemcpy(host.data(), blocks[i] + GIB - host.size(), host.size(),
+                          cudaMemcpyDeviceToHost));
+    for (unsigned char c : host)
+      if (c != (unsigned char)(i * 37 + 1)) {
+        fprintf(stderr, "bench_ckpt: driver restore lost data in GiB %zu\n", i);
+        return 1;
+      }
+  }
+  byte = 'v';
+  return write(fd, &byte, 1) == 1 ? 0 : 1;
+}
+
+static int driver_helper(const char *self, size_t gib)
+{
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW);
+  if (!lib) {
+    printf("driver unavailable\n");
+    return 0;
+  }
+  auto init = (CUresult(*)(unsigned))dlsym(lib, "cuInit");
+  auto lock = (CUresult(*)(int, CUcheckpointLockArgs *))dlsym(lib, "cuCheckpointProcessLock");
+  auto ckpt = (CUresult(*)(int, CUcheckpointCheckpointArgs *))dlsym(lib, "cuCheckpointProcessCheckpoint");
+  auto restore = (CUresult(*)(int, CUcheckpointRestoreArgs *))dlsym(lib, "cuCheckpointProcessRestore");
+  auto unlock = (CUresult(*)(int, CUcheckpointUnlockArgs *))dlsym(lib, "cuCheckpointProcessUnlock");
+  if (!init || !lock || !ckpt || !restore || !unlock || init(0) != CUDA_SUCCESS) {
+    printf("driver unavailable\n");
+    return 0;
+  }
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return 1;
+  pid_t child = fork();
+  if (child == 0) {
+    close(sv[0]);
+    std::string g = std::to_string(gib), f = std::to_string(sv[1]);
+    execl(self, self, "--driver-child", g.c_str(), f.c_str(), (char *)nullptr);
+    _exit(127);
+  }
+  close(sv[1]);
+  char byte;
+  if (read(sv[0], &byte, 1) != 1) return 1;
+  CUcheckpointLockArgs lock_args = {};
+  CUcheckpointCheckpointArgs ckpt_args = {};
+  CUcheckpointRestoreArgs restore_args = {};
+  CUcheckpointUnlockArgs unlock_args = {};
+  double t0 = now();
+  CUresult r1 = lock(child, &lock_args);
+  double t1 = now();
+  CUresult r2 = ckpt(child, &ckpt_args);
+  double t2 = now();
+  CUresult r3 = restore(child, &restore_args);
+  double t3 = now();
+  CUresult r4 = unlock(child, &unlock_args);
+  if (r1 || r2 || r3 || r4) {
+    printf("driver failed %d %d %d %d\n", (int)r1, (int)r2, (int)r3, (int)r4);
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+    return 0;
+  }
+  byte = 'c';
+  bool verified = write(sv[0], &byte, 1) == 1 && read(sv[0], &byte, 1) == 1 && byte == 'v';
+  int status;
+  waitpid(child, &status, 0);
+  printf("driver %.6f %.6f %.6f %s\n", t2 - t1, t3 - t2, t1 - t0, verified ? "verified" : "LOST");
+  return 0;
+}
+
+// Run `self --driver gib` natively (without cudaw in the environment); "ckpt restore" seconds.
+static bool driver_figures(const char *self, size_t gib, double *ckpt_s, double *restore_s)
+{
+  std::string cmd = "env -u LD_PRELOAD -u LD_LIBRARY_PATH '" + std::string(self) + "' --driver " +
+                    std::to_string(gib);
+  FILE *p = popen(cmd.c_str(), "r");
+  char line[256] = "";
+  bool ok = p && fgets(line, sizeof line, p) && sscanf(line, "driver %lf %lf", ckpt_s, restore_s) == 2;
+  if (p) pclose(p);
+  if (!ok) fprintf(stderr, "bench_ckpt: driver checkpoint for %zu GiB: %s", gib, line);
+  if (ok && !strstr(line, "verified")) fprintf(stderr, "bench_ckpt: driver restore lost data\n");
+  return ok;
+}
+
+// ---- the benchmark ------------------------------------------------------------------------------
+
+struct row {
+  std::string what;
+  double gbps, ceiling;
+  double seconds;
+};
+
+static std::vector<row> rows;
+
+static void add(const std::string &what, double bytes, double seconds, double ceiling_gbps)
+{
+  rows.push_back({what, bytes / seconds / 1e9, ceiling_gbps, seconds});
+}
+
+static std::atomic<bool> busy_stop;
+
+// Keeps API calls in flight while the pause latency is measured, as a real program would.
+static void busy_thread(char *device)
+{
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  while (!busy_stop.load()) {
+    CUDA_CHECK(cudaMemsetAsync(device, 1, 1 << 20, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+  CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+int main(int argc, char **argv)
+{
+  if (argc == 3 && !strcmp(argv[1], "--driver")) return driver_helper(argv[0], strtoull(argv[2], 0, 10));
+  if (argc == 4 && !strcmp(argv[1], "--driver-child"))
+    return driver_child(strtoull(argv[2], 0, 10), atoi(argv[3]));
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    printf("skipped: no GPU\n");
+    return 77;
+  }
+  std::vector<size_t> sizes;
+  for (int i = 1; i < argc; i++) sizes.push_back(strtoull(argv[i], 0, 10));
+  if (sizes.empty()) sizes = {1, 8, 32};
+  std::string self = argv[0];
+  if (self.find('/') == std::string::npos) self = "./" + self;
+
+  const size_t chunk = (size_t)32 << 20; // like the engine's staging buffers
+  void *pinned;
+  CUDA_CHECK(cudaHostAlloc(&pinned, chunk, cudaHostAllocPortable));
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  double first_pause_ms = 0;
+  std::vector<double> gate_ms;
+
+  for (size_t gib : sizes) {
+    double d2h = 0, h2d = 0; // this size's ceilings, measured on the one allocation
+    for (int layout = 0; layout < 2; layout++) {
+      size_t total = gib * GIB;
+      size_t pieces = layout == 0 ? 1 : std::max<size_t>(2048, gib * 256); // >= 2048 allocations
+      size_t piece = total / pieces;
+      std::vector<char *> blocks(pieces);
+      for (size_t i = 0; i < pieces; i++) {
+        CUDA_CHECK(cudaMalloc(&blocks[i], piece));
+        CUDA_CHECK(cudaMemsetAsync(blocks[i], (int)(i & 0xff), piece, stream));
+      }
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      // Ceilings over the same amount of data (one allocation's worth; 4 GiB at most).
+      size_t measure = std::min(piece * pieces, (size_t)4 * GIB);
+      if (layout == 0) {
+        d2h = ceiling(true, blocks[0], measure, pinned, chunk, stream);
+        h2d = ceiling(false, blocks[0], measure, pinned, chunk, stream);
+        d2h = std::max(d2h, ceiling(true, blocks[0], measure, pinned, chunk, stream));
+        h2d = std::max(h2d, ceiling(false, blocks[0], measure, pinned, chunk, stream));
+        rows.push_back({std::to_string(gib) + " GiB ceiling pinned D2H", d2h, d2h, 0});
+        rows.push_back({std::to_string(gib) + " GiB ceiling pinned H2D", h2d, h2d, 0});
+      }
+      std::string name = std::to_string(gib) + " GiB in " + std::to_string(pieces) +
+                         (pieces == 1 ? " allocation" : " allocations");
+      double bytes = (double)piece * pieces;
+      transition c1 = run("checkpoint");
+      transition r1 = run("resume");
+      transition c2 = run("checkpoint");
+      transition r2 = run("resume");
+      add(name + ": first checkpoint", bytes, c1.total, d2h);
+      add(name + ": resume", bytes, r1.total, h2d);
+      add(name + ": repeated checkpoint", bytes, c2.total, d2h);
+      add(name + ": repeated resume", bytes, r2.total, h2d);
+      if (!first_pause_ms) first_pause_ms = c1.gate_ms;
+      for (char *b : blocks) CUDA_CHECK(cudaFree(b));
+    }
+    double ck = 0, rs = 0;
+    if (driver_figures(self.c_str(), gib, &ck, &rs)) {
+      add(std::to_string(gib) + " GiB driver cuCheckpointProcessCheckpoint", (double)gib * GIB, ck, d2h);
+      add(std::to_string(gib) + " GiB driver cuCheckpointProcessRestore", (double)gib * GIB, rs, h2d);
+    }
+  }
+
+  // Pause latency: SIGUSR1 -> gate closed (the engine's gate_seconds), with API calls in flight.
+  char *small;
+  CUDA_CHECK(cudaMalloc(&small, 64 << 20));
+  std::thread busy(busy_thread, small);
+  for (int i = 0; i < 30; i++) {
+    usleep(2000);
+    kill(getpid(), SIGUSR1);
+    std::string status;
+    for (int w = 0; w < 20000; w++) {
+      status = ask("status");
+      if (status.find("\"state\":\"paused\"") != std::string::npos) break;
+      usleep(100);
+    }
+    gate_ms.push_back(number(status, "last_gate_ms"));
+    run("resume");
+  }
+  busy_stop = true;
+  busy.join();
+  CUDA_CHECK(cudaFree(small));
+  std::sort(gate_ms.begin(), gate_ms.end());
+
+  printf("\n%-58s %10s %10s %8s\n", "bench_ckpt (request -> paused / running)", "GB/s", "seconds",
+         "ratio");
+  for (const row &r : rows) {
+    if (r.seconds == 0) printf("%-58s %10.2f %10s %8s\n", r.what.c_str(), r.gbps, "-", "1.00");
+    else printf("%-58s %10.2f %10.3f %7.2fx\n", r.what.c_str(), r.gbps, r.seconds, r.gbps / r.ceiling);
+  }
+  printf("%-58s %10s %10.3f ms (median of %zu, max %.3f ms; first checkpoint %.3f ms)\n",
+         "pause latency: signal -> gate closed", "", gate_ms[gate_ms.size() / 2], gate_ms.size(),
+         gate_ms.back(), first_pause_ms);
+  printf("ratios: checkpoint rows against pinned D2H of the same size, resume rows against pinned "
+         "H2D, driver rows likewise; goals: first checkpoint >= 0.70x, repeated >= "
+         "0.90x, resume >= 0.80x, above the driver's, pause latency < 5 ms\n");
+  CUDA_CHECK(cudaFreeHost(pinned));
+  return 0;
+}

@@ -25,6 +25,7 @@ if [[ " $stages " == *" build "* ]]; then
   [ $rc -eq 0 ] || { tail -30 "$OUT/build.log"; exit 1; }
 fi
 if [[ " $stages " == *" test "* ]]; then
+  # GPU tests that pause programs or fill the device run alone (RUN_SERIAL in their CMake).
   (cd "$B" && ctest -j6 --output-on-failure --timeout 300 > "$OUT/ctest.log" 2>&1)
   note "ctest: $(grep -E 'tests passed' "$OUT/ctest.log")"
   grep -E "\*\*\*Failed|\(Failed\)|Timeout|Not Run" "$OUT/ctest.log" | head -20
@@ -41,6 +42,11 @@ if [[ " $stages " == *" bench "* ]]; then
       > "$OUT/bench_alloc_$policy.log" 2>&1
     note "bench_alloc $policy:"; tail -16 "$OUT/bench_alloc_$policy.log"
   done
+fi
+if [[ " $stages " == *" ckpt "* ]]; then
+  sh "$SRC/tests/bench/bench_ckpt.sh" "$B/lib" "$B/tests/bench/bench_ckpt" ${CKPT_GIB:-1 8 32} \
+    > "$OUT/bench_ckpt.log" 2>&1
+  note "bench_ckpt (rc $?):"; tail -30 "$OUT/bench_ckpt.log"
 fi
 if [[ " $stages " == *" pytorch "* ]]; then
   STEPS=${STEPS:-30} bash "$SRC/examples/pytorch/check_all.sh" "$B" "$OUT/pytorch" > "$OUT/pytorch.log" 2>&1

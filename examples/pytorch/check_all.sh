@@ -4,6 +4,7 @@
 # pause by SIGUSR1 mid-training resumed by cudaw-ctl (identical losses, device memory given back
 # while paused), and the overheads (step time, `import torch; torch.ones(1).cuda()`).
 # Usage: check_all.sh <cudaw build or install dir (with bin/cudaw, bin/cudaw-ctl)> [work dir]
+# PARTS (environment) picks what runs: "modes pause overhead" by default.
 set -u
 BUILD=$(cd "${1:?usage: check_all.sh <cudaw build dir> [work dir]}" && pwd)
 WORK=${2:-$(mktemp -d)}
@@ -14,11 +15,13 @@ CUDAW="$BUILD/bin/cudaw"
 CTL="$BUILD/bin/cudaw-ctl"
 TRAIN="$HERE/train.py"
 STEPS=${STEPS:-40}
+PARTS=${PARTS:-modes pause overhead}
 failures=0
 result() { echo "RESULT $1: $2"; [ "$2" = ok ] || failures=$((failures + 1)); }
 
 # 1. Each mode, native then under cudaw: the loss sequences must be bit-identical.
 for mode in eager graph compile async; do
+  [[ " $PARTS " == *" modes "* ]] || break
   args=(--steps "$STEPS"); envs=()
   case $mode in
     graph) args+=(--graph) ;;
@@ -35,6 +38,7 @@ done
 
 # 2. Pause by SIGUSR1 at a known step (a pause file holds the job between steps so the signal
 #    lands while it runs nothing), check the memory is given back, resume with cudaw-ctl.
+if [[ " $PARTS " == *" pause "* ]]; then
 pause_file="$WORK/hold"
 "$PY" "$TRAIN" --steps "$STEPS" --record "$WORK/pause.native" > "$WORK/pause.native.log" 2>&1
 touch "$pause_file"
@@ -51,12 +55,16 @@ sleep 1
 used_paused=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | awk -F', ' -v p=$pid '$1==p{print $2}')
 echo "device memory of the job (nvidia-smi, MiB): before pause ${used_before:-?}, paused ${used_paused:-0 (not listed)}"
 "$CTL" resume $pid; echo "cudaw-ctl resume: exit $?"
+( sleep 120; kill -9 $pid 2>/dev/null ) & watchdog=$!
 rm -f "$pause_file"
 wait $pid
+kill $watchdog 2>/dev/null
 if grep -q "^check: ok" "$WORK/pause.cudaw.log" && [[ $state == *paused* ]]; then result "pause/resume mid-training" ok
 else result "pause/resume mid-training" FAILED; tail -8 "$WORK/pause.cudaw.log"; tail -8 "$WORK/pause.cudawlog"; fi
+fi
 
 # 3. Overheads, alternating native and cudaw runs; medians.
+if [[ " $PARTS " == *" overhead "* ]]; then
 TIMEFORMAT=%R
 median() { sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
 for i in 1 2 3 4 5; do
@@ -69,5 +77,6 @@ sn=$(median < "$WORK/step.native"); sc=$(median < "$WORK/step.cudaw")
 tn=$(median < "$WORK/start.native"); tc=$(median < "$WORK/start.cudaw")
 echo "step time: native ${sn} ms, cudaw ${sc} ms, ratio $(awk -v a=$sc -v b=$sn 'BEGIN{printf "%.3f", a/b}') (goal <= 1.02)"
 echo "start-up:  native ${tn} s, cudaw ${tc} s, ratio $(awk -v a=$tc -v b=$tn 'BEGIN{printf "%.3f", a/b}') (goal <= 1.10)"
+fi
 echo "pytorch checks: $failures failed"
 exit $((failures > 0))

@@ -15,7 +15,7 @@ note() { summary+=("$*"); echo "== $*"; }
 
 if [[ " $stages " == *" build "* ]]; then
   mkdir -p /tmp/deps
-  for f in "$SRC"/.carry/debs/*.deb; do dpkg -x "$f" /tmp/deps; done
+  for f in "${DEBS:-$SRC/.carry/debs}"/*.deb; do dpkg -x "$f" /tmp/deps; done
   D=/tmp/deps/usr
   t0=$SECONDS
   { cmake -S "$SRC" -B "$B" -DCUDAW_WERROR=ON -DCMAKE_PREFIX_PATH=$D -DCMAKE_INCLUDE_PATH=$D/include \

@@ -55,12 +55,32 @@ static void set_arch(void)
   }
 }
 
+/* Each thread remembers its last lookup: a loop launching one kernel skips the registry's lock
+ * and hash, until any registration changes the registry. */
+struct plan_cache {
+  const void *func;
+  uint64_t generation;
+  const struct kparam_plan *plan;
+  enum shim_kparam_func how;
+};
+static SHIM_TLS struct plan_cache plan_cache;
+
 static const struct kparam_plan *plan_of(const void *func, enum shim_kparam_func how)
 {
+  uint64_t generation = kparam_registry_generation();
+  struct plan_cache *cache = &plan_cache;
+  if (cache->plan && cache->func == func && cache->how == how && cache->generation == generation)
+    return cache->plan;
   pthread_once(&arch_once, set_arch);
-  if (how == SHIM_KPARAM_HANDLE) return kparam_plan_for_kernel(func);
-  const struct kparam_plan *plan = kparam_plan_for_host_fun(func);
-  return plan ? plan : kparam_plan_for_kernel(func);
+  const struct kparam_plan *plan;
+  if (how == SHIM_KPARAM_HANDLE) {
+    plan = kparam_plan_for_kernel(func);
+  } else {
+    plan = kparam_plan_for_host_fun(func);
+    if (!plan) plan = kparam_plan_for_kernel(func);
+  }
+  *cache = (struct plan_cache){func, generation, plan, how};
+  return plan;
 }
 
 /* ---- kernels reported once ---- */

@@ -120,6 +120,11 @@ size_t kparam_image_extent(const void *data);
 const struct kparam_plan *kparam_plan_for_host_fun(const void *host_fun);
 const struct kparam_plan *kparam_plan_for_kernel(const void *kernel_handle);
 
+/* A number that changes whenever a registration or unregistration could change what the lookups
+ * above return: a caller may cache a lookup and reuse it while this stays the same (read it
+ * before the lookup). Lock-free. */
+uint64_t kparam_registry_generation(void);
+
 /* ---- Translation ---- */
 
 /* Called per candidate word. If *word holds a virtual device pointer, replace it with the real

@@ -32,6 +32,18 @@ struct function {
 };
 
 static pthread_rwlock_t lock = PTHREAD_RWLOCK_INITIALIZER;
+/* Bumped by every change under the write lock, so callers may cache lookups (see kparam.h). */
+static _Atomic uint64_t generation;
+
+static void write_lock(void) { pthread_rwlock_wrlock(&lock); }
+static void write_unlock(void) {
+  atomic_fetch_add_explicit(&generation, 1, memory_order_release);
+  pthread_rwlock_unlock(&lock);
+}
+
+uint64_t kparam_registry_generation(void) {
+  return atomic_load_explicit(&generation, memory_order_acquire);
+}
 static struct kparam_module *modules;
 static struct hash_map functions_by_host_fun; /* host_fun -> function */
 static struct hash_map functions_by_handle;   /* kernel or library-kernel handle -> function
@@ -75,10 +87,10 @@ kparam_module_key kparam_register_fatbin(const void *wrapper) {
     module = module_new(wrapper, 0);
     if (!module) return NULL;
   }
-  pthread_rwlock_wrlock(&lock);
+  write_lock();
   module->next = modules;
   modules = module;
-  pthread_rwlock_unlock(&lock);
+  write_unlock();
   return module;
 }
 
@@ -163,13 +175,13 @@ static const struct kparam_plan *plan_of(struct hash_map *map, const void *key) 
   struct kparam_plan *plan = fn ? atomic_load(&fn->plan) : NULL;
   pthread_rwlock_unlock(&lock);
   if (plan || !fn) return plan;
-  pthread_rwlock_wrlock(&lock);
+  write_lock();
   fn = hash_get(map, key_of(key)); /* may have gone or been built meanwhile */
   if (fn && !(plan = atomic_load(&fn->plan))) {
     plan = build_plan(fn);
     atomic_store(&fn->plan, plan);
   }
-  pthread_rwlock_unlock(&lock);
+  write_unlock();
   return plan;
 }
 
@@ -213,7 +225,7 @@ int kparam_register_function(kparam_module_key key, const void *host_fun, const 
   if (!key || !host_fun || !device_name) return -EINVAL;
   struct function *fn = function_new(key, host_fun, device_name);
   if (!fn) return -ENOMEM;
-  pthread_rwlock_wrlock(&lock);
+  write_lock();
   struct function *old = hash_get(&functions_by_host_fun, key_of(host_fun));
   int rc = hash_put(&functions_by_host_fun, key_of(host_fun), fn);
   if (rc == 0 && old) {
@@ -228,18 +240,18 @@ int kparam_register_function(kparam_module_key key, const void *host_fun, const 
       hash_remove(&pending_handles, handle);
       rc = hash_put(&functions_by_handle, handle, fn);
     }
-  pthread_rwlock_unlock(&lock);
+  write_unlock();
   if (rc && !old) function_free(fn);
   return rc;
 }
 
 int kparam_register_kernel_handle(const void *kernel_handle, const void *host_fun) {
   if (!kernel_handle || !host_fun) return -EINVAL;
-  pthread_rwlock_wrlock(&lock);
+  write_lock();
   struct function *fn = hash_get(&functions_by_host_fun, key_of(host_fun));
   int rc = fn ? hash_put(&functions_by_handle, key_of(kernel_handle), fn)
               : hash_put(&pending_handles, key_of(kernel_handle), (void *)host_fun);
-  pthread_rwlock_unlock(&lock);
+  write_unlock();
   return rc;
 }
 
@@ -251,24 +263,24 @@ int kparam_register_library(const void *lib_handle, const void *image, size_t si
   if (magic == FATBIN_WRAPPER_MAGIC) {
     module = kparam_register_fatbin(image);
     if (!module) return -ENOMEM;
-    pthread_rwlock_wrlock(&lock);
+    write_lock();
   } else {
     module = module_new(image, size_or_0);
     if (!module) return -ENOMEM;
     snprintf(module->label, sizeof module->label, "library %p (image %p)", lib_handle, image);
-    pthread_rwlock_wrlock(&lock);
+    write_lock();
     module->next = modules;
     modules = module;
   }
   int rc = hash_put(&libraries, key_of(lib_handle), module);
-  pthread_rwlock_unlock(&lock);
+  write_unlock();
   return rc;
 }
 
 int kparam_register_library_kernel(const void *kernel_handle, const void *lib_handle,
                                    const char *name) {
   if (!kernel_handle || !lib_handle || !name) return -EINVAL;
-  pthread_rwlock_wrlock(&lock);
+  write_lock();
   struct kparam_module *module = hash_get(&libraries, key_of(lib_handle));
   int rc = -ENOENT;
   if (module) {
@@ -282,17 +294,17 @@ int kparam_register_library_kernel(const void *kernel_handle, const void *lib_ha
       function_free(fn);
     }
   }
-  pthread_rwlock_unlock(&lock);
+  write_unlock();
   return rc;
 }
 
 void kparam_unregister_fatbin(kparam_module_key key) {
   if (!key) return;
-  pthread_rwlock_wrlock(&lock);
+  write_lock();
   struct kparam_module **link = &modules;
   while (*link && *link != key) link = &(*link)->next;
   if (!*link) {
-    pthread_rwlock_unlock(&lock);
+    write_unlock();
     return;
   }
   *link = key->next;
@@ -325,7 +337,7 @@ void kparam_unregister_fatbin(kparam_module_key key) {
       at = &fn->retired_next;
     }
   }
-  pthread_rwlock_unlock(&lock);
+  write_unlock();
   for (size_t i = 0; i < key->image_count; i++) image_close(key->images[i]);
   free(key->images);
   free(key);

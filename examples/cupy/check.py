@@ -24,8 +24,10 @@ def main():
     a, b = cp.asarray(a_h), cp.asarray(b_h)
 
     c = (a * 2.0 + b).sum(axis=1)
-    ok &= np.allclose(cp.asnumpy(c), (a_h * 2.0 + b_h).sum(axis=1), rtol=1e-4, atol=1e-3)
-    print("arith", digest(c))
+    good = np.allclose(cp.asnumpy(c), (a_h.astype(np.float64) * 2.0 + b_h).sum(axis=1),
+                       rtol=1e-4, atol=1e-3)
+    ok &= good
+    print("arith", digest(c), "" if good else "WRONG")
 
     kernel = cp.RawKernel(r'''
     extern "C" __global__ void saxpy(float a, const float *x, float *y, int n) {
@@ -35,15 +37,18 @@ def main():
     n = a.size
     y = b.ravel().copy()
     kernel(((n + 255) // 256,), (256,), (np.float32(3.0), a.ravel(), y, np.int32(n)))
-    ok &= np.array_equal(cp.asnumpy(y), np.float32(3.0) * a_h.ravel() + b_h.ravel())
-    print("rawkernel", digest(y))
+    # The GPU fuses a * x + y (one rounding); compare in float64 with float32 tolerance.
+    ref_y = 3.0 * a_h.ravel().astype(np.float64) + b_h.ravel()
+    good = np.allclose(cp.asnumpy(y), ref_y, rtol=1e-6, atol=1e-6)
+    ok &= good
+    print("rawkernel", digest(y), "" if good else "WRONG")
 
     with cp.cuda.Device(0):
         m = a @ b  # cuBLAS SGEMM
     ref = a_h.astype(np.float64) @ b_h.astype(np.float64)
     err = np.linalg.norm(cp.asnumpy(m) - ref) / np.linalg.norm(ref)
     ok &= err < 1e-3
-    print("cublas", digest(m), "relerr %.1e" % err)
+    print("cublas", digest(m), "relerr %.1e" % err, "" if err < 1e-3 else "WRONG")
 
     free, total = cp.cuda.runtime.memGetInfo()
     print("memGetInfo ok" if 0 < free <= total else "memGetInfo WRONG %d %d" % (free, total))

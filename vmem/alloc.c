@@ -23,6 +23,11 @@ static void open_remove(struct device_state *d, struct chunk *c) {
 }
 
 static void chunk_free_memory(struct chunk *c) {
+  if (c->in_all) {
+    if (c->all_prev) c->all_prev->all_next = c->all_next;
+    else vmem_space.all_chunks = c->all_next;
+    if (c->all_next) c->all_next->all_prev = c->all_prev;
+  }
   if (c->is_arena) vmem_arena_fini(c);
   free(c);
 }
@@ -55,6 +60,10 @@ static int chunk_create(int device, uint64_t va_granules, uint64_t backed, bool 
     return rc;
   }
   vmem_publish(c);
+  c->all_next = s->all_chunks;
+  if (c->all_next) c->all_next->all_prev = c;
+  s->all_chunks = c;
+  c->in_all = true;
   d->held += backed;
   d->chunks++;
   if (arena) {

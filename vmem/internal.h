@@ -35,6 +35,10 @@ struct chunk {
   uint32_t *unit_bytes;  /* per first unit: the requested size */
   struct chunk *open_next, *open_prev; /* arenas with free units, newest first */
   bool in_open;
+  /* Every live chunk, so that descriptors stay reachable from ordinary memory (the owner table
+   * is mmap'd: leak checkers do not scan it). */
+  struct chunk *all_next, *all_prev;
+  bool in_all;
 };
 
 struct device_state {
@@ -65,6 +69,7 @@ struct vmem_space {
   unsigned shift;
   bool host_reserved, device_reserved;
   struct chunk **owner; /* per granule */
+  struct chunk *all_chunks;
   struct extent *free_extents;
   uint64_t extent_count, extent_capacity, live_chunks;
   int devices;

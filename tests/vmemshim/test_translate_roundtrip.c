@@ -105,6 +105,7 @@ int main(int argc, char **argv)
     CHECK_EQ(vmem_lookup((char *)v[i] + sizes[i] - 1, &info), 0);
     CHECK(info.base == v[i] && info.real == (uint64_t)(uintptr_t)real);
     free(got);
+    free(expect[i]);
     CHECK_EQ(vmem_free(v[i], NULL), 0);
   }
   for (int i = 0; i < before.count; i++) free(before.data[i]);

@@ -33,9 +33,15 @@ if [[ " $stages " == *" test "* ]]; then
     echo "---- $t"; (cd "$B" && ctest -R "^$t\$" --output-on-failure 2>&1 | tail -25)
   done
 fi
+if [[ " $stages " == *" figures "* ]]; then
+  # What some tests print when they pass: parse times, layouts against the driver's.
+  (cd "$B" && ctest -V -R "kparam.test_corpus|kparam.test_lazy_register|gpu_kparam_layouts" \
+     > "$OUT/figures.log" 2>&1)
+  note "figures:"; grep -E "^[0-9]+: " "$OUT/figures.log" | grep -viE "test command|working dir|environment" | tail -25
+fi
 if [[ " $stages " == *" bench "* ]]; then
   for policy in remap translate; do
-    "$B/tests/bench/compare_runs" 7 "$B/lib" --env CUDAW_VMEM=$policy -- "$B/tests/bench/bench_launch" \
+    "$B/tests/bench/compare_runs" ${LAUNCH_REPEATS:-7} "$B/lib" --env CUDAW_VMEM=$policy -- "$B/tests/bench/bench_launch" \
       > "$OUT/bench_launch_$policy.log" 2>&1
     note "bench_launch $policy:"; tail -8 "$OUT/bench_launch_$policy.log"
     "$B/tests/bench/compare_runs" 5 "$B/lib" --env CUDAW_VMEM=$policy -- "$B/tests/bench/bench_alloc" \

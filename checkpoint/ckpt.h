@@ -40,8 +40,10 @@ typedef int (*ckpt_region_visit_fn)(void *visit_ctx, const struct ckpt_region *r
  * thread, the transition thread and the copy threads), never from a signal handler, and mostly
  * while the gate is closed: the shim must implement them with the real runtime directly, not
  * through its own gate, and make the right device current itself (a stream knows its device).
- * Streams and pinned buffers the module creates must stay valid across release_all and
- * recreate_all. Optional members may be NULL where noted. */
+ * Pinned buffers the module allocates must stay valid across release_all and recreate_all; its
+ * streams live only while one copy job runs (so that none holds device memory while paused).
+ * Host operations the copy threads call (stream_*, copy_*, host_alloc_pinned) must be safe to
+ * call from several threads at once. Optional members may be NULL where noted. */
 struct ckpt_host_ops {
   /* Stop new API calls from every thread at entry (they block until gate_open) and wait up to
    * timeout_ns for the calls in flight to return. -ETIMEDOUT if they did not: the host then
@@ -121,7 +123,8 @@ struct ckpt_result {
   uint64_t shortfall;     /* resume: bytes recreate_all could not get */
   double gate_seconds;    /* request (signal, socket, call) -> gate closed */
   double drain_seconds;
-  double setup_seconds;   /* staging buffers and streams (first checkpoint only) */
+  double setup_seconds;   /* pinning staging (first checkpoint) and creating streams, by the
+                           * slowest copy thread; overlaps copy_seconds */
   double copy_seconds;    /* the copy engine, checksums included */
   double memory_seconds;  /* release_all (checkpoint) or recreate_all (resume) */
   double total_seconds;   /* request -> paused or running */

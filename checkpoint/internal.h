@@ -38,9 +38,11 @@ struct engine;
 struct engine_stats {
   uint64_t bytes;
   uint64_t regions;
+  double setup_seconds; /* the slowest copy thread's pinning and stream creation (overlapped) */
 };
 struct engine *engine_new(const struct ckpt_host_ops *ops, void *ctx, const struct ckpt_options *options);
-/* Allocate the staging buffers and streams the first time; later calls are free. */
+/* Learn the device count and size the stream table (cheap; every job calls it too). Staging
+ * buffers are pinned by the copy threads on first use; streams exist only while a job runs. */
 int engine_prepare(struct engine *engine);
 /* Enumerate the regions and copy them into the image. Precondition: gate closed, drained. */
 int engine_save(struct engine *engine, struct engine_stats *stats, char *reason, size_t reason_len);

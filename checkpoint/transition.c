@@ -62,12 +62,13 @@ static void pause_program(struct ckpt_result *r, double requested_at) {
   r->setup_seconds = ckpt_now() - t;
   t = ckpt_now();
   if (rc) {
-    fail(r, rc, "allocating staging buffers and streams failed: %s", strerror(-rc));
+    fail(r, rc, "preparing the copy engine failed: %s", strerror(-rc));
     goto reopen;
   }
   struct engine_stats stats;
   rc = engine_save(tr.engine, &stats, reason, sizeof reason);
   r->copy_seconds = ckpt_now() - t;
+  r->setup_seconds += stats.setup_seconds;
   r->bytes = stats.bytes;
   r->regions = stats.regions;
   t = ckpt_now();
@@ -115,6 +116,7 @@ static void resume_program(struct ckpt_result *r) {
   struct engine_stats stats;
   rc = engine_restore(tr.engine, &stats, reason, sizeof reason);
   r->copy_seconds = ckpt_now() - t;
+  r->setup_seconds = stats.setup_seconds;
   r->bytes = stats.bytes;
   r->regions = stats.regions;
   if (rc) {

@@ -31,6 +31,16 @@ struct ckpt_region {
   int device;
 };
 
+/* Device memory that is not in the regions: managed memory (moved to host memory while paused)
+ * and CUDA arrays (kept on the device: a cudaArray_t cannot be re-created under the same
+ * handle). Filled by the host's park_other for status. */
+struct ckpt_other_memory {
+  uint64_t managed_allocations;
+  uint64_t managed_bytes; /* prefetched to host memory: not on the device while paused */
+  uint64_t arrays;
+  uint64_t array_bytes;   /* still on the device while paused */
+};
+
 /* Called once per region; a non-zero return stops the walk and becomes its result. */
 typedef int (*ckpt_region_visit_fn)(void *visit_ctx, const struct ckpt_region *region);
 
@@ -77,6 +87,13 @@ struct ckpt_host_ops {
   /* Page-locked host memory usable by copies on every device (cudaHostAllocPortable). */
   int (*host_alloc_pinned)(void *ctx, size_t n, void **host);
   void (*host_free_pinned)(void *ctx, void *host);
+  /* Optional (both or neither). Memory outside the regions. park_other runs at a checkpoint
+   * after the regions were saved, before release_all: it moves what can leave the device off it
+   * (managed memory to host memory) and describes in *held what it moved and what stays. On
+   * error nothing stays moved. unpark_other runs at resume after the regions were restored, and
+   * after a checkpoint that failed after park_other: it brings moved memory back. */
+  int (*park_other)(void *ctx, struct ckpt_other_memory *held);
+  int (*unpark_other)(void *ctx);
   /* Optional. Device memory the process still holds on `device` (context, ...) for status.
    * Must not create a context: -ENODEV where there is none. */
   int (*mem_held)(void *ctx, int device, uint64_t *bytes);
@@ -123,8 +140,8 @@ struct ckpt_result {
   uint64_t shortfall;     /* resume: bytes recreate_all could not get */
   double gate_seconds;    /* request (signal, socket, call) -> gate closed */
   double drain_seconds;
-  double setup_seconds;   /* pinning staging (first checkpoint) and creating streams, by the
-                           * slowest copy thread; overlaps copy_seconds */
+  double setup_seconds;   /* pinning staging (first checkpoint, before the copies) plus the
+                           * slowest copy thread's stream creation (inside copy_seconds) */
   double copy_seconds;    /* the copy engine, checksums included */
   double memory_seconds;  /* release_all (checkpoint) or recreate_all (resume) */
   double total_seconds;   /* request -> paused or running */

@@ -12,7 +12,7 @@
 #include "internal.h"
 
 #define DEFAULT_PAUSE_TIMEOUT_MS 10000u
-#define DEFAULT_STAGING_BYTES (16ull << 20)
+#define DEFAULT_STAGING_BYTES (4ull << 20)
 #define MAX_DEFAULT_THREADS 16u
 
 /* The copy threads: one per online CPU, at most 16. The program's own threads wait at the gate
@@ -31,8 +31,8 @@ static const struct ckpt_option_info table[] = {
     {"CUDAW_RUN_DIR", "$XDG_RUNTIME_DIR/cudaw, /run/cudaw (root), /tmp/cudaw-<uid>",
      "directory of the control sockets <pid>.sock"},
     {"CUDAW_CKPT_STREAMS", "2 x threads",
-     "copy streams per device, and pinned staging buffers in all (shared by the devices)"},
-    {"CUDAW_CKPT_STAGING", "16M", "size of one pinned staging buffer (= one checksummed chunk)"},
+     "copies in flight per device, and pinned staging buffers in all (shared by the devices)"},
+    {"CUDAW_CKPT_STAGING", "4M", "size of one pinned staging buffer (= one checksummed chunk)"},
     {"CUDAW_CKPT_THREADS", "online CPUs, at most 16",
      "host threads copying between staging buffers and the image"},
     {"CUDAW_CKPT_KEEP_IMAGE", "0", "1: keep the host image after a resume for the next checkpoint"},

@@ -300,7 +300,7 @@ int main(int argc, char **argv)
       add(name + ": repeated resume", bytes, r2.total, h2d);
       if (!first_pause_ms) first_pause_ms = c1.gate_ms;
       char note[256];
-      snprintf(note, sizeof note, "%s: first checkpoint setup %.1f ms (pinning, streams; overlapped), "
+      snprintf(note, sizeof note, "%s: first checkpoint setup %.1f ms (pinning staging), "
                "copy %.3f s; resume copy %.3f s; repeated copy %.3f s / %.3f s", name.c_str(),
                c1.setup_ms, c1.copy, r1.copy, c2.copy, r2.copy);
       notes.push_back(note);

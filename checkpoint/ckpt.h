@@ -31,6 +31,16 @@ struct ckpt_region {
   int device;
 };
 
+/* Device memory that is not in the regions: managed memory (moved to host memory while paused)
+ * and CUDA arrays (kept on the device: a cudaArray_t cannot be re-created under the same
+ * handle). Filled by the host's park_other for status. */
+struct ckpt_other_memory {
+  uint64_t managed_allocations;
+  uint64_t managed_bytes; /* prefetched to host memory: not on the device while paused */
+  uint64_t arrays;
+  uint64_t array_bytes;   /* still on the device while paused */
+};
+
 /* Called once per region; a non-zero return stops the walk and becomes its result. */
 typedef int (*ckpt_region_visit_fn)(void *visit_ctx, const struct ckpt_region *region);
 
@@ -40,8 +50,10 @@ typedef int (*ckpt_region_visit_fn)(void *visit_ctx, const struct ckpt_region *r
  * thread, the transition thread and the copy threads), never from a signal handler, and mostly
  * while the gate is closed: the shim must implement them with the real runtime directly, not
  * through its own gate, and make the right device current itself (a stream knows its device).
- * Streams and pinned buffers the module creates must stay valid across release_all and
- * recreate_all. Optional members may be NULL where noted. */
+ * Pinned buffers the module allocates must stay valid across release_all and recreate_all; its
+ * streams live only while one copy job runs (so that none holds device memory while paused).
+ * Host operations the copy threads call (stream_*, copy_*, host_alloc_pinned) must be safe to
+ * call from several threads at once. Optional members may be NULL where noted. */
 struct ckpt_host_ops {
   /* Stop new API calls from every thread at entry (they block until gate_open) and wait up to
    * timeout_ns for the calls in flight to return. -ETIMEDOUT if they did not: the host then
@@ -75,6 +87,13 @@ struct ckpt_host_ops {
   /* Page-locked host memory usable by copies on every device (cudaHostAllocPortable). */
   int (*host_alloc_pinned)(void *ctx, size_t n, void **host);
   void (*host_free_pinned)(void *ctx, void *host);
+  /* Optional (both or neither). Memory outside the regions. park_other runs at a checkpoint
+   * after the regions were saved, before release_all: it moves what can leave the device off it
+   * (managed memory to host memory) and describes in *held what it moved and what stays. On
+   * error nothing stays moved. unpark_other runs at resume after the regions were restored, and
+   * after a checkpoint that failed after park_other: it brings moved memory back. */
+  int (*park_other)(void *ctx, struct ckpt_other_memory *held);
+  int (*unpark_other)(void *ctx);
   /* Optional. Device memory the process still holds on `device` (context, ...) for status.
    * Must not create a context: -ENODEV where there is none. */
   int (*mem_held)(void *ctx, int device, uint64_t *bytes);
@@ -121,7 +140,8 @@ struct ckpt_result {
   uint64_t shortfall;     /* resume: bytes recreate_all could not get */
   double gate_seconds;    /* request (signal, socket, call) -> gate closed */
   double drain_seconds;
-  double setup_seconds;   /* staging buffers and streams (first checkpoint only) */
+  double setup_seconds;   /* pinning staging (first checkpoint, before the copies) plus the
+                           * slowest copy thread's stream creation (inside copy_seconds) */
   double copy_seconds;    /* the copy engine, checksums included */
   double memory_seconds;  /* release_all (checkpoint) or recreate_all (resume) */
   double total_seconds;   /* request -> paused or running */

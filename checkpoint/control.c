@@ -132,6 +132,11 @@ static void format_status(char *buf, size_t len) {
     }
   }
   append(buf, len, &used, "]");
+  struct ckpt_other_memory other = transition_other_memory();
+  append(buf, len, &used,
+         ",\"managed_moved\":%" PRIu64 ",\"managed_moved_bytes\":%" PRIu64
+         ",\"arrays_held\":%" PRIu64 ",\"array_held_bytes\":%" PRIu64,
+         other.managed_allocations, other.managed_bytes, other.arrays, other.array_bytes);
   struct ckpt_result last;
   if (state_last(&last)) {
     double rate = last.copy_seconds > 0 ? (double)last.bytes / last.copy_seconds / 1e9 : 0.0;

@@ -211,6 +211,17 @@ static void print_status(pid_t pid, const char *reply) {
   ckpt_format_bytes((uint64_t)json_number(reply, "image_bytes"), bytes, sizeof bytes);
   printf("pid %ld: %s; host image %s in %.0f regions", (long)pid, state, bytes,
          json_number(reply, "image_regions"));
+  if (json_number(reply, "managed_moved") > 0) {
+    char moved[32];
+    ckpt_format_bytes((uint64_t)json_number(reply, "managed_moved_bytes"), moved, sizeof moved);
+    printf("; managed memory moved to host: %s in %.0f allocations", moved,
+           json_number(reply, "managed_moved"));
+  }
+  if (json_number(reply, "arrays_held") > 0) {
+    char held[32];
+    ckpt_format_bytes((uint64_t)json_number(reply, "array_held_bytes"), held, sizeof held);
+    printf("; still on the device: %.0f CUDA arrays (%s)", json_number(reply, "arrays_held"), held);
+  }
   if (json_get(reply, "last_op", last_op, sizeof last_op)) {
     char last_bytes[32];
     ckpt_format_bytes((uint64_t)json_number(reply, "last_bytes"), last_bytes, sizeof last_bytes);

@@ -38,9 +38,12 @@ struct engine;
 struct engine_stats {
   uint64_t bytes;
   uint64_t regions;
+  double setup_seconds; /* the slowest copy thread's stream creation */
 };
 struct engine *engine_new(const struct ckpt_host_ops *ops, void *ctx, const struct ckpt_options *options);
-/* Allocate the staging buffers and streams the first time; later calls are free. */
+/* Learn the device count, size the stream table and pin the staging buffers still missing (in
+ * parallel; kept from then on). Cheap after the first time; every job calls it too. Streams
+ * exist only while a job runs. */
 int engine_prepare(struct engine *engine);
 /* Enumerate the regions and copy them into the image. Precondition: gate closed, drained. */
 int engine_save(struct engine *engine, struct engine_stats *stats, char *reason, size_t reason_len);
@@ -68,6 +71,8 @@ uint64_t transition_image_bytes(void);
 /* For tests: the engine (only touch it while no transition runs). */
 struct engine *transition_engine(void);
 uint64_t transition_image_regions(void);
+/* While paused: what park_other reported (zeros otherwise). */
+struct ckpt_other_memory transition_other_memory(void);
 
 /* control.c: the control thread and socket. signal_fd receives what the signal handler
  * writes; control_signal_fd is its write end for signal.c. */

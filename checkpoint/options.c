@@ -7,13 +7,22 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "internal.h"
 
 #define DEFAULT_PAUSE_TIMEOUT_MS 10000u
-#define DEFAULT_STREAMS 8u
-#define DEFAULT_STAGING_BYTES (32ull << 20)
-#define DEFAULT_THREADS 4u
+#define DEFAULT_STAGING_BYTES (4ull << 20)
+#define MAX_DEFAULT_THREADS 16u
+
+/* The copy threads: one per online CPU, at most 16. The program's own threads wait at the gate
+ * while they run, and the host side of the copies (hashing, copying between staging and the
+ * image, first-touch page faults) needs many cores to keep up with the DMA. */
+static uint32_t default_threads(void) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cpus < 1) cpus = 1;
+  return cpus > (long)MAX_DEFAULT_THREADS ? MAX_DEFAULT_THREADS : (uint32_t)cpus;
+}
 
 static const struct ckpt_option_info table[] = {
     {"CUDAW_PAUSE_TIMEOUT", "10000",
@@ -21,10 +30,11 @@ static const struct ckpt_option_info table[] = {
     {"CUDAW_SIGNAL", "USR1", "signal that requests a checkpoint: USR1, USR2 or none"},
     {"CUDAW_RUN_DIR", "$XDG_RUNTIME_DIR/cudaw, /run/cudaw (root), /tmp/cudaw-<uid>",
      "directory of the control sockets <pid>.sock"},
-    {"CUDAW_CKPT_STREAMS", "8",
-     "copy streams per device, and pinned staging buffers in all (shared by the devices)"},
-    {"CUDAW_CKPT_STAGING", "32M", "size of one pinned staging buffer (= one checksummed chunk)"},
-    {"CUDAW_CKPT_THREADS", "4", "host threads copying between staging buffers and the image"},
+    {"CUDAW_CKPT_STREAMS", "2 x threads",
+     "copies in flight per device, and pinned staging buffers in all (shared by the devices)"},
+    {"CUDAW_CKPT_STAGING", "4M", "size of one pinned staging buffer (= one checksummed chunk)"},
+    {"CUDAW_CKPT_THREADS", "online CPUs, at most 16",
+     "host threads copying between staging buffers and the image"},
     {"CUDAW_CKPT_KEEP_IMAGE", "0", "1: keep the host image after a resume for the next checkpoint"},
 };
 
@@ -74,9 +84,9 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
   memset(out, 0, sizeof *out);
   out->pause_timeout_ms = DEFAULT_PAUSE_TIMEOUT_MS;
   out->signal_number = SIGUSR1;
-  out->streams = DEFAULT_STREAMS;
+  out->streams = 0; /* 2 x threads unless set */
   out->staging_bytes = DEFAULT_STAGING_BYTES;
-  out->threads = DEFAULT_THREADS;
+  out->threads = default_threads();
   if (error && error_len) error[0] = '\0';
 
   if ((text = getenv("CUDAW_PAUSE_TIMEOUT")) && *text) {
@@ -107,6 +117,7 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
     if (strcmp(text, "0") == 0 || strcmp(text, "1") == 0) out->keep_image = text[0] == '1';
     else rc = reject("CUDAW_CKPT_KEEP_IMAGE", text, error, error_len);
   }
+  if (out->streams == 0) out->streams = 2 * out->threads;
   if ((text = getenv("CUDAW_RUN_DIR")) && *text) {
     if (strlen(text) < sizeof out->run_dir) snprintf(out->run_dir, sizeof out->run_dir, "%s", text);
     else rc = reject("CUDAW_RUN_DIR", "(too long)", error, error_len);

@@ -19,6 +19,7 @@ static struct {
   transition_done_fn done;
   void *done_arg;
   struct engine *engine;
+  struct ckpt_other_memory other; /* while paused */
 } tr = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
 
 static void fail(struct ckpt_result *r, int error, const char *format, ...)
@@ -62,12 +63,13 @@ static void pause_program(struct ckpt_result *r, double requested_at) {
   r->setup_seconds = ckpt_now() - t;
   t = ckpt_now();
   if (rc) {
-    fail(r, rc, "allocating staging buffers and streams failed: %s", strerror(-rc));
+    fail(r, rc, "preparing the copy engine failed: %s", strerror(-rc));
     goto reopen;
   }
   struct engine_stats stats;
   rc = engine_save(tr.engine, &stats, reason, sizeof reason);
   r->copy_seconds = ckpt_now() - t;
+  r->setup_seconds += stats.setup_seconds;
   r->bytes = stats.bytes;
   r->regions = stats.regions;
   t = ckpt_now();
@@ -75,9 +77,16 @@ static void pause_program(struct ckpt_result *r, double requested_at) {
     fail(r, rc, "saving device memory failed: %s", reason);
     goto reopen;
   }
+  struct ckpt_other_memory other = {0};
+  if (ops->park_other && (rc = ops->park_other(ctx, &other)) != 0) {
+    engine_drop_image(tr.engine);
+    fail(r, rc, "moving managed memory off the device failed: %s", strerror(-rc));
+    goto reopen;
+  }
   rc = ops->release_all(ctx);
   r->memory_seconds = ckpt_now() - t;
   if (rc) {
+    if (ops->unpark_other) (void)ops->unpark_other(ctx);
     /* The host re-created what it had released, with undefined content: put the saved bytes
      * back before the program continues. */
     int restored = engine_restore(tr.engine, &stats, reason, sizeof reason);
@@ -86,6 +95,9 @@ static void pause_program(struct ckpt_result *r, double requested_at) {
          restored ? "; restoring the saved bytes failed too: " : "", restored ? reason : "");
     goto reopen;
   }
+  pthread_mutex_lock(&tr.lock);
+  tr.other = other;
+  pthread_mutex_unlock(&tr.lock);
   return; /* paused: the gate stays closed until resume */
 reopen:
   ops->gate_open(ctx);
@@ -115,6 +127,7 @@ static void resume_program(struct ckpt_result *r) {
   struct engine_stats stats;
   rc = engine_restore(tr.engine, &stats, reason, sizeof reason);
   r->copy_seconds = ckpt_now() - t;
+  r->setup_seconds = stats.setup_seconds;
   r->bytes = stats.bytes;
   r->regions = stats.regions;
   if (rc) {
@@ -125,6 +138,13 @@ static void resume_program(struct ckpt_result *r) {
     return;
   }
   if (!ckpt_rt.options.keep_image) engine_drop_image(tr.engine);
+  /* Managed memory migrates back on first touch anyway: a failure here only costs speed. */
+  if (ops->unpark_other && (rc = ops->unpark_other(ctx)) != 0)
+    ckpt_logf(CKPT_LOG_WARN, "resume: bringing managed memory back to the device failed: %s",
+              strerror(-rc));
+  pthread_mutex_lock(&tr.lock);
+  tr.other = (struct ckpt_other_memory){0};
+  pthread_mutex_unlock(&tr.lock);
   ops->gate_open(ctx);
 }
 
@@ -228,3 +248,10 @@ uint64_t transition_image_regions(void) {
 }
 
 struct engine *transition_engine(void) { return tr.engine; }
+
+struct ckpt_other_memory transition_other_memory(void) {
+  pthread_mutex_lock(&tr.lock);
+  struct ckpt_other_memory other = tr.other;
+  pthread_mutex_unlock(&tr.lock);
+  return other;
+}

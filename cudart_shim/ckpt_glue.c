@@ -211,8 +211,15 @@ static int release_all(void *ctx)
 
 /* ---- streams, copies, pinned memory -------------------------------------------------------- */
 
+/* The module's "streams" are not CUDA streams: the driver keeps the device memory of a stream it
+ * created (512 KiB each on an H200) in the context after cudaStreamDestroy, so every stream we
+ * created would stay ours on the device while the program is paused. All copies go to the
+ * device's legacy default stream instead (the context has it anyway; the program's streams are
+ * drained while the gate is closed, and one stream reaches the copy ceiling), and each handle is
+ * an event recorded after its copies, which is what stream_sync waits for. */
 struct glue_stream {
   cudaStream_t stream;
+  cudaEvent_t done;
   int device;
 };
 
@@ -222,8 +229,9 @@ static int stream_create(void *ctx, int device, void **out)
   struct glue_stream *s = calloc(1, sizeof *s);
   if (!s) return -ENOMEM;
   s->device = device;
+  s->stream = cudaStreamLegacy;
   int rc = use_device(device);
-  if (rc == 0) rc = REAL_CALL(cudaStreamCreateWithFlags, &s->stream, cudaStreamNonBlocking);
+  if (rc == 0) rc = REAL_CALL(cudaEventCreateWithFlags, &s->done, cudaEventDisableTiming);
   if (rc) {
     free(s);
     return rc;
@@ -237,7 +245,7 @@ static void stream_destroy(void *ctx, void *stream)
   (void)ctx;
   struct glue_stream *s = stream;
   if (!s) return;
-  if (!atomic_load(&exiting)) (void)REAL_CALL(cudaStreamDestroy, s->stream);
+  if (!atomic_load(&exiting)) (void)REAL_CALL(cudaEventDestroy, s->done);
   free(s);
 }
 
@@ -257,6 +265,7 @@ static int copy_d2h_async(void *ctx, void *host, uint64_t vaddr, size_t n, void 
   if (rc == 0) rc = use_device(s->device);
   if (rc == 0)
     rc = REAL_CALL(cudaMemcpyAsync, host, device, n, cudaMemcpyDeviceToHost, s->stream);
+  if (rc == 0) rc = REAL_CALL(cudaEventRecord, s->done, s->stream);
   return rc;
 }
 
@@ -269,13 +278,14 @@ static int copy_h2d_async(void *ctx, uint64_t vaddr, const void *host, size_t n,
   if (rc == 0) rc = use_device(s->device);
   if (rc == 0)
     rc = REAL_CALL(cudaMemcpyAsync, device, host, n, cudaMemcpyHostToDevice, s->stream);
+  if (rc == 0) rc = REAL_CALL(cudaEventRecord, s->done, s->stream);
   return rc;
 }
 
 static int stream_sync(void *ctx, void *stream)
 {
   (void)ctx;
-  return REAL_CALL(cudaStreamSynchronize, ((struct glue_stream *)stream)->stream);
+  return REAL_CALL(cudaEventSynchronize, ((struct glue_stream *)stream)->done);
 }
 
 static int host_alloc_pinned(void *ctx, size_t n, void **host)
@@ -288,6 +298,98 @@ static void host_free_pinned(void *ctx, void *host)
 {
   (void)ctx;
   if (!atomic_load(&exiting)) (void)REAL_CALL(cudaFreeHost, host);
+}
+
+/* ---- memory vmem does not hold: managed memory and arrays (the shim's registry) -------------- */
+
+/* Managed memory is prefetched to host memory at a checkpoint: the driver migrates it and frees
+ * its device pages, its contents never pass through the image (the process's own pages hold
+ * them), and at resume it is prefetched back to the device it was allocated on. Arrays stay on
+ * the device: a cudaArray_t cannot be re-created under the same handle (textures and surfaces
+ * name it); cudaw does not touch them while paused and status reports them as still held. */
+struct other_list {
+  struct shim_mem_record *items;
+  size_t count, capacity;
+  struct ckpt_other_memory held;
+};
+
+static uint64_t array_bytes(const struct shim_mem_record *r)
+{
+  uint64_t element = ((uint64_t)r->format.x + r->format.y + r->format.z + r->format.w) / 8;
+  return (uint64_t)r->extent.width * (r->extent.height ? r->extent.height : 1) *
+         (r->extent.depth ? r->extent.depth : 1) * (element ? element : 1);
+}
+
+/* Runs with the registry's lock held: only collect. */
+static int collect_other(const struct shim_mem_record *record, void *arg)
+{
+  struct other_list *list = arg;
+  if (record->kind == SHIM_MEM_ARRAY || record->kind == SHIM_MEM_MIPMAPPED) {
+    list->held.arrays++;
+    list->held.array_bytes += array_bytes(record); /* mipmaps: the base level */
+    return 0;
+  }
+  if (record->kind != SHIM_MEM_MANAGED || record->size == 0) return 0;
+  if (list->count == list->capacity) {
+    size_t capacity = list->capacity ? list->capacity * 2 : 32;
+    struct shim_mem_record *items = realloc(list->items, capacity * sizeof *items);
+    if (!items) return -ENOMEM;
+    list->items = items;
+    list->capacity = capacity;
+  }
+  list->items[list->count++] = *record;
+  list->held.managed_allocations++;
+  list->held.managed_bytes += record->size;
+  return 0;
+}
+
+/* Prefetch every managed allocation to host memory (to_host) or back to its device, on the
+ * legacy stream of that device, and wait. */
+static int prefetch_managed(const struct other_list *list, int to_host)
+{
+  int rc = 0;
+  for (size_t i = 0; i < list->count && rc == 0; i++) {
+    const struct shim_mem_record *r = &list->items[i];
+    struct cudaMemLocation where = {.type = to_host ? cudaMemLocationTypeHost
+                                                    : cudaMemLocationTypeDevice,
+                                    .id = to_host ? 0 : r->device};
+    if ((rc = use_device(r->device)) != 0) break;
+    rc = REAL_CALL(cudaMemPrefetchAsync, r->handle, (size_t)r->size, where, 0, cudaStreamLegacy);
+    if (rc == 0) rc = REAL_CALL(cudaStreamSynchronize, cudaStreamLegacy);
+  }
+  return rc;
+}
+
+static struct other_list parked; /* the managed allocations moved at the last checkpoint */
+
+static int park_other(void *ctx, struct ckpt_other_memory *held)
+{
+  (void)ctx;
+  struct other_list list = {0};
+  int rc = shim_mem_for_each(collect_other, &list);
+  if (rc) {
+    free(list.items);
+    return rc;
+  }
+  if (prefetch_managed(&list, 1) != 0) {
+    /* Still valid where it is (the driver keeps it): pause anyway, holding it. */
+    shim_warn("checkpoint: managed memory could not be moved to the host; it stays on the device");
+    list.count = 0;
+    list.held.managed_allocations = list.held.managed_bytes = 0;
+  }
+  *held = list.held;
+  free(parked.items);
+  parked = list;
+  return 0;
+}
+
+static int unpark_other(void *ctx)
+{
+  (void)ctx;
+  int rc = prefetch_managed(&parked, 0);
+  free(parked.items);
+  parked = (struct other_list){0};
+  return rc;
 }
 
 /* ---- memory held, from NVML (never creates a context) -------------------------------------- */
@@ -382,6 +484,8 @@ static const struct ckpt_host_ops host_ops = {
   .stream_sync = stream_sync,
   .host_alloc_pinned = host_alloc_pinned,
   .host_free_pinned = host_free_pinned,
+  .park_other = park_other,
+  .unpark_other = unpark_other,
   .mem_held = mem_held,
   .log = log_message,
 };

@@ -11,6 +11,7 @@
 // usage: bench_ckpt [GiB...]                       (default 1 8 32; under cudaw)
 //        bench_ckpt --driver <GiB>                 (native helper: prints "driver <ckpt s> <restore s>")
 //        bench_ckpt --driver-child <GiB> <fd>      (native child holding the data)
+// BENCH_CKPT_DRIVER=0 leaves the driver out (quicker runs comparing cudaw's own settings).
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -219,6 +220,7 @@ struct row {
 };
 
 static std::vector<row> rows;
+static std::vector<std::string> notes;
 
 static void add(const std::string &what, double bytes, double seconds, double ceiling_gbps)
 {
@@ -297,10 +299,16 @@ int main(int argc, char **argv)
       add(name + ": repeated checkpoint", bytes, c2.total, d2h);
       add(name + ": repeated resume", bytes, r2.total, h2d);
       if (!first_pause_ms) first_pause_ms = c1.gate_ms;
+      char note[256];
+      snprintf(note, sizeof note, "%s: first checkpoint setup %.1f ms (pinning staging), "
+               "copy %.3f s; resume copy %.3f s; repeated copy %.3f s / %.3f s", name.c_str(),
+               c1.setup_ms, c1.copy, r1.copy, c2.copy, r2.copy);
+      notes.push_back(note);
       for (char *b : blocks) CUDA_CHECK(cudaFree(b));
     }
     double ck = 0, rs = 0;
-    if (driver_figures(self.c_str(), gib, &ck, &rs)) {
+    const char *driver = getenv("BENCH_CKPT_DRIVER");
+    if ((!driver || strcmp(driver, "0") != 0) && driver_figures(self.c_str(), gib, &ck, &rs)) {
       add(std::to_string(gib) + " GiB driver cuCheckpointProcessCheckpoint", (double)gib * GIB, ck, d2h);
       add(std::to_string(gib) + " GiB driver cuCheckpointProcessRestore", (double)gib * GIB, rs, h2d);
     }
@@ -333,6 +341,7 @@ int main(int argc, char **argv)
     if (r.seconds == 0) printf("%-58s %10.2f %10s %8s\n", r.what.c_str(), r.gbps, "-", "1.00");
     else printf("%-58s %10.2f %10.3f %7.2fx\n", r.what.c_str(), r.gbps, r.seconds, r.gbps / r.ceiling);
   }
+  for (const std::string &n : notes) printf("%s\n", n.c_str());
   printf("%-58s %10s %10.3f ms (median of %zu, max %.3f ms; first checkpoint %.3f ms)\n",
          "pause latency: signal -> gate closed", "", gate_ms[gate_ms.size() / 2], gate_ms.size(),
          gate_ms.back(), first_pause_ms);

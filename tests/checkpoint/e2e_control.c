@@ -8,7 +8,10 @@
  *              once the call returns a checkpoint succeeds.
  *   commands:  every wrong command (wrong state, unknown, empty, overlong, unterminated), two
  *              controllers at once, cudaw-ctl's exit codes, and another uid refused.
- * usage: e2e_control <cudaw-ctl> shortfall|timeout|commands */
+ *   other:     managed memory and a CUDA array (memory vmem does not hold): a checkpoint moves
+ *              the managed memory to the host and keeps the array; status and cudaw-ctl say so;
+ *              both hold their data after the resume.
+ * usage: e2e_control <cudaw-ctl> shortfall|timeout|commands|other */
 #include "e2e_common.h"
 
 #include <fcntl.h>
@@ -111,6 +114,38 @@ static void run_shortfall(void)
   check_data("after another cycle");
   printf("shortfall: resume failed 4 times while the memory was taken, succeeded once it was "
          "free; data intact; ok\n");
+}
+
+/* ---- other: managed memory and arrays ---- */
+
+static void run_other(void)
+{
+  const size_t managed_bytes = 3 * MIB + 123;
+  unsigned char *managed = NULL;
+  CUDA_OK(cudaMallocManaged((void **)&managed, managed_bytes, cudaMemAttachGlobal));
+  for (size_t i = 0; i < managed_bytes; i++) managed[i] = (unsigned char)(i * 7 + 3);
+  struct cudaChannelFormatDesc format = {32, 0, 0, 0, cudaChannelFormatKindFloat};
+  cudaArray_t array = NULL;
+  CUDA_OK(cudaMallocArray(&array, &format, 256, 64, 0));
+  expect_reply("checkpoint", 1, "paused", NULL);
+  char reply[4096];
+  e2e_ask("status", reply, sizeof reply);
+  char expected[160];
+  snprintf(expected, sizeof expected,
+           "\"managed_moved\":1,\"managed_moved_bytes\":%zu,\"arrays_held\":1,"
+           "\"array_held_bytes\":%d", managed_bytes, 256 * 64 * 4);
+  CHECK(strstr(reply, expected), "status while paused: %s (expected %s)", reply, expected);
+  expect_ctl("status", (long)getpid(), 0, "still on the device: 1 CUDA arrays (64.00 KiB)");
+  expect_ctl("status", (long)getpid(), 0, "managed memory moved to host: 3.00 MiB");
+  expect_reply("resume", 1, "running", NULL);
+  e2e_ask("status", reply, sizeof reply);
+  CHECK(strstr(reply, "\"managed_moved\":0,\"managed_moved_bytes\":0,\"arrays_held\":0"),
+        "status after resume: %s", reply);
+  for (size_t i = 0; i < managed_bytes; i++)
+    CHECK(managed[i] == (unsigned char)(i * 7 + 3), "managed byte %zu changed", i);
+  CUDA_OK(cudaFreeArray(array));
+  CUDA_OK(cudaFree(managed));
+  printf("other: managed memory moved and back, array kept and reported; ok\n");
 }
 
 /* ---- timeout ---- */
@@ -301,6 +336,7 @@ int main(int argc, char **argv)
   if (strcmp(argv[2], "shortfall") == 0) run_shortfall();
   else if (strcmp(argv[2], "timeout") == 0) run_timeout();
   else if (strcmp(argv[2], "commands") == 0) run_commands();
+  else if (strcmp(argv[2], "other") == 0) run_other();
   else test_fail("unknown mode %s", argv[2]);
   return 0;
 }

@@ -42,9 +42,14 @@ SHIM_EXPORT cudaError_t cudaFree(void *devPtr)
         shim_error_from_errno(vmem_free(devPtr, __builtin_return_address(0))));
   } else {
     result = ((__typeof__(&cudaFree))real)(devPtr);
-    if (result == cudaSuccess && devPtr &&
-        shim_mem_untrack(SHIM_MEM_MANAGED, devPtr, NULL) != 0)
-      shim_mem_untrack(SHIM_MEM_PASSTHROUGH, devPtr, NULL);
+    struct shim_mem_record record;
+    if (result == cudaSuccess && devPtr) {
+      if (shim_mem_untrack(SHIM_MEM_MANAGED, devPtr, &record) == 0) {
+        if (record.charged) vmem_quota_uncharge(record.device, record.charged);
+      } else {
+        shim_mem_untrack(SHIM_MEM_PASSTHROUGH, devPtr, NULL);
+      }
+    }
   }
   shim_gate_leave();
   return result;
@@ -150,16 +155,25 @@ SHIM_EXPORT cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struc
   return result;
 }
 
-/* Track what the real runtime allocated; on failure give it back and fail like a full device. */
-static cudaError_t track(cudaError_t result, enum shim_mem_kind kind, void *handle, size_t size,
-                         unsigned flags, cudaError_t (*undo)(void *))
+/* Track what the real runtime allocated; on failure give it back and fail like a full device.
+ * charged: bytes already counted against the quota for it (kept in the record). */
+static cudaError_t track_charged(cudaError_t result, enum shim_mem_kind kind, void *handle,
+                                 size_t size, unsigned flags, cudaError_t (*undo)(void *),
+                                 uint64_t charged)
 {
   if (result != cudaSuccess || !handle) return result;
-  struct shim_mem_record record = {.kind = kind, .handle = handle, .size = size, .flags = flags};
+  struct shim_mem_record record = {.kind = kind, .handle = handle, .size = size, .flags = flags,
+                                   .charged = charged};
   if (shim_current_device(&record.device) != cudaSuccess) record.device = 0;
   if (shim_mem_track(&record) == 0) return cudaSuccess;
   undo(handle);
   return shim_set_last_error(cudaErrorMemoryAllocation);
+}
+
+static cudaError_t track(cudaError_t result, enum shim_mem_kind kind, void *handle, size_t size,
+                         unsigned flags, cudaError_t (*undo)(void *))
+{
+  return track_charged(result, kind, handle, size, flags, undo, 0);
 }
 
 /* Managed memory is not virtualised: the driver migrates it between host and device by itself,
@@ -168,9 +182,21 @@ SHIM_EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned i
 {
   shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaMallocManaged);
   if (!real) return shim_missing(SHIM_FN_cudaMallocManaged);
+  /* Managed memory counts against CUDAW_MEM_LIMIT at its full size: it may all migrate to the
+   * device. */
+  int device = 0;
+  uint64_t charged = 0;
+  if (size && shim_vmem_start() == 0 && shim_current_device(&device) == cudaSuccess) {
+    if (vmem_quota_charge(device, size) != 0) {
+      shim_gate_leave();
+      return shim_set_last_error(cudaErrorMemoryAllocation);
+    }
+    charged = size;
+  }
   cudaError_t result = ((__typeof__(&cudaMallocManaged))real)(devPtr, size, flags);
-  result = track(result, SHIM_MEM_MANAGED, devPtr ? *devPtr : NULL, size, flags,
-                 SHIM_REAL(cudaFree));
+  result = track_charged(result, SHIM_MEM_MANAGED, devPtr ? *devPtr : NULL, size, flags,
+                         SHIM_REAL(cudaFree), charged);
+  if (result != cudaSuccess && charged) vmem_quota_uncharge(device, charged);
   shim_gate_leave();
   return result;
 }

@@ -81,6 +81,7 @@ struct shim_mem_record {
   struct cudaChannelFormatDesc format; /* arrays only */
   struct cudaExtent extent;            /* arrays only */
   unsigned levels;                     /* mipmapped arrays only */
+  uint64_t charged;               /* bytes counted against CUDAW_MEM_LIMIT (vmem_quota_charge) */
 };
 
 /* Track / forget an allocation. Add returns 0 or -ENOMEM; remove returns 0 or -ENOENT when

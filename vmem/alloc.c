@@ -38,7 +38,7 @@ static int chunk_create(int device, uint64_t va_granules, uint64_t backed, bool 
                         struct chunk **out) {
   struct vmem_space *s = &vmem_space;
   struct device_state *d = &s->device[device];
-  if (s->mem_limit && d->held + backed > s->mem_limit) return -ENOMEM;
+  if (s->mem_limit && d->held + d->charged + backed > s->mem_limit) return -ENOMEM;
   struct chunk *c = calloc(1, sizeof(*c));
   if (!c) return -ENOMEM;
   c->device = device;

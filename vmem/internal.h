@@ -43,6 +43,7 @@ struct chunk {
 
 struct device_state {
   uint64_t held, requested, allocations, chunks;
+  uint64_t charged; /* memory vmem does not back but counts against the quota */
   struct chunk *open_arenas;
   uint32_t arenas, empty_arenas;
 };

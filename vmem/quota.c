@@ -60,7 +60,8 @@ int vmem_mem_info(int device, uint64_t *free_bytes, uint64_t *total_bytes) {
     if (rc == 0) {
       /* An empty arena kept for reuse is ours to hand out: free for this process. */
       uint64_t kept = (uint64_t)s->device[device].empty_arenas * s->granule;
-      uint64_t total = device_total, held = s->device[device].held - kept;
+      uint64_t total = device_total;
+      uint64_t held = s->device[device].held - kept + s->device[device].charged;
       if (s->mem_limit && s->mem_limit < total) total = s->mem_limit;
       uint64_t free_view = total > held ? total - held : 0;
       device_free += kept;
@@ -70,4 +71,37 @@ int vmem_mem_info(int device, uint64_t *free_bytes, uint64_t *total_bytes) {
   }
   pthread_mutex_unlock(&s->lock);
   return rc;
+}
+
+/* The quota's view of memory the shim passes through (arrays, managed memory). */
+static int charge_once(int device, uint64_t bytes, bool *could_trim) {
+  struct vmem_space *s = &vmem_space;
+  pthread_mutex_lock(&s->lock);
+  int rc = -EINVAL;
+  if (s->initialized && device >= 0 && device < s->devices) {
+    struct device_state *d = &s->device[device];
+    rc = 0;
+    if (s->mem_limit && d->held + d->charged + bytes > s->mem_limit) rc = -ENOMEM;
+    else d->charged += bytes;
+    *could_trim = d->empty_arenas != 0;
+  }
+  pthread_mutex_unlock(&s->lock);
+  return rc;
+}
+
+int vmem_quota_charge(int device, uint64_t bytes) {
+  bool could_trim = false;
+  int rc = charge_once(device, bytes, &could_trim);
+  if (rc == -ENOMEM && could_trim && vmem_trim() == 0) rc = charge_once(device, bytes, &could_trim);
+  return rc;
+}
+
+void vmem_quota_uncharge(int device, uint64_t bytes) {
+  struct vmem_space *s = &vmem_space;
+  pthread_mutex_lock(&s->lock);
+  if (s->initialized && device >= 0 && device < s->devices) {
+    struct device_state *d = &s->device[device];
+    d->charged = d->charged > bytes ? d->charged - bytes : 0;
+  }
+  pthread_mutex_unlock(&s->lock);
 }

@@ -144,6 +144,13 @@ int vmem_recreate_all(uint64_t *shortfall_bytes);
  * has free right now. */
 int vmem_mem_info(int device, uint64_t *free_bytes, uint64_t *total_bytes);
 
+/* Device memory vmem does not back but that counts against the quota and in vmem_mem_info (the
+ * shim's CUDA arrays and managed memory). Charge before (or right after) allocating: -ENOMEM when
+ * it would exceed CUDAW_MEM_LIMIT (nothing is charged then), -EINVAL for a bad device or before
+ * init. Uncharge exactly what was charged when the memory is freed. */
+int vmem_quota_charge(int device, uint64_t bytes);
+void vmem_quota_uncharge(int device, uint64_t bytes);
+
 /* Parse CUDAW_MEM_LIMIT: plain bytes, a K/M/G/T suffix (binary, optional trailing B/iB,
  * fractions allowed: "1.5G"), or "N%" of device_total. -EINVAL for anything else, 0 or overflow. */
 int vmem_parse_size(const char *text, uint64_t device_total, uint64_t *out);

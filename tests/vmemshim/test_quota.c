@@ -1,6 +1,7 @@
 /* Description: CUDAW_MEM_LIMIT=64M (set by ctest) holds for every allocation API: cudaMemGetInfo
  * reports total = min(device, limit) and free = total - held; an allocation past the limit fails
- * with cudaErrorMemoryAllocation and leaves nothing behind. */
+ * with cudaErrorMemoryAllocation and leaves nothing behind. Managed memory and CUDA arrays, which
+ * cudaw passes to the real runtime, count against the limit too. */
 #include "vmemshim.h"
 
 #define MiB ((size_t)1 << 20)
@@ -36,6 +37,24 @@ int main(void)
   CUDA_FAILS(cudaMalloc3D(&pp, ((struct cudaExtent){4096, 1024, 10})), cudaErrorMemoryAllocation);
   CUDA_FAILS(cudaMallocAsync(&p, 40 * MiB, 0), cudaErrorMemoryAllocation);
   CUDA_FAILS(cudaMallocFromPoolAsync(&p, 40 * MiB, pool, 0), cudaErrorMemoryAllocation);
+  info(&f, &t);
+  CHECK_EQ(f, f0 - 32 * MiB);
+
+  /* Passed-through memory: managed memory at its size, arrays at their texels' size. */
+  void *m = (void *)1;
+  CUDA_FAILS(cudaMallocManaged(&m, 40 * MiB, cudaMemAttachGlobal), cudaErrorMemoryAllocation);
+  CUDA_OK(cudaMallocManaged(&m, 16 * MiB, cudaMemAttachGlobal));
+  info(&f, &t);
+  CHECK_EQ(f, f0 - 48 * MiB);
+  struct cudaChannelFormatDesc desc = {32, 0, 0, 0, cudaChannelFormatKindFloat};
+  cudaArray_t big = NULL, small_array = NULL;
+  CUDA_FAILS(cudaMalloc3DArray(&big, &desc, ((struct cudaExtent){2048, 2048, 2}), 0),
+             cudaErrorMemoryAllocation); /* 32 MiB: over what is left */
+  CUDA_OK(cudaMallocArray(&small_array, &desc, 1024, 1024, 0)); /* 4 MiB */
+  info(&f, &t);
+  CHECK(f <= f0 - 52 * MiB, "an array of 4 MiB: free %zu", f);
+  CUDA_OK(cudaFreeArray(small_array));
+  CUDA_OK(cudaFree(m));
   info(&f, &t);
   CHECK_EQ(f, f0 - 32 * MiB);
 

@@ -162,6 +162,12 @@ int ckpt_init(const struct ckpt_host_ops *ops, void *ctx);
 int ckpt_request_checkpoint(void);
 int ckpt_request_resume(void);
 
+/* The program reset the device (cudaDeviceReset): the page-locked staging buffers the module
+ * allocated through host_alloc_pinned were destroyed with the context. Forget them (the next
+ * checkpoint allocates new ones). Call from inside a gated API call, so that no transition runs
+ * concurrently. Safe before ckpt_init. */
+void ckpt_device_reset(void);
+
 /* The current state (CKPT_RUNNING before init). */
 enum ckpt_state_id ckpt_state(void);
 const char *ckpt_state_name(enum ckpt_state_id state);

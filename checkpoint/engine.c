@@ -142,6 +142,10 @@ int engine_prepare(struct engine *e) {
   return 0;
 }
 
+void engine_forget_pinned(struct engine *e) {
+  for (int s = 0; e->staging && s < e->slots; s++) e->staging[s] = NULL;
+}
+
 static void free_image_region(struct image_region *r) {
   if (r->data) munmap(r->data, r->mapped);
   free(r->sums);

@@ -55,6 +55,9 @@ void engine_drop_image(struct engine *engine);
 uint64_t engine_image_bytes(const struct engine *engine);
 uint64_t engine_image_regions(const struct engine *engine);
 void engine_free(struct engine *engine);
+/* The device was reset: its pinned staging buffers are gone with the context. Forget them
+ * without freeing; the next transition pins new ones. Only while no transition runs. */
+void engine_forget_pinned(struct engine *engine);
 /* For tests: the image bytes of region `index` (in enumeration order), or NULL. */
 uint8_t *engine_image_data(struct engine *engine, size_t index, uint64_t *size);
 

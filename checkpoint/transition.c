@@ -255,3 +255,9 @@ struct ckpt_other_memory transition_other_memory(void) {
   pthread_mutex_unlock(&tr.lock);
   return other;
 }
+
+void ckpt_device_reset(void) {
+  /* Transitions run with the gate closed; the caller is inside a counted API call, so none is
+   * running now and none can start before the call returns. */
+  if (tr.engine) engine_forget_pinned(tr.engine);
+}

@@ -48,6 +48,15 @@ static void keep_spare(cudaEvent_t event)
   spare_events[spare_count++] = event;
 }
 
+void shim_vmem_forget_frees(void)
+{
+  pthread_mutex_lock(&lock);
+  pending_count = 0;
+  spare_count = 0;
+  atomic_store_explicit(&pending_published, 0, memory_order_release);
+  pthread_mutex_unlock(&lock);
+}
+
 void shim_vmem_reap_frees(int wait)
 {
   if (atomic_load_explicit(&pending_published, memory_order_acquire) == 0) return;

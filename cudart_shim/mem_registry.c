@@ -93,3 +93,13 @@ int shim_mem_for_each(int (*cb)(const struct shim_mem_record *record, void *ctx)
   pthread_mutex_unlock(&lock);
   return rc;
 }
+
+void shim_mem_forget_device(int device)
+{
+  pthread_mutex_lock(&lock);
+  size_t kept = 0;
+  for (size_t i = 0; i < count; i++)
+    if (records[i].device != device) records[kept++] = records[i];
+  count = kept;
+  pthread_mutex_unlock(&lock);
+}

@@ -16,6 +16,17 @@
  * allocations to the real runtime unchanged. Creates the CUDA context. Call inside the gate. */
 int shim_vmem_start(void);
 
+/* cudaDeviceReset of `device` destroys every allocation on it: give vmem's memory back first
+ * (unmap while the context lives), forget its state and let the next allocation start vmem
+ * again. -EXDEV (nothing done) when other devices hold vmem memory too. Call inside the gate. */
+int shim_vmem_device_reset(int device);
+
+/* Forget the blocks and events of pending stream-ordered frees (their context is going away). */
+void shim_vmem_forget_frees(void);
+
+/* Forget the tracked allocations of `device` (destroyed by a reset), uncharging nothing. */
+void shim_mem_forget_device(int device);
+
 /* Nonzero once vmem runs (cheap; never starts it). */
 int shim_vmem_running(void);
 

@@ -19,7 +19,9 @@
 
 int shim_vmem_check_all;
 
-static pthread_once_t vmem_once = PTHREAD_ONCE_INIT;
+/* Started once, and again after a cudaDeviceReset gave everything back (shim_vmem_device_reset). */
+static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int started;
 static int vmem_status = -ENODEV; /* 0 once vmem runs; else why it does not */
 
 static int parse_policy(const char *text, enum vmem_policy *policy)
@@ -129,8 +131,35 @@ out:
 
 int shim_vmem_start(void)
 {
-  pthread_once(&vmem_once, start);
+  if (SHIM_LIKELY(atomic_load_explicit(&started, memory_order_acquire))) return vmem_status;
+  pthread_mutex_lock(&start_lock);
+  if (!atomic_load_explicit(&started, memory_order_relaxed)) {
+    start();
+    atomic_store_explicit(&started, 1, memory_order_release);
+  }
+  pthread_mutex_unlock(&start_lock);
   return vmem_status;
+}
+
+int shim_vmem_device_reset(int device)
+{
+  int rc = 0;
+  pthread_mutex_lock(&start_lock);
+  if (atomic_load_explicit(&started, memory_order_relaxed) && vmem_status == 0) {
+    struct vmem_stats all, here;
+    if (vmem_get_stats(-1, &all) == 0 && vmem_get_stats(device, &here) == 0 &&
+        all.chunks != here.chunks) {
+      rc = -EXDEV; /* other devices hold memory: vmem cannot start over */
+    } else {
+      shim_vmem_forget_frees();
+      shim_translate_base = shim_translate_end = 0;
+      vmem_fini();
+      atomic_store_explicit(&started, 0, memory_order_release);
+      vmem_status = -ENODEV;
+    }
+  }
+  pthread_mutex_unlock(&start_lock);
+  return rc;
 }
 
 int shim_vmem_running(void)

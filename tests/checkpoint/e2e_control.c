@@ -11,7 +11,11 @@
  *   other:     managed memory and a CUDA array (memory vmem does not hold): a checkpoint moves
  *              the managed memory to the host and keeps the array; status and cudaw-ctl say so;
  *              both hold their data after the resume.
- * usage: e2e_control <cudaw-ctl> shortfall|timeout|commands|other */
+ *   reset:     cudaDeviceReset in the middle of a program that was checkpointed before: the
+ *              old allocations are gone (freeing one fails as it would natively), the device's
+ *              memory is all free again, new allocations work, and a checkpoint/resume after
+ *              the reset keeps every byte (cudaw started over: new range, new staging).
+ * usage: e2e_control <cudaw-ctl> shortfall|timeout|commands|other|reset */
 #include "e2e_common.h"
 
 #include <fcntl.h>
@@ -146,6 +150,37 @@ static void run_other(void)
   CUDA_OK(cudaFreeArray(array));
   CUDA_OK(cudaFree(managed));
   printf("other: managed memory moved and back, array kept and reported; ok\n");
+}
+
+/* ---- reset ---- */
+
+static void run_reset(void)
+{
+  size_t free0, total;
+  e2e_emu_mem_info(&free0, &total);
+  make_data();
+  expect_reply("checkpoint", 1, "paused", NULL);
+  expect_reply("resume", 1, "running", NULL);
+  check_data("before the reset");
+  unsigned char *old = device_data[0];
+
+  CUDA_OK(cudaDeviceReset());
+  size_t free_after;
+  e2e_emu_mem_info(&free_after, &total);
+  CHECK(free_after == free0, "after the reset the device holds %zu bytes of cudaw's",
+        free0 - free_after);
+  CHECK(cudaFree(old) == cudaErrorInvalidValue, "freeing an allocation the reset destroyed");
+  CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+
+  make_data(); /* vmem starts over */
+  check_data("after the reset");
+  expect_reply("checkpoint", 1, "paused", NULL);
+  e2e_emu_mem_info(&free_after, &total);
+  CHECK(free_after == total, "paused after the reset, yet %zu bytes held", total - free_after);
+  expect_reply("resume", 1, "running", NULL);
+  check_data("after a checkpoint that followed the reset");
+  for (int b = 0; b < DATA_BUFFERS; b++) CUDA_OK(cudaFree(device_data[b]));
+  printf("reset: cudaw's memory given back and started over; checkpoint after it ok\n");
 }
 
 /* ---- timeout ---- */
@@ -337,6 +372,7 @@ int main(int argc, char **argv)
   else if (strcmp(argv[2], "timeout") == 0) run_timeout();
   else if (strcmp(argv[2], "commands") == 0) run_commands();
   else if (strcmp(argv[2], "other") == 0) run_other();
+  else if (strcmp(argv[2], "reset") == 0) run_reset();
   else test_fail("unknown mode %s", argv[2]);
   return 0;
 }

@@ -36,8 +36,9 @@ static cudaError_t track_array(enum shim_mem_kind kind, void *handle,
                                    .extent = extent, .levels = levels};
   if (desc) record.format = *desc;
   if (shim_current_device(&record.device) != cudaSuccess) record.device = 0;
+  record.size = array_bytes(kind, handle, record.device, desc, extent, levels);
   if (shim_vmem_start() == 0) {
-    uint64_t bytes = array_bytes(kind, handle, record.device, desc, extent, levels);
+    uint64_t bytes = record.size;
     if (vmem_quota_charge(record.device, bytes) != 0) {
       if (kind == SHIM_MEM_ARRAY) SHIM_REAL(cudaFreeArray)(handle);
       else SHIM_REAL(cudaFreeMipmappedArray)(handle);

@@ -313,20 +313,13 @@ struct other_list {
   struct ckpt_other_memory held;
 };
 
-static uint64_t array_bytes(const struct shim_mem_record *r)
-{
-  uint64_t element = ((uint64_t)r->format.x + r->format.y + r->format.z + r->format.w) / 8;
-  return (uint64_t)r->extent.width * (r->extent.height ? r->extent.height : 1) *
-         (r->extent.depth ? r->extent.depth : 1) * (element ? element : 1);
-}
-
 /* Runs with the registry's lock held: only collect. */
 static int collect_other(const struct shim_mem_record *record, void *arg)
 {
   struct other_list *list = arg;
   if (record->kind == SHIM_MEM_ARRAY || record->kind == SHIM_MEM_MIPMAPPED) {
     list->held.arrays++;
-    list->held.array_bytes += array_bytes(record); /* mipmaps: the base level */
+    list->held.array_bytes += record->size;
     return 0;
   }
   if (record->kind != SHIM_MEM_MANAGED || record->size == 0) return 0;

@@ -86,7 +86,7 @@ enum shim_mem_kind {
 struct shim_mem_record {
   enum shim_mem_kind kind;
   void *handle;                   /* pointer or array handle */
-  uint64_t size;                  /* bytes (0 for arrays: see extent) */
+  uint64_t size;                  /* bytes (arrays: the device bytes they take, api_array.c) */
   unsigned flags;                 /* the allocation's flags */
   int device;
   struct cudaChannelFormatDesc format; /* arrays only */

@@ -13,6 +13,10 @@ const struct cudaw_option cudaw_options[] = {
   {"CUDAW_LOG", "warn", "log level: error, warn, info or debug"},
   {"CUDAW_LOG_FILE", "", "append the log to this file instead of standard error"},
   {"CUDAW_REAL_CUDART", "", "absolute path of the real libcudart.so to forward to (first choice)"},
+  {"CUDAW_REAL_CUDA", "", "absolute path of the real libcuda.so.1 for the driver layer (default: "
+                         "the one the dynamic loader finds)"},
+  {"CUDAW_DRIVER", "1", "0: do not route dlopen(\"libcuda.so.1\") and driver entry-point queries "
+                        "to cudaw (programs using the driver API are then not held or virtualised)"},
   {"CUDAW_STATIC_CHECK", "1", "warn when the program's CUDA runtime is linked statically (0: off)"},
   {"CUDAW_VMEM", "auto", "virtual device memory policy: auto (remap where the device has VMM), "
                          "remap, translate, or off (allocations not virtualised)"},

@@ -198,6 +198,11 @@ cudaError_t shim_vmem_alloc(void **ptr, uint64_t size)
   int device;
   cudaError_t result = shim_current_device(&device);
   if (result != cudaSuccess) return result;
+  return shim_vmem_alloc_on(device, ptr, size);
+}
+
+cudaError_t shim_vmem_alloc_on(int device, void **ptr, uint64_t size)
+{
   shim_vmem_reap_frees(0);
   int rc = vmem_alloc(device, size, 0, ptr);
   if (rc == -ENOMEM) {

@@ -1,6 +1,8 @@
-/* emu_driver.c: the emulated driver API, reachable only through cudaGetDriverEntryPoint(ByVersion)
- * (the emu exports no cu* symbols). Each function has exactly its cuda.h signature, which the
- * table below checks at compile time. VMM maps onto emu_memory.c's memfd-backed mappings. */
+/* emu_driver.c: the emulated driver API, reachable through cudaGetDriverEntryPoint(ByVersion) and,
+ * like libcuda.so.1, as exported symbols under cuda.h's versioned names (cuMemAlloc_v2) with
+ * cuGetProcAddress(_v2), so that cudaw's driver layer can forward to it (CUDAW_REAL_CUDA). Each
+ * function has exactly its cuda.h signature, which the table below checks at compile time. VMM
+ * maps onto emu_memory.c's memfd-backed mappings. */
 #include <errno.h>
 #include <string.h>
 
@@ -60,6 +62,14 @@ static CUresult emu_cuDevicePrimaryCtxRetain(CUcontext *context, CUdevice device
 
 static CUresult emu_cuDevicePrimaryCtxRelease(CUdevice device) {
   return device == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+static CUresult emu_cuDevicePrimaryCtxGetState(CUdevice device, unsigned int *flags, int *active) {
+  if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
+  if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
+  *flags = 0;
+  *active = 1; /* the emu's one context exists from the start */
+  return CUDA_SUCCESS;
 }
 
 static CUresult emu_cuCtxGetCurrent(CUcontext *context) {
@@ -204,6 +214,14 @@ static CUresult emu_cuPointerGetAttribute(void *data, CUpointer_attribute attrib
   }
 }
 
+static CUresult emu_cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdeviceptr ptr) {
+  struct emu_range range;
+  if (emu_memory_lookup((const void *)(uintptr_t)ptr, &range)) return CUDA_ERROR_NOT_FOUND;
+  if (base) *base = range.base;
+  if (size) *size = range.size;
+  return CUDA_SUCCESS;
+}
+
 static CUresult copy(void *dst, enum emu_side dst_side, const void *src, enum emu_side src_side,
                      size_t count, CUstream stream) {
   if (check_stream(stream)) return CUDA_ERROR_INVALID_HANDLE;
@@ -281,13 +299,15 @@ struct entry {
 #define E(name)                                                                                    \
   static const struct entry entry_##name = {#name, (void (*)(void))emu_##name};                    \
   _Static_assert(__builtin_types_compatible_p(__typeof__(&emu_##name), __typeof__(&name)),          \
-                 #name " signature differs from cuda.h")
+                 #name " signature differs from cuda.h");                                         \
+  EMU_EXPORT __typeof__(name) name __attribute__((alias("emu_" #name)))
 E(cuInit); E(cuDriverGetVersion); E(cuDeviceGetCount); E(cuDeviceGet); E(cuDeviceGetAttribute);
-E(cuDevicePrimaryCtxRetain); E(cuDevicePrimaryCtxRelease); E(cuCtxGetCurrent);
+E(cuDevicePrimaryCtxRetain); E(cuDevicePrimaryCtxRelease); E(cuDevicePrimaryCtxGetState);
+E(cuCtxGetCurrent);
 E(cuCtxSetCurrent); E(cuCtxGetDevice); E(cuCtxSynchronize); E(cuStreamSynchronize);
 E(cuMemGetInfo); E(cuMemAlloc); E(cuMemFree); E(cuMemGetAllocationGranularity);
 E(cuMemAddressReserve); E(cuMemAddressFree); E(cuMemCreate); E(cuMemRelease); E(cuMemMap);
-E(cuMemUnmap); E(cuMemSetAccess); E(cuPointerGetAttribute); E(cuMemcpyHtoD); E(cuMemcpyDtoH);
+E(cuMemUnmap); E(cuMemSetAccess); E(cuPointerGetAttribute); E(cuMemGetAddressRange); E(cuMemcpyHtoD); E(cuMemcpyDtoH);
 E(cuMemcpyDtoD); E(cuMemcpyHtoDAsync); E(cuMemcpyDtoHAsync); E(cuMemcpyDtoDAsync);
 E(cuMemsetD8); E(cuMemsetD8Async); E(cuFuncGetParamInfo); E(cuGetErrorName);
 E(cuGetErrorString);
@@ -295,11 +315,13 @@ E(cuGetErrorString);
 static const struct entry *const entries[] = {
     &entry_cuInit, &entry_cuDriverGetVersion, &entry_cuDeviceGetCount, &entry_cuDeviceGet,
     &entry_cuDeviceGetAttribute, &entry_cuDevicePrimaryCtxRetain, &entry_cuDevicePrimaryCtxRelease,
+    &entry_cuDevicePrimaryCtxGetState,
     &entry_cuCtxGetCurrent, &entry_cuCtxSetCurrent, &entry_cuCtxGetDevice,
     &entry_cuCtxSynchronize, &entry_cuStreamSynchronize, &entry_cuMemGetInfo, &entry_cuMemAlloc,
     &entry_cuMemFree, &entry_cuMemGetAllocationGranularity, &entry_cuMemAddressReserve,
     &entry_cuMemAddressFree, &entry_cuMemCreate, &entry_cuMemRelease, &entry_cuMemMap,
-    &entry_cuMemUnmap, &entry_cuMemSetAccess, &entry_cuPointerGetAttribute, &entry_cuMemcpyHtoD,
+    &entry_cuMemUnmap, &entry_cuMemSetAccess, &entry_cuPointerGetAttribute,
+    &entry_cuMemGetAddressRange, &entry_cuMemcpyHtoD,
     &entry_cuMemcpyDtoH, &entry_cuMemcpyDtoD, &entry_cuMemcpyHtoDAsync, &entry_cuMemcpyDtoHAsync,
     &entry_cuMemcpyDtoDAsync, &entry_cuMemsetD8, &entry_cuMemsetD8Async,
     &entry_cuFuncGetParamInfo, &entry_cuGetErrorName, &entry_cuGetErrorString,
@@ -319,6 +341,33 @@ cudaError_t emu_get_driver_entry_point(const char *symbol, void **func,
     break;
   }
   return cudaSuccess;
+}
+
+static CUresult proc_address(const char *symbol, void **pfn,
+                             CUdriverProcAddressQueryResult *status) {
+  if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
+  enum cudaDriverEntryPointQueryResult found;
+  emu_get_driver_entry_point(symbol, pfn, &found);
+  if (status)
+    *status = found == cudaDriverEntryPointSuccess ? CU_GET_PROC_ADDRESS_SUCCESS
+                                                   : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  return found == cudaDriverEntryPointSuccess ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+/* The emu has one version of each function: cudaVersion and the stream flags do not matter. */
+EMU_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
+                                     cuuint64_t flags, CUdriverProcAddressQueryResult *status) {
+  (void)cudaVersion, (void)flags;
+  return proc_address(symbol, pfn, status);
+}
+
+#undef cuGetProcAddress
+EMU_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
+                                     cuuint64_t flags);
+EMU_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
+                                     cuuint64_t flags) {
+  (void)cudaVersion, (void)flags;
+  return proc_address(symbol, pfn, NULL);
 }
 
 EMU_EXPORT cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **func,

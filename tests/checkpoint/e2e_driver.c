@@ -1,0 +1,176 @@
+/* Description: a program that reaches the GPU only through the driver API, the way a static CUDA
+ * runtime (nvcc's default, CuPy, cuBLAS) does: dlopen("libcuda.so.1"), dlsym cuGetProcAddress_v2,
+ * then every function from it. Run under `cudaw run` on the emulated device, it must get cudaw's
+ * wrappers (not the emulated driver's functions), its cuMemAlloc memory must be virtual (vmem
+ * answers cuMemGetAddressRange for a packed allocation exactly), a checkpoint must hold its
+ * driver calls (progress stops), move its memory into the image and give it back to the device,
+ * and resume must restore every byte.
+ * usage: ckpt_e2e_driver <cudaw-ctl> <cudaw's libcudart> [--expect-bypass]
+ * --expect-bypass (with CUDAW_DRIVER=0): dlopen must NOT answer with cudaw. */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "e2e_common.h"
+
+static struct {
+  CUresult (*init)(unsigned);
+  CUresult (*retain)(CUcontext *, CUdevice);
+  CUresult (*set_current)(CUcontext);
+  CUresult (*alloc)(CUdeviceptr *, size_t);
+  CUresult (*free_)(CUdeviceptr);
+  CUresult (*htod)(CUdeviceptr, const void *, size_t);
+  CUresult (*dtoh)(void *, CUdeviceptr, size_t);
+  CUresult (*range)(CUdeviceptr *, size_t *, CUdeviceptr);
+} cu;
+
+static char cudaw_real_path[4096];
+
+/* The file that defines code address p, resolved. */
+static int defined_by_cudaw(const void *p)
+{
+  Dl_info info;
+  char path[4096];
+  if (!p || !dladdr(p, &info) || !info.dli_fname || !realpath(info.dli_fname, path)) return 0;
+  return strcmp(path, cudaw_real_path) == 0;
+}
+
+static void get(CUresult (*proc)(const char *, void **, int, cuuint64_t,
+                                 CUdriverProcAddressQueryResult *),
+                const char *name, void *slot)
+{
+  void *fn = NULL;
+  CUdriverProcAddressQueryResult status;
+  CHECK(proc(name, &fn, 12000, 0, &status) == CUDA_SUCCESS && fn, "cuGetProcAddress(%s)", name);
+  CHECK(defined_by_cudaw(fn), "cuGetProcAddress(%s) gave %p, not cudaw's wrapper", name, fn);
+  memcpy(slot, &fn, sizeof fn);
+}
+
+#define CU_OK(call) CHECK((call) == CUDA_SUCCESS, "%s failed", #call)
+
+static CUdeviceptr counter_buffer;
+static atomic_long progress;
+static atomic_int stop;
+
+/* Driver calls in a loop: each writes the next counter value to the device. */
+static void *worker(void *context)
+{
+  CU_OK(cu.set_current((CUcontext)context));
+  for (long i = 1; !atomic_load(&stop); i++) {
+    CU_OK(cu.htod(counter_buffer, &i, sizeof i));
+    atomic_store(&progress, i);
+  }
+  return NULL;
+}
+
+static uint64_t field(const char *reply, const char *name)
+{
+  char key[64];
+  snprintf(key, sizeof key, "\"%s\":", name);
+  const char *at = strstr(reply, key);
+  CHECK(at, "no %s in %s", name, reply);
+  return strtoull(at + strlen(key), NULL, 10);
+}
+
+int main(int argc, char **argv)
+{
+  CHECK(argc >= 3, "usage: ckpt_e2e_driver <cudaw-ctl> <cudaw libcudart> [--expect-bypass]");
+  CHECK(realpath(argv[2], cudaw_real_path), "realpath %s", argv[2]);
+  int expect_bypass = argc > 3 && strcmp(argv[3], "--expect-bypass") == 0;
+
+  void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  void *proc = driver ? dlsym(driver, "cuGetProcAddress_v2") : NULL;
+  if (expect_bypass) {
+    CHECK(!defined_by_cudaw(proc), "CUDAW_DRIVER=0, yet dlopen(libcuda.so.1) answered with cudaw");
+    printf("driver layer off: dlopen(libcuda.so.1) = %p, not cudaw\n", driver);
+    return 0;
+  }
+  CHECK(driver, "dlopen(libcuda.so.1): %s", dlerror());
+  CHECK(defined_by_cudaw(proc), "dlsym(libcuda.so.1, cuGetProcAddress_v2) is not cudaw's");
+  CUresult (*get_proc)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+  memcpy(&get_proc, &proc, sizeof proc);
+  get(get_proc, "cuInit", &cu.init);
+  get(get_proc, "cuDevicePrimaryCtxRetain", &cu.retain);
+  get(get_proc, "cuCtxSetCurrent", &cu.set_current);
+  get(get_proc, "cuMemAlloc", &cu.alloc);
+  get(get_proc, "cuMemFree", &cu.free_);
+  get(get_proc, "cuMemcpyHtoD", &cu.htod);
+  get(get_proc, "cuMemcpyDtoH", &cu.dtoh);
+  get(get_proc, "cuMemGetAddressRange", &cu.range);
+
+  CU_OK(cu.init(0));
+  CUcontext context;
+  CU_OK(cu.retain(&context, 0));
+  CU_OK(cu.set_current(context));
+
+  /* Three allocations: one large, two small ones that vmem packs into a shared chunk. */
+  const size_t sizes[3] = {8u << 20, 4096, (1u << 20) + 3};
+  CUdeviceptr buffers[3];
+  unsigned char *patterns[3];
+  for (int i = 0; i < 3; i++) {
+    CU_OK(cu.alloc(&buffers[i], sizes[i]));
+    patterns[i] = malloc(sizes[i]);
+    CHECK(patterns[i]);
+    for (size_t j = 0; j < sizes[i]; j++) patterns[i][j] = (unsigned char)(j * 131 + i * 7 + 1);
+    CU_OK(cu.htod(buffers[i], patterns[i], sizes[i]));
+  }
+  CUdeviceptr base;
+  size_t size;
+  CU_OK(cu.range(&base, &size, buffers[1] + 100));
+  CHECK(base == buffers[1] && size == sizes[1],
+        "cuMemGetAddressRange of a packed allocation: %#llx + %zu, expected %#llx + %zu "
+        "(vmem did not allocate it)", (unsigned long long)base, size,
+        (unsigned long long)buffers[1], sizes[1]);
+  CU_OK(cu.alloc(&counter_buffer, sizeof(long)));
+
+  pthread_t thread;
+  CHECK(pthread_create(&thread, NULL, worker, context) == 0);
+  while (atomic_load(&progress) < 100) e2e_sleep_us(100);
+
+  size_t free_before, free_paused, total;
+  e2e_emu_mem_info(&free_before, &total);
+  char reply[4096];
+  e2e_ask("checkpoint", reply, sizeof reply);
+  CHECK(e2e_reply_ok(reply), "checkpoint: %s", reply);
+  CHECK(e2e_wait_state("paused", 10), "not paused");
+  e2e_ask("status", reply, sizeof reply);
+  uint64_t image = field(reply, "image_bytes");
+  CHECK(image >= sizes[0] + sizes[1] + sizes[2], "image holds %" PRIu64 " bytes: driver "
+        "allocations were not checkpointed (%s)", image, reply);
+  e2e_emu_mem_info(&free_paused, &total);
+  CHECK(free_paused >= free_before + sizes[0], "the device got %zu bytes back, not the %zu of "
+        "the large allocation", free_paused - free_before, sizes[0]);
+  long held = atomic_load(&progress);
+  e2e_sleep_us(200000);
+  CHECK(atomic_load(&progress) <= held + 1, "driver calls went on while paused: %ld -> %ld",
+        held, atomic_load(&progress));
+
+  e2e_ask("resume", reply, sizeof reply);
+  CHECK(e2e_reply_ok(reply), "resume: %s", reply);
+  CHECK(e2e_wait_state("running", 10), "not running again");
+  long resumed = atomic_load(&progress);
+  double deadline = e2e_now() + 10;
+  while (atomic_load(&progress) < resumed + 100 && e2e_now() < deadline) e2e_sleep_us(100);
+  CHECK(atomic_load(&progress) >= resumed + 100, "no progress after resume");
+  atomic_store(&stop, 1);
+  pthread_join(thread, NULL);
+
+  long last = 0;
+  CU_OK(cu.dtoh(&last, counter_buffer, sizeof last));
+  CHECK(last == atomic_load(&progress), "counter %ld, expected %ld", last, atomic_load(&progress));
+  for (int i = 0; i < 3; i++) {
+    unsigned char *back = malloc(sizes[i]);
+    CHECK(back);
+    CU_OK(cu.dtoh(back, buffers[i], sizes[i]));
+    CHECK(memcmp(back, patterns[i], sizes[i]) == 0, "buffer %d differs after resume", i);
+    free(back);
+    free(patterns[i]);
+    CU_OK(cu.free_(buffers[i]));
+  }
+  CU_OK(cu.free_(counter_buffer));
+  printf("driver layer: %" PRIu64 " bytes checkpointed, %zu bytes given back while paused, "
+         "%ld calls held at %ld\n", image, free_paused - free_before, held, held);
+  return 0;
+}

@@ -15,6 +15,7 @@
 #include "shim_ckpt.h"
 #include "shim_generated.h"
 #include "shim_vmem.h"
+#include "shim_vmm.h"
 #include "vmem.h"
 
 /* Defined by the launch-translation glue when it is linked in: refreshes whatever it caches of
@@ -79,11 +80,20 @@ static void gate_open(void *ctx)
 
 /* ---- devices ------------------------------------------------------------------------------- */
 
+/* Whether cudaw holds anything a checkpoint moves: vmem's memory or the program's own mappings. */
+static int holds_memory(void)
+{
+  if (shim_vmem_running()) return 1;
+  uint64_t mapped, kept;
+  shim_vmm_totals(&mapped, &kept);
+  return mapped > kept;
+}
+
 static int device_count(void *ctx, int *count)
 {
   (void)ctx;
   *count = 0;
-  if (!shim_vmem_running()) return 0; /* no virtual memory yet: nothing on any device */
+  if (!holds_memory()) return 0; /* no virtual memory yet: nothing on any device */
   return REAL_CALL(cudaGetDeviceCount, count);
 }
 
@@ -145,13 +155,22 @@ static int collect_chunk(const struct vmem_chunk *chunk, void *arg)
   return 0;
 }
 
+/* The program's own mappings (drv_vmm.c) join the list as chunks at their real addresses. */
+static int collect_mapping(const struct shim_vmm_region *region, void *arg)
+{
+  struct vmem_chunk chunk = {.vaddr = region->vaddr, .size = region->size,
+                             .device = region->device, .real = region->vaddr,
+                             .state = VMEM_RESIDENT};
+  return collect_chunk(&chunk, arg);
+}
+
 static int for_each_region(void *ctx, ckpt_region_visit_fn visit, void *visit_ctx)
 {
   (void)ctx;
-  if (!shim_vmem_running()) return 0;
   struct chunk_list list = {0};
   shim_depth++;
-  int rc = vmem_for_each(collect_chunk, &list);
+  int rc = shim_vmem_running() ? vmem_for_each(collect_chunk, &list) : 0;
+  if (rc == 0) rc = shim_vmm_for_each(collect_mapping, &list);
   shim_depth--;
   for (size_t i = 0; rc == 0 && i < list.count; i++) {
     /* The virtual address names the chunk: it stays the same from checkpoint to resume. */
@@ -182,11 +201,18 @@ static int recreate_all(void *ctx, uint64_t *shortfall)
 {
   (void)ctx;
   *shortfall = 0;
-  if (!shim_vmem_running()) return 0;
   shim_depth++;
-  int rc = vmem_recreate_all(shortfall);
+  int rc = shim_vmem_running() ? vmem_recreate_all(shortfall) : 0;
+  if (rc == 0) {
+    uint64_t missing = 0;
+    rc = shim_vmm_recreate_all(&missing);
+    if (rc) {
+      *shortfall = missing;
+      if (shim_vmem_running()) vmem_release_all(); /* all or nothing */
+    }
+  }
   shim_depth--;
-  if (rc == 0) rc = after_recreate();
+  if (rc == 0 && shim_vmem_running()) rc = after_recreate();
   return rc;
 }
 
@@ -195,14 +221,21 @@ static int recreate_all(void *ctx, uint64_t *shortfall)
 static int release_all(void *ctx)
 {
   (void)ctx;
-  if (!shim_vmem_running()) return 0;
   shim_depth++;
-  int rc = vmem_release_all();
+  uint64_t mapped, kept;
+  shim_vmm_totals(&mapped, &kept);
+  if (kept)
+    shim_warn("checkpoint: %llu bytes the program mapped itself are shared with another process "
+              "(exported or imported); they stay on the device while paused",
+              (unsigned long long)kept);
+  int running = shim_vmem_running();
+  int rc = running ? vmem_release_all() : 0;
+  if (rc == 0) rc = shim_vmm_release_all(); /* on error it re-created its own part */
   uint64_t shortfall = 0;
-  int undo = rc ? vmem_recreate_all(&shortfall) : 0;
+  int undo = rc && running ? vmem_recreate_all(&shortfall) : 0;
   shim_depth--;
   if (rc == 0) return 0;
-  if (undo == 0) undo = after_recreate();
+  if (undo == 0 && running) undo = after_recreate();
   if (undo)
     shim_error("checkpoint: releasing device memory failed (%s) and re-creating the part released "
                "failed too (%s)", strerror(-rc), strerror(-undo));
@@ -249,7 +282,8 @@ static void stream_destroy(void *ctx, void *stream)
   free(s);
 }
 
-/* A virtual device address of a resident chunk -> the real one (identity under remap). */
+/* A virtual device address of a resident chunk -> the real one (identity under remap and for
+ * the program's own mappings, which lie outside vmem's range). */
 static int device_address(uint64_t vaddr, void **real)
 {
   *real = vmem_translate((const void *)(uintptr_t)vaddr);
@@ -429,9 +463,21 @@ static int nvml_ready(void)
   return ready;
 }
 
+static int mem_held_nvml(int device, uint64_t *bytes);
+
+/* NVML runs inside cudaw (raised shim_depth): whatever it loads or calls (it may open the CUDA
+ * driver) passes cudaw's gate, which is closed while paused. */
 static int mem_held(void *ctx, int device, uint64_t *bytes)
 {
   (void)ctx;
+  shim_depth++;
+  int rc = mem_held_nvml(device, bytes);
+  shim_depth--;
+  return rc;
+}
+
+static int mem_held_nvml(int device, uint64_t *bytes)
+{
   *bytes = 0;
   if (!nvml_ready()) return -ENODEV;
   char bus_id[32];

@@ -65,7 +65,9 @@ static void *route(const char *file, int mode, const void *caller)
 {
   if (file && names_driver(file) && strcmp(cudaw_option("CUDAW_DRIVER"), "0") != 0) {
     if (!atomic_load_explicit(&shim_ready, memory_order_acquire)) shim_init();
-    if (!from_real_runtime(caller)) {
+    /* cudaw's own calls (shim_depth > 0: NVML loaded for status, the real runtime's) get the
+     * real driver: a library cudaw uses must never wait at cudaw's own gate during a pause. */
+    if (shim_depth == 0 && !from_real_runtime(caller)) {
       shim_depth++;
       int loaded = shim_drv_load() == 0;
       shim_depth--;

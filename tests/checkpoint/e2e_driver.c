@@ -2,9 +2,11 @@
  * runtime (nvcc's default, CuPy, cuBLAS) does: dlopen("libcuda.so.1"), dlsym cuGetProcAddress_v2,
  * then every function from it. Run under `cudaw run` on the emulated device, it must get cudaw's
  * wrappers (not the emulated driver's functions), its cuMemAlloc memory must be virtual (vmem
- * answers cuMemGetAddressRange for a packed allocation exactly), a checkpoint must hold its
- * driver calls (progress stops), move its memory into the image and give it back to the device,
- * and resume must restore every byte.
+ * answers cuMemGetAddressRange for a packed allocation exactly), memory the program maps itself
+ * (cuMemCreate/cuMemMap, as XLA and PyTorch's expandable segments do) must be named by handles of
+ * cudaw's, a checkpoint must hold its driver calls (progress stops), move both kinds of memory into
+ * the image and give them back to the device, and resume must restore every byte at the same
+ * addresses, after which the program's handles still unmap and release.
  * usage: ckpt_e2e_driver <cudaw-ctl> <cudaw's libcudart> [--expect-bypass]
  * --expect-bypass (with CUDAW_DRIVER=0): dlopen must NOT answer with cudaw. */
 #define _GNU_SOURCE
@@ -24,6 +26,15 @@ static struct {
   CUresult (*htod)(CUdeviceptr, const void *, size_t);
   CUresult (*dtoh)(void *, CUdeviceptr, size_t);
   CUresult (*range)(CUdeviceptr *, size_t *, CUdeviceptr);
+  CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+  CUresult (*address_free)(CUdeviceptr, size_t);
+  CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                     unsigned long long);
+  CUresult (*release)(CUmemGenericAllocationHandle);
+  CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+  CUresult (*unmap)(CUdeviceptr, size_t);
+  CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+  CUresult (*granularity)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags);
 } cu;
 
 static char cudaw_real_path[4096];
@@ -99,6 +110,14 @@ int main(int argc, char **argv)
   get(get_proc, "cuMemcpyHtoD", &cu.htod);
   get(get_proc, "cuMemcpyDtoH", &cu.dtoh);
   get(get_proc, "cuMemGetAddressRange", &cu.range);
+  get(get_proc, "cuMemAddressReserve", &cu.reserve);
+  get(get_proc, "cuMemAddressFree", &cu.address_free);
+  get(get_proc, "cuMemCreate", &cu.create);
+  get(get_proc, "cuMemRelease", &cu.release);
+  get(get_proc, "cuMemMap", &cu.map);
+  get(get_proc, "cuMemUnmap", &cu.unmap);
+  get(get_proc, "cuMemSetAccess", &cu.set_access);
+  get(get_proc, "cuMemGetAllocationGranularity", &cu.granularity);
 
   CU_OK(cu.init(0));
   CUcontext context;
@@ -125,6 +144,30 @@ int main(int argc, char **argv)
         (unsigned long long)buffers[1], sizes[1]);
   CU_OK(cu.alloc(&counter_buffer, sizeof(long)));
 
+  /* The program's own mappings: two physical allocations in one reserved range; the second is
+   * released at once, so that only its mapping holds it (as PyTorch's expandable segments do). */
+  CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                              .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+  size_t granule;
+  CU_OK(cu.granularity(&granule, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  size_t first = 2 * granule, second = granule, mapped = first + second;
+  CUdeviceptr range_base;
+  CU_OK(cu.reserve(&range_base, 2 * mapped, 0, 0, 0));
+  CUmemGenericAllocationHandle handle_a, handle_b;
+  CU_OK(cu.create(&handle_a, first, &prop, 0));
+  CU_OK(cu.create(&handle_b, second, &prop, 0));
+  CHECK(handle_a > 65536 && handle_b > 65536, "handles %llu, %llu are the driver's, not cudaw's",
+        (unsigned long long)handle_a, (unsigned long long)handle_b);
+  CU_OK(cu.map(range_base, first, 0, handle_a, 0));
+  CU_OK(cu.map(range_base + first, second, 0, handle_b, 0));
+  CU_OK(cu.release(handle_b));
+  CUmemAccessDesc access = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  CU_OK(cu.set_access(range_base, mapped, &access, 1));
+  unsigned char *vmm_pattern = malloc(mapped);
+  CHECK(vmm_pattern);
+  for (size_t j = 0; j < mapped; j++) vmm_pattern[j] = (unsigned char)(j * 29 + 5);
+  CU_OK(cu.htod(range_base, vmm_pattern, mapped));
+
   pthread_t thread;
   CHECK(pthread_create(&thread, NULL, worker, context) == 0);
   while (atomic_load(&progress) < 100) e2e_sleep_us(100);
@@ -137,11 +180,12 @@ int main(int argc, char **argv)
   CHECK(e2e_wait_state("paused", 10), "not paused");
   e2e_ask("status", reply, sizeof reply);
   uint64_t image = field(reply, "image_bytes");
-  CHECK(image >= sizes[0] + sizes[1] + sizes[2], "image holds %" PRIu64 " bytes: driver "
-        "allocations were not checkpointed (%s)", image, reply);
+  CHECK(image >= sizes[0] + sizes[1] + sizes[2] + mapped, "image holds %" PRIu64 " bytes: "
+        "driver allocations or the program's mappings were not checkpointed (%s)", image, reply);
   e2e_emu_mem_info(&free_paused, &total);
-  CHECK(free_paused >= free_before + sizes[0], "the device got %zu bytes back, not the %zu of "
-        "the large allocation", free_paused - free_before, sizes[0]);
+  CHECK(free_paused >= free_before + sizes[0] + mapped, "the device got %zu bytes back, not the "
+        "%zu of the large allocation and the mappings", free_paused - free_before,
+        sizes[0] + mapped);
   long held = atomic_load(&progress);
   e2e_sleep_us(200000);
   CHECK(atomic_load(&progress) <= held + 1, "driver calls went on while paused: %ld -> %ld",
@@ -170,6 +214,16 @@ int main(int argc, char **argv)
     CU_OK(cu.free_(buffers[i]));
   }
   CU_OK(cu.free_(counter_buffer));
+  unsigned char *vmm_back = malloc(mapped);
+  CHECK(vmm_back);
+  CU_OK(cu.dtoh(vmm_back, range_base, mapped));
+  CHECK(memcmp(vmm_back, vmm_pattern, mapped) == 0, "the program's mapped memory differs");
+  CU_OK(cu.unmap(range_base, mapped));
+  CU_OK(cu.release(handle_a));
+  CHECK(cu.release(handle_b) != CUDA_SUCCESS, "a handle released twice was accepted");
+  CU_OK(cu.address_free(range_base, 2 * mapped));
+  free(vmm_back);
+  free(vmm_pattern);
   printf("driver layer: %" PRIu64 " bytes checkpointed, %zu bytes given back while paused, "
          "%ld calls held at %ld\n", image, free_paused - free_before, held, held);
   return 0;

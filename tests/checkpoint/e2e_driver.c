@@ -7,7 +7,11 @@
  * cudaw's, a checkpoint must hold its driver calls (progress stops), move both kinds of memory into
  * the image and give them back to the device, and resume must restore every byte at the same
  * addresses, after which the program's handles still unmap and release.
- * usage: ckpt_e2e_driver <cudaw-ctl> <cudaw's libcudart> [--expect-bypass]
+ * With a cubin (driver_kernels.cu), after the resume it loads it with cuModuleLoadData and launches
+ * its kernels with cuLaunchKernel on its virtual memory: the emulated device runs the host
+ * implementations below on whatever addresses arrive, so an untranslated virtual pointer (under
+ * CUDAW_VMEM=translate) faults and a wrong layout gives wrong numbers.
+ * usage: ckpt_e2e_driver <cudaw-ctl> <cudaw's libcudart> [<cubin> | --expect-bypass]
  * --expect-bypass (with CUDAW_DRIVER=0): dlopen must NOT answer with cudaw. */
 #define _GNU_SOURCE
 #include <cuda.h>
@@ -15,7 +19,30 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "cudaw_emu.h"
 #include "e2e_common.h"
+
+struct span {
+  float *data;
+  int n;
+};
+
+CUDAW_EMU_KERNEL(_Z4axpyfPKfPfi)
+{
+  (void)launch;
+  float a = CUDAW_EMU_ARG(args, 0, float);
+  const float *x = CUDAW_EMU_ARG(args, 1, const float *);
+  float *y = CUDAW_EMU_ARG(args, 2, float *);
+  for (int i = 0, n = CUDAW_EMU_ARG(args, 3, int); i < n; i++) y[i] = a * x[i] + y[i];
+}
+
+CUDAW_EMU_KERNEL(scale_span)
+{
+  (void)launch;
+  struct span s = CUDAW_EMU_ARG(args, 0, struct span);
+  float k = CUDAW_EMU_ARG(args, 1, float);
+  for (int i = 0; i < s.n; i++) s.data[i] *= k;
+}
 
 static struct {
   CUresult (*init)(unsigned);
@@ -35,6 +62,11 @@ static struct {
   CUresult (*unmap)(CUdeviceptr, size_t);
   CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
   CUresult (*granularity)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags);
+  CUresult (*load)(CUmodule *, const void *);
+  CUresult (*function)(CUfunction *, CUmodule, const char *);
+  CUresult (*unload)(CUmodule);
+  CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                     unsigned, CUstream, void **, void **);
 } cu;
 
 static char cudaw_real_path[4096];
@@ -85,11 +117,63 @@ static uint64_t field(const char *reply, const char *name)
   return strtoull(at + strlen(key), NULL, 10);
 }
 
+static void *read_file(const char *path, size_t *size)
+{
+  FILE *f = fopen(path, "rb");
+  CHECK(f, "cannot open %s", path);
+  CHECK(fseek(f, 0, SEEK_END) == 0);
+  long n = ftell(f);
+  CHECK(n > 0 && fseek(f, 0, SEEK_SET) == 0);
+  void *data = malloc((size_t)n);
+  CHECK(data && fread(data, 1, (size_t)n, f) == (size_t)n, "reading %s", path);
+  fclose(f);
+  *size = (size_t)n;
+  return data;
+}
+
+/* Kernels of a cubin loaded and launched through the driver, on virtual memory. */
+static void launch_from_cubin(const char *path)
+{
+  size_t size;
+  void *image = read_file(path, &size);
+  CUmodule module;
+  CU_OK(cu.load(&module, image));
+  memset(image, 0, size); /* cudaw must have kept its own copy for the layouts */
+  free(image);
+  CUfunction axpy, scale;
+  CU_OK(cu.function(&axpy, module, "_Z4axpyfPKfPfi"));
+  CU_OK(cu.function(&scale, module, "scale_span"));
+  enum { N = 1000 };
+  float x[N], y[N], back[N];
+  for (int i = 0; i < N; i++) x[i] = (float)i, y[i] = (float)(2 * i + 1);
+  CUdeviceptr dx, dy;
+  CU_OK(cu.alloc(&dx, sizeof x));
+  CU_OK(cu.alloc(&dy, sizeof y));
+  CU_OK(cu.htod(dx, x, sizeof x));
+  CU_OK(cu.htod(dy, y, sizeof y));
+  float a = 3.0f, k = 0.5f;
+  int n = N;
+  void *axpy_args[] = {&a, &dx, &dy, &n};
+  CU_OK(cu.launch(axpy, 4, 1, 1, 256, 1, 1, 0, NULL, axpy_args, NULL));
+  struct span s = {(float *)(uintptr_t)dy, N};
+  void *scale_args[] = {&s, &k};
+  CU_OK(cu.launch(scale, 4, 1, 1, 256, 1, 1, 0, NULL, scale_args, NULL));
+  CU_OK(cu.dtoh(back, dy, sizeof back));
+  for (int i = 0; i < N; i++)
+    CHECK(back[i] == (3.0f * x[i] + y[i]) * 0.5f, "y[%d] = %g after the launches", i,
+          (double)back[i]);
+  CU_OK(cu.free_(dx));
+  CU_OK(cu.free_(dy));
+  CU_OK(cu.unload(module));
+  printf("cubin %s: axpy and scale_span launched through cuLaunchKernel, results right\n", path);
+}
+
 int main(int argc, char **argv)
 {
   CHECK(argc >= 3, "usage: ckpt_e2e_driver <cudaw-ctl> <cudaw libcudart> [--expect-bypass]");
   CHECK(realpath(argv[2], cudaw_real_path), "realpath %s", argv[2]);
   int expect_bypass = argc > 3 && strcmp(argv[3], "--expect-bypass") == 0;
+  const char *cubin = argc > 3 && !expect_bypass ? argv[3] : NULL;
 
   void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   void *proc = driver ? dlsym(driver, "cuGetProcAddress_v2") : NULL;
@@ -118,6 +202,10 @@ int main(int argc, char **argv)
   get(get_proc, "cuMemUnmap", &cu.unmap);
   get(get_proc, "cuMemSetAccess", &cu.set_access);
   get(get_proc, "cuMemGetAllocationGranularity", &cu.granularity);
+  get(get_proc, "cuModuleLoadData", &cu.load);
+  get(get_proc, "cuModuleGetFunction", &cu.function);
+  get(get_proc, "cuModuleUnload", &cu.unload);
+  get(get_proc, "cuLaunchKernel", &cu.launch);
 
   CU_OK(cu.init(0));
   CUcontext context;
@@ -224,6 +312,7 @@ int main(int argc, char **argv)
   CU_OK(cu.address_free(range_base, 2 * mapped));
   free(vmm_back);
   free(vmm_pattern);
+  if (cubin) launch_from_cubin(cubin);
   printf("driver layer: %" PRIu64 " bytes checkpointed, %zu bytes given back while paused, "
          "%ld calls held at %ld\n", image, free_paused - free_before, held, held);
   return 0;

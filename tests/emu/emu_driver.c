@@ -259,6 +259,41 @@ static CUresult emu_cuMemsetD8(CUdeviceptr dst, unsigned char value, size_t coun
   return emu_cuMemsetD8Async(dst, value, count, NULL);
 }
 
+/* ---- modules and launches: the emu's libraries (emu_launch.c) under the driver's names ---- */
+
+static CUresult from_runtime(cudaError_t error) {
+  switch (error) {
+  case cudaSuccess: return CUDA_SUCCESS;
+  case cudaErrorInvalidValue: return CUDA_ERROR_INVALID_VALUE;
+  case cudaErrorMemoryAllocation: return CUDA_ERROR_OUT_OF_MEMORY;
+  case cudaErrorInvalidResourceHandle: return CUDA_ERROR_INVALID_HANDLE;
+  case cudaErrorInvalidConfiguration: return CUDA_ERROR_INVALID_VALUE;
+  default: return CUDA_ERROR_NOT_FOUND;
+  }
+}
+
+static CUresult emu_cuModuleLoadData(CUmodule *module, const void *image) {
+  return from_runtime(cudaLibraryLoadData((cudaLibrary_t *)module, image, NULL, NULL, 0, NULL,
+                                          NULL, 0));
+}
+
+static CUresult emu_cuModuleGetFunction(CUfunction *function, CUmodule module, const char *name) {
+  return from_runtime(cudaLibraryGetKernel((cudaKernel_t *)function, (cudaLibrary_t)module, name));
+}
+
+static CUresult emu_cuModuleUnload(CUmodule module) {
+  return from_runtime(cudaLibraryUnload((cudaLibrary_t)module));
+}
+
+/* The packed `extra` form is not emulated. */
+static CUresult emu_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                   unsigned bx, unsigned by, unsigned bz, unsigned shared,
+                                   CUstream stream, void **params, void **extra) {
+  if (extra) return CUDA_ERROR_NOT_SUPPORTED;
+  return from_runtime(emu_launch(f, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, params, shared,
+                                 (cudaStream_t)stream));
+}
+
 /* The emu has no device image, so it cannot describe kernel parameters. */
 static CUresult emu_cuFuncGetParamInfo(CUfunction func, size_t index, size_t *offset,
                                        size_t *size) {
@@ -310,6 +345,7 @@ E(cuMemAddressReserve); E(cuMemAddressFree); E(cuMemCreate); E(cuMemRelease); E(
 E(cuMemUnmap); E(cuMemSetAccess); E(cuPointerGetAttribute); E(cuMemGetAddressRange); E(cuMemcpyHtoD); E(cuMemcpyDtoH);
 E(cuMemcpyDtoD); E(cuMemcpyHtoDAsync); E(cuMemcpyDtoHAsync); E(cuMemcpyDtoDAsync);
 E(cuMemsetD8); E(cuMemsetD8Async); E(cuFuncGetParamInfo); E(cuGetErrorName);
+E(cuModuleLoadData); E(cuModuleGetFunction); E(cuModuleUnload); E(cuLaunchKernel);
 E(cuGetErrorString);
 
 static const struct entry *const entries[] = {
@@ -325,6 +361,8 @@ static const struct entry *const entries[] = {
     &entry_cuMemcpyDtoH, &entry_cuMemcpyDtoD, &entry_cuMemcpyHtoDAsync, &entry_cuMemcpyDtoHAsync,
     &entry_cuMemcpyDtoDAsync, &entry_cuMemsetD8, &entry_cuMemsetD8Async,
     &entry_cuFuncGetParamInfo, &entry_cuGetErrorName, &entry_cuGetErrorString,
+    &entry_cuModuleLoadData, &entry_cuModuleGetFunction, &entry_cuModuleUnload,
+    &entry_cuLaunchKernel,
 };
 
 cudaError_t emu_get_driver_entry_point(const char *symbol, void **func,

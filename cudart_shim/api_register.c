@@ -144,6 +144,18 @@ SHIM_EXPORT cudaError_t cudaGetKernel(cudaKernel_t *kernelPtr, const void *entry
   return result;
 }
 
+/* The CUfunction behind a kernel: launched through the driver's cuLaunchKernel (drv_launch.c),
+ * it needs the layout of the kernel it stands for. */
+SHIM_EXPORT cudaError_t cudaGetFuncBySymbol(cudaFunction_t *functionPtr, const void *symbolPtr)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaGetFuncBySymbol);
+  if (!real) return shim_missing(SHIM_FN_cudaGetFuncBySymbol);
+  cudaError_t result = ((__typeof__(&cudaGetFuncBySymbol))real)(functionPtr, symbolPtr);
+  record_kernel(result, (cudaKernel_t *)functionPtr, symbolPtr);
+  shim_gate_leave();
+  return result;
+}
+
 /* ---- cudaLibrary* ---- */
 
 /* kparam parses a library's image lazily, after cudaLibraryLoad* returned: the caller may free

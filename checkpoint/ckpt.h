@@ -39,6 +39,9 @@ struct ckpt_other_memory {
   uint64_t managed_bytes; /* prefetched to host memory: not on the device while paused */
   uint64_t arrays;
   uint64_t array_bytes;   /* still on the device while paused */
+  uint64_t kept_bytes;    /* device memory cudaw cannot release: not virtualised (another
+                             context, stream capture) or shared with another process */
+  uint64_t ungated_functions; /* driver functions the program calls without the gate */
 };
 
 /* Called once per region; a non-zero return stops the walk and becomes its result. */

@@ -135,8 +135,10 @@ static void format_status(char *buf, size_t len) {
   struct ckpt_other_memory other = transition_other_memory();
   append(buf, len, &used,
          ",\"managed_moved\":%" PRIu64 ",\"managed_moved_bytes\":%" PRIu64
-         ",\"arrays_held\":%" PRIu64 ",\"array_held_bytes\":%" PRIu64,
-         other.managed_allocations, other.managed_bytes, other.arrays, other.array_bytes);
+         ",\"arrays_held\":%" PRIu64 ",\"array_held_bytes\":%" PRIu64
+         ",\"kept_bytes\":%" PRIu64 ",\"ungated_functions\":%" PRIu64,
+         other.managed_allocations, other.managed_bytes, other.arrays, other.array_bytes,
+         other.kept_bytes, other.ungated_functions);
   struct ckpt_result last;
   if (state_last(&last)) {
     double rate = last.copy_seconds > 0 ? (double)last.bytes / last.copy_seconds / 1e9 : 0.0;

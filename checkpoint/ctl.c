@@ -222,6 +222,15 @@ static void print_status(pid_t pid, const char *reply) {
     ckpt_format_bytes((uint64_t)json_number(reply, "array_held_bytes"), held, sizeof held);
     printf("; still on the device: %.0f CUDA arrays (%s)", json_number(reply, "arrays_held"), held);
   }
+  if (json_number(reply, "kept_bytes") > 0) {
+    char kept[32];
+    ckpt_format_bytes((uint64_t)json_number(reply, "kept_bytes"), kept, sizeof kept);
+    printf("; still on the device: %s cudaw cannot release (not virtualised or shared with "
+           "another process)", kept);
+  }
+  if (json_number(reply, "ungated_functions") > 0)
+    printf("; NOT fully held: %.0f driver functions run without cudaw's gate (named in the log)",
+           json_number(reply, "ungated_functions"));
   if (json_get(reply, "last_op", last_op, sizeof last_op)) {
     char last_bytes[32];
     ckpt_format_bytes((uint64_t)json_number(reply, "last_bytes"), last_bytes, sizeof last_bytes);

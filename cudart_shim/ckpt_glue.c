@@ -356,6 +356,10 @@ static int collect_other(const struct shim_mem_record *record, void *arg)
     list->held.array_bytes += record->size;
     return 0;
   }
+  if (record->kind == SHIM_MEM_PASSTHROUGH) {
+    list->held.kept_bytes += record->size;
+    return 0;
+  }
   if (record->kind != SHIM_MEM_MANAGED || record->size == 0) return 0;
   if (list->count == list->capacity) {
     size_t capacity = list->capacity ? list->capacity * 2 : 32;
@@ -404,6 +408,14 @@ static int park_other(void *ctx, struct ckpt_other_memory *held)
     list.count = 0;
     list.held.managed_allocations = list.held.managed_bytes = 0;
   }
+  uint64_t mapped, shared;
+  shim_vmm_totals(&mapped, &shared);
+  list.held.kept_bytes += shared;
+  list.held.ungated_functions = shim_drv_unwrapped_count();
+  if (list.held.ungated_functions)
+    shim_warn("checkpoint: the program holds %llu driver functions that cudaw does not wrap "
+              "(named earlier in the log): calls to them are not held by this pause",
+              (unsigned long long)list.held.ungated_functions);
   *held = list.held;
   free(parked.items);
   parked = list;

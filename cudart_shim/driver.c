@@ -138,6 +138,14 @@ static void note_unwrapped(const void *real, const char *symbol)
               "pause does not hold it", symbol ? symbol : "(unnamed)");
 }
 
+unsigned shim_drv_unwrapped_count(void)
+{
+  pthread_mutex_lock(&unwrapped_lock);
+  unsigned count = unwrapped_count;
+  pthread_mutex_unlock(&unwrapped_lock);
+  return count;
+}
+
 void *shim_drv_wrap(void *real, const char *symbol)
 {
   if (!real || strcmp(cudaw_option("CUDAW_DRIVER"), "0") == 0) return real;

@@ -74,6 +74,16 @@ static int use_vmem(int *device)
   return 1;
 }
 
+/* Device memory left real (another context is current, or vmem does not run): a checkpoint
+ * cannot release it; status counts it. */
+static void track_passthrough(CUdeviceptr address, size_t size)
+{
+  struct shim_mem_record record = {.kind = SHIM_MEM_PASSTHROUGH,
+                                   .handle = (void *)(uintptr_t)address, .size = size,
+                                   .device = cached_device};
+  shim_mem_track(&record);
+}
+
 #define ENTER(name)                                                 \
   shim_real_fn real = shim_drv_enter_counted(SHIM_DRV_##name);      \
   if (!real) return shim_drv_missing_counted(SHIM_DRV_##name)
@@ -92,6 +102,7 @@ SHIM_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     if (result == CUDA_SUCCESS) *dptr = (CUdeviceptr)(uintptr_t)ptr;
   } else {
     result = REAL(cuMemAlloc_v2)(dptr, bytesize);
+    if (result == CUDA_SUCCESS) track_passthrough(*dptr, bytesize);
   }
   shim_gate_leave();
   return result;
@@ -112,6 +123,7 @@ SHIM_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_
     if (result == CUDA_SUCCESS) *dptr = (CUdeviceptr)(uintptr_t)ptr;
   } else {
     result = REAL(cuMemAllocPitch_v2)(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    if (result == CUDA_SUCCESS) track_passthrough(*dptr, *pPitch * Height);
   }
   shim_gate_leave();
   return result;

@@ -148,6 +148,9 @@ void *shim_drv_wrap(void *real, const char *symbol);
 /* Load the real driver once (driver.c): 0, or -ENOENT when there is none. */
 int shim_drv_load(void);
 
+/* How many distinct driver functions the program obtained that cudaw does not wrap. */
+unsigned shim_drv_unwrapped_count(void);
+
 /* glibc's own dlopen (cudaw exports one that routes libcuda.so.1 to itself). */
 void *shim_real_dlopen(const char *file, int mode);
 

@@ -366,7 +366,9 @@ static int open_socket(void) {
   }
   int rc = ckpt_run_dir_prepare(dir, reason, sizeof reason);
   if (rc) {
-    ckpt_logf(CKPT_LOG_WARN, "control socket disabled: %s", reason);
+    const char *chosen = getenv("CUDAW_RUN_DIR");
+    ckpt_logf(CKPT_LOG_WARN, "control socket disabled: %s%s", reason,
+              chosen && *chosen ? " (CUDAW_RUN_DIR)" : "");
     return rc;
   }
   int removed = ckpt_clean_stale(dir);
@@ -383,7 +385,9 @@ static int open_socket(void) {
   if (bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 || chmod(addr.sun_path, 0600) != 0 ||
       listen(fd, SOMAXCONN) != 0) {
     rc = -errno;
-    ckpt_logf(CKPT_LOG_WARN, "control socket %s disabled: %s", addr.sun_path, strerror(-rc));
+    const char *chosen = getenv("CUDAW_RUN_DIR");
+    ckpt_logf(CKPT_LOG_WARN, "control socket %s disabled: %s%s", addr.sun_path, strerror(-rc),
+              chosen && *chosen ? " (CUDAW_RUN_DIR)" : "");
     unlink(addr.sun_path);
     close(fd);
     return rc;

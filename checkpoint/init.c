@@ -47,7 +47,7 @@ int ckpt_init(const struct ckpt_host_ops *ops, void *ctx) {
     rc = -EINVAL;
     goto out;
   }
-  char error[160];
+  char error[512];
   if (ckpt_options_from_env(&ckpt_rt.options, error, sizeof error) != 0)
     ckpt_logf(CKPT_LOG_WARN, "%s", error);
   state_reset();

@@ -43,7 +43,11 @@ static int read_config(const struct vmem_prims *prims, void *ctx, struct vmem_co
     shim_error("CUDAW_VMEM=%s: expected auto, remap, translate or off", cudaw_option("CUDAW_VMEM"));
     return -EINVAL;
   }
-  config->check = strcmp(cudaw_option("CUDAW_CHECK"), "0") != 0;
+  int invalid;
+  config->check = cudaw_option_flag("CUDAW_CHECK", &invalid);
+  if (invalid)
+    shim_warn("CUDAW_CHECK=%s is not 0 or 1; using the default (%d)", cudaw_option("CUDAW_CHECK"),
+              config->check);
   const char *va = cudaw_option("CUDAW_VA_SIZE");
   if (strcmp(va, "auto") != 0 && vmem_parse_size(va, 0, &config->va_size) != 0) {
     shim_error("CUDAW_VA_SIZE=%s: expected a size such as 256G", va);

@@ -177,7 +177,7 @@ int shim_texture_blocks_checkpoint(char *why, size_t len)
            "a resume moves it and a texture cannot be re-created under its handle; destroy them "
            "before pausing, or use remap",
            live, live == 1 ? "" : "s", (unsigned long long)first.handle, first.virtual_ptr);
-  return -EBUSY;
+  return -ENOTSUP; /* "failed" with the reason (cudaw-ctl exit 1), not a wrong state */
 }
 
 void shim_texture_forget_all(void)

@@ -4,7 +4,7 @@
 
 #include <stddef.h>
 
-/* -EBUSY, with the reason in why, when a checkpoint must be refused: under translate a live
+/* -ENOTSUP, with the reason in why, when a checkpoint must be refused: under translate a live
  * texture object reads vmem memory, which a resume moves. 0 otherwise. */
 int shim_texture_blocks_checkpoint(char *why, size_t len);
 

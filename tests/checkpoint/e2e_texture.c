@@ -108,7 +108,8 @@ int main(int argc, char **argv)
   char reply[4096];
   e2e_ask("checkpoint", reply, sizeof reply);
   if (translate_policy()) {
-    CHECK(!e2e_reply_ok(reply) && e2e_reply_state(reply, "running") && strstr(reply, "texture"),
+    CHECK(!e2e_reply_ok(reply) && e2e_reply_state(reply, "running") && strstr(reply, "texture") &&
+              strstr(reply, "\"error\":\"failed\""),
           "checkpoint with a live texture under translate: %s", reply);
     check_reads(tex, pitch, rows, "after the refused checkpoint");
     CUDA_OK(cudaDestroyTextureObject(tex));

@@ -97,6 +97,9 @@ struct ckpt_host_ops {
    * after a checkpoint that failed after park_other: it brings moved memory back. */
   int (*park_other)(void *ctx, struct ckpt_other_memory *held);
   int (*unpark_other)(void *ctx);
+  /* Optional. Called with the gate closed, before anything is saved: a -errno when the
+   * program's state cannot be checkpointed now, with the reason (one line) in why. */
+  int (*refuse_checkpoint)(void *ctx, char *why, size_t len);
   /* Optional. Device memory the process still holds on `device` (context, ...) for status.
    * Must not create a context: -ENODEV where there is none. */
   int (*mem_held)(void *ctx, int device, uint64_t *bytes);

@@ -90,6 +90,10 @@ int control_format_result(const struct ckpt_result *result, char *buf, size_t le
 /* signal.c */
 int signal_install(int signal_number, int notify_fd);
 void signal_restore(void);
+/* Remove socket_path when a termination signal with its default action kills the process (see
+ * signal.c); signal_remove_cleanup puts those signals back to SIG_DFL. */
+void signal_install_cleanup(const char *socket_path);
+void signal_remove_cleanup(void);
 
 /* rundir.c: where sockets live; shared with cudaw-ctl. */
 int ckpt_socket_path(const char *dir, pid_t pid, char *buf, size_t len);

@@ -29,7 +29,7 @@ static const struct ckpt_option_info table[] = {
      "ms to wait for API calls in flight when pausing; then the checkpoint is abandoned"},
     {"CUDAW_SIGNAL", "USR1", "signal that requests a checkpoint: USR1, USR2 or none"},
     {"CUDAW_RUN_DIR", "$XDG_RUNTIME_DIR/cudaw, /run/cudaw (root), /tmp/cudaw-<uid>",
-     "directory of the control sockets <pid>.sock"},
+     "absolute directory of the control sockets <pid>.sock, writable by its owner only"},
     {"CUDAW_CKPT_STREAMS", "2 x threads",
      "copies in flight per device, and pinned staging buffers in all (shared by the devices)"},
     {"CUDAW_CKPT_STAGING", "4M", "size of one pinned staging buffer (= one checksummed chunk)"},
@@ -72,8 +72,14 @@ static int parse_count(const char *text, uint64_t max, uint64_t *out) {
   return 0;
 }
 
+/* Appends "NAME=value is not valid; using the default" to error (several may be wrong). */
 static int reject(const char *name, const char *value, char *error, size_t len) {
-  if (error) snprintf(error, len, "%s=%s is not valid; using the default", name, value);
+  if (error && len) {
+    size_t used = strlen(error);
+    if (used < len)
+      snprintf(error + used, len - used, "%s%s=%.40s%s is not valid; using the default",
+               used ? "; " : "", name, value, strlen(value) > 40 ? "..." : "");
+  }
   return -EINVAL;
 }
 
@@ -119,7 +125,8 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
   }
   if (out->streams == 0) out->streams = 2 * out->threads;
   if ((text = getenv("CUDAW_RUN_DIR")) && *text) {
-    if (strlen(text) < sizeof out->run_dir) snprintf(out->run_dir, sizeof out->run_dir, "%s", text);
+    if (text[0] != '/') rc = reject("CUDAW_RUN_DIR", text, error, error_len); /* must be absolute */
+    else if (strlen(text) < sizeof out->run_dir) snprintf(out->run_dir, sizeof out->run_dir, "%s", text);
     else rc = reject("CUDAW_RUN_DIR", "(too long)", error, error_len);
   }
   if (!out->run_dir[0] && ckpt_default_run_dir(out->run_dir, sizeof out->run_dir) != 0)

@@ -52,6 +52,10 @@ static void pause_program(struct ckpt_result *r, double requested_at) {
     return;
   }
 
+  if (ops->refuse_checkpoint && (rc = ops->refuse_checkpoint(ctx, reason, sizeof reason)) != 0) {
+    fail(r, rc, "checkpoint refused: %s", reason);
+    goto reopen;
+  }
   rc = ops->device_drain(ctx);
   r->drain_seconds = ckpt_now() - t;
   t = ckpt_now();

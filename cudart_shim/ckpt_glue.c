@@ -14,6 +14,7 @@
 #include "ckpt.h"
 #include "shim_ckpt.h"
 #include "shim_generated.h"
+#include "shim_texture.h"
 #include "shim_vmem.h"
 #include "shim_vmm.h"
 #include "vmem.h"
@@ -520,6 +521,13 @@ static void log_message(void *ctx, int level, const char *message)
   if ((int)shim_level <= shim_log_level) shim_log(shim_level, "%s", message);
 }
 
+/* What cannot survive a resume that moves memory (translate): texture objects over vmem. */
+static int refuse_checkpoint(void *ctx, char *why, size_t len)
+{
+  (void)ctx;
+  return shim_texture_blocks_checkpoint(why, len);
+}
+
 static const struct ckpt_host_ops host_ops = {
   .gate_close = gate_close,
   .gate_open = gate_open,
@@ -538,6 +546,7 @@ static const struct ckpt_host_ops host_ops = {
   .park_other = park_other,
   .unpark_other = unpark_other,
   .mem_held = mem_held,
+  .refuse_checkpoint = refuse_checkpoint,
   .log = log_message,
 };
 

@@ -84,6 +84,17 @@ static void *route(const char *file, int mode, const void *caller)
 }
 
 SHIM_EXPORT void *cudaw_dlopen_2_34(const char *file, int mode);
+
+int shim_drv_routing(void)
+{
+  static atomic_int answer; /* 0 unknown, 1 yes, 2 no */
+  int known = atomic_load_explicit(&answer, memory_order_relaxed);
+  if (known) return known == 1;
+  int yes = strcmp(cudaw_option("CUDAW_DRIVER"), "0") != 0 &&
+            dlvsym(RTLD_DEFAULT, "dlopen", "GLIBC_2.34") == (void *)cudaw_dlopen_2_34;
+  atomic_store_explicit(&answer, yes ? 1 : 2, memory_order_relaxed);
+  return yes;
+}
 SHIM_EXPORT void *cudaw_dlopen_2_2_5(const char *file, int mode);
 __asm__(".symver cudaw_dlopen_2_34, dlopen@@GLIBC_2.34");
 __asm__(".symver cudaw_dlopen_2_2_5, dlopen@GLIBC_2.2.5");

@@ -37,6 +37,18 @@ const char *cudaw_option(const char *name)
   return NULL;
 }
 
+int cudaw_option_flag(const char *name, int *invalid)
+{
+  const char *value = cudaw_option(name);
+  *invalid = 0;
+  if (value && strcmp(value, "0") == 0) return 0;
+  if (value && strcmp(value, "1") == 0) return 1;
+  *invalid = 1;
+  for (unsigned i = 0; i < cudaw_option_count; i++)
+    if (strcmp(cudaw_options[i].name, name) == 0) return strcmp(cudaw_options[i].fallback, "1") == 0;
+  return 0;
+}
+
 /* The merged table: the rows above, then the checkpoint module's. Built once. */
 #define MERGED_MAX 64
 static struct ckpt_option_info merged[MERGED_MAX];

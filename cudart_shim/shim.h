@@ -151,6 +151,10 @@ int shim_drv_load(void);
 /* How many distinct driver functions the program obtained that cudaw does not wrap. */
 unsigned shim_drv_unwrapped_count(void);
 
+/* 1 when the driver layer sees the libraries' driver calls too: CUDAW_DRIVER is not 0 and
+ * cudaw's dlopen is the one the process resolves (cudaw preloaded or linked by the program). */
+int shim_drv_routing(void);
+
 /* glibc's own dlopen (cudaw exports one that routes libcuda.so.1 to itself). */
 void *shim_real_dlopen(const char *file, int mode);
 

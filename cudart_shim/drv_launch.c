@@ -13,6 +13,7 @@
 
 #include "kparam.h"
 #include "shim_kparam.h"
+#include "vmem.h"
 
 #define ENTER(name)                                            \
   shim_real_fn real = shim_drv_enter_counted(SHIM_DRV_##name); \
@@ -194,13 +195,144 @@ SHIM_EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
   return result;
 }
 
+/* ---- kernels cudaw has no image for: the driver's own parameter layout ---------------------- */
+
+/* A static runtime may load its fatbins by ways cudaw does not see. For such a kernel the driver
+ * still knows each parameter's offset and size (cuFuncGetParamInfo): under translate, every
+ * 8-byte-aligned word of every parameter that holds an address in cudaw's virtual range is
+ * translated, like kparam's conservative scan of an aggregate. */
+struct driver_layout {
+  CUfunction function;
+  unsigned count;        /* parameters; 0 when the driver cannot tell */
+  size_t *offset, *size; /* count entries each */
+  struct driver_layout *next;
+};
+
+static pthread_mutex_t layouts_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct driver_layout *layouts;
+
+static const struct driver_layout *driver_layout(CUfunction f)
+{
+  pthread_mutex_lock(&layouts_lock);
+  struct driver_layout *l = layouts;
+  while (l && l->function != f) l = l->next;
+  if (!l && (l = calloc(1, sizeof *l))) {
+    l->function = f;
+    size_t offset, size, capacity = 0;
+    while (SHIM_DRV_REAL(cuFuncGetParamInfo)(f, l->count, &offset, &size) == CUDA_SUCCESS) {
+      if (l->count == capacity) {
+        capacity = capacity ? 2 * capacity : 16;
+        size_t *o = realloc(l->offset, capacity * sizeof *o);
+        if (o) l->offset = o;
+        size_t *s = o ? realloc(l->size, capacity * sizeof *s) : NULL;
+        if (!s) {
+          l->count = 0;
+          break;
+        }
+        l->size = s;
+      }
+      l->offset[l->count] = offset;
+      l->size[l->count++] = size;
+    }
+    const char *name = NULL;
+    if (SHIM_DRV_REAL(cuFuncGetName)(&name, f) != CUDA_SUCCESS || !name) name = "(unnamed)";
+    if (l->count)
+      shim_info("kparam: kernel %s: no image seen; %u parameters from the driver, every aligned "
+                "word checked for virtual pointers", name, l->count);
+    else
+      shim_warn("kparam: kernel %s: no layout from its image or the driver: its arguments are "
+                "passed untranslated (CUDAW_VMEM=translate; use remap where the device has VMM)",
+                name);
+    l->next = layouts;
+    layouts = l;
+  }
+  pthread_mutex_unlock(&layouts_lock);
+  return l;
+}
+
+/* Translate the aligned words of the len bytes at p that starts at packed offset base, in place. */
+static void translate_words(unsigned char *p, size_t len, size_t base)
+{
+  for (size_t k = (8 - base % 8) % 8; k + 8 <= len; k += 8) {
+    uint64_t word;
+    memcpy(&word, p + k, 8);
+    if (!vmem_in_range((const void *)(uintptr_t)word)) continue;
+    void *real = vmem_translate((const void *)(uintptr_t)word);
+    if (!real) continue; /* not backed: left for the device to reject */
+    word = (uint64_t)(uintptr_t)real;
+    memcpy(p + k, &word, 8);
+  }
+}
+
+/* Arguments for a launch of a kernel without a plan: a translated copy of params (and of the
+ * packed buffer of extra), in one heap block the caller frees. */
+struct driver_frame {
+  void **args, **extra;
+  void *heap;
+  void *extra_words[5];
+};
+
+static CUresult prepare_by_driver(CUfunction f, void **params, void **extra,
+                                  struct driver_frame *frame)
+{
+  *frame = (struct driver_frame){params, extra, NULL, {0}};
+  const struct driver_layout *l = driver_layout(f);
+  if (!l || !l->count) return CUDA_SUCCESS;
+  if (params) {
+    size_t bytes = l->count * sizeof(void *);
+    for (unsigned i = 0; i < l->count; i++) bytes += (l->size[i] + 15) & ~(size_t)15;
+    unsigned char *heap = malloc(bytes);
+    if (!heap) return CUDA_ERROR_OUT_OF_MEMORY;
+    void **args = (void **)heap;
+    unsigned char *at = heap + l->count * sizeof(void *);
+    for (unsigned i = 0; i < l->count; i++) {
+      memcpy(at, params[i], l->size[i]);
+      translate_words(at, l->size[i], l->offset[i]);
+      args[i] = at;
+      at += (l->size[i] + 15) & ~(size_t)15;
+    }
+    frame->args = args;
+    frame->heap = heap;
+  } else if (extra) {
+    void *buffer = NULL;
+    size_t size = 0;
+    for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END && i < 8; i += 2) {
+      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) buffer = extra[i + 1];
+      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) size = *(size_t *)extra[i + 1];
+    }
+    if (!buffer || !size) return CUDA_SUCCESS;
+    unsigned char *copy = malloc(size + sizeof(size_t));
+    if (!copy) return CUDA_ERROR_OUT_OF_MEMORY;
+    memcpy(copy, buffer, size);
+    translate_words(copy, size, 0);
+    memcpy(copy + size, &size, sizeof size);
+    frame->heap = copy;
+    frame->extra_words[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
+    frame->extra_words[1] = copy;
+    frame->extra_words[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
+    frame->extra_words[3] = copy + size;
+    frame->extra_words[4] = CU_LAUNCH_PARAM_END;
+    frame->extra = frame->extra_words;
+  }
+  return CUDA_SUCCESS;
+}
+
 /* ---- launches ------------------------------------------------------------------------------ */
 
 /* Prepare a launch's arguments (translate policy or CUDAW_CHECK only): 0, or the CUresult to
- * refuse the launch with. */
+ * refuse the launch with. Kernels whose image cudaw never saw get the driver's layout. */
 static CUresult prepare(CUfunction f, void **params, void **extra,
-                        struct shim_kparam_frame *frame)
+                        struct shim_kparam_frame *frame, struct driver_frame *by_driver)
 {
+  by_driver->heap = NULL;
+  const struct kparam_plan *plan = kparam_plan_for_kernel(f);
+  if (shim_translate_end && (!plan || plan->source == KPARAM_SOURCE_OPAQUE)) {
+    CUresult result = prepare_by_driver(f, params, extra, by_driver);
+    frame->args = by_driver->args;
+    frame->extra = by_driver->extra;
+    frame->heap = NULL;
+    return result;
+  }
   int rc = shim_kparam_prepare(f, SHIM_KPARAM_HANDLE, params, extra, frame);
   if (rc == 0) return CUDA_SUCCESS;
   return rc == -ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
@@ -213,13 +345,15 @@ static CUresult prepare(CUfunction f, void **params, void **extra,
     result = REAL(name) call_args;                                                       \
   } else {                                                                               \
     struct shim_kparam_frame frame;                                                      \
-    result = prepare(f, kernelParams, extra, &frame);                                    \
+    struct driver_frame by_driver;                                                       \
+    result = prepare(f, kernelParams, extra, &frame, &by_driver);                        \
     if (result == CUDA_SUCCESS) {                                                        \
       void **translated_params = frame.args, **translated_extra = frame.extra;           \
       (void)translated_extra;                                                            \
       result = REAL(name) call_params;                                                   \
     }                                                                                    \
-    shim_kparam_frame_release(&frame);                                                   \
+    if (by_driver.heap) free(by_driver.heap);                                            \
+    else shim_kparam_frame_release(&frame);                                              \
   }                                                                                      \
   shim_gate_leave();                                                                     \
   return result

@@ -10,7 +10,9 @@
  * With a cubin (driver_kernels.cu), after the resume it loads it with cuModuleLoadData and launches
  * its kernels with cuLaunchKernel on its virtual memory: the emulated device runs the host
  * implementations below on whatever addresses arrive, so an untranslated virtual pointer (under
- * CUDAW_VMEM=translate) faults and a wrong layout gives wrong numbers.
+ * CUDAW_VMEM=translate) faults and a wrong layout gives wrong numbers. The same kernel obtained
+ * behind cudaw's back (from the emulated device directly, as a static runtime may load its
+ * fatbins) must be translated from the driver's own parameter layout (cuFuncGetParamInfo).
  * usage: ckpt_e2e_driver <cudaw-ctl> <cudaw's libcudart> [<cubin> | --expect-bypass]
  * --expect-bypass (with CUDAW_DRIVER=0): dlopen must NOT answer with cudaw. */
 #define _GNU_SOURCE
@@ -162,10 +164,32 @@ static void launch_from_cubin(const char *path)
   for (int i = 0; i < N; i++)
     CHECK(back[i] == (3.0f * x[i] + y[i]) * 0.5f, "y[%d] = %g after the launches", i,
           (double)back[i]);
+
+  /* The same kernel from a library cudaw never saw loaded. */
+  cudaError_t (*load)(cudaLibrary_t *, const void *, enum cudaJitOption *, void **, unsigned,
+                      enum cudaLibraryOption *, void **, unsigned) =
+      (__typeof__(load))e2e_emu_symbol("cudaLibraryLoadData");
+  cudaError_t (*kernel_of)(cudaKernel_t *, cudaLibrary_t, const char *) =
+      (__typeof__(kernel_of))e2e_emu_symbol("cudaLibraryGetKernel");
+  int (*declare)(const char *, unsigned, const size_t *) =
+      (__typeof__(declare))e2e_emu_symbol("cudaw_emu_set_kernel_param_sizes");
+  cudaLibrary_t hidden;
+  cudaKernel_t hidden_axpy;
+  CHECK(load(&hidden, "not an image the emu reads", NULL, NULL, 0, NULL, NULL, 0) == cudaSuccess);
+  CHECK(kernel_of(&hidden_axpy, hidden, "_Z4axpyfPKfPfi") == cudaSuccess);
+  const size_t sizes[] = {sizeof(float), sizeof(CUdeviceptr), sizeof(CUdeviceptr), sizeof(int)};
+  CHECK(declare("_Z4axpyfPKfPfi", 4, sizes) == 0);
+  CU_OK(cu.htod(dy, y, sizeof y));
+  CU_OK(cu.launch((CUfunction)hidden_axpy, 4, 1, 1, 256, 1, 1, 0, NULL, axpy_args, NULL));
+  CU_OK(cu.dtoh(back, dy, sizeof back));
+  for (int i = 0; i < N; i++)
+    CHECK(back[i] == 3.0f * x[i] + y[i], "y[%d] = %g after the launch of a kernel cudaw never "
+          "saw loaded", i, (double)back[i]);
   CU_OK(cu.free_(dx));
   CU_OK(cu.free_(dy));
   CU_OK(cu.unload(module));
-  printf("cubin %s: axpy and scale_span launched through cuLaunchKernel, results right\n", path);
+  printf("cubin %s: axpy and scale_span launched through cuLaunchKernel, results right; a "
+         "kernel loaded behind cudaw's back too\n", path);
 }
 
 int main(int argc, char **argv)

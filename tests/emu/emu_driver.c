@@ -294,11 +294,18 @@ static CUresult emu_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsig
                                  (cudaStream_t)stream));
 }
 
-/* The emu has no device image, so it cannot describe kernel parameters. */
+/* The emu has no device image: it describes the parameters a test declared
+ * (cudaw_emu_set_kernel_param_sizes), and no others. */
 static CUresult emu_cuFuncGetParamInfo(CUfunction func, size_t index, size_t *offset,
                                        size_t *size) {
-  (void)func, (void)index, (void)offset, (void)size;
-  return CUDA_ERROR_NOT_SUPPORTED;
+  if (!offset || !size) return CUDA_ERROR_INVALID_VALUE;
+  return emu_kernel_param_info(func, index, offset, size) ? CUDA_ERROR_INVALID_VALUE
+                                                           : CUDA_SUCCESS;
+}
+
+static CUresult emu_cuFuncGetName(const char **name, CUfunction func) {
+  if (!name) return CUDA_ERROR_INVALID_VALUE;
+  return emu_kernel_name(func, name) ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
 }
 
 static CUresult emu_cuGetErrorName(CUresult error, const char **text) {
@@ -346,6 +353,7 @@ E(cuMemUnmap); E(cuMemSetAccess); E(cuPointerGetAttribute); E(cuMemGetAddressRan
 E(cuMemcpyDtoD); E(cuMemcpyHtoDAsync); E(cuMemcpyDtoHAsync); E(cuMemcpyDtoDAsync);
 E(cuMemsetD8); E(cuMemsetD8Async); E(cuFuncGetParamInfo); E(cuGetErrorName);
 E(cuModuleLoadData); E(cuModuleGetFunction); E(cuModuleUnload); E(cuLaunchKernel);
+E(cuFuncGetName);
 E(cuGetErrorString);
 
 static const struct entry *const entries[] = {
@@ -362,7 +370,7 @@ static const struct entry *const entries[] = {
     &entry_cuMemcpyDtoDAsync, &entry_cuMemsetD8, &entry_cuMemsetD8Async,
     &entry_cuFuncGetParamInfo, &entry_cuGetErrorName, &entry_cuGetErrorString,
     &entry_cuModuleLoadData, &entry_cuModuleGetFunction, &entry_cuModuleUnload,
-    &entry_cuLaunchKernel,
+    &entry_cuLaunchKernel, &entry_cuFuncGetName,
 };
 
 cudaError_t emu_get_driver_entry_point(const char *symbol, void **func,

@@ -265,7 +265,7 @@ static void on_message(struct daemon *d, struct program *p, const struct sched_m
     if (slot >= 0) p->bytes[slot] = msg->bytes;
     break;
   case SCHED_DONE:
-    sched_done(d, p, msg->value, msg->status, msg->seconds);
+    sched_done(d, p, msg->value, msg->status, msg->bytes, msg->seconds);
     break;
   case SCHED_STATUS: {
     struct sched_snapshot *snapshot = calloc(1, sizeof *snapshot);

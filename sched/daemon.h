@@ -57,6 +57,8 @@ struct daemon {
   struct device device[SCHED_MAX_DEVICES];
   struct program *programs;
   struct program *transition;  /* the program whose checkpoint or resume is under way */
+  struct sched_program_info exited[SCHED_MAX_EXITED]; /* the last programs gone, oldest first */
+  int exited_count;
   double started;
 };
 
@@ -72,14 +74,18 @@ void sched_set_state(struct daemon *d, struct program *p, enum sched_program_sta
 void sched_step(struct daemon *d);
 /* The program is gone (exit, kill, closed socket): its share is free at once. */
 void sched_forget(struct daemon *d, struct program *p);
-/* Its checkpoint (op 1) or resume (op 2) ended with status (0 or -errno) after `seconds`. */
-void sched_done(struct daemon *d, struct program *p, int op, int status, double seconds);
+/* Its checkpoint (op 1) or resume (op 2) of `bytes` ended with status (0 or -errno) after
+ * `seconds`. */
+void sched_done(struct daemon *d, struct program *p, int op, int status, uint64_t bytes,
+                double seconds);
 
 /* cudawd.c */
 int sched_send(struct program *p, const struct sched_msg *msg);
 
 /* report.c */
 void sched_fill_snapshot(const struct daemon *d, struct sched_snapshot *out);
+/* The figures of one program, as the snapshot shows them. */
+void sched_program_info(const struct program *p, struct sched_program_info *info);
 int sched_write_metrics(const struct daemon *d, const char *path);
 
 #endif

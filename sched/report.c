@@ -28,21 +28,25 @@ void sched_fill_snapshot(const struct daemon *d, struct sched_snapshot *out)
     for (const struct program *p = d->programs; p; p = p->next)
       if (p->joined && p->bytes[s]) info->programs++;
   }
-  for (const struct program *p = d->programs; p && out->programs < SCHED_MAX_PROGRAMS; p = p->next) {
-    if (!p->joined) continue;
-    struct sched_program_info *info = &out->program[out->programs++];
-    info->pid = p->pid;
-    info->state = p->state;
-    info->priority = p->priority;
-    for (int s = 0; s < SCHED_MAX_DEVICES; s++) {
-      info->bytes += p->bytes[s];
-      if (p->bytes[s]) info->device_mask |= 1 << s;
-    }
-    info->swaps = p->swaps;
-    info->gpu_seconds = p->gpu_seconds;
-    info->swap_seconds = p->swap_seconds;
-    info->wait_seconds = p->wait_seconds;
+  for (const struct program *p = d->programs; p && out->programs < SCHED_MAX_PROGRAMS; p = p->next)
+    if (p->joined) sched_program_info(p, &out->program[out->programs++]);
+  for (int i = 0; i < d->exited_count; i++) out->program[out->programs++] = d->exited[i];
+}
+
+void sched_program_info(const struct program *p, struct sched_program_info *info)
+{
+  memset(info, 0, sizeof *info);
+  info->pid = p->pid;
+  info->state = p->state;
+  info->priority = p->priority;
+  for (int s = 0; s < SCHED_MAX_DEVICES; s++) {
+    info->bytes += p->bytes[s];
+    if (p->bytes[s]) info->device_mask |= 1 << s;
   }
+  info->swaps = p->swaps;
+  info->gpu_seconds = p->gpu_seconds;
+  info->swap_seconds = p->swap_seconds;
+  info->wait_seconds = p->wait_seconds;
 }
 
 int sched_write_metrics(const struct daemon *d, const char *path)

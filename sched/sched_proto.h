@@ -51,7 +51,10 @@ enum sched_program_state {
   SCHED_SWAPPING_OUT, /* a checkpoint is under way */
   SCHED_SWAPPED_OUT,  /* checkpointed: nothing of its memory on the device */
   SCHED_SWAPPING_IN,  /* a resume is under way */
+  SCHED_EXITED,       /* gone (its figures are kept for the last SCHED_MAX_EXITED programs) */
 };
+
+#define SCHED_MAX_EXITED 16
 
 struct sched_device_info {
   char key[SCHED_KEY_LEN];
@@ -83,14 +86,14 @@ struct sched_snapshot {
   double quantum;
   double uptime;
   struct sched_device_info device[SCHED_MAX_DEVICES];
-  struct sched_program_info program[SCHED_MAX_PROGRAMS];
+  struct sched_program_info program[SCHED_MAX_PROGRAMS + SCHED_MAX_EXITED];
 };
 
 static inline const char *sched_state_name(int state)
 {
   static const char *const names[] = {"running", "waiting", "swapping_out", "swapped_out",
-                                      "swapping_in"};
-  return state >= 0 && state <= SCHED_SWAPPING_IN ? names[state] : "unknown";
+                                      "swapping_in", "exited"};
+  return state >= 0 && state <= SCHED_EXITED ? names[state] : "unknown";
 }
 
 #endif

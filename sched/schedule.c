@@ -128,14 +128,27 @@ static void send_simple(struct program *p, enum sched_msg_type type, int status)
 void sched_forget(struct daemon *d, struct program *p)
 {
   if (d->transition == p) d->transition = NULL;
+  if (!p->joined) return;
+  account_one(d, p, sched_now());
+  if (d->exited_count == SCHED_MAX_EXITED) {
+    memmove(d->exited, d->exited + 1, sizeof d->exited - sizeof d->exited[0]);
+    d->exited_count--;
+  }
+  sched_program_info(p, &d->exited[d->exited_count]);
+  d->exited[d->exited_count++].state = SCHED_EXITED;
   p->joined = false; /* its bytes no longer count anywhere */
 }
 
-void sched_done(struct daemon *d, struct program *p, int op, int status, double seconds)
+void sched_done(struct daemon *d, struct program *p, int op, int status, uint64_t bytes,
+                double seconds)
 {
   if (d->transition == p) d->transition = NULL;
   double now = sched_now();
   p->swap_seconds += seconds;
+  if (status == 0)
+    fprintf(stderr, "cudawd: pid %ld swapped %s: %.3f GiB in %.3f s (%.2f GB/s)\n", (long)p->pid,
+            op == 1 ? "out" : "in", (double)bytes / (1u << 30), seconds,
+            seconds > 0 ? (double)bytes / seconds / 1e9 : 0.0);
   if (op == 1 && status == 0) {
     p->swaps++;
     for (int s = 0; s < SCHED_MAX_DEVICES; s++)

@@ -5,6 +5,7 @@
  *   faults     kill -9 of a swapped-out job frees its share at once; kill -9 of cudawd mid-run:
  *              the jobs run on unshared (a swapped-out one resumes itself) and re-join a new one
  *   too-large  a job that alone needs more than the capacity gets cudaErrorMemoryAllocation
+ *   launcher   cudaw run --share starts a cudawd when none answers, and the job joins it
  *   usage: sched_test_share CUDAWD CUDAW_CTL JOB MODE */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -102,7 +103,14 @@ static void wait_for_cudawd(void)
 static const struct sched_program_info *find(const struct sched_snapshot *s, pid_t pid)
 {
   for (int i = 0; i < s->programs; i++)
-    if (s->program[i].pid == pid) return &s->program[i];
+    if (s->program[i].pid == pid && s->program[i].state != SCHED_EXITED) return &s->program[i];
+  return NULL;
+}
+
+static const struct sched_program_info *find_exited(const struct sched_snapshot *s, pid_t pid)
+{
+  for (int i = 0; i < s->programs; i++)
+    if (s->program[i].pid == pid && s->program[i].state == SCHED_EXITED) return &s->program[i];
   return NULL;
 }
 
@@ -179,6 +187,13 @@ static void test_share(pid_t daemon)
   CHECK(s.device[0].max_resident >= 72 * MIB, "max_resident_bytes %llu: a job's memory was never "
         "accounted", (unsigned long long)s.device[0].max_resident);
   CHECK_EQ(s.device[0].resident, 0);
+  for (int i = 0; i < 3; i++) {
+    const struct sched_program_info *p = find_exited(&s, pids[i]);
+    CHECK(p != NULL, "job pid %d not among the exited programs", pids[i]);
+    CHECK(p->gpu_seconds > 0, "job pid %d received no GPU time", pids[i]);
+    printf("job %d: GPU time %.2f s, %llu swaps taking %.3f s, waited %.2f s\n", i,
+           p->gpu_seconds, (unsigned long long)p->swaps, p->swap_seconds, p->wait_seconds);
+  }
   printf("capacity %llu, max_resident_bytes %llu, swaps %llu\n",
          (unsigned long long)s.device[0].capacity, (unsigned long long)s.device[0].max_resident,
          (unsigned long long)s.device[0].swaps);
@@ -237,6 +252,9 @@ static void test_faults(pid_t daemon)
     gone = snapshot(&s) && !find(&s, victim_pid);
   }
   CHECK(gone, "cudawd still lists the killed pid %d after 1 s", victim_pid);
+  CHECK(find_exited(&s, victim_pid) != NULL, "the killed pid %d is not shown as exited",
+        victim_pid);
+  check_device(&s);
 
   pid_t left[2];
   int left_codes[2] = {0}, n = 0;
@@ -288,6 +306,40 @@ static void end_children(void)
   kill(0, SIGTERM);
 }
 
+/* cudaw run --share with no cudawd: the launcher starts one (detached), the job joins it. */
+static void test_launcher(void)
+{
+  char launcher[512];
+  snprintf(launcher, sizeof launcher, "%s", cudawd_path);
+  char *slash = strrchr(launcher, '/');
+  CHECK(slash != NULL);
+  snprintf(slash + 1, sizeof launcher - (size_t)(slash + 1 - launcher), "cudaw");
+  unsetenv("CUDAW_SHARE"); /* --share must set it */
+  const char *argv[] = {launcher, "run", "--share", "--", job_path, JOB_BYTES, "20", NULL};
+  pid_t job = spawn(argv, NULL);
+  bool seen = false;
+  struct sched_snapshot s;
+  for (int i = 0; i < 400 && !seen; i++) {
+    seen = snapshot(&s) && (find(&s, job) || find_exited(&s, job));
+    sleep_ms(10);
+  }
+  int status;
+  CHECK(waitpid(job, &status, 0) == job);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "job status %#x", status);
+  CHECK(seen, "the job under cudaw run --share never joined a cudawd");
+  /* The launcher's cudawd is not our child: find it through the socket's credentials. */
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  snprintf(addr.sun_path, sizeof addr.sun_path, "%s/%s", run_dir, SCHED_SOCKET_NAME);
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  struct ucred peer = {0};
+  socklen_t len = sizeof peer;
+  CHECK(connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0 &&
+        getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) == 0);
+  close(fd);
+  printf("cudaw run --share started cudawd pid %d; the job joined it\n", peer.pid);
+  CHECK(peer.pid > 0 && kill(peer.pid, SIGTERM) == 0);
+}
+
 int main(int argc, char **argv)
 {
   setpgid(0, 0);
@@ -300,12 +352,16 @@ int main(int argc, char **argv)
   CHECK(mkdtemp(run_dir) != NULL, "mkdtemp: %s", strerror(errno));
   setenv("CUDAW_RUN_DIR", run_dir, 1);
   setenv("CUDAW_SHARE", "1", 1);
-  pid_t daemon = start_cudawd();
-  wait_for_cudawd();
-  if (strcmp(argv[4], "share") == 0) test_share(daemon);
-  else if (strcmp(argv[4], "faults") == 0) test_faults(daemon);
-  else if (strcmp(argv[4], "too-large") == 0) test_too_large(daemon);
-  else test_fail("unknown mode %s", argv[4]);
+  if (strcmp(argv[4], "launcher") == 0) {
+    test_launcher();
+  } else {
+    pid_t daemon = start_cudawd();
+    wait_for_cudawd();
+    if (strcmp(argv[4], "share") == 0) test_share(daemon);
+    else if (strcmp(argv[4], "faults") == 0) test_faults(daemon);
+    else if (strcmp(argv[4], "too-large") == 0) test_too_large(daemon);
+    else test_fail("unknown mode %s", argv[4]);
+  }
   char command[128];
   snprintf(command, sizeof command, "rm -rf '%s'", run_dir);
   if (system(command) != 0) fprintf(stderr, "could not remove %s\n", run_dir);

@@ -1,8 +1,9 @@
 /* Description: a job for the sharing tests: allocates BYTES of device memory in four pieces,
  * then for ITERATIONS rounds reads every piece back, checks that each byte holds what the last
  * round wrote (so memory lost or mixed up by a swap fails it), and writes the next value.
- * With "too-large" it expects its allocation to fail with cudaErrorMemoryAllocation.
- *   usage: sched_share_job BYTES ITERATIONS [too-large]
+ * With "too-large" it expects its allocation to fail with cudaErrorMemoryAllocation; with
+ * "idle-first" it sleeps 12 s (no CPU, no GPU) between allocating and the rounds.
+ *   usage: sched_share_job BYTES ITERATIONS [too-large|idle-first]
  * Exit 0: data verified (or the expected error); 1: a check failed. */
 #include <cuda_runtime_api.h>
 #include <stdint.h>
@@ -22,7 +23,7 @@ static unsigned char value(int piece, long round)
 
 int main(int argc, char **argv)
 {
-  CHECK(argc >= 3, "usage: %s BYTES ITERATIONS [too-large]", argv[0]);
+  CHECK(argc >= 3, "usage: %s BYTES ITERATIONS [too-large|idle-first]", argv[0]);
   size_t bytes = strtoull(argv[1], NULL, 0), piece_bytes = bytes / PIECES;
   long rounds = strtol(argv[2], NULL, 0);
   int too_large = argc > 3 && strcmp(argv[3], "too-large") == 0;
@@ -39,6 +40,7 @@ int main(int argc, char **argv)
   }
   CHECK(!too_large, "pid %d: the whole %zu bytes were allocated; expected "
         "cudaErrorMemoryAllocation", (int)getpid(), bytes);
+  if (argc > 3 && strcmp(argv[3], "idle-first") == 0) sleep(12);
   unsigned char *host = malloc(piece_bytes);
   CHECK(host != NULL);
   for (long round = 0; round < rounds; round++) {

@@ -5,6 +5,7 @@
  *   faults     kill -9 of a swapped-out job frees its share at once; kill -9 of cudawd mid-run:
  *              the jobs run on unshared (a swapped-out one resumes itself) and re-join a new one
  *   too-large  a job that alone needs more than the capacity gets cudaErrorMemoryAllocation
+ *   idle       early hand-over: a job idle on the GPU gives its turn before the quantum ends
  *   launcher   cudaw run --share starts a cudawd when none answers, and the job joins it
  *   usage: sched_test_share CUDAWD CUDAW_CTL JOB MODE */
 #define _GNU_SOURCE
@@ -59,14 +60,19 @@ static pid_t spawn(const char *const argv[], const char *log)
   return pid;
 }
 
-static pid_t start_cudawd(void)
+static pid_t start_cudawd_quantum(const char *quantum)
 {
   char log[128], metrics[128];
   snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
   snprintf(metrics, sizeof metrics, "%s/metrics.prom", run_dir);
-  const char *argv[] = {cudawd_path, "--device-memory", "96M", "--quantum", "1", "--min-run",
+  const char *argv[] = {cudawd_path, "--device-memory", "96M", "--quantum", quantum, "--min-run",
                         "0.2", "--metrics-file", metrics, "--verbose", NULL};
   return spawn(argv, log);
+}
+
+static pid_t start_cudawd(void)
+{
+  return start_cudawd_quantum("1");
 }
 
 static pid_t start_job(const char *bytes, const char *rounds, const char *mode)
@@ -306,6 +312,37 @@ static void end_children(void)
   kill(0, SIGTERM);
 }
 
+/* Early hand-over: with a 30 s quantum, a job that allocated and then sleeps (idle GPU) is
+ * swapped out after min-run once another waits, instead of keeping its turn. */
+static void test_idle(void)
+{
+  pid_t daemon = start_cudawd_quantum("30");
+  wait_for_cudawd();
+  pid_t jobs[2];
+  int codes[2] = {0};
+  jobs[0] = start_job(JOB_BYTES, "5", "idle-first");
+  struct sched_snapshot s;
+  for (int i = 0; i < 400; i++) { /* until the idle job holds its memory */
+    if (snapshot(&s) && s.devices && s.device[0].resident >= 72 * MIB) break;
+    sleep_ms(10);
+  }
+  double start = now();
+  jobs[1] = start_job(JOB_BYTES, "5", NULL);
+  pid_t busy = jobs[1];
+  while (jobs[1] == busy) {
+    reap(jobs, codes, 2);
+    CHECK(now() - start < 9, "the busy job did not finish within 9 s: the idle job kept its turn");
+    sleep_ms(20);
+  }
+  printf("the busy job finished %.2f s after it started, while the idle job slept\n",
+         now() - start);
+  while (reap(jobs, codes, 2)) sleep_ms(50);
+  CHECK_EQ(codes[0], 0);
+  CHECK_EQ(codes[1], 0);
+  kill(daemon, SIGTERM);
+  waitpid(daemon, NULL, 0);
+}
+
 /* cudaw run --share with no cudawd: the launcher starts one (detached), the job joins it. */
 static void test_launcher(void)
 {
@@ -354,6 +391,8 @@ int main(int argc, char **argv)
   setenv("CUDAW_SHARE", "1", 1);
   if (strcmp(argv[4], "launcher") == 0) {
     test_launcher();
+  } else if (strcmp(argv[4], "idle") == 0) {
+    test_idle();
   } else {
     pid_t daemon = start_cudawd();
     wait_for_cudawd();

@@ -57,26 +57,21 @@ int sched_write_metrics(const struct daemon *d, const char *path)
   if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) return -ENAMETOOLONG;
   FILE *f = fopen(tmp, "we");
   if (!f) return -errno;
-  fprintf(f, "# HELP cudawd_capacity_bytes Device memory cudawd may hand out.\n"
-             "# TYPE cudawd_capacity_bytes gauge\n");
-  for (int i = 0; i < snapshot.devices; i++)
-    fprintf(f, "cudawd_capacity_bytes{device=\"%s\"} %" PRIu64 "\n", snapshot.device[i].key,
-            snapshot.device[i].capacity);
-  fprintf(f, "# HELP cudawd_resident_bytes Device memory the resident programs hold.\n"
-             "# TYPE cudawd_resident_bytes gauge\n");
-  for (int i = 0; i < snapshot.devices; i++)
-    fprintf(f, "cudawd_resident_bytes{device=\"%s\"} %" PRIu64 "\n", snapshot.device[i].key,
-            snapshot.device[i].resident);
-  fprintf(f, "# HELP cudawd_max_resident_bytes Highest resident bytes seen.\n"
-             "# TYPE cudawd_max_resident_bytes gauge\n");
-  for (int i = 0; i < snapshot.devices; i++)
-    fprintf(f, "cudawd_max_resident_bytes{device=\"%s\"} %" PRIu64 "\n", snapshot.device[i].key,
-            snapshot.device[i].max_resident);
-  fprintf(f, "# HELP cudawd_swaps_total Checkpoints of programs holding memory on the device.\n"
-             "# TYPE cudawd_swaps_total counter\n");
-  for (int i = 0; i < snapshot.devices; i++)
-    fprintf(f, "cudawd_swaps_total{device=\"%s\"} %" PRIu64 "\n", snapshot.device[i].key,
-            snapshot.device[i].swaps);
+  static const struct { const char *name, *type, *help; } device_series[] = {
+    {"cudawd_capacity_bytes", "gauge", "Device memory cudawd may hand out."},
+    {"cudawd_resident_bytes", "gauge", "Device memory the resident programs hold."},
+    {"cudawd_max_resident_bytes", "gauge", "Highest resident bytes seen."},
+    {"cudawd_swaps_total", "counter", "Checkpoints of programs holding memory on the device."},
+  };
+  for (size_t k = 0; k < sizeof device_series / sizeof device_series[0]; k++) {
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", device_series[k].name, device_series[k].help,
+            device_series[k].name, device_series[k].type);
+    for (int i = 0; i < snapshot.devices; i++) {
+      const struct sched_device_info *dev = &snapshot.device[i];
+      uint64_t values[] = {dev->capacity, dev->resident, dev->max_resident, dev->swaps};
+      fprintf(f, "%s{device=\"%s\"} %" PRIu64 "\n", device_series[k].name, dev->key, values[k]);
+    }
+  }
   static const struct { const char *name, *type, *help; } series[] = {
     {"cudawd_program_bytes", "gauge", "Device memory of the program, resident or not."},
     {"cudawd_program_gpu_seconds_total", "counter", "Time the program ran resident (its turns)."},

@@ -112,7 +112,9 @@ void sched_set_state(struct daemon *d, struct program *p, enum sched_program_sta
             (unsigned long long)sched_resident(d, 0));
   if (state == SCHED_SWAPPED_OUT || (state == SCHED_WAITING && p->state == SCHED_RUNNING))
     p->wanting_since = now;
-  if (state == SCHED_RUNNING && p->state == SCHED_SWAPPING_IN) p->resident_since = now;
+  /* A turn starts when the program can run: swapped in, or its waiting allocation granted. */
+  if (state == SCHED_RUNNING && (p->state == SCHED_SWAPPING_IN || p->state == SCHED_WAITING))
+    p->resident_since = now;
   p->state = state;
   p->state_since = now;
   note_resident(d);

@@ -6,6 +6,7 @@
  *              the jobs run on unshared (a swapped-out one resumes itself) and re-join a new one
  *   too-large  a job that alone needs more than the capacity gets cudaErrorMemoryAllocation
  *   idle       early hand-over: a job idle on the GPU gives its turn before the quantum ends
+ *   timeout    a job that cannot reach its pause is skipped: the next candidate is swapped out
  *   launcher   cudaw run --share starts a cudawd when none answers, and the job joins it
  *   usage: sched_test_share CUDAWD CUDAW_CTL JOB MODE */
 #define _GNU_SOURCE
@@ -343,6 +344,49 @@ static void test_idle(void)
   waitpid(daemon, NULL, 0);
 }
 
+/* A program that cannot reach its pause (a call stuck in flight past CUDAW_PAUSE_TIMEOUT) is
+ * skipped and the next candidate is swapped out instead. */
+static void test_timeout(void)
+{
+  pid_t daemon = start_cudawd();
+  wait_for_cudawd();
+  const char *bytes = "41943040"; /* 40 MiB: two fit in 96 MiB, three do not */
+  pid_t jobs[3];
+  int codes[3] = {0};
+  struct sched_snapshot s;
+  const char *modes[3] = {"stuck", NULL, NULL};
+  const char *rounds[3] = {"5", "400", "20"};
+  for (int i = 0; i < 3; i++) {
+    if (i == 2) sleep_ms(1200); /* both resident past their quantum */
+    jobs[i] = start_job(bytes, rounds[i], modes[i]);
+    for (int k = 0; i < 2 && k < 400; k++) { /* until this one holds its memory */
+      if (snapshot(&s) && s.devices && s.device[0].resident >= (uint64_t)(i + 1) * 40 * MIB) break;
+      sleep_ms(10);
+    }
+  }
+  double start = now();
+  pid_t stuck = jobs[0], waiting = jobs[2];
+  while (jobs[2] == waiting) {
+    reap(jobs, codes, 3);
+    CHECK(now() - start < 6.5, "the third job did not finish while the first was stuck");
+    sleep_ms(20);
+  }
+  CHECK(jobs[0] == stuck, "the stuck job ended first");
+  printf("the third job finished %.2f s after it started, the stuck one still running\n",
+         now() - start);
+  while (reap(jobs, codes, 3)) sleep_ms(50);
+  for (int i = 0; i < 3; i++) CHECK_EQ(codes[i], 0);
+  kill(daemon, SIGTERM);
+  waitpid(daemon, NULL, 0);
+  char log[128], line[512];
+  snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
+  FILE *f = fopen(log, "r");
+  bool skipped = false;
+  while (f && fgets(line, sizeof line, f)) skipped |= strstr(line, "checkpoint of pid") != NULL;
+  if (f) fclose(f);
+  CHECK(skipped, "cudawd never reported the failed checkpoint of the stuck job");
+}
+
 /* cudaw run --share with no cudawd: the launcher starts one (detached), the job joins it. */
 static void test_launcher(void)
 {
@@ -393,6 +437,8 @@ int main(int argc, char **argv)
     test_launcher();
   } else if (strcmp(argv[4], "idle") == 0) {
     test_idle();
+  } else if (strcmp(argv[4], "timeout") == 0) {
+    test_timeout();
   } else {
     pid_t daemon = start_cudawd();
     wait_for_cudawd();

@@ -86,10 +86,15 @@ int sched_write_metrics(const struct daemon *d, const char *path)
       const struct sched_program_info *p = &snapshot.program[i];
       double values[] = {(double)p->bytes, p->gpu_seconds, (double)p->swaps, p->swap_seconds,
                          p->wait_seconds};
-      fprintf(f, "%s{pid=\"%d\",state=\"%s\"} %.15g\n", series[k].name, p->pid,
-              sched_state_name(p->state), values[k]);
+      fprintf(f, "%s{pid=\"%d\"} %.15g\n", series[k].name, p->pid, values[k]);
     }
   }
+  /* The state as a label of its own series, so that the others keep one series per program. */
+  fprintf(f, "# HELP cudawd_program_state The program's state (running, waiting, swapped_out...).\n"
+             "# TYPE cudawd_program_state gauge\n");
+  for (int i = 0; i < snapshot.programs; i++)
+    fprintf(f, "cudawd_program_state{pid=\"%d\",state=\"%s\"} 1\n", snapshot.program[i].pid,
+            sched_state_name(snapshot.program[i].state));
   int rc = ferror(f) ? -EIO : 0;
   if (fclose(f) != 0 && !rc) rc = -errno;
   if (!rc && rename(tmp, path) != 0) rc = -errno;

@@ -168,7 +168,7 @@ void sched_done(struct daemon *d, struct program *p, int op, int status, uint64_
     fprintf(stderr, "cudawd: resume of pid %ld failed (%s): retrying later\n", (long)p->pid,
             strerror(-status));
     p->skip_until = now + 1.0;
-    p->state = SCHED_SWAPPED_OUT; /* still waiting for its turn: keep its place */
+    p->state = SCHED_SWAPPED_OUT; /* still waiting for its turn: keeps its wanting_since */
   }
 }
 
@@ -212,7 +212,8 @@ static bool wanting(const struct program *p)
                        (p->state == SCHED_RUNNING && p->wants));
 }
 
-/* The best wanting program not yet considered (those in `done` are skipped). */
+/* The first wanting program in the order of `before`; with resumable_only, the first swapped-out
+ * one that fits now and is not being skipped after a failed resume. */
 static struct program *next_wanting(struct daemon *d, double now, bool resumable_only)
 {
   struct program *best = NULL;

@@ -406,19 +406,21 @@ static void test_launcher(void)
   }
   int status;
   CHECK(waitpid(job, &status, 0) == job);
-  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "job status %#x", status);
-  CHECK(seen, "the job under cudaw run --share never joined a cudawd");
-  /* The launcher's cudawd is not our child: find it through the socket's credentials. */
+  /* The launcher's cudawd is not our child: find it through the socket's credentials and end
+   * it before checking anything, so that a failure leaves nothing behind. */
   struct sockaddr_un addr = {.sun_family = AF_UNIX};
   snprintf(addr.sun_path, sizeof addr.sun_path, "%s/%s", run_dir, SCHED_SOCKET_NAME);
   int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   struct ucred peer = {0};
   socklen_t len = sizeof peer;
-  CHECK(connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0 &&
-        getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) == 0);
+  bool found = connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0 &&
+               getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) == 0 && peer.pid > 0;
   close(fd);
+  if (found) kill(peer.pid, SIGTERM);
+  CHECK(found, "no cudawd answers in %s after cudaw run --share", run_dir);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "job status %#x", status);
+  CHECK(seen, "the job under cudaw run --share never joined a cudawd");
   printf("cudaw run --share started cudawd pid %d; the job joined it\n", peer.pid);
-  CHECK(peer.pid > 0 && kill(peer.pid, SIGTERM) == 0);
 }
 
 int main(int argc, char **argv)

@@ -40,7 +40,7 @@ static void usage(FILE *out) {
           "       cudaw-ctl [--json] resume <pid>       recreate the GPU memory, restore it, "
           "continue <pid>\n"
           "       cudaw-ctl [--json] sched              what cudawd shares: devices, programs\n"
-          "       cudaw-ctl priority <pid> N           weight N (1-100) of a program under cudawd\n"
+          "       cudaw-ctl priority <pid> N            weight N (1-100) of a program under cudawd\n"
           "       cudaw-ctl --help\n"
           "\n"
           "checkpoint and resume wait until the transition is done and print what it did.\n"

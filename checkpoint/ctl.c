@@ -16,6 +16,9 @@
 
 #pragma weak cudaw_options_table
 
+/* The scheduler's commands (sched/ctl_sched.c), linked in by sched/CMakeLists.txt. */
+int sched_ctl_main(int count, const char *const *args, bool json) __attribute__((weak));
+
 enum exit_code {
   EXIT_OK = 0,
   EXIT_FAILED = 1,
@@ -36,6 +39,8 @@ static void usage(FILE *out) {
           "memory, release the GPU memory\n"
           "       cudaw-ctl [--json] resume <pid>       recreate the GPU memory, restore it, "
           "continue <pid>\n"
+          "       cudaw-ctl [--json] sched              what cudawd shares: devices, programs\n"
+          "       cudaw-ctl priority <pid> N            weight N (1-100) of a program under cudawd\n"
           "       cudaw-ctl --help\n"
           "\n"
           "checkpoint and resume wait until the transition is done and print what it did.\n"
@@ -355,6 +360,8 @@ int main(int argc, char **argv) {
     }
   }
   if (count == 1 && strcmp(args[0], "list") == 0) return command_list();
+  if (count && sched_ctl_main && (!strcmp(args[0], "sched") || !strcmp(args[0], "priority")))
+    return sched_ctl_main(count, args, json_output);
   pid_t pid;
   if (count == 2 && parse_pid(args[1], &pid) == 0 &&
       (strcmp(args[0], "status") == 0 || strcmp(args[0], "checkpoint") == 0 ||

@@ -24,6 +24,8 @@ const struct cudaw_option cudaw_options[] = {
   {"CUDAW_MEM_LIMIT", "", "device memory quota per device: bytes, K/M/G/T, or a percentage"},
   {"CUDAW_CHECK", "0", "1: validate pointer arguments against live allocations and report "
                        "use after free"},
+  {"CUDAW_SHARE", "0", "1: share the GPU with other programs through cudawd (cudaw run --share "
+                       "sets it)"},
 };
 const unsigned cudaw_option_count = sizeof cudaw_options / sizeof cudaw_options[0];
 

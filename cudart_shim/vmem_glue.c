@@ -15,6 +15,7 @@
 #include "options.h"
 #include "prims.h"
 #include "shim_generated.h"
+#include "shim_sched.h"
 #include "shim_vmem.h"
 #include "vmem.h"
 
@@ -265,7 +266,10 @@ cudaError_t shim_vmem_alloc_on(int device, void **ptr, uint64_t size)
   if (shim_translate_end && !shim_drv_routing() && check_late_libraries() != 0)
     return cudaErrorNotSupported;
   shim_vmem_reap_frees(0);
-  int rc = vmem_alloc(device, size, 0, ptr);
+  /* Sharing the GPU (CUDAW_SHARE=1): wait until cudawd says the memory fits. */
+  int rc = shim_sched_admit(device, size);
+  if (rc != 0) return shim_error_from_errno(rc);
+  rc = vmem_alloc(device, size, 0, ptr);
   if (rc == -ENOMEM) {
     /* Like the runtime's pools: blocks freed on streams still running come back first. */
     /* The failed attempt's runtime error (translate: cudaMalloc) is not the program's. */
@@ -273,6 +277,7 @@ cudaError_t shim_vmem_alloc_on(int device, void **ptr, uint64_t size)
     shim_vmem_reap_frees(1);
     rc = vmem_alloc(device, size, 0, ptr);
   }
+  shim_sched_allocated(device);
   return shim_error_from_errno(rc);
 }
 

@@ -143,6 +143,14 @@ struct ckpt_result {
   double setup_seconds;   /* pinning staging (first checkpoint, before the copies) plus the
                            * slowest copy thread's stream creation (inside copy_seconds) */
   double copy_seconds;    /* the copy engine, checksums included */
+  /* Inside copy_seconds, per copy thread on average: where the host side's time went. */
+  double dma_wait_seconds;    /* waiting for the DMA of a staging buffer */
+  double host_copy_seconds;   /* staging <-> image copies (first-touch faults included) */
+  double hash_seconds;        /* checksums on the host */
+  double fault_seconds;       /* faulting fresh image pages in while their DMA runs */
+  double device_hash_seconds; /* checksums on the device (the whole pass, not per thread) */
+  uint32_t copy_threads;
+  uint64_t unchanged_bytes;   /* delta checkpoint: bytes found unchanged and not copied */
   double memory_seconds;  /* release_all (checkpoint) or recreate_all (resume) */
   double total_seconds;   /* request -> paused or running */
 };

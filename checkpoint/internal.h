@@ -35,10 +35,21 @@ const char *ckpt_op_name(int op);
 
 /* engine.c: the copy engine and the host image. */
 struct engine;
+/* Where a copy thread's time went, in seconds; engine_stats holds the average over threads. */
+struct engine_times {
+  double wait;  /* waiting for the DMA of a staging buffer (stream_sync) */
+  double copy;  /* copying between staging and the image (first-touch faults included) */
+  double hash;  /* checksums on the host */
+  double fault; /* faulting fresh image pages in ahead of the copy, while the DMA runs */
+};
 struct engine_stats {
   uint64_t bytes;
   uint64_t regions;
   double setup_seconds; /* the slowest copy thread's stream creation */
+  struct engine_times times;
+  int threads;
+  double device_hash_seconds;
+  uint64_t unchanged_bytes; /* delta: not copied, unchanged since the kept image */
 };
 struct engine *engine_new(const struct ckpt_host_ops *ops, void *ctx, const struct ckpt_options *options);
 /* Learn the device count, size the stream table and pin the staging buffers still missing (in

@@ -33,6 +33,18 @@ static void fail(struct ckpt_result *r, int error, const char *format, ...) {
   r->error = error;
 }
 
+static void result_from_stats(struct ckpt_result *r, const struct engine_stats *stats) {
+  r->bytes = stats->bytes;
+  r->regions = stats->regions;
+  r->dma_wait_seconds = stats->times.wait;
+  r->host_copy_seconds = stats->times.copy;
+  r->hash_seconds = stats->times.hash;
+  r->fault_seconds = stats->times.fault;
+  r->device_hash_seconds = stats->device_hash_seconds;
+  r->copy_threads = (uint32_t)stats->threads;
+  r->unchanged_bytes = stats->unchanged_bytes;
+}
+
 static void pause_program(struct ckpt_result *r, double requested_at) {
   const struct ckpt_host_ops *ops = ckpt_rt.ops;
   void *ctx = ckpt_rt.ctx;
@@ -70,8 +82,7 @@ static void pause_program(struct ckpt_result *r, double requested_at) {
   rc = engine_save(tr.engine, &stats, reason, sizeof reason);
   r->copy_seconds = ckpt_now() - t;
   r->setup_seconds += stats.setup_seconds;
-  r->bytes = stats.bytes;
-  r->regions = stats.regions;
+  result_from_stats(r, &stats);
   t = ckpt_now();
   if (rc) {
     fail(r, rc, "saving device memory failed: %s", reason);
@@ -128,8 +139,7 @@ static void resume_program(struct ckpt_result *r) {
   rc = engine_restore(tr.engine, &stats, reason, sizeof reason);
   r->copy_seconds = ckpt_now() - t;
   r->setup_seconds = stats.setup_seconds;
-  r->bytes = stats.bytes;
-  r->regions = stats.regions;
+  result_from_stats(r, &stats);
   if (rc) {
     /* Give the memory back so that "paused" means the same as before the attempt. */
     int released = ops->release_all(ctx);

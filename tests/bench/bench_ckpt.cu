@@ -86,7 +86,21 @@ static double number(const std::string &json, const char *key)
 struct transition {
   double total, copy, setup_ms, gate_ms;
   double bytes;
+  double drain_ms, memory_ms, wait_ms, memcpy_ms, hash_ms, fault_ms, device_hash_ms, threads;
+  double unchanged_bytes;
+  long rss_mib; // this process's resident memory right after the transition
 };
+
+static long rss_mib()
+{
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long kib = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
+  if (f) fclose(f);
+  return kib >> 10;
+}
 
 static transition run(const char *command)
 {
@@ -96,7 +110,26 @@ static transition run(const char *command)
     exit(1);
   }
   return {number(reply, "seconds"), number(reply, "copy_seconds"), number(reply, "setup_ms"),
-          number(reply, "gate_ms"), number(reply, "bytes")};
+          number(reply, "gate_ms"), number(reply, "bytes"), number(reply, "drain_ms"),
+          number(reply, "memory_ms"), number(reply, "wait_ms"), number(reply, "memcpy_ms"),
+          number(reply, "hash_ms"), number(reply, "fault_ms"), number(reply, "device_hash_ms"),
+          number(reply, "threads"), number(reply, "unchanged_bytes"), rss_mib()};
+}
+
+// Where one transition's time went: the engine's copy phase split per copy thread (on average:
+// waiting for DMA, copying staging <-> image, host checksums, faulting fresh image pages in),
+// the device checksums, release/recreate of device memory, and this process's RSS after it.
+static std::string breakdown(const char *what, const transition &t)
+{
+  char line[512];
+  snprintf(line, sizeof line,
+           "  %-20s %7.3f s = gate+drain %6.1f ms, setup %6.1f ms, copy %7.1f ms [per thread of "
+           "%.0f: DMA wait %6.1f, memcpy %6.1f, hash %6.1f, fault %6.1f ms; device hash %5.1f ms], "
+           "%s %6.1f ms; RSS %ld MiB",
+           what, t.total, t.gate_ms + t.drain_ms, t.setup_ms, t.copy * 1e3, t.threads, t.wait_ms,
+           t.memcpy_ms, t.hash_ms, t.fault_ms, t.device_hash_ms,
+           strstr(what, "checkpoint") ? "release" : "recreate", t.memory_ms, t.rss_mib);
+  return line;
 }
 
 // ---- ceilings ----------------------------------------------------------------------------------
@@ -290,6 +323,7 @@ int main(int argc, char **argv)
       std::string name = std::to_string(gib) + " GiB in " + std::to_string(pieces) +
                          (pieces == 1 ? " allocation" : " allocations");
       double bytes = (double)piece * pieces;
+      long rss_before = rss_mib();
       transition c1 = run("checkpoint");
       transition r1 = run("resume");
       transition c2 = run("checkpoint");
@@ -299,11 +333,11 @@ int main(int argc, char **argv)
       add(name + ": repeated checkpoint", bytes, c2.total, d2h);
       add(name + ": repeated resume", bytes, r2.total, h2d);
       if (!first_pause_ms) first_pause_ms = c1.gate_ms;
-      char note[256];
-      snprintf(note, sizeof note, "%s: first checkpoint setup %.1f ms (pinning staging), "
-               "copy %.3f s; resume copy %.3f s; repeated copy %.3f s / %.3f s", name.c_str(),
-               c1.setup_ms, c1.copy, r1.copy, c2.copy, r2.copy);
-      notes.push_back(note);
+      notes.push_back(name + " (process RSS before: " + std::to_string(rss_before) + " MiB):");
+      notes.push_back(breakdown("first checkpoint", c1));
+      notes.push_back(breakdown("resume", r1));
+      notes.push_back(breakdown("repeated checkpoint", c2));
+      notes.push_back(breakdown("repeated resume", r2));
       for (char *b : blocks) CUDA_CHECK(cudaFree(b));
     }
     double ck = 0, rs = 0;

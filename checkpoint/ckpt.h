@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "delta_hash.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -94,6 +96,14 @@ struct ckpt_host_ops {
    * after a checkpoint that failed after park_other: it brings moved memory back. */
   int (*park_other)(void *ctx, struct ckpt_other_memory *held);
   int (*unpark_other)(void *ctx);
+  /* Optional. Checksum `count` pieces of device memory on `device`, on the device, with
+   * ckpt_delta_hash (delta_hash.h): pieces[i] is [address, address + bytes) inside one region
+   * (virtual addresses); sums[i] receives its checksum. Synchronous; one caller at a time.
+   * Where it is missing or fails, the module checksums on the host and copies every chunk at
+   * every checkpoint; where it works, a checkpoint with a kept image copies only changed chunks
+   * and a resume checks every chunk on the device after its copy. */
+  int (*device_hash)(void *ctx, int device, const struct ckpt_delta_piece *pieces, size_t count,
+                     uint64_t *sums);
   /* Optional. Device memory the process still holds on `device` (context, ...) for status.
    * Must not create a context: -ENODEV where there is none. */
   int (*mem_held)(void *ctx, int device, uint64_t *bytes);

@@ -19,6 +19,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "delta_hash.h"
 #include "internal.h"
 
 /* Hash in pieces that stay in cache between the memcpy and the hash. */
@@ -29,6 +30,7 @@ struct image_region {
   uint8_t *data; /* mmap'd, region.size bytes (rounded up to pages) */
   size_t mapped;
   bool fresh; /* mapped for this checkpoint: its pages are faulted in ahead of the copies */
+  bool device_sums; /* sums are ckpt_delta_hash values taken on the device, else host XXH3-64 */
   uint64_t *sums; /* one per chunk */
   uint64_t chunks;
 };
@@ -46,6 +48,7 @@ struct engine {
   struct image_region *image;
   size_t image_count;
   uint64_t image_bytes;
+  bool device_hash_warned;
 };
 
 /* One chunk of work: region index and chunk index in it. */
@@ -58,6 +61,7 @@ struct chunk_ref {
 struct job {
   struct engine *engine;
   bool save;
+  bool host_sums; /* save: checksum on the host (XXH3) while copying */
   struct chunk_ref *chunks;
   uint64_t chunk_count;
   _Atomic uint64_t next;
@@ -236,6 +240,7 @@ static int build_image(struct engine *e, struct region_list *list, char *reason,
         image[i].data = old->data;
         image[i].mapped = old->mapped;
         image[i].sums = old->sums;
+        image[i].device_sums = old->device_sums;
         image[i].fresh = false;
         old->data = NULL;
         old->sums = NULL;
@@ -341,6 +346,12 @@ static uint64_t hash_and_copy(XXH3_state_t *state, uint8_t *dst, const uint8_t *
   return XXH3_64bits_digest(state);
 }
 
+static void copy_timed(uint8_t *dst, const uint8_t *src, size_t n, struct engine_times *times) {
+  double t0 = ckpt_now();
+  copy_streaming(dst, src, n);
+  times->copy += ckpt_now() - t0;
+}
+
 /* Fault the image pages of a fresh chunk in while its DMA runs, instead of inside the copy. */
 static void fault_in(uint8_t *data, size_t n, struct engine_times *times) {
   double t0 = ckpt_now();
@@ -381,8 +392,11 @@ static int complete_slot(struct worker *w, struct slot *slot, XXH3_state_t *stat
   if (job->save && !atomic_load(&job->failed)) {
     size_t n = (size_t)(r->region.size - offset < e->chunk_bytes ? r->region.size - offset
                                                                  : e->chunk_bytes);
-    r->sums[ref.chunk] =
-        hash_and_copy(state, r->data + offset, e->staging[slot->staging], n, &w->times);
+    if (job->host_sums)
+      r->sums[ref.chunk] =
+          hash_and_copy(state, r->data + offset, e->staging[slot->staging], n, &w->times);
+    else
+      copy_timed(r->data + offset, e->staging[slot->staging], n, &w->times);
   }
   return 0;
 }
@@ -407,6 +421,9 @@ static int start_slot(struct worker *w, struct slot *slot, uint64_t index, XXH3_
   if (job->save) {
     rc = e->ops->copy_d2h_async(e->ctx, staging, r->region.vaddr + offset, n, stream);
     if (rc == 0 && r->fresh) fault_in(r->data + offset, n, &w->times);
+  } else if (r->device_sums) { /* verified on the device once restored (verify_on_device) */
+    copy_timed(staging, r->data + offset, n, &w->times);
+    rc = e->ops->copy_h2d_async(e->ctx, r->region.vaddr + offset, staging, n, stream);
   } else {
     uint64_t sum = hash_and_copy(state, staging, r->data + offset, n, &w->times);
     if (sum != r->sums[ref.chunk]) {
@@ -488,27 +505,42 @@ out:
   return NULL;
 }
 
-static int run_job(struct engine *e, bool save, struct engine_stats *stats, char *reason, size_t len) {
+/* Every chunk of the image, in order. */
+static struct chunk_ref *list_chunks(const struct engine *e, uint64_t *count) {
   uint64_t total = 0;
   for (size_t i = 0; i < e->image_count; i++) total += e->image[i].chunks;
+  struct chunk_ref *chunks = malloc((total ? total : 1) * sizeof *chunks);
+  *count = 0;
+  for (size_t i = 0; chunks && i < e->image_count; i++)
+    for (uint64_t c = 0; c < e->image[i].chunks; c++)
+      chunks[(*count)++] = (struct chunk_ref){(uint32_t)i, (uint32_t)c};
+  return chunks;
+}
+
+static uint64_t chunk_length(const struct engine *e, struct chunk_ref ref) {
+  const struct image_region *r = &e->image[ref.region];
+  uint64_t offset = (uint64_t)ref.chunk * e->chunk_bytes;
+  return r->region.size - offset < e->chunk_bytes ? r->region.size - offset : e->chunk_bytes;
+}
+
+/* Copy `count` chunks (save: device -> image; restore: image -> device) with the copy threads. */
+static int run_job(struct engine *e, bool save, bool host_sums, struct chunk_ref *chunks,
+                   uint64_t count, struct engine_stats *stats, char *reason, size_t len) {
   int rc = engine_prepare(e);
-  if (rc == 0 && total > 0 && e->devices == 0) rc = -ENODEV;
+  if (rc == 0 && count > 0 && e->devices == 0) rc = -ENODEV;
   if (rc) {
     snprintf(reason, len, "preparing the copy engine failed: %s", strerror(-rc));
     return rc;
   }
-  struct job job = {.engine = e, .save = save};
+  struct job job = {.engine = e, .save = save, .host_sums = host_sums, .chunks = chunks,
+                    .chunk_count = count};
   pthread_mutex_init(&job.lock, NULL);
-  job.chunks = malloc((total ? total : 1) * sizeof *job.chunks);
   struct worker *workers = calloc((size_t)e->threads, sizeof *workers);
-  if (!job.chunks || !workers) {
+  if (!workers) {
     rc = -ENOMEM;
-    snprintf(reason, len, "out of memory for the chunk list");
+    snprintf(reason, len, "out of memory for the copy threads");
     goto out;
   }
-  for (size_t i = 0; i < e->image_count; i++)
-    for (uint64_t c = 0; c < e->image[i].chunks; c++)
-      job.chunks[job.chunk_count++] = (struct chunk_ref){(uint32_t)i, (uint32_t)c};
 
   /* Worker 0 runs on this thread; if a thread cannot start, its slots stay unused. */
   int started = 1;
@@ -535,9 +567,98 @@ static int run_job(struct engine *e, bool save, struct engine_stats *stats, char
     stats->regions = e->image_count;
   }
 out:
-  free(job.chunks);
   free(workers);
   pthread_mutex_destroy(&job.lock);
+  return rc;
+}
+
+/* ---- checksums on the device (delta checkpoints, verification at resume) ---- */
+
+/* sums[k] = ckpt_delta_hash of chunks[k] on the device, one host call per device. */
+static int device_checksums(struct engine *e, const struct chunk_ref *chunks, uint64_t count,
+                            uint64_t *sums, struct engine_stats *stats) {
+  if (!e->ops->device_hash || e->chunk_bytes % 8) return -ENOSYS;
+  double t0 = ckpt_now();
+  struct ckpt_delta_piece *pieces = malloc((count ? count : 1) * sizeof *pieces);
+  uint64_t *where = malloc((count ? count : 1) * sizeof *where);
+  uint64_t *found = malloc((count ? count : 1) * sizeof *found);
+  int rc = pieces && where && found ? 0 : -ENOMEM;
+  for (int d = 0; rc == 0 && d < e->devices; d++) {
+    size_t n = 0;
+    for (uint64_t k = 0; k < count; k++) {
+      const struct image_region *r = &e->image[chunks[k].region];
+      if (r->region.device != d) continue;
+      pieces[n] = (struct ckpt_delta_piece){
+          r->region.vaddr + (uint64_t)chunks[k].chunk * e->chunk_bytes, chunk_length(e, chunks[k])};
+      where[n++] = k;
+    }
+    if (n && (rc = e->ops->device_hash(e->ctx, d, pieces, n, found)) == 0)
+      for (size_t i = 0; i < n; i++) sums[where[i]] = found[i];
+  }
+  free(pieces);
+  free(where);
+  free(found);
+  stats->device_hash_seconds += ckpt_now() - t0;
+  return rc;
+}
+
+/* Save: checksum every chunk on the device, then copy only those that changed since the kept
+ * image (a fresh region copies all). On success the regions' sums are the device's. */
+static int save_delta(struct engine *e, struct chunk_ref *chunks, uint64_t count, uint64_t *sums,
+                      struct engine_stats *stats, char *reason, size_t len) {
+  uint64_t changed = 0;
+  for (uint64_t k = 0; k < count; k++) {
+    const struct image_region *r = &e->image[chunks[k].region];
+    if (r->fresh || !r->device_sums || r->sums[chunks[k].chunk] != sums[k]) {
+      chunks[changed] = chunks[k];
+      sums[changed++] = sums[k];
+    } else {
+      stats->unchanged_bytes += chunk_length(e, chunks[k]);
+    }
+  }
+  /* Until the copy succeeds the regions' sums describe nothing: mark them host (not reusable). */
+  for (size_t i = 0; i < e->image_count; i++)
+    if (e->image[i].fresh) e->image[i].device_sums = false;
+  int rc = run_job(e, true, false, chunks, changed, stats, reason, len);
+  if (rc) return rc;
+  for (uint64_t k = 0; k < changed; k++) e->image[chunks[k].region].sums[chunks[k].chunk] = sums[k];
+  for (size_t i = 0; i < e->image_count; i++) e->image[i].device_sums = true;
+  return 0;
+}
+
+/* Restore's check for regions with device sums: checksum what arrived on the device (on the
+ * host from the image where the device cannot). */
+static int verify_restored(struct engine *e, struct engine_stats *stats, char *reason, size_t len) {
+  uint64_t count = 0;
+  struct chunk_ref *chunks = list_chunks(e, &count);
+  uint64_t *sums = malloc((count ? count : 1) * sizeof *sums);
+  if (!chunks || !sums) {
+    free(chunks);
+    free(sums);
+    snprintf(reason, len, "out of memory for verifying the restored chunks");
+    return -ENOMEM;
+  }
+  uint64_t kept = 0;
+  for (uint64_t k = 0; k < count; k++)
+    if (e->image[chunks[k].region].device_sums) chunks[kept++] = chunks[k];
+  bool on_device = kept == 0 || device_checksums(e, chunks, kept, sums, stats) == 0;
+  int rc = 0;
+  for (uint64_t k = 0; k < kept && rc == 0; k++) {
+    const struct image_region *r = &e->image[chunks[k].region];
+    uint64_t offset = (uint64_t)chunks[k].chunk * e->chunk_bytes, n = chunk_length(e, chunks[k]);
+    uint64_t sum = on_device ? sums[k] : ckpt_delta_hash(r->data + offset, n);
+    if (sum != r->sums[chunks[k].chunk]) {
+      rc = -EBADMSG;
+      snprintf(reason, len,
+               "image corrupt: region %" PRIu64 " (vaddr 0x%" PRIx64 ", device %d) chunk at offset "
+               "%" PRIu64 " (%" PRIu64 " bytes): checksum %016" PRIx64 " %s, saved %016" PRIx64
+               "; not restored",
+               r->region.id, r->region.vaddr, r->region.device, offset, n, sum,
+               on_device ? "on the device" : "in the image", r->sums[chunks[k].chunk]);
+    }
+  }
+  free(chunks);
+  free(sums);
   return rc;
 }
 
@@ -553,7 +674,31 @@ int engine_save(struct engine *e, struct engine_stats *stats, char *reason, size
         snprintf(reason, len, "region %" PRIu64 " has too many chunks", e->image[i].region.id);
         rc = -E2BIG;
       }
-    if (!rc) rc = run_job(e, true, stats, reason, len);
+    uint64_t count = 0;
+    struct chunk_ref *chunks = rc ? NULL : list_chunks(e, &count);
+    uint64_t *sums = chunks ? malloc((count ? count : 1) * sizeof *sums) : NULL;
+    if (!rc && !sums) {
+      snprintf(reason, len, "out of memory for the chunk list");
+      rc = -ENOMEM;
+    }
+    if (!rc && (rc = engine_prepare(e)) != 0)
+      snprintf(reason, len, "preparing the copy engine failed: %s", strerror(-rc));
+    if (!rc) {
+      int hashed = device_checksums(e, chunks, count, sums, stats);
+      if (hashed == 0) {
+        rc = save_delta(e, chunks, count, sums, stats, reason, len);
+      } else {
+        if (hashed != -ENOSYS && !e->device_hash_warned) {
+          ckpt_logf(CKPT_LOG_WARN, "checkpoint: checksums on the device failed (%s); checksumming "
+                    "on the host and copying every chunk", strerror(-hashed));
+          e->device_hash_warned = true;
+        }
+        for (size_t i = 0; i < e->image_count; i++) e->image[i].device_sums = false;
+        rc = run_job(e, true, true, chunks, count, stats, reason, len);
+      }
+    }
+    free(chunks);
+    free(sums);
     for (size_t i = 0; i < e->image_count; i++) e->image[i].fresh = false;
   }
   free(list.items);
@@ -563,5 +708,14 @@ int engine_save(struct engine *e, struct engine_stats *stats, char *reason, size
 
 int engine_restore(struct engine *e, struct engine_stats *stats, char *reason, size_t len) {
   *stats = (struct engine_stats){0};
-  return run_job(e, false, stats, reason, len);
+  uint64_t count = 0;
+  struct chunk_ref *chunks = list_chunks(e, &count);
+  if (!chunks) {
+    snprintf(reason, len, "out of memory for the chunk list");
+    return -ENOMEM;
+  }
+  int rc = run_job(e, false, false, chunks, count, stats, reason, len);
+  free(chunks);
+  if (rc == 0) rc = verify_restored(e, stats, reason, len);
+  return rc;
 }

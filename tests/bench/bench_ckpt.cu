@@ -5,8 +5,11 @@
 // through one reused pinned buffer); pause latency (signal -> gate closed, drain excluded, with
 // a thread busy in API calls); and NVIDIA's driver checkpoint (cuCheckpointProcess*) driven from
 // a native helper process against a child holding the same amount of data.
+// Then a repeated checkpoint after every byte changed (the kept image reused, every chunk copied)
+// and a delta checkpoint after one byte in every tenth 4 MiB chunk changed (device checksums
+// find them; only those are copied), each with where its time went.
 // Goals: first checkpoint >= 0.7x pinned D2H, repeated >= 0.9x, resume >= 0.8x pinned H2D,
-// faster than the driver, pause latency < 5 ms.
+// delta (10% changed) <= 0.2x of a full copy, faster than the driver, pause latency < 5 ms.
 //
 // usage: bench_ckpt [GiB...]                       (default 1 8 32; under cudaw)
 //        bench_ckpt --driver <GiB>                 (native helper: prints "driver <ckpt s> <restore s>")
@@ -326,18 +329,38 @@ int main(int argc, char **argv)
       long rss_before = rss_mib();
       transition c1 = run("checkpoint");
       transition r1 = run("resume");
+      // Every byte changes: the kept image is reused but every chunk is copied again.
+      for (size_t i = 0; i < pieces; i++)
+        CUDA_CHECK(cudaMemsetAsync(blocks[i], (int)((i + 1) & 0xff), piece, stream));
+      CUDA_CHECK(cudaStreamSynchronize(stream));
       transition c2 = run("checkpoint");
       transition r2 = run("resume");
+      // One byte in every tenth 4 MiB chunk changes: a delta checkpoint copies 10% of them.
+      const size_t stride = (size_t)40 << 20;
+      size_t changed = 0;
+      for (size_t at = 0; at < piece * pieces; at += stride, changed++)
+        CUDA_CHECK(cudaMemsetAsync(blocks[at / piece] + at % piece, 0x5c, 1, stream));
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      transition c3 = run("checkpoint");
+      transition r3 = run("resume");
       add(name + ": first checkpoint", bytes, c1.total, d2h);
       add(name + ": resume", bytes, r1.total, h2d);
-      add(name + ": repeated checkpoint", bytes, c2.total, d2h);
+      add(name + ": repeated checkpoint (all changed)", bytes, c2.total, d2h);
       add(name + ": repeated resume", bytes, r2.total, h2d);
+      add(name + ": delta checkpoint (10% changed)", bytes, c3.total, d2h);
+      char delta[160];
+      snprintf(delta, sizeof delta, "%s: delta checkpoint took %.3fx of the full one; %zu chunks "
+               "changed, %.0f MiB found unchanged", name.c_str(), c3.total / c2.total, changed,
+               c3.unchanged_bytes / 1048576.0);
+      notes.push_back(delta);
       if (!first_pause_ms) first_pause_ms = c1.gate_ms;
       notes.push_back(name + " (process RSS before: " + std::to_string(rss_before) + " MiB):");
       notes.push_back(breakdown("first checkpoint", c1));
       notes.push_back(breakdown("resume", r1));
       notes.push_back(breakdown("repeated checkpoint", c2));
       notes.push_back(breakdown("repeated resume", r2));
+      notes.push_back(breakdown("delta checkpoint", c3));
+      notes.push_back(breakdown("resume after delta", r3));
       for (char *b : blocks) CUDA_CHECK(cudaFree(b));
     }
     double ck = 0, rs = 0;

@@ -1,8 +1,9 @@
 /* Residency of device memory for checkpointing: enumerate the backing chunks, give all device
  * memory back while keeping every virtual address, and re-create it all or none. Under remap,
- * runs of adjacent chunks share one unmap and one set_access: thousands of allocations cost a
- * create+map / a release each instead of a whole driver call sequence. */
+ * runs of adjacent chunks share one unmap at release and one slab (slab.c) at recreate: the
+ * driver's cost is per mapping, so thousands of allocations cost what a few dozen do. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "internal.h"
@@ -34,6 +35,10 @@ int vmem_for_each(int (*cb)(const struct vmem_chunk *chunk, void *ctx), void *ct
   return rc;
 }
 
+/* A slab's bounds: what a chunk freed while its slab lives may keep on the device. */
+#define SLAB_MAX_MEMBERS 64
+#define SLAB_MAX_BYTES (256ull << 20)
+
 /* Chunks in address order, gathered so that runs of adjacent ones can share a driver call. */
 struct chunk_array {
   struct chunk **items;
@@ -55,12 +60,17 @@ static int gather(struct chunk *c, void *arg) {
   return 0;
 }
 
-/* The end of the run of mapped-adjacent chunks on one device that starts at items[first]: one
- * unmap or set_access covers the whole run (the driver accepts a range made of whole mappings). */
-static size_t run_end(struct chunk **items, size_t count, size_t first) {
+/* The end of the run of mapped-adjacent chunks on one device that starts at items[first], none
+ * in a slab, of at most max_members and max_bytes (the first chunk always counts): one unmap
+ * covers such a run of separate mappings, one slab can back such a run of released chunks. */
+static size_t run_end(struct chunk **items, size_t count, size_t first, size_t max_members,
+                      uint64_t max_bytes) {
   size_t end = first + 1;
-  while (end < count && items[end]->device == items[first]->device &&
-         items[end - 1]->vaddr + items[end - 1]->backed == items[end]->vaddr)
+  if (items[first]->slab) return end;
+  while (end < count && end - first < max_members && !items[end]->slab &&
+         items[end]->device == items[first]->device &&
+         items[end - 1]->vaddr + items[end - 1]->backed == items[end]->vaddr &&
+         items[end]->vaddr + items[end]->backed - items[first]->vaddr <= max_bytes)
     end++;
   return end;
 }
@@ -105,7 +115,8 @@ int vmem_release_all(void) {
   if (!s->initialized) first_error = -EINVAL;
   else if ((first_error = vmem_walk(gather, &a)) == 0) {
     for (size_t i = 0; i < a.count;) {
-      size_t end = s->policy == VMEM_REMAP ? run_end(a.items, a.count, i) : i + 1;
+      size_t end = s->policy == VMEM_REMAP ? run_end(a.items, a.count, i, SIZE_MAX, UINT64_MAX)
+                                           : i + 1;
       release_run(a.items, i, end, &first_error);
       i = end;
     }
@@ -127,45 +138,14 @@ static int count_need(struct chunk *c, void *arg) {
   return 0;
 }
 
-/* Give a released chunk device memory again. Under remap the mapping is made here and made
- * accessible afterwards, one set_access per run (see grant_access). */
-static int recreate_one(struct chunk *c, struct recreate_args *a) {
-  struct vmem_space *s = &vmem_space;
-  int rc;
-  if (s->policy == VMEM_TRANSLATE) {
-    rc = vmem_backing_create(c);
-  } else {
-    uint64_t handle;
-    rc = s->prims->phys_create(s->ctx, c->device, c->backed, &handle);
-    if (rc == 0 && (rc = s->prims->map(s->ctx, c->vaddr, c->backed, handle)) != 0)
-      s->prims->phys_release(s->ctx, handle);
-    if (rc == 0) {
-      c->handle = handle;
-      c->real = c->vaddr;
-      c->resident = true; /* not yet accessible; undo_one can destroy it */
-    }
-  }
+/* Give a run of released chunks device memory again: one slab for two or more, the chunk's own
+ * allocation for one. */
+static int recreate_run(struct chunk **items, size_t count, struct recreate_args *a) {
+  int rc = count > 1 ? vmem_slab_create(items, count) : vmem_backing_create(items[0]);
   if (rc) return rc;
-  c->epoch = a->epoch;
-  a->created_bytes += c->backed;
-  return 0;
-}
-
-/* Make the re-created mappings accessible: one set_access per run, per chunk where the range is
- * refused as invalid (any other error is the answer). */
-static int grant_access(struct chunk_array *a) {
-  struct vmem_space *s = &vmem_space;
-  for (size_t i = 0; i < a->count;) {
-    size_t end = run_end(a->items, a->count, i);
-    struct chunk *c = a->items[i];
-    int rc = s->prims->set_access(s->ctx, c->vaddr, run_bytes(a->items, i, end), c->device);
-    for (size_t j = i; rc == -EINVAL && end - i > 1 && j < end; j++) {
-      c = a->items[j];
-      rc = s->prims->set_access(s->ctx, c->vaddr, c->backed, c->device);
-      if (rc) return rc;
-    }
-    if (rc) return rc;
-    i = end;
+  for (size_t i = 0; i < count; i++) {
+    items[i]->epoch = a->epoch;
+    a->created_bytes += items[i]->backed;
   }
   return 0;
 }
@@ -200,8 +180,13 @@ static int recreate_locked(uint64_t *shortfall) {
   }
   struct chunk_array released = {.resident = false};
   int rc = vmem_walk(gather, &released);
-  for (size_t i = 0; rc == 0 && i < released.count; i++) rc = recreate_one(released.items[i], &a);
-  if (rc == 0 && s->policy == VMEM_REMAP) rc = grant_access(&released);
+  for (size_t i = 0; rc == 0 && i < released.count;) {
+    size_t end = s->policy == VMEM_REMAP
+                     ? run_end(released.items, released.count, i, SLAB_MAX_MEMBERS, SLAB_MAX_BYTES)
+                     : i + 1;
+    rc = recreate_run(released.items + i, end - i, &a);
+    i = end;
+  }
   free(released.items);
   if (rc) {
     vmem_walk(undo_one, &a);

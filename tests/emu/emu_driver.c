@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "delta_hash.h"
 #include "emu_internal.h"
 
 static char primary_context_storage;
@@ -248,6 +249,53 @@ static CUresult emu_cuFuncGetParamInfo(CUfunction func, size_t index, size_t *of
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+/* ---- modules: the one kernel the emulated device runs ---- */
+
+/* cudaw's delta checksum kernel (checkpoint/delta_kernel.cu), recognised by its entry in the
+ * module's PTX and computed with the host reference (delta_hash.h); any other module is refused
+ * as an image the device cannot run. Arguments as the kernel's: the piece table, the number of
+ * pieces and where the sums go (all host-addressable here). */
+static char delta_module_storage, delta_function_storage;
+#define DELTA_MODULE ((CUmodule)(void *)&delta_module_storage)
+#define DELTA_FUNCTION ((CUfunction)(void *)&delta_function_storage)
+
+static CUresult emu_cuModuleLoadData(CUmodule *module, const void *image) {
+  if (!module || !image) return CUDA_ERROR_INVALID_VALUE;
+  if (!strstr((const char *)image, ".entry cudaw_delta_hash")) return CUDA_ERROR_INVALID_IMAGE;
+  *module = DELTA_MODULE;
+  return CUDA_SUCCESS;
+}
+
+static CUresult emu_cuModuleUnload(CUmodule module) {
+  return module == DELTA_MODULE ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+static CUresult emu_cuModuleGetFunction(CUfunction *function, CUmodule module, const char *name) {
+  if (!function || !name) return CUDA_ERROR_INVALID_VALUE;
+  if (module != DELTA_MODULE) return CUDA_ERROR_INVALID_HANDLE;
+  if (strcmp(name, "cudaw_delta_hash")) return CUDA_ERROR_NOT_FOUND;
+  *function = DELTA_FUNCTION;
+  return CUDA_SUCCESS;
+}
+
+static CUresult emu_cuLaunchKernel(CUfunction function, unsigned grid_x, unsigned grid_y,
+                                   unsigned grid_z, unsigned block_x, unsigned block_y,
+                                   unsigned block_z, unsigned shared_bytes, CUstream stream,
+                                   void **params, void **extra) {
+  (void)shared_bytes;
+  if (function != DELTA_FUNCTION || !params || extra) return CUDA_ERROR_INVALID_VALUE;
+  if (!grid_x || !grid_y || !grid_z || !block_x || !block_y || !block_z)
+    return CUDA_ERROR_INVALID_VALUE;
+  CUresult rc = check_stream(stream);
+  if (rc != CUDA_SUCCESS) return rc;
+  const struct ckpt_delta_piece *table = *(const struct ckpt_delta_piece **)params[0];
+  unsigned long long count = *(const unsigned long long *)params[1];
+  uint64_t *sums = *(uint64_t **)params[2];
+  for (unsigned long long i = 0; i < count; i++)
+    sums[i] = ckpt_delta_hash((const void *)(uintptr_t)table[i].address, table[i].bytes);
+  return CUDA_SUCCESS;
+}
+
 static CUresult emu_cuGetErrorName(CUresult error, const char **text) {
   if (!text) return CUDA_ERROR_INVALID_VALUE;
   switch (error) {
@@ -290,7 +338,8 @@ E(cuMemAddressReserve); E(cuMemAddressFree); E(cuMemCreate); E(cuMemRelease); E(
 E(cuMemUnmap); E(cuMemSetAccess); E(cuPointerGetAttribute); E(cuMemcpyHtoD); E(cuMemcpyDtoH);
 E(cuMemcpyDtoD); E(cuMemcpyHtoDAsync); E(cuMemcpyDtoHAsync); E(cuMemcpyDtoDAsync);
 E(cuMemsetD8); E(cuMemsetD8Async); E(cuFuncGetParamInfo); E(cuGetErrorName);
-E(cuGetErrorString);
+E(cuGetErrorString); E(cuModuleLoadData); E(cuModuleUnload); E(cuModuleGetFunction);
+E(cuLaunchKernel);
 
 static const struct entry *const entries[] = {
     &entry_cuInit, &entry_cuDriverGetVersion, &entry_cuDeviceGetCount, &entry_cuDeviceGet,
@@ -303,6 +352,8 @@ static const struct entry *const entries[] = {
     &entry_cuMemcpyDtoH, &entry_cuMemcpyDtoD, &entry_cuMemcpyHtoDAsync, &entry_cuMemcpyDtoHAsync,
     &entry_cuMemcpyDtoDAsync, &entry_cuMemsetD8, &entry_cuMemsetD8Async,
     &entry_cuFuncGetParamInfo, &entry_cuGetErrorName, &entry_cuGetErrorString,
+    &entry_cuModuleLoadData, &entry_cuModuleUnload, &entry_cuModuleGetFunction,
+    &entry_cuLaunchKernel,
 };
 
 cudaError_t emu_get_driver_entry_point(const char *symbol, void **func,

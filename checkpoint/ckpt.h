@@ -81,11 +81,17 @@ struct ckpt_host_ops {
   int (*stream_create)(void *ctx, int device, void **stream);
   void (*stream_destroy)(void *ctx, void *stream);
   /* Queue a copy of n bytes on `stream`; it may run after the call returns. `host` is always
-   * inside a buffer from host_alloc_pinned; [vaddr, vaddr + n) always inside one region. */
+   * inside a buffer from host_alloc_pinned or a range registered with host_register;
+   * [vaddr, vaddr + n) always inside one region. */
   int (*copy_d2h_async)(void *ctx, void *host, uint64_t vaddr, size_t n, void *stream);
   int (*copy_h2d_async)(void *ctx, uint64_t vaddr, const void *host, size_t n, void *stream);
   /* Wait until everything queued on `stream` is done; reports a failed queued copy. */
   int (*stream_sync)(void *ctx, void *stream);
+  /* Optional (both or neither). Page-lock [host, host + n) of the module's image for copies on
+   * every device (cudaHostRegisterPortable), and undo it (host is the start of a registered
+   * range). Called from one module thread at a time, while no copy uses the range. */
+  int (*host_register)(void *ctx, void *host, size_t n);
+  void (*host_unregister)(void *ctx, void *host);
   /* Page-locked host memory usable by copies on every device (cudaHostAllocPortable). */
   int (*host_alloc_pinned)(void *ctx, size_t n, void **host);
   void (*host_free_pinned)(void *ctx, void *host);
@@ -120,6 +126,8 @@ struct ckpt_options {
   uint64_t staging_bytes;    /* CUDAW_CKPT_STAGING: size of one staging buffer = one chunk */
   uint32_t threads;          /* CUDAW_CKPT_THREADS: host copy threads */
   int keep_image;            /* CUDAW_CKPT_KEEP_IMAGE: keep the host image after a resume */
+  int prefault;              /* CUDAW_CKPT_PREFAULT: fault fresh image pages in ahead of copies */
+  int register_image;        /* CUDAW_CKPT_REGISTER: page-lock the image while paused */
 };
 
 /* One row of the options table, for the shim's merged table and `cudaw-ctl --help`. */

@@ -120,9 +120,9 @@ static void format_status(char *buf, size_t len) {
   size_t used = 0;
   append(buf, len, &used,
          "{\"ok\":true,\"pid\":%ld,\"uid\":%u,\"state\":\"%s\",\"image_bytes\":%" PRIu64
-         ",\"image_regions\":%" PRIu64,
+         ",\"image_regions\":%" PRIu64 ",\"image_pinned_bytes\":%" PRIu64,
          (long)getpid(), (unsigned)geteuid(), ckpt_state_name(ckpt_state()),
-         transition_image_bytes(), transition_image_regions());
+         transition_image_bytes(), transition_image_regions(), transition_image_registered());
   append(buf, len, &used, ",\"held_bytes\":[");
   int devices = 0;
   const struct ckpt_host_ops *ops = ckpt_rt.ops;

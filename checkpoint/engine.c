@@ -29,7 +29,8 @@ struct image_region {
   struct ckpt_region region;
   uint8_t *data; /* mmap'd, region.size bytes (rounded up to pages) */
   size_t mapped;
-  bool fresh; /* mapped for this checkpoint: its pages are faulted in ahead of the copies */
+  bool fresh; /* mapped for this checkpoint: no page of it is in memory yet */
+  uint64_t registered; /* bytes from the start registered for direct DMA, in REGISTER_PIECE steps */
   bool device_sums; /* sums are ckpt_delta_hash values taken on the device, else host XXH3-64 */
   uint64_t *sums; /* one per chunk */
   uint64_t chunks;
@@ -37,6 +38,12 @@ struct image_region {
 
 struct engine {
   const struct ckpt_host_ops *ops;
+  bool prefault; /* fault fresh image pages in while their DMA runs (CUDAW_CKPT_PREFAULT) */
+  /* Registers the image for direct DMA while the program is paused (engine_register_image). */
+  pthread_t registrar;
+  bool registrar_running;
+  _Atomic bool registrar_stop;
+  _Atomic uint64_t registered_bytes; /* of the whole image, for status */
   void *ctx;
   size_t chunk_bytes;
   int threads;
@@ -84,6 +91,7 @@ struct engine *engine_new(const struct ckpt_host_ops *ops, void *ctx, const stru
   if (!e) return NULL;
   e->ops = ops;
   e->ctx = ctx;
+  e->prefault = options->prefault;
   e->chunk_bytes = (size_t)options->staging_bytes;
   e->threads = (int)options->threads;
   if (e->threads > (int)options->streams) e->threads = (int)options->streams;
@@ -148,18 +156,70 @@ int engine_prepare(struct engine *e) {
   return 0;
 }
 
-void engine_forget_pinned(struct engine *e) {
-  for (int s = 0; e->staging && s < e->slots; s++) e->staging[s] = NULL;
+
+/* Registered in pieces, so that a resume arriving meanwhile waits for one piece at most. */
+#define REGISTER_PIECE (1ull << 30)
+
+static void unregister_region(struct engine *e, struct image_region *r) {
+  for (uint64_t at = 0; at < r->registered; at += REGISTER_PIECE)
+    e->ops->host_unregister(e->ctx, r->data + at);
+  atomic_fetch_sub(&e->registered_bytes, r->registered);
+  r->registered = 0;
 }
 
-static void free_image_region(struct image_region *r) {
+static void *register_regions(void *arg) {
+  struct engine *e = arg;
+  for (size_t i = 0; i < e->image_count; i++) {
+    struct image_region *r = &e->image[i];
+    while (r->registered < r->mapped && !atomic_load(&e->registrar_stop)) {
+      uint64_t piece = r->mapped - r->registered < REGISTER_PIECE ? r->mapped - r->registered
+                                                                  : REGISTER_PIECE;
+      int rc = e->ops->host_register(e->ctx, r->data + r->registered, (size_t)piece);
+      if (rc) {
+        ckpt_logf(CKPT_LOG_DEBUG, "registering the host image for direct DMA failed: %s; the "
+                  "rest goes through staging buffers", strerror(-rc));
+        return NULL;
+      }
+      r->registered += piece;
+      atomic_fetch_add(&e->registered_bytes, piece);
+    }
+  }
+  return NULL;
+}
+
+void engine_register_image(struct engine *e) {
+  if (!e->ops->host_register || !e->ops->host_unregister || e->registrar_running) return;
+  atomic_store(&e->registrar_stop, false);
+  e->registrar_running = pthread_create(&e->registrar, NULL, register_regions, e) == 0;
+}
+
+/* Stop registering (the piece under way finishes) before the image is used or changed. */
+static void stop_registering(struct engine *e) {
+  if (!e->registrar_running) return;
+  atomic_store(&e->registrar_stop, true);
+  pthread_join(e->registrar, NULL);
+  e->registrar_running = false;
+}
+
+uint64_t engine_image_registered(struct engine *e) { return atomic_load(&e->registered_bytes); }
+
+static void free_image_region(struct engine *e, struct image_region *r) {
+  if (r->registered) unregister_region(e, r);
   if (r->data) munmap(r->data, r->mapped);
   free(r->sums);
   memset(r, 0, sizeof *r);
 }
 
+void engine_forget_pinned(struct engine *e) {
+  stop_registering(e);
+  for (int s = 0; e->staging && s < e->slots; s++) e->staging[s] = NULL;
+  for (size_t i = 0; i < e->image_count; i++) e->image[i].registered = 0; /* gone with it */
+  atomic_store(&e->registered_bytes, 0);
+}
+
 void engine_drop_image(struct engine *e) {
-  for (size_t i = 0; i < e->image_count; i++) free_image_region(&e->image[i]);
+  stop_registering(e);
+  for (size_t i = 0; i < e->image_count; i++) free_image_region(e, &e->image[i]);
   free(e->image);
   e->image = NULL;
   e->image_count = 0;
@@ -241,6 +301,8 @@ static int build_image(struct engine *e, struct region_list *list, char *reason,
         image[i].mapped = old->mapped;
         image[i].sums = old->sums;
         image[i].device_sums = old->device_sums;
+        image[i].registered = old->registered;
+        old->registered = 0;
         image[i].fresh = false;
         old->data = NULL;
         old->sums = NULL;
@@ -346,6 +408,20 @@ static uint64_t hash_and_copy(XXH3_state_t *state, uint8_t *dst, const uint8_t *
   return XXH3_64bits_digest(state);
 }
 
+static uint64_t hash_only(XXH3_state_t *state, const uint8_t *data, size_t n,
+                          struct engine_times *times) {
+  double t0 = ckpt_now();
+  XXH3_64bits_reset(state);
+  XXH3_64bits_update(state, data, n);
+  times->hash += ckpt_now() - t0;
+  return XXH3_64bits_digest(state);
+}
+
+/* Whether the chunk at offset is registered image memory that the DMA can use directly. */
+static bool direct(const struct image_region *r, uint64_t offset, size_t n) {
+  return offset + n <= r->registered;
+}
+
 static void copy_timed(uint8_t *dst, const uint8_t *src, size_t n, struct engine_times *times) {
   double t0 = ckpt_now();
   copy_streaming(dst, src, n);
@@ -392,7 +468,9 @@ static int complete_slot(struct worker *w, struct slot *slot, XXH3_state_t *stat
   if (job->save && !atomic_load(&job->failed)) {
     size_t n = (size_t)(r->region.size - offset < e->chunk_bytes ? r->region.size - offset
                                                                  : e->chunk_bytes);
-    if (job->host_sums)
+    if (direct(r, offset, n)) { /* the DMA wrote the image itself */
+      if (job->host_sums) r->sums[ref.chunk] = hash_only(state, r->data + offset, n, &w->times);
+    } else if (job->host_sums)
       r->sums[ref.chunk] =
           hash_and_copy(state, r->data + offset, e->staging[slot->staging], n, &w->times);
     else
@@ -418,14 +496,18 @@ static int start_slot(struct worker *w, struct slot *slot, uint64_t index, XXH3_
     return -ENODEV;
   }
   int rc;
+  bool straight = direct(r, offset, n);
   if (job->save) {
-    rc = e->ops->copy_d2h_async(e->ctx, staging, r->region.vaddr + offset, n, stream);
-    if (rc == 0 && r->fresh) fault_in(r->data + offset, n, &w->times);
-  } else if (r->device_sums) { /* verified on the device once restored (verify_on_device) */
-    copy_timed(staging, r->data + offset, n, &w->times);
-    rc = e->ops->copy_h2d_async(e->ctx, r->region.vaddr + offset, staging, n, stream);
+    rc = e->ops->copy_d2h_async(e->ctx, straight ? r->data + offset : staging,
+                                r->region.vaddr + offset, n, stream);
+    if (rc == 0 && r->fresh && e->prefault && !straight) fault_in(r->data + offset, n, &w->times);
+  } else if (r->device_sums) { /* checked on the device once restored (verify_restored) */
+    if (!straight) copy_timed(staging, r->data + offset, n, &w->times);
+    rc = e->ops->copy_h2d_async(e->ctx, r->region.vaddr + offset,
+                                straight ? r->data + offset : staging, n, stream);
   } else {
-    uint64_t sum = hash_and_copy(state, staging, r->data + offset, n, &w->times);
+    uint64_t sum = straight ? hash_only(state, r->data + offset, n, &w->times)
+                            : hash_and_copy(state, staging, r->data + offset, n, &w->times);
     if (sum != r->sums[ref.chunk]) {
       job_fail(job, -EBADMSG,
                "image corrupt: region %" PRIu64 " (vaddr 0x%" PRIx64 ", device %d) chunk at "
@@ -434,7 +516,8 @@ static int start_slot(struct worker *w, struct slot *slot, uint64_t index, XXH3_
                r->region.id, r->region.vaddr, r->region.device, offset, n, sum, r->sums[ref.chunk]);
       return -EBADMSG;
     }
-    rc = e->ops->copy_h2d_async(e->ctx, r->region.vaddr + offset, staging, n, stream);
+    rc = e->ops->copy_h2d_async(e->ctx, r->region.vaddr + offset,
+                                straight ? r->data + offset : staging, n, stream);
   }
   if (rc) {
     job_fail(job, rc, "%s region %" PRIu64 " (device %d) at offset %" PRIu64 ": %s",
@@ -665,6 +748,7 @@ static int verify_restored(struct engine *e, struct engine_stats *stats, char *r
 int engine_save(struct engine *e, struct engine_stats *stats, char *reason, size_t len) {
   struct region_list list = {0};
   *stats = (struct engine_stats){0};
+  stop_registering(e);
   int rc = e->ops->for_each_region(e->ctx, collect_region, &list);
   if (rc) {
     snprintf(reason, len, "listing device memory regions failed: %s", strerror(-rc));
@@ -708,6 +792,7 @@ int engine_save(struct engine *e, struct engine_stats *stats, char *reason, size
 
 int engine_restore(struct engine *e, struct engine_stats *stats, char *reason, size_t len) {
   *stats = (struct engine_stats){0};
+  stop_registering(e);
   uint64_t count = 0;
   struct chunk_ref *chunks = list_chunks(e, &count);
   if (!chunks) {

@@ -20,6 +20,8 @@ static struct {
   void *done_arg;
   struct engine *engine;
   struct ckpt_other_memory other; /* while paused */
+  bool drop_image;                /* after this transition: free the image */
+  bool dropping;                  /* ... which is under way */
 } tr = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
 
 static void fail(struct ckpt_result *r, int error, const char *format, ...)
@@ -109,6 +111,8 @@ static void pause_program(struct ckpt_result *r, double requested_at) {
   pthread_mutex_lock(&tr.lock);
   tr.other = other;
   pthread_mutex_unlock(&tr.lock);
+  /* While paused, page-lock the image so that the resume copies without staging buffers. */
+  if (ckpt_rt.options.register_image) engine_register_image(tr.engine);
   return; /* paused: the gate stays closed until resume */
 reopen:
   ops->gate_open(ctx);
@@ -147,7 +151,8 @@ static void resume_program(struct ckpt_result *r) {
          released ? " (and releasing the recreated memory failed too)" : "");
     return;
   }
-  if (!ckpt_rt.options.keep_image) engine_drop_image(tr.engine);
+  /* Freeing the image (unregistering and unmapping it) waits until the program runs again. */
+  tr.drop_image = !ckpt_rt.options.keep_image;
   /* Managed memory migrates back on first touch anyway: a failure here only costs speed. */
   if (ops->unpark_other && (rc = ops->unpark_other(ctx)) != 0)
     ckpt_logf(CKPT_LOG_WARN, "resume: bringing managed memory back to the device failed: %s",
@@ -181,6 +186,15 @@ static void *run(void *unused) {
     pthread_mutex_unlock(&tr.lock);
     state_finish(&result);
     if (done) done(done_arg, &result);
+    if (tr.drop_image) { /* status does not read the image meanwhile */
+      pthread_mutex_lock(&tr.lock);
+      tr.dropping = true;
+      pthread_mutex_unlock(&tr.lock);
+      engine_drop_image(tr.engine);
+      pthread_mutex_lock(&tr.lock);
+      tr.dropping = tr.drop_image = false;
+      pthread_mutex_unlock(&tr.lock);
+    }
     pthread_mutex_lock(&tr.lock);
   }
   pthread_mutex_unlock(&tr.lock);
@@ -245,14 +259,21 @@ int transition_submit(enum ckpt_op op, double requested_at, transition_done_fn d
 
 uint64_t transition_image_bytes(void) {
   pthread_mutex_lock(&tr.lock);
-  uint64_t bytes = tr.engine && !tr.pending ? engine_image_bytes(tr.engine) : 0;
+  uint64_t bytes = tr.engine && !tr.pending && !tr.dropping ? engine_image_bytes(tr.engine) : 0;
+  pthread_mutex_unlock(&tr.lock);
+  return bytes;
+}
+
+uint64_t transition_image_registered(void) {
+  pthread_mutex_lock(&tr.lock);
+  uint64_t bytes = tr.engine ? engine_image_registered(tr.engine) : 0;
   pthread_mutex_unlock(&tr.lock);
   return bytes;
 }
 
 uint64_t transition_image_regions(void) {
   pthread_mutex_lock(&tr.lock);
-  uint64_t regions = tr.engine && !tr.pending ? engine_image_regions(tr.engine) : 0;
+  uint64_t regions = tr.engine && !tr.pending && !tr.dropping ? engine_image_regions(tr.engine) : 0;
   pthread_mutex_unlock(&tr.lock);
   return regions;
 }

@@ -297,6 +297,18 @@ static int host_alloc_pinned(void *ctx, size_t n, void **host)
   return REAL_CALL(cudaHostAlloc, host, n, cudaHostAllocPortable);
 }
 
+static int host_register(void *ctx, void *host, size_t n)
+{
+  (void)ctx;
+  return REAL_CALL(cudaHostRegister, host, n, cudaHostRegisterPortable);
+}
+
+static void host_unregister(void *ctx, void *host)
+{
+  (void)ctx;
+  if (!atomic_load(&exiting)) (void)REAL_CALL(cudaHostUnregister, host);
+}
+
 static void host_free_pinned(void *ctx, void *host)
 {
   (void)ctx;
@@ -573,6 +585,8 @@ static const struct ckpt_host_ops host_ops = {
   .stream_sync = stream_sync,
   .host_alloc_pinned = host_alloc_pinned,
   .host_free_pinned = host_free_pinned,
+  .host_register = host_register,
+  .host_unregister = host_unregister,
   .device_hash = device_hash,
   .park_other = park_other,
   .unpark_other = unpark_other,

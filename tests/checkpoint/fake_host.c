@@ -395,6 +395,36 @@ static int device_hash(void *ctx, int device, const struct ckpt_delta_piece *pie
   return 0;
 }
 
+/* Registered image ranges count as pinned for the copies' check. */
+static int host_register(void *ctx, void *p, size_t n) {
+  struct fake_host *host = ctx;
+  int rc = -ENOMEM;
+  pthread_mutex_lock(&host->lock);
+  for (int i = 0; i < PINNED_MAX && rc; i++)
+    if (!pinned[i].base) {
+      pinned[i].base = p;
+      pinned[i].size = n;
+      host->registered_live++;
+      rc = 0;
+    }
+  pthread_mutex_unlock(&host->lock);
+  return rc;
+}
+
+static void host_unregister(void *ctx, void *p) {
+  struct fake_host *host = ctx;
+  pthread_mutex_lock(&host->lock);
+  int found = 0;
+  for (int i = 0; i < PINNED_MAX; i++)
+    if (pinned[i].base == p) {
+      pinned[i].base = NULL;
+      host->registered_live--;
+      found = 1;
+    }
+  pthread_mutex_unlock(&host->lock);
+  if (!found) violation(host, "unregistering a range that was not registered");
+}
+
 static int mem_held(void *ctx, int device, uint64_t *bytes) {
   struct fake_host *host = ctx;
   uint64_t total = 527ull << 20; /* a context */
@@ -431,6 +461,8 @@ const struct ckpt_host_ops fake_host_ops = {
     .host_alloc_pinned = host_alloc_pinned,
     .host_free_pinned = host_free_pinned,
     .device_hash = device_hash,
+    .host_register = host_register,
+    .host_unregister = host_unregister,
     .mem_held = mem_held,
     .log = log_line,
 };

@@ -41,7 +41,7 @@ struct fake_host {
   int device_hash_calls;
   /* what happened */
   int gate_closes, gate_opens, release_calls, recreate_calls, copies;
-  int pinned_live, streams_live;
+  int pinned_live, streams_live, registered_live;
   int violations;
   char violation[256];
   int log_lines;

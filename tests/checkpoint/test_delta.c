@@ -45,11 +45,15 @@ static uint64_t chunk_bytes_at(size_t region, uint64_t offset) {
   return size - start < chunk ? size - start : chunk;
 }
 
-/* Checkpoint, then release, recreate (garbage) and resume; the device must equal the shadow. */
+/* Checkpoint, then release, recreate (garbage) and resume; the device must equal the shadow.
+ * Every other cycle registers the image while "paused", so that the next copies go straight
+ * between the image and the device, and the one after checkpoints into a registered image. */
 static void cycle(struct engine *e, uint64_t expect_copied, const char *what) {
+  static int cycles;
   struct engine_stats stats;
   char reason[256] = "";
   CHECK_EQ(engine_save(e, &stats, reason, sizeof reason), 0);
+  if (cycles++ % 2) engine_register_image(e);
   if (total_bytes - stats.unchanged_bytes != expect_copied)
     test_fail("%s: copied %" PRIu64 " bytes, expected %" PRIu64, what,
               total_bytes - stats.unchanged_bytes, expect_copied);
@@ -140,7 +144,9 @@ int main(void) {
   h.device_hash = false;
   cycle(e, total_bytes, "no device checksums");
   cycle(e, total_bytes, "no device checksums, again");
+  CHECK(engine_image_registered(e) > 0, "the image was registered for direct copies");
   engine_free(e);
+  CHECK_EQ(h.registered_live, 0);
   CHECK_EQ(h.violations, 0);
   CHECK(h.device_hash_calls > changes, "checksums were taken on the device");
   for (size_t r = 0; r < REGIONS; r++) free(shadow[r]);

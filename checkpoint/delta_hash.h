@@ -1,5 +1,5 @@
 /* The chunk checksum of delta checkpoints, computed on the device by delta_kernel.cu (shipped as
- * PTX in delta_kernel_ptx.h) and by this reference on the host and the emulated device. The sum,
+ * a fatbinary in delta_kernel_image.h) and by this reference on the host and the emulated device. The sum,
  * mod 2^64, over a piece's 8-byte little-endian words w_i (a short last word padded with zero
  * bytes) of mix(w_i ^ (i + 1) * KEY), plus the piece's length. mix is a bijection, so two pieces
  * that differ in one word always differ in checksum: a changed byte is never missed; changes in

@@ -1,6 +1,6 @@
 // The device side of delta_hash.h: one block per piece, each thread adds the terms of a strided
 // share of the piece's words, the block sums them up and thread 0 writes the piece's checksum.
-// Built into PTX (delta_kernel_ptx.h, by the regenerate_delta_ptx target) and loaded by cudaw
+// Built into a fatbinary (delta_kernel_image.h, by the regenerate_delta_kernel target), loaded by cudaw
 // through the driver API, so it needs nothing from the program. The table and the sums are in
 // page-locked host memory, read and written by the device directly.
 #include <stdint.h>

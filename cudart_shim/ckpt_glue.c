@@ -14,7 +14,7 @@
 #include <cuda.h>
 
 #include "ckpt.h"
-#include "delta_kernel_ptx.h"
+#include "delta_kernel_image.h"
 #include "shim_ckpt.h"
 #include "shim_generated.h"
 #include "shim_vmem.h"
@@ -317,7 +317,8 @@ static void host_free_pinned(void *ctx, void *host)
 
 /* ---- checksums on the device: cudaw's own kernel, through the driver API -------------------- */
 
-/* The kernel (checkpoint/delta_kernel.cu) ships as PTX and is loaded with cuModuleLoadData from
+/* The kernel (checkpoint/delta_kernel.cu) ships as a fatbinary (cubins and PTX) and is loaded with
+ * cuModuleLoadData from
  * the driver functions the real runtime hands out, so it needs nothing from the program. The
  * module is loaded for one pass and unloaded after it, so that nothing of cudaw's stays on the
  * device while the program is paused. The piece table and the sums live in page-locked host
@@ -389,7 +390,7 @@ static int device_hash(void *ctx, int device, const struct ckpt_delta_piece *pie
   CUmodule module = NULL;
   CUfunction function;
   shim_depth++;
-  if (rc == 0) rc = from_driver(kernel_api.load(&module, ckpt_delta_kernel_ptx), "cuModuleLoadData");
+  if (rc == 0) rc = from_driver(kernel_api.load(&module, ckpt_delta_kernel_image), "cuModuleLoadData");
   if (rc == 0)
     rc = from_driver(kernel_api.get_function(&function, module, "cudaw_delta_hash"),
                      "cuModuleGetFunction");

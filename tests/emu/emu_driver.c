@@ -1,6 +1,7 @@
 /* emu_driver.c: the emulated driver API, reachable only through cudaGetDriverEntryPoint(ByVersion)
  * (the emu exports no cu* symbols). Each function has exactly its cuda.h signature, which the
  * table below checks at compile time. VMM maps onto emu_memory.c's memfd-backed mappings. */
+#define _GNU_SOURCE /* memmem */
 #include <errno.h>
 #include <string.h>
 
@@ -251,17 +252,26 @@ static CUresult emu_cuFuncGetParamInfo(CUfunction func, size_t index, size_t *of
 
 /* ---- modules: the one kernel the emulated device runs ---- */
 
-/* cudaw's delta checksum kernel (checkpoint/delta_kernel.cu), recognised by its entry in the
- * module's PTX and computed with the host reference (delta_hash.h); any other module is refused
- * as an image the device cannot run. Arguments as the kernel's: the piece table, the number of
- * pieces and where the sums go (all host-addressable here). */
+/* cudaw's delta checksum kernel (checkpoint/delta_kernel.cu), recognised by its name in the
+ * module's image (a fatbinary, or PTX text) and computed with the host reference (delta_hash.h);
+ * any other module is refused as an image the device cannot run. Arguments as the kernel's: the
+ * piece table, the number of pieces and where the sums go (all host-addressable here). */
 static char delta_module_storage, delta_function_storage;
 #define DELTA_MODULE ((CUmodule)(void *)&delta_module_storage)
 #define DELTA_FUNCTION ((CUfunction)(void *)&delta_function_storage)
 
 static CUresult emu_cuModuleLoadData(CUmodule *module, const void *image) {
   if (!module || !image) return CUDA_ERROR_INVALID_VALUE;
-  if (!strstr((const char *)image, ".entry cudaw_delta_hash")) return CUDA_ERROR_INVALID_IMAGE;
+  uint32_t magic;
+  memcpy(&magic, image, sizeof magic);
+  size_t size = strlen((const char *)image); /* PTX text */
+  if (magic == 0xBA55ED50u) { /* fatbinary: 16-byte header, then fat_size bytes */
+    uint64_t fat_size;
+    memcpy(&fat_size, (const char *)image + 8, sizeof fat_size);
+    size = 16 + (size_t)fat_size;
+  }
+  if (!memmem(image, size, "cudaw_delta_hash", strlen("cudaw_delta_hash")))
+    return CUDA_ERROR_INVALID_IMAGE;
   *module = DELTA_MODULE;
   return CUDA_SUCCESS;
 }

@@ -13,8 +13,15 @@
 
 #define CKPT_DELTA_KEY 0x9E3779B97F4A7C15ull
 
+/* The kernel includes this header too: one definition on both sides. */
+#ifdef __CUDACC__
+#define CKPT_DELTA_FUNCTION __host__ __device__ __forceinline__ static
+#else
+#define CKPT_DELTA_FUNCTION static inline
+#endif
+
 /* MurmurHash3's 64-bit finalizer: xor-shifts and odd multiplications, each invertible. */
-static inline uint64_t ckpt_delta_mix(uint64_t x) {
+CKPT_DELTA_FUNCTION uint64_t ckpt_delta_mix(uint64_t x) {
   x ^= x >> 33;
   x *= 0xff51afd7ed558ccdull;
   x ^= x >> 33;
@@ -23,12 +30,12 @@ static inline uint64_t ckpt_delta_mix(uint64_t x) {
   return x;
 }
 
-static inline uint64_t ckpt_delta_word(uint64_t word, uint64_t index) {
+CKPT_DELTA_FUNCTION uint64_t ckpt_delta_word(uint64_t word, uint64_t index) {
   return ckpt_delta_mix(word ^ ((index + 1) * CKPT_DELTA_KEY));
 }
 
 /* The checksum of n bytes at data (any alignment; little-endian host). */
-static inline uint64_t ckpt_delta_hash(const void *data, uint64_t n) {
+CKPT_DELTA_FUNCTION uint64_t ckpt_delta_hash(const void *data, uint64_t n) {
   const uint8_t *bytes = (const uint8_t *)data;
   uint64_t sum = n, words = n / 8, i;
   for (i = 0; i < words; i++) {

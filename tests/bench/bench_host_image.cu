@@ -90,17 +90,6 @@ static void report(const char *what, size_t bytes, double seconds)
   printf("%-60s %8.2f GB/s %9.3f s\n", what, bytes / seconds / 1e9, seconds);
 }
 
-static long rss_kib()
-{
-  FILE *f = fopen("/proc/self/status", "r");
-  char line[256];
-  long kib = -1;
-  while (f && fgets(line, sizeof line, f))
-    if (sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
-  if (f) fclose(f);
-  return kib;
-}
-
 static void host_image(size_t bytes, int threads)
 {
   printf("\n-- host image, %.0f GiB, %d threads (CPUs online %ld)\n", bytes / 1073741824.0, threads,
@@ -188,7 +177,6 @@ static void host_image(size_t bytes, int threads)
   CUDA_CHECK(cudaHostAlloc(&h, (size_t)1 << 30, cudaHostAllocPortable));
   report("cudaHostAlloc 1 GiB", (size_t)1 << 30, now() - t0);
   CUDA_CHECK(cudaFreeHost(h));
-  printf("RSS now %ld MiB\n", rss_kib() >> 10);
 }
 
 // ---- VMM ---------------------------------------------------------------------------------------

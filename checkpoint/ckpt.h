@@ -75,11 +75,6 @@ struct ckpt_host_ops {
    * undefined). All or nothing: on error nothing is held and *shortfall is the number of
    * bytes missing (0 if unknown), so that a later retry may succeed. */
   int (*recreate_all)(void *ctx, uint64_t *shortfall);
-  /* Optional. Release the device memory of one region as release_all would, while the copies
-   * of other regions still run: called from a module thread as soon as the region is saved.
-   * On error the region stays resident (release_all follows and deals with it); -ENOSYS: not
-   * worth it here (the module stops asking). */
-  int (*release_region)(void *ctx, const struct ckpt_region *region);
   /* Number of devices; must not create a context. */
   int (*device_count)(void *ctx, int *count);
   /* Create / destroy an asynchronous stream on `device`. The handle is opaque to us. */
@@ -101,10 +96,10 @@ struct ckpt_host_ops {
   int (*host_alloc_pinned)(void *ctx, size_t n, void **host);
   void (*host_free_pinned)(void *ctx, void *host);
   /* Optional (both or neither). Memory outside the regions. park_other runs at a checkpoint
-   * before the regions are saved: it moves what can leave the device off it (managed memory to
-   * host memory) and describes in *held what it moved and what stays. On error nothing stays
-   * moved. unpark_other runs at resume after the regions were restored, and after a checkpoint
-   * that failed after park_other: it brings moved memory back. */
+   * after the regions were saved, before release_all: it moves what can leave the device off it
+   * (managed memory to host memory) and describes in *held what it moved and what stays. On
+   * error nothing stays moved. unpark_other runs at resume after the regions were restored, and
+   * after a checkpoint that failed after park_other: it brings moved memory back. */
   int (*park_other)(void *ctx, struct ckpt_other_memory *held);
   int (*unpark_other)(void *ctx);
   /* Optional. Checksum `count` pieces of device memory on `device`, on the device, with

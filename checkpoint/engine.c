@@ -34,8 +34,6 @@ struct image_region {
   bool device_sums; /* sums are ckpt_delta_hash values taken on the device, else host XXH3-64 */
   uint64_t *sums; /* one per chunk */
   uint64_t chunks;
-  _Atomic uint64_t unsaved; /* save job: its chunks still to copy; at 0 it can be released */
-  bool released_early;      /* by release_region, during this save */
 };
 
 struct engine {
@@ -58,19 +56,6 @@ struct engine {
   size_t image_count;
   uint64_t image_bytes;
   bool device_hash_warned;
-  bool release_unwanted; /* release_region said -ENOSYS: do not ask again */
-};
-
-/* Gives saved regions' device memory back while the copies of the others run (release_region),
- * so that the driver's per-mapping cost of thousands of allocations overlaps the copies. */
-struct releaser {
-  struct engine *engine;
-  pthread_t thread;
-  pthread_mutex_t lock;
-  pthread_cond_t wake;
-  uint32_t *queue; /* region indices, image_count at most */
-  size_t queued, taken;
-  bool done, running;
 };
 
 /* One chunk of work: region index and chunk index in it. */
@@ -82,7 +67,6 @@ struct chunk_ref {
 /* A save or restore run, shared by its threads. */
 struct job {
   struct engine *engine;
-  struct releaser *releaser; /* save: NULL unless regions are released as they are saved */
   bool save;
   bool host_sums; /* save: checksum on the host (XXH3) while copying */
   struct chunk_ref *chunks;
@@ -463,66 +447,6 @@ static void *stream_of(struct engine *e, int device, int slot) {
   return e->streams[device * e->slots + slot];
 }
 
-static void release_later(struct releaser *rl, uint32_t region) {
-  pthread_mutex_lock(&rl->lock);
-  rl->queue[rl->queued++] = region;
-  pthread_cond_signal(&rl->wake);
-  pthread_mutex_unlock(&rl->lock);
-}
-
-static void *run_releaser(void *arg) {
-  struct releaser *rl = arg;
-  struct engine *e = rl->engine;
-  pthread_mutex_lock(&rl->lock);
-  for (;;) {
-    while (rl->taken == rl->queued && !rl->done) pthread_cond_wait(&rl->wake, &rl->lock);
-    if (rl->taken == rl->queued) break;
-    struct image_region *r = &e->image[rl->queue[rl->taken++]];
-    pthread_mutex_unlock(&rl->lock);
-    int rc = e->release_unwanted ? -ENOSYS : e->ops->release_region(e->ctx, &r->region);
-    if (rc == 0) r->released_early = true;
-    else if (rc == -ENOSYS) e->release_unwanted = true; /* release_all does it all, later */
-    pthread_mutex_lock(&rl->lock);
-  }
-  pthread_mutex_unlock(&rl->lock);
-  return NULL;
-}
-
-/* Start releasing the regions of a save job's chunks as each is saved; regions with no chunk in
- * the job (unchanged since the kept image) right away. false: not available or not wanted. */
-static bool releaser_start(struct releaser *rl, struct engine *e, const struct chunk_ref *chunks,
-                           uint64_t count) {
-  *rl = (struct releaser){.engine = e};
-  if (!e->ops->release_region || e->release_unwanted || e->image_count == 0) return false;
-  if (!(rl->queue = malloc(e->image_count * sizeof *rl->queue))) return false;
-  pthread_mutex_init(&rl->lock, NULL);
-  pthread_cond_init(&rl->wake, NULL);
-  for (size_t i = 0; i < e->image_count; i++) atomic_store(&e->image[i].unsaved, 0);
-  for (uint64_t k = 0; k < count; k++) atomic_fetch_add(&e->image[chunks[k].region].unsaved, 1);
-  for (size_t i = 0; i < e->image_count; i++)
-    if (atomic_load(&e->image[i].unsaved) == 0) rl->queue[rl->queued++] = (uint32_t)i;
-  rl->running = pthread_create(&rl->thread, NULL, run_releaser, rl) == 0;
-  if (!rl->running) {
-    free(rl->queue);
-    pthread_mutex_destroy(&rl->lock);
-    pthread_cond_destroy(&rl->wake);
-  }
-  return rl->running;
-}
-
-static void releaser_finish(struct releaser *rl) {
-  if (!rl->running) return;
-  pthread_mutex_lock(&rl->lock);
-  rl->done = true;
-  pthread_cond_signal(&rl->wake);
-  pthread_mutex_unlock(&rl->lock);
-  pthread_join(rl->thread, NULL);
-  free(rl->queue);
-  pthread_mutex_destroy(&rl->lock);
-  pthread_cond_destroy(&rl->wake);
-  rl->running = false;
-}
-
 /* The slot's copy is done (stream synchronized); finish it on the host side. */
 static int complete_slot(struct worker *w, struct slot *slot, XXH3_state_t *state) {
   struct job *job = w->job;
@@ -551,7 +475,6 @@ static int complete_slot(struct worker *w, struct slot *slot, XXH3_state_t *stat
           hash_and_copy(state, r->data + offset, e->staging[slot->staging], n, &w->times);
     else
       copy_timed(r->data + offset, e->staging[slot->staging], n, &w->times);
-    if (job->releaser && atomic_fetch_sub(&r->unsaved, 1) == 1) release_later(job->releaser, ref.region);
   }
   return 0;
 }
@@ -694,8 +617,6 @@ static int run_job(struct engine *e, bool save, bool host_sums, struct chunk_ref
   }
   struct job job = {.engine = e, .save = save, .host_sums = host_sums, .chunks = chunks,
                     .chunk_count = count};
-  struct releaser releaser;
-  if (save && releaser_start(&releaser, e, chunks, count)) job.releaser = &releaser;
   pthread_mutex_init(&job.lock, NULL);
   struct worker *workers = calloc((size_t)e->threads, sizeof *workers);
   if (!workers) {
@@ -713,7 +634,6 @@ static int run_job(struct engine *e, bool save, bool host_sums, struct chunk_ref
   }
   run_worker(&workers[0]);
   for (int t = 1; t < started; t++) pthread_join(workers[t].thread, NULL);
-  if (job.releaser) releaser_finish(job.releaser);
   for (int t = 0; t < started; t++) {
     if (workers[t].setup_seconds > stats->setup_seconds) stats->setup_seconds = workers[t].setup_seconds;
     stats->times.wait += workers[t].times.wait / started;
@@ -730,7 +650,6 @@ static int run_job(struct engine *e, bool save, bool host_sums, struct chunk_ref
     stats->regions = e->image_count;
   }
 out:
-  if (job.releaser) releaser_finish(job.releaser); /* when the workers could not start */
   free(workers);
   pthread_mutex_destroy(&job.lock);
   return rc;
@@ -780,11 +699,14 @@ static int save_delta(struct engine *e, struct chunk_ref *chunks, uint64_t count
       stats->unchanged_bytes += chunk_length(e, chunks[k]);
     }
   }
-  /* The sums describe the image once the copies are done; a failed save drops the image (after
-   * putting back what regions released early held, which were saved whole). */
+  /* Until the copy succeeds the regions' sums describe nothing: mark them host (not reusable). */
+  for (size_t i = 0; i < e->image_count; i++)
+    if (e->image[i].fresh) e->image[i].device_sums = false;
+  int rc = run_job(e, true, false, chunks, changed, stats, reason, len);
+  if (rc) return rc;
   for (uint64_t k = 0; k < changed; k++) e->image[chunks[k].region].sums[chunks[k].chunk] = sums[k];
   for (size_t i = 0; i < e->image_count; i++) e->image[i].device_sums = true;
-  return run_job(e, true, false, chunks, changed, stats, reason, len);
+  return 0;
 }
 
 /* Restore's check for regions with device sums: checksum what arrived on the device (on the
@@ -823,27 +745,6 @@ static int verify_restored(struct engine *e, struct engine_stats *stats, char *r
   return rc;
 }
 
-/* A save failed after some regions were released early (release_region): give them device
- * memory again and copy back what they held (each was saved whole before its release). */
-static int undo_early_release(struct engine *e, char *reason, size_t len) {
-  uint64_t count = 0, kept = 0, shortfall = 0;
-  struct chunk_ref *chunks = list_chunks(e, &count);
-  for (uint64_t k = 0; chunks && k < count; k++)
-    if (e->image[chunks[k].region].released_early) chunks[kept++] = chunks[k];
-  int rc = chunks ? 0 : -ENOMEM;
-  if (rc == 0 && kept) rc = e->ops->recreate_all(e->ctx, &shortfall);
-  char why[256] = "";
-  struct engine_stats ignored = {0};
-  if (rc == 0 && kept) rc = run_job(e, false, false, chunks, kept, &ignored, why, sizeof why);
-  if (rc) {
-    size_t used = strlen(reason);
-    snprintf(reason + used, len - used, "; putting back the regions already released failed: %s",
-             why[0] ? why : strerror(-rc));
-  }
-  free(chunks);
-  return rc;
-}
-
 int engine_save(struct engine *e, struct engine_stats *stats, char *reason, size_t len) {
   struct region_list list = {0};
   *stats = (struct engine_stats){0};
@@ -858,7 +759,6 @@ int engine_save(struct engine *e, struct engine_stats *stats, char *reason, size
         rc = -E2BIG;
       }
     uint64_t count = 0;
-    for (size_t i = 0; i < e->image_count; i++) e->image[i].released_early = false;
     struct chunk_ref *chunks = rc ? NULL : list_chunks(e, &count);
     uint64_t *sums = chunks ? malloc((count ? count : 1) * sizeof *sums) : NULL;
     if (!rc && !sums) {
@@ -886,7 +786,6 @@ int engine_save(struct engine *e, struct engine_stats *stats, char *reason, size
     for (size_t i = 0; i < e->image_count; i++) e->image[i].fresh = false;
   }
   free(list.items);
-  if (rc) undo_early_release(e, reason, len);
   if (rc) engine_drop_image(e); /* half an image is worth nothing */
   return rc;
 }

@@ -80,14 +80,6 @@ static void pause_program(struct ckpt_result *r, double requested_at) {
     fail(r, rc, "preparing the copy engine failed: %s", strerror(-rc));
     goto reopen;
   }
-  /* Managed memory first: the save may give regions back as it goes, after which a failure
-   * here could not simply reopen the gate. */
-  struct ckpt_other_memory other = {0};
-  if (ops->park_other && (rc = ops->park_other(ctx, &other)) != 0) {
-    fail(r, rc, "moving managed memory off the device failed: %s", strerror(-rc));
-    goto reopen;
-  }
-  t = ckpt_now();
   struct engine_stats stats;
   rc = engine_save(tr.engine, &stats, reason, sizeof reason);
   r->copy_seconds = ckpt_now() - t;
@@ -95,8 +87,13 @@ static void pause_program(struct ckpt_result *r, double requested_at) {
   result_from_stats(r, &stats);
   t = ckpt_now();
   if (rc) {
-    if (ops->unpark_other) (void)ops->unpark_other(ctx);
     fail(r, rc, "saving device memory failed: %s", reason);
+    goto reopen;
+  }
+  struct ckpt_other_memory other = {0};
+  if (ops->park_other && (rc = ops->park_other(ctx, &other)) != 0) {
+    engine_drop_image(tr.engine);
+    fail(r, rc, "moving managed memory off the device failed: %s", strerror(-rc));
     goto reopen;
   }
   rc = ops->release_all(ctx);

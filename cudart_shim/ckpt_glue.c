@@ -212,18 +212,6 @@ static int release_all(void *ctx)
   return rc;
 }
 
-/* Under remap, unmapping a saved chunk while the others are copied hides the driver's per-mapping
- * cost; under translate it would be a cudaFree, which waits for the whole device. */
-static int release_region(void *ctx, const struct ckpt_region *region)
-{
-  (void)ctx;
-  if (!shim_vmem_running() || vmem_policy() != VMEM_REMAP) return -ENOSYS;
-  shim_depth++;
-  int rc = vmem_release_chunk((uintptr_t)region->vaddr);
-  shim_depth--;
-  return rc;
-}
-
 /* ---- streams, copies, pinned memory -------------------------------------------------------- */
 
 /* The module's "streams" are not CUDA streams: the driver keeps the device memory of a stream it
@@ -589,7 +577,6 @@ static const struct ckpt_host_ops host_ops = {
   .device_drain = device_drain,
   .for_each_region = for_each_region,
   .release_all = release_all,
-  .release_region = release_region,
   .recreate_all = recreate_all,
   .device_count = device_count,
   .stream_create = stream_create,

@@ -126,17 +126,6 @@ int vmem_release_all(void) {
   return first_error;
 }
 
-int vmem_release_chunk(uintptr_t vaddr) {
-  struct vmem_space *s = &vmem_space;
-  int rc = 0;
-  pthread_mutex_lock(&s->lock);
-  struct chunk *c = s->initialized ? vmem_owner(vaddr) : NULL;
-  if (!c || c->vaddr != vaddr) rc = -ENOENT;
-  else if (c->resident) release_run(&c, 0, 1, &rc);
-  pthread_mutex_unlock(&s->lock);
-  return rc;
-}
-
 struct recreate_args {
   uint64_t epoch;
   uint64_t created_bytes;

@@ -132,11 +132,6 @@ int vmem_for_each(int (*cb)(const struct vmem_chunk *chunk, void *ctx), void *ct
  * on a device error the chunk stays resident, the rest continue, the first error is returned. */
 int vmem_release_all(void);
 
-/* Release one resident chunk, the one that starts at vaddr, as vmem_release_all does (a
- * checkpoint gives each chunk back as soon as it is saved). 0 also when already released;
- * -ENOENT when no chunk starts there; a device error leaves it resident. */
-int vmem_release_chunk(uintptr_t vaddr);
-
 /* Re-create device memory for every released chunk, all or none. Under remap the real address is
  * the virtual one again; under translate it may differ (see vmem_for_each). -ENOMEM when device
  * memory runs out: everything re-created by this call is given back again, nothing is lost,

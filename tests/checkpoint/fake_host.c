@@ -225,24 +225,6 @@ static int release_all(void *ctx) {
   return 0;
 }
 
-static int release_region(void *ctx, const struct ckpt_region *region) {
-  struct fake_host *host = ctx;
-  if (!host->gate_closed) violation(host, "release_region with the gate open");
-  pthread_mutex_lock(&host->lock);
-  int rc = -ENOENT;
-  for (size_t i = 0; i < host->region_count; i++) {
-    struct fake_region *r = &host->regions[i];
-    if (r->vaddr != region->vaddr) continue;
-    if (r->memory) memset(r->memory, 0xdd, r->size);
-    free(r->memory);
-    r->memory = NULL;
-    host->early_releases++;
-    rc = 0;
-  }
-  pthread_mutex_unlock(&host->lock);
-  return rc;
-}
-
 static int recreate_all(void *ctx, uint64_t *shortfall) {
   struct fake_host *host = ctx;
   pthread_mutex_lock(&host->lock);
@@ -327,7 +309,6 @@ static int queue_copy(struct fake_host *host, bool to_device, void *hostp, uint6
   struct fake_stream *s = stream;
   pthread_mutex_lock(&host->lock);
   host->copies++;
-  bool fail = host->copy_fail_at && host->copies == host->copy_fail_at;
   struct fake_region *r = find_region(host, vaddr, n);
   bool closed = host->gate_closed, ok_pinned = is_pinned(hostp, n);
   pthread_mutex_unlock(&host->lock);
@@ -336,7 +317,6 @@ static int queue_copy(struct fake_host *host, bool to_device, void *hostp, uint6
   if (!r->memory) { violation(host, "copy into released region %llu", (unsigned long long)r->id); return -EFAULT; }
   if (r->device != s->device) { violation(host, "region on device %d copied on a stream of device %d", r->device, s->device); return -EINVAL; }
   if (!ok_pinned) { violation(host, "host side of a copy is not pinned staging"); return -EINVAL; }
-  if (fail) return -EIO;
   if (s->count == QUEUE_MAX) { /* the oldest copy completes */
     execute(s, &s->queue[0]);
     memmove(s->queue, s->queue + 1, (QUEUE_MAX - 1) * sizeof s->queue[0]);
@@ -471,7 +451,6 @@ const struct ckpt_host_ops fake_host_ops = {
     .device_drain = device_drain,
     .for_each_region = for_each_region,
     .release_all = release_all,
-    .release_region = release_region,
     .recreate_all = recreate_all,
     .device_count = device_count,
     .stream_create = stream_create,

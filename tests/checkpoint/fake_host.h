@@ -38,8 +38,6 @@ struct fake_host {
   bool recreate_block;         /* recreate_all waits until cleared */
   bool recreate_entered;
   bool device_hash;            /* offer device_hash (checksums "on the device") */
-  int copy_fail_at;            /* the copy with this number (counting all, from 1) fails */
-  int early_releases;          /* regions given back by release_region */
   int device_hash_calls;
   /* what happened */
   int gate_closes, gate_opens, release_calls, recreate_calls, copies;

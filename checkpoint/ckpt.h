@@ -128,6 +128,7 @@ struct ckpt_options {
   int keep_image;            /* CUDAW_CKPT_KEEP_IMAGE: keep the host image after a resume */
   int prefault;              /* CUDAW_CKPT_PREFAULT: fault fresh image pages in ahead of copies */
   int register_image;        /* CUDAW_CKPT_REGISTER: page-lock the image while paused */
+  int pin_early;             /* CUDAW_CKPT_PIN_EARLY: pin staging once the program has memory */
 };
 
 /* One row of the options table, for the shim's merged table and `cudaw-ctl --help`. */
@@ -193,6 +194,11 @@ int ckpt_request_resume(void);
  * checkpoint allocates new ones). Call from inside a gated API call, so that no transition runs
  * concurrently. Safe before ckpt_init. */
 void ckpt_device_reset(void);
+
+/* The program has device memory now (a context exists): pin the staging buffers in the
+ * background (CUDAW_CKPT_PIN_EARLY), so that the first checkpoint does not wait ~65 ms per
+ * 128 MiB for them. Returns at once; a no-op before ckpt_init or when the option is off. */
+void ckpt_prepare_early(void);
 
 /* The current state (CKPT_RUNNING before init). */
 enum ckpt_state_id ckpt_state(void);

@@ -38,6 +38,8 @@ static const struct ckpt_option_info table[] = {
     {"CUDAW_CKPT_KEEP_IMAGE", "0", "1: keep the host image after a resume for the next checkpoint"},
     {"CUDAW_CKPT_REGISTER", "1",
      "1: page-lock the image while paused, so resume and kept-image checkpoints skip staging"},
+    {"CUDAW_CKPT_PIN_EARLY", "1",
+     "1: pin the staging buffers in the background once the program has device memory"},
     {"CUDAW_CKPT_PREFAULT", "0",
      "1: fault fresh image pages in while their DMA runs (slower; shows the fault cost apart)"},
 };
@@ -122,6 +124,11 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
     else rc = reject("CUDAW_CKPT_KEEP_IMAGE", text, error, error_len);
   }
   out->register_image = 1;
+  out->pin_early = 1;
+  if ((text = getenv("CUDAW_CKPT_PIN_EARLY")) && *text) {
+    if (strcmp(text, "0") == 0 || strcmp(text, "1") == 0) out->pin_early = text[0] == '1';
+    else rc = reject("CUDAW_CKPT_PIN_EARLY", text, error, error_len);
+  }
   if ((text = getenv("CUDAW_CKPT_REGISTER")) && *text) {
     if (strcmp(text, "0") == 0 || strcmp(text, "1") == 0) out->register_image = text[0] == '1';
     else rc = reject("CUDAW_CKPT_REGISTER", text, error, error_len);

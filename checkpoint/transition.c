@@ -21,6 +21,8 @@ static struct {
   struct engine *engine;
   struct ckpt_other_memory other; /* while paused */
   bool drop_image;                /* after this transition: free the image */
+  bool prepare;                   /* ckpt_prepare_early asked for the staging buffers */
+  bool preparing;                 /* ... which are being pinned (not inside the gate) */
   bool dropping;                  /* ... which is under way */
 } tr = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
 
@@ -167,7 +169,19 @@ static void *run(void *unused) {
   (void)unused;
   pthread_mutex_lock(&tr.lock);
   for (;;) {
-    while (!tr.pending && !tr.stopping) pthread_cond_wait(&tr.wake, &tr.lock);
+    while (!tr.pending && !tr.stopping && !tr.prepare) pthread_cond_wait(&tr.wake, &tr.lock);
+    if (tr.prepare && !tr.pending && !tr.stopping) {
+      /* Pin the staging buffers now, so that the first checkpoint does not wait for them. */
+      tr.prepare = false;
+      tr.preparing = true;
+      pthread_mutex_unlock(&tr.lock);
+      int rc = engine_prepare(tr.engine);
+      if (rc) ckpt_logf(CKPT_LOG_DEBUG, "pinning staging buffers ahead failed: %s", strerror(-rc));
+      pthread_mutex_lock(&tr.lock);
+      tr.preparing = false;
+      pthread_cond_broadcast(&tr.wake);
+      continue;
+    }
     if (!tr.pending) break;
     enum ckpt_op op = tr.op;
     double requested_at = tr.requested_at;
@@ -287,8 +301,23 @@ struct ckpt_other_memory transition_other_memory(void) {
   return other;
 }
 
+void ckpt_prepare_early(void) {
+  if (!ckpt_rt.options.pin_early) return;
+  pthread_mutex_lock(&tr.lock);
+  if (tr.started && !tr.stopping) {
+    tr.prepare = true;
+    pthread_cond_broadcast(&tr.wake);
+  }
+  pthread_mutex_unlock(&tr.lock);
+}
+
 void ckpt_device_reset(void) {
   /* Transitions run with the gate closed; the caller is inside a counted API call, so none is
-   * running now and none can start before the call returns. */
+   * running now and none can start before the call returns. Early pinning runs outside the
+   * gate: cancel it, or wait for it, before forgetting what it pinned. */
+  pthread_mutex_lock(&tr.lock);
+  tr.prepare = false;
+  while (tr.preparing) pthread_cond_wait(&tr.wake, &tr.lock);
+  pthread_mutex_unlock(&tr.lock);
   if (tr.engine) engine_forget_pinned(tr.engine);
 }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "delta_hash.h"
 #include "fake_host.h"
@@ -22,7 +23,7 @@ static const uint64_t chunk = 4096;
 
 static struct fake_host h;
 static uint8_t *shadow[REGIONS]; /* what each region must hold after a resume */
-static uint64_t total_bytes;
+static uint64_t total_bytes, most_registered;
 
 static void every_bit_flip_changes_the_sum(void) {
   uint8_t buffer[1031]; /* not a multiple of 8: the short last word counts too */
@@ -53,7 +54,11 @@ static void cycle(struct engine *e, uint64_t expect_copied, const char *what) {
   struct engine_stats stats;
   char reason[256] = "";
   CHECK_EQ(engine_save(e, &stats, reason, sizeof reason), 0);
-  if (cycles++ % 2) engine_register_image(e);
+  if (cycles++ % 2) { /* a pause long enough for the image to be registered whole */
+    engine_register_image(e);
+    for (int wait = 0; wait < 2000 && engine_image_registered(e) < total_bytes; wait++) usleep(1000);
+    if (engine_image_registered(e) > most_registered) most_registered = engine_image_registered(e);
+  }
   if (total_bytes - stats.unchanged_bytes != expect_copied)
     test_fail("%s: copied %" PRIu64 " bytes, expected %" PRIu64, what,
               total_bytes - stats.unchanged_bytes, expect_copied);
@@ -144,7 +149,7 @@ int main(void) {
   h.device_hash = false;
   cycle(e, total_bytes, "no device checksums");
   cycle(e, total_bytes, "no device checksums, again");
-  CHECK(engine_image_registered(e) > 0, "the image was registered for direct copies");
+  CHECK(most_registered >= total_bytes, "the image was registered for direct copies");
   engine_free(e);
   CHECK_EQ(h.registered_live, 0);
   CHECK_EQ(h.violations, 0);

@@ -1,10 +1,12 @@
 /* The copy engine: device memory <-> host image, in chunks of one staging buffer. Pinned staging
- * buffers are allocated once, in parallel before the first copy, and reused
- * (pinning on the fly is slower than pageable copies). Streams live only while a copy job runs,
- * so that nothing of ours holds device memory while the program is paused. Each host thread owns
- * a few (stream, staging) slots and keeps the DMA of one slot running while it copies another
- * between staging and the image. Every chunk carries an XXH3-64 checksum taken when saved and
- * checked before it is sent back. */
+ * buffers are allocated once, in parallel, and reused (pinning on the fly is slower than
+ * pageable copies). Streams live only while a copy job runs, so that nothing of ours holds device
+ * memory while the program is paused. Each host thread owns a few (stream, staging) slots and
+ * keeps the DMA of one slot running while it copies another between staging and the image; the
+ * parts of the image registered while paused are copied to and from directly. Every chunk has a
+ * checksum: taken on the device (delta_hash.h) where the host offers it, which lets a checkpoint
+ * into a kept image copy only changed chunks and a resume check each chunk on the device after
+ * its copy; otherwise XXH3-64 on the host, checked before the chunk is sent back. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>

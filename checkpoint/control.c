@@ -96,10 +96,14 @@ int control_format_result(const struct ckpt_result *r, char *buf, size_t len) {
   append(buf, len, &used,
          ",\"bytes\":%" PRIu64 ",\"regions\":%" PRIu64 ",\"seconds\":%.6f,\"gbps\":%.3f,"
          "\"gate_ms\":%.3f,\"drain_ms\":%.3f,\"setup_ms\":%.3f,\"copy_seconds\":%.6f,"
-         "\"memory_ms\":%.3f,\"shortfall\":%" PRIu64 "}\n",
+         "\"memory_ms\":%.3f,\"shortfall\":%" PRIu64 ",\"threads\":%u,\"wait_ms\":%.3f,"
+         "\"memcpy_ms\":%.3f,\"hash_ms\":%.3f,\"fault_ms\":%.3f,\"device_hash_ms\":%.3f,"
+         "\"unchanged_bytes\":%" PRIu64 "}\n",
          r->bytes, r->regions, r->total_seconds, rate, r->gate_seconds * 1e3,
          r->drain_seconds * 1e3, r->setup_seconds * 1e3, r->copy_seconds, r->memory_seconds * 1e3,
-         r->shortfall);
+         r->shortfall, r->copy_threads, r->dma_wait_seconds * 1e3, r->host_copy_seconds * 1e3,
+         r->hash_seconds * 1e3, r->fault_seconds * 1e3, r->device_hash_seconds * 1e3,
+         r->unchanged_bytes);
   return used < len ? 0 : -ENOSPC;
 }
 
@@ -116,9 +120,9 @@ static void format_status(char *buf, size_t len) {
   size_t used = 0;
   append(buf, len, &used,
          "{\"ok\":true,\"pid\":%ld,\"uid\":%u,\"state\":\"%s\",\"image_bytes\":%" PRIu64
-         ",\"image_regions\":%" PRIu64,
+         ",\"image_regions\":%" PRIu64 ",\"image_pinned_bytes\":%" PRIu64,
          (long)getpid(), (unsigned)geteuid(), ckpt_state_name(ckpt_state()),
-         transition_image_bytes(), transition_image_regions());
+         transition_image_bytes(), transition_image_regions(), transition_image_registered());
   append(buf, len, &used, ",\"held_bytes\":[");
   int devices = 0;
   const struct ckpt_host_ops *ops = ckpt_rt.ops;

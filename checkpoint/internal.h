@@ -35,10 +35,21 @@ const char *ckpt_op_name(int op);
 
 /* engine.c: the copy engine and the host image. */
 struct engine;
+/* Where a copy thread's time went, in seconds; engine_stats holds the average over threads. */
+struct engine_times {
+  double wait;  /* waiting for the DMA of a staging buffer (stream_sync) */
+  double copy;  /* copying between staging and the image (first-touch faults included) */
+  double hash;  /* checksums on the host */
+  double fault; /* faulting fresh image pages in ahead of the copy, while the DMA runs */
+};
 struct engine_stats {
   uint64_t bytes;
   uint64_t regions;
   double setup_seconds; /* the slowest copy thread's stream creation */
+  struct engine_times times;
+  int threads;
+  double device_hash_seconds;
+  uint64_t unchanged_bytes; /* delta: not copied, unchanged since the kept image */
 };
 struct engine *engine_new(const struct ckpt_host_ops *ops, void *ctx, const struct ckpt_options *options);
 /* Learn the device count, size the stream table and pin the staging buffers still missing (in
@@ -50,6 +61,13 @@ int engine_save(struct engine *engine, struct engine_stats *stats, char *reason,
 /* Copy the image back, verifying every chunk's checksum before it is sent; a mismatch is
  * -EBADMSG with the region and offset in `reason`. Precondition: regions recreated. */
 int engine_restore(struct engine *engine, struct engine_stats *stats, char *reason, size_t reason_len);
+/* Start registering the image for direct DMA (host_register) on a thread of its own, piece by
+ * piece: done while the program is paused, so that the resume and later checkpoints copy
+ * between the device and the image without staging buffers. save, restore, drop and
+ * forget_pinned stop it first. No-op without host_register. */
+void engine_register_image(struct engine *engine);
+/* Bytes of the image registered so far (pieces are rounded up to pages). Any thread. */
+uint64_t engine_image_registered(struct engine *engine);
 /* Free the image's memory (kept between cycles with keep_image). */
 void engine_drop_image(struct engine *engine);
 uint64_t engine_image_bytes(const struct engine *engine);
@@ -71,6 +89,7 @@ int transition_submit(enum ckpt_op op, double requested_at, transition_done_fn d
                       const char **why);
 void transition_forget_after_fork(void);
 uint64_t transition_image_bytes(void);
+uint64_t transition_image_registered(void); /* bytes of the image page-locked (pinned) */
 /* For tests: the engine (only touch it while no transition runs). */
 struct engine *transition_engine(void);
 uint64_t transition_image_regions(void);

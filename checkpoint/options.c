@@ -36,6 +36,12 @@ static const struct ckpt_option_info table[] = {
     {"CUDAW_CKPT_THREADS", "online CPUs, at most 16",
      "host threads copying between staging buffers and the image"},
     {"CUDAW_CKPT_KEEP_IMAGE", "0", "1: keep the host image after a resume for the next checkpoint"},
+    {"CUDAW_CKPT_REGISTER", "1",
+     "1: page-lock the image while paused, so resume and kept-image checkpoints skip staging"},
+    {"CUDAW_CKPT_PIN_EARLY", "1",
+     "1: pin the staging buffers in the background once the program has device memory"},
+    {"CUDAW_CKPT_PREFAULT", "0",
+     "1: fault fresh image pages in while their DMA runs (slower; shows the fault cost apart)"},
 };
 
 const struct ckpt_option_info *ckpt_option_table(size_t *count) {
@@ -122,6 +128,20 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
   if ((text = getenv("CUDAW_CKPT_KEEP_IMAGE")) && *text) {
     if (strcmp(text, "0") == 0 || strcmp(text, "1") == 0) out->keep_image = text[0] == '1';
     else rc = reject("CUDAW_CKPT_KEEP_IMAGE", text, error, error_len);
+  }
+  out->register_image = 1;
+  out->pin_early = 1;
+  if ((text = getenv("CUDAW_CKPT_PIN_EARLY")) && *text) {
+    if (strcmp(text, "0") == 0 || strcmp(text, "1") == 0) out->pin_early = text[0] == '1';
+    else rc = reject("CUDAW_CKPT_PIN_EARLY", text, error, error_len);
+  }
+  if ((text = getenv("CUDAW_CKPT_REGISTER")) && *text) {
+    if (strcmp(text, "0") == 0 || strcmp(text, "1") == 0) out->register_image = text[0] == '1';
+    else rc = reject("CUDAW_CKPT_REGISTER", text, error, error_len);
+  }
+  if ((text = getenv("CUDAW_CKPT_PREFAULT")) && *text) {
+    if (strcmp(text, "0") == 0 || strcmp(text, "1") == 0) out->prefault = text[0] == '1';
+    else rc = reject("CUDAW_CKPT_PREFAULT", text, error, error_len);
   }
   if (out->streams == 0) out->streams = 2 * out->threads;
   if ((text = getenv("CUDAW_RUN_DIR")) && *text) {

@@ -11,7 +11,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cuda.h>
+
 #include "ckpt.h"
+#include "delta_kernel_image.h"
 #include "shim_ckpt.h"
 #include "shim_generated.h"
 #include "shim_texture.h"
@@ -329,10 +332,116 @@ static int host_alloc_pinned(void *ctx, size_t n, void **host)
   return REAL_CALL(cudaHostAlloc, host, n, cudaHostAllocPortable);
 }
 
+static int host_register(void *ctx, void *host, size_t n)
+{
+  (void)ctx;
+  return REAL_CALL(cudaHostRegister, host, n, cudaHostRegisterPortable);
+}
+
+static void host_unregister(void *ctx, void *host)
+{
+  (void)ctx;
+  if (!atomic_load(&exiting)) (void)REAL_CALL(cudaHostUnregister, host);
+}
+
 static void host_free_pinned(void *ctx, void *host)
 {
   (void)ctx;
   if (!atomic_load(&exiting)) (void)REAL_CALL(cudaFreeHost, host);
+}
+
+/* ---- checksums on the device: cudaw's own kernel, through the driver API -------------------- */
+
+/* The kernel (checkpoint/delta_kernel.cu) ships as a fatbinary (cubins and PTX) and is loaded with
+ * cuModuleLoadData from
+ * the driver functions the real runtime hands out, so it needs nothing from the program. The
+ * module is loaded for one pass and unloaded after it, so that nothing of cudaw's stays on the
+ * device while the program is paused. The piece table and the sums live in page-locked host
+ * memory that the kernel reads and writes directly (mapped, unified addresses). */
+static struct {
+  pthread_once_t once;
+  CUresult (*load)(CUmodule *, const void *);
+  CUresult (*get_function)(CUfunction *, CUmodule, const char *);
+  CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                     unsigned, CUstream, void **, void **);
+  CUresult (*unload)(CUmodule);
+  CUresult (*synchronize)(CUstream);
+} kernel_api = {.once = PTHREAD_ONCE_INIT};
+
+static void *driver_function(const char *name)
+{
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+  if (REAL_CALL(cudaGetDriverEntryPointByVersion, name, &fn, 12000, cudaEnableDefault, &status) ||
+      status != cudaDriverEntryPointSuccess)
+    return NULL;
+  return fn;
+}
+
+static void find_kernel_api(void)
+{
+  void *load = driver_function("cuModuleLoadData"), *get = driver_function("cuModuleGetFunction");
+  void *launch = driver_function("cuLaunchKernel"), *unload = driver_function("cuModuleUnload");
+  void *sync = driver_function("cuStreamSynchronize");
+  memcpy(&kernel_api.load, &load, sizeof load);
+  memcpy(&kernel_api.get_function, &get, sizeof get);
+  memcpy(&kernel_api.launch, &launch, sizeof launch);
+  memcpy(&kernel_api.unload, &unload, sizeof unload);
+  memcpy(&kernel_api.synchronize, &sync, sizeof sync);
+}
+
+static int from_driver(CUresult result, const char *what)
+{
+  if (result == CUDA_SUCCESS) return 0;
+  shim_debug("checkpoint: device checksums: %s failed (CUresult %d)", what, (int)result);
+  return result == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+}
+
+static int device_hash(void *ctx, int device, const struct ckpt_delta_piece *pieces, size_t count,
+                       uint64_t *sums)
+{
+  (void)ctx;
+  pthread_once(&kernel_api.once, find_kernel_api);
+  if (!kernel_api.load || !kernel_api.get_function || !kernel_api.launch || !kernel_api.unload ||
+      !kernel_api.synchronize)
+    return -ENOSYS;
+  if (count == 0) return 0;
+  int rc = use_device(device);
+  struct ckpt_delta_piece *table = NULL;
+  void *table_device = NULL, *sums_device = NULL;
+  size_t table_bytes = count * sizeof *table;
+  if (rc == 0)
+    rc = REAL_CALL(cudaHostAlloc, (void **)&table, table_bytes + count * sizeof *sums,
+                   cudaHostAllocPortable | cudaHostAllocMapped);
+  if (rc) return rc;
+  uint64_t *found = (uint64_t *)(table + count);
+  for (size_t i = 0; i < count && rc == 0; i++) {
+    void *real;
+    rc = device_address(pieces[i].address, &real);
+    table[i] = (struct ckpt_delta_piece){(uint64_t)(uintptr_t)real, pieces[i].bytes};
+  }
+  if (rc == 0) rc = REAL_CALL(cudaHostGetDevicePointer, &table_device, table, 0);
+  if (rc == 0) rc = REAL_CALL(cudaHostGetDevicePointer, &sums_device, found, 0);
+  CUmodule module = NULL;
+  CUfunction function;
+  shim_depth++;
+  if (rc == 0) rc = from_driver(kernel_api.load(&module, ckpt_delta_kernel_image), "cuModuleLoadData");
+  if (rc == 0)
+    rc = from_driver(kernel_api.get_function(&function, module, "cudaw_delta_hash"),
+                     "cuModuleGetFunction");
+  if (rc == 0) {
+    unsigned long long pieces_count = count;
+    void *params[] = {&table_device, &pieces_count, &sums_device};
+    unsigned blocks = count < (1u << 20) ? (unsigned)count : 1u << 20;
+    rc = from_driver(kernel_api.launch(function, blocks, 1, 1, 256, 1, 1, 0, CU_STREAM_LEGACY,
+                                       params, NULL), "cuLaunchKernel");
+  }
+  if (rc == 0) rc = from_driver(kernel_api.synchronize(CU_STREAM_LEGACY), "cuStreamSynchronize");
+  if (module) kernel_api.unload(module);
+  shim_depth--;
+  if (rc == 0) memcpy(sums, found, count * sizeof *sums);
+  (void)REAL_CALL(cudaFreeHost, table);
+  return rc;
 }
 
 /* ---- memory vmem does not hold: managed memory and arrays (the shim's registry) -------------- */
@@ -543,6 +652,9 @@ static const struct ckpt_host_ops host_ops = {
   .stream_sync = stream_sync,
   .host_alloc_pinned = host_alloc_pinned,
   .host_free_pinned = host_free_pinned,
+  .host_register = host_register,
+  .host_unregister = host_unregister,
+  .device_hash = device_hash,
   .park_other = park_other,
   .unpark_other = unpark_other,
   .mem_held = mem_held,

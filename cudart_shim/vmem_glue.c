@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt.h"
 #include "options.h"
 #include "prims.h"
 #include "shim_generated.h"
@@ -185,6 +186,7 @@ static void start(void)
             policy_name(vmem_policy()), (unsigned long)base, (unsigned long)(base + size),
             (unsigned long)(size >> 30), (unsigned long)(vmem_granule() >> 10));
   vmem_status = 0;
+  ckpt_prepare_early(); /* a context exists now: the checkpoint's staging can be pinned */
 out:
   shim_depth--;
 }

@@ -3,9 +3,11 @@
  * cuGetProcAddress(_v2), so that cudaw's driver layer can forward to it (CUDAW_REAL_CUDA). Each
  * function has exactly its cuda.h signature, which the table below checks at compile time. VMM
  * maps onto emu_memory.c's memfd-backed mappings. */
+#define _GNU_SOURCE /* memmem */
 #include <errno.h>
 #include <string.h>
 
+#include "delta_hash.h"
 #include "emu_internal.h"
 
 static char primary_context_storage;
@@ -259,6 +261,52 @@ static CUresult emu_cuMemsetD8(CUdeviceptr dst, unsigned char value, size_t coun
   return emu_cuMemsetD8Async(dst, value, count, NULL);
 }
 
+/* ---- modules: cudaw's own delta kernel, computed on the host ---- */
+
+/* cudaw's delta checksum kernel (checkpoint/delta_kernel.cu), recognised by its name in the
+ * module's image (a fatbinary, or PTX text) and computed with the host reference (delta_hash.h);
+ * other modules are the emu's libraries (below). Arguments as the kernel's: the
+ * piece table, the number of pieces and where the sums go (all host-addressable here). */
+static char delta_module_storage, delta_function_storage;
+#define DELTA_MODULE ((CUmodule)(void *)&delta_module_storage)
+#define DELTA_FUNCTION ((CUfunction)(void *)&delta_function_storage)
+
+static bool is_delta_image(const void *image) {
+  uint32_t magic;
+  memcpy(&magic, image, sizeof magic);
+  size_t size = strlen((const char *)image); /* PTX text */
+  if (magic == 0xBA55ED50u) { /* fatbinary: 16-byte header, then fat_size bytes */
+    uint64_t fat_size;
+    memcpy(&fat_size, (const char *)image + 8, sizeof fat_size);
+    size = 16 + (size_t)fat_size;
+  }
+  return memmem(image, size, "cudaw_delta_hash", strlen("cudaw_delta_hash")) != NULL;
+}
+
+static CUresult delta_get_function(CUfunction *function, const char *name) {
+  if (strcmp(name, "cudaw_delta_hash")) return CUDA_ERROR_NOT_FOUND;
+  *function = DELTA_FUNCTION;
+  return CUDA_SUCCESS;
+}
+
+static CUresult delta_launch(CUfunction function, unsigned grid_x, unsigned grid_y,
+                                   unsigned grid_z, unsigned block_x, unsigned block_y,
+                                   unsigned block_z, unsigned shared_bytes, CUstream stream,
+                                   void **params, void **extra) {
+  (void)shared_bytes;
+  if (function != DELTA_FUNCTION || !params || extra) return CUDA_ERROR_INVALID_VALUE;
+  if (!grid_x || !grid_y || !grid_z || !block_x || !block_y || !block_z)
+    return CUDA_ERROR_INVALID_VALUE;
+  CUresult rc = check_stream(stream);
+  if (rc != CUDA_SUCCESS) return rc;
+  const struct ckpt_delta_piece *table = *(const struct ckpt_delta_piece **)params[0];
+  unsigned long long count = *(const unsigned long long *)params[1];
+  uint64_t *sums = *(uint64_t **)params[2];
+  for (unsigned long long i = 0; i < count; i++)
+    sums[i] = ckpt_delta_hash((const void *)(uintptr_t)table[i].address, table[i].bytes);
+  return CUDA_SUCCESS;
+}
+
 /* ---- modules and launches: the emu's libraries (emu_launch.c) under the driver's names ---- */
 
 static CUresult from_runtime(cudaError_t error) {
@@ -273,15 +321,23 @@ static CUresult from_runtime(cudaError_t error) {
 }
 
 static CUresult emu_cuModuleLoadData(CUmodule *module, const void *image) {
+  if (!module || !image) return CUDA_ERROR_INVALID_VALUE;
+  if (is_delta_image(image)) {
+    *module = DELTA_MODULE;
+    return CUDA_SUCCESS;
+  }
   return from_runtime(cudaLibraryLoadData((cudaLibrary_t *)module, image, NULL, NULL, 0, NULL,
                                           NULL, 0));
 }
 
 static CUresult emu_cuModuleGetFunction(CUfunction *function, CUmodule module, const char *name) {
+  if (!function || !name) return CUDA_ERROR_INVALID_VALUE;
+  if (module == DELTA_MODULE) return delta_get_function(function, name);
   return from_runtime(cudaLibraryGetKernel((cudaKernel_t *)function, (cudaLibrary_t)module, name));
 }
 
 static CUresult emu_cuModuleUnload(CUmodule module) {
+  if (module == DELTA_MODULE) return CUDA_SUCCESS;
   return from_runtime(cudaLibraryUnload((cudaLibrary_t)module));
 }
 
@@ -289,6 +345,8 @@ static CUresult emu_cuModuleUnload(CUmodule module) {
 static CUresult emu_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                    unsigned bx, unsigned by, unsigned bz, unsigned shared,
                                    CUstream stream, void **params, void **extra) {
+  if (f == DELTA_FUNCTION) return delta_launch(f, gx, gy, gz, bx, by, bz, shared, stream, params,
+                                              extra);
   if (extra) return CUDA_ERROR_NOT_SUPPORTED;
   return from_runtime(emu_launch(f, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, params, shared,
                                  (cudaStream_t)stream));

@@ -112,8 +112,16 @@ int shim_check_static_runtime(const char *exe_path)
   enum verdict verdict = classify(fd, label);
   close(fd);
   if (verdict != RUNTIME_STATIC && verdict != RUNTIME_STATIC_KERNELS) return 0;
-  shim_warn("%s: the CUDA runtime is linked statically into it (nvcc's default)%s, so cudaw "
-            "cannot see its CUDA calls: nothing is virtualized or checkpointed. Rebuild it with "
+  /* A static runtime opens the driver through dlopen: with cudaw's dlopen in force it reaches
+   * the driver layer, which holds, virtualises and checkpoints it like a shared runtime. */
+  if (shim_drv_routing()) {
+    shim_info("%s: the CUDA runtime is linked statically into it (nvcc's default); cudaw sees it "
+              "through its driver layer", label);
+    return 0;
+  }
+  shim_warn("%s: the CUDA runtime is linked statically into it (nvcc's default)%s, and cudaw's "
+            "driver layer does not see it (CUDAW_DRIVER=0, or cudaw not preloaded): nothing is "
+            "virtualized or checkpointed. Run it with `cudaw run`, or rebuild it with "
             "`nvcc -cudart shared` (CMake: CUDA_RUNTIME_LIBRARY Shared).",
             label, verdict == RUNTIME_STATIC_KERNELS ? " with its CUDA kernels" : "");
   return 1;

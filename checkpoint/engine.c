@@ -41,6 +41,7 @@ struct image_region {
 struct engine {
   const struct ckpt_host_ops *ops;
   bool prefault; /* fault fresh image pages in while their DMA runs (CUDAW_CKPT_PREFAULT) */
+  bool keep_image; /* CUDAW_CKPT_KEEP_IMAGE: checksums on the device, for delta checkpoints */
   /* Registers the image for direct DMA while the program is paused (engine_register_image). */
   pthread_t registrar;
   bool registrar_running;
@@ -94,6 +95,7 @@ struct engine *engine_new(const struct ckpt_host_ops *ops, void *ctx, const stru
   e->ops = ops;
   e->ctx = ctx;
   e->prefault = options->prefault;
+  e->keep_image = options->keep_image != 0;
   e->chunk_bytes = (size_t)options->staging_bytes;
   e->threads = (int)options->threads;
   if (e->threads > (int)options->streams) e->threads = (int)options->streams;
@@ -770,7 +772,12 @@ int engine_save(struct engine *e, struct engine_stats *stats, char *reason, size
     if (!rc && (rc = engine_prepare(e)) != 0)
       snprintf(reason, len, "preparing the copy engine failed: %s", strerror(-rc));
     if (!rc) {
-      int hashed = device_checksums(e, chunks, count, sums, stats);
+      /* The device pass pays only for delta checkpoints (an image kept between cycles): loading
+       * cudaw's kernel leaves ~4 MiB of code memory in the context (measured on the H100),
+       * which a paused program would hold. Otherwise the host checksums as it copies. */
+      bool kept = e->keep_image;
+      for (size_t i = 0; i < e->image_count; i++) kept |= !e->image[i].fresh;
+      int hashed = kept ? device_checksums(e, chunks, count, sums, stats) : -ENOSYS;
       if (hashed == 0) {
         rc = save_delta(e, chunks, count, sums, stats, reason, len);
       } else {

@@ -91,6 +91,7 @@ int main(void) {
   options.staging_bytes = chunk;
   options.streams = 2;
   options.threads = 2;
+  options.keep_image = 1; /* delta checkpoints: as CUDAW_CKPT_KEEP_IMAGE=1 */
   struct engine *e = engine_new(&fake_host_ops, &h, &options);
   CHECK_EQ(engine_prepare(e), 0);
   h.gate_closed = true;

@@ -1,5 +1,7 @@
 /* The control thread and its UNIX socket <run dir>/<pid>.sock. Protocol: one request line
- * ("status", "checkpoint" or "resume"), one reply line of JSON. Only the same uid or root may
+ * ("status", "checkpoint" or "resume"), one reply line of JSON. A checkpoint may add, in this
+ * order: "release=all" (the driver's process checkpoint takes the rest), "compress=zstd" and
+ * "to=<absolute dir>" (the rest of the line: the image goes to disk). Only the same uid or root may
  * talk to it (SO_PEERCRED). The thread also turns signal-pipe bytes into checkpoint requests.
  * Checkpoint and resume replies are written by the transition thread when it is done. */
 #define _GNU_SOURCE
@@ -18,7 +20,7 @@
 
 #include "internal.h"
 
-#define REQUEST_MAX 128
+#define REQUEST_MAX (4096 + 128) /* checkpoint with to=<path> */
 
 static struct {
   int listen_fd;
@@ -96,10 +98,15 @@ int control_format_result(const struct ckpt_result *r, char *buf, size_t len) {
   append(buf, len, &used,
          ",\"bytes\":%" PRIu64 ",\"regions\":%" PRIu64 ",\"seconds\":%.6f,\"gbps\":%.3f,"
          "\"gate_ms\":%.3f,\"drain_ms\":%.3f,\"setup_ms\":%.3f,\"copy_seconds\":%.6f,"
-         "\"memory_ms\":%.3f,\"shortfall\":%" PRIu64 "}\n",
+         "\"memory_ms\":%.3f,\"shortfall\":%" PRIu64,
          r->bytes, r->regions, r->total_seconds, rate, r->gate_seconds * 1e3,
          r->drain_seconds * 1e3, r->setup_seconds * 1e3, r->copy_seconds, r->memory_seconds * 1e3,
          r->shortfall);
+  append(buf, len, &used,
+         ",\"released_all\":%s,\"driver_seconds\":%.6f,\"disk_bytes\":%" PRIu64
+         ",\"disk_stored\":%" PRIu64 ",\"disk_seconds\":%.6f,\"disk_gbps\":%.3f}\n",
+         r->driver_released ? "true" : "false", r->driver_seconds, r->disk_bytes, r->disk_stored,
+         r->disk_seconds, r->disk_seconds > 0 ? (double)r->disk_bytes / r->disk_seconds / 1e9 : 0.0);
   return used < len ? 0 : -ENOSPC;
 }
 
@@ -114,6 +121,8 @@ static void format_refusal(char *buf, size_t len, const char *kind, enum ckpt_op
 
 static void format_status(char *buf, size_t len) {
   size_t used = 0;
+  struct transition_paused paused;
+  transition_paused_info(&paused);
   append(buf, len, &used,
          "{\"ok\":true,\"pid\":%ld,\"uid\":%u,\"state\":\"%s\",\"image_bytes\":%" PRIu64
          ",\"image_regions\":%" PRIu64,
@@ -122,7 +131,8 @@ static void format_status(char *buf, size_t len) {
   append(buf, len, &used, ",\"held_bytes\":[");
   int devices = 0;
   const struct ckpt_host_ops *ops = ckpt_rt.ops;
-  if (ops->mem_held && ops->device_count(ckpt_rt.ctx, &devices) == 0) {
+  /* While the driver holds the process, a call into it would wait; it holds nothing. */
+  if (!paused.driver_released && ops->mem_held && ops->device_count(ckpt_rt.ctx, &devices) == 0) {
     for (int d = 0; d < devices; d++) {
       uint64_t bytes = 0;
       if (ops->mem_held(ckpt_rt.ctx, d, &bytes) == 0)
@@ -132,6 +142,9 @@ static void format_status(char *buf, size_t len) {
     }
   }
   append(buf, len, &used, "]");
+  append(buf, len, &used, ",\"released_all\":%s,\"disk_bytes\":%" PRIu64 ",\"disk_stored\":%" PRIu64,
+         paused.driver_released ? "true" : "false", paused.disk_bytes, paused.disk_stored);
+  if (paused.dir[0]) append_string(buf, len, &used, "image_dir", paused.dir);
   struct ckpt_other_memory other = transition_other_memory();
   append(buf, len, &used,
          ",\"managed_moved\":%" PRIu64 ",\"managed_moved_bytes\":%" PRIu64
@@ -168,7 +181,7 @@ static void reply(int fd, const char *line) {
 
 static void reply_when_done(void *arg, const struct ckpt_result *result) {
   int fd = (int)(intptr_t)arg;
-  char line[1024];
+  char line[2048];
   control_format_result(result, line, sizeof line);
   reply(fd, line);
   close(fd);
@@ -191,11 +204,38 @@ static int read_request(int fd, char *line, size_t len) {
   return 0;
 }
 
+/* "checkpoint" with its optional words; the defaults come from the options. 0 or -EINVAL. */
+static int parse_checkpoint(const char *line, struct transition_request *out) {
+  static const char command[] = "checkpoint";
+  *out = (struct transition_request){.release_all = ckpt_rt.options.release_all != 0};
+  if (strncmp(line, command, sizeof command - 1) != 0) return -EINVAL;
+  const char *p = line + sizeof command - 1;
+  while (*p == ' ') {
+    p++;
+    if (strncmp(p, "release=all", 11) == 0 && (p[11] == ' ' || !p[11])) {
+      out->release_all = true;
+      p += 11;
+    } else if (strncmp(p, "release=device", 14) == 0 && (p[14] == ' ' || !p[14])) {
+      out->release_all = false;
+      p += 14;
+    } else if (strncmp(p, "compress=zstd", 13) == 0 && (p[13] == ' ' || !p[13])) {
+      out->compress = true;
+      p += 13;
+    } else if (strncmp(p, "to=/", 4) == 0 && strlen(p + 3) < sizeof out->to_dir) {
+      snprintf(out->to_dir, sizeof out->to_dir, "%s", p + 3);
+      return 0;
+    } else {
+      return -EINVAL;
+    }
+  }
+  return *p ? -EINVAL : 0;
+}
+
 static void serve(int fd) {
   struct timeval timeout = {2, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
-  char line[1024], why[160];
+  char line[6144], why[160];
 
   /* Read the line before refusing anyone: closing a socket with unread data resets it, and the
    * refused client would lose the reason. The line is bounded and only compared. */
@@ -205,6 +245,7 @@ static void serve(int fd) {
   struct ucred peer;
   socklen_t peer_len = sizeof peer;
   enum ckpt_op op = 0;
+  struct transition_request checkpoint;
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &peer_len) != 0) {
     format_refusal(line, sizeof line, "permission", 0, "cannot read the peer's credentials");
   } else if (peer.uid != geteuid() && peer.uid != 0) {
@@ -214,17 +255,19 @@ static void serve(int fd) {
     format_refusal(line, sizeof line, "permission", 0, why);
   } else if (read_rc == 0 && strcmp(request, "status") == 0) {
     format_status(line, sizeof line);
-  } else if (read_rc == 0 && strcmp(request, "checkpoint") == 0) {
+  } else if (read_rc == 0 && parse_checkpoint(request, &checkpoint) == 0) {
     op = CKPT_OP_CHECKPOINT;
   } else if (read_rc == 0 && strcmp(request, "resume") == 0) {
     op = CKPT_OP_RESUME;
   } else {
     format_refusal(line, sizeof line, "bad_request", 0,
-                   "expected one line: status, checkpoint or resume");
+                   "expected one line: status, checkpoint [release=all] [compress=zstd] "
+                   "[to=/absolute/dir], or resume");
   }
   if (op) {
     const char *refusal = "";
-    int rc = transition_submit(op, received, reply_when_done, (void *)(intptr_t)fd, &refusal);
+    int rc = transition_submit_with(op, received, op == CKPT_OP_CHECKPOINT ? &checkpoint : NULL,
+                                    reply_when_done, (void *)(intptr_t)fd, &refusal);
     if (rc == 0) return; /* the transition thread replies and closes fd */
     snprintf(why, sizeof why, "%s: %s", ckpt_op_name(op), refusal);
     format_refusal(line, sizeof line, error_kind(rc), op, why);

@@ -52,8 +52,17 @@ static int run_tool(const char *action, uint32_t timeout_ms, char *reason, size_
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, out[1], 1);
   posix_spawn_file_actions_adddup2(&actions, out[1], 2);
+  /* Our environment without LD_PRELOAD: the helper must not load cudaw (or anything else the
+   * program was given) on top of the driver. */
+  size_t count = 0;
+  while (environ[count]) count++;
+  char **env = calloc(count + 1, sizeof *env);
+  size_t kept = 0;
+  for (size_t i = 0; env && i < count; i++)
+    if (strncmp(environ[i], "LD_PRELOAD=", 11) != 0) env[kept++] = environ[i];
   pid_t child;
-  int rc = posix_spawnp(&child, path, &actions, NULL, argv, environ);
+  int rc = env ? posix_spawnp(&child, path, &actions, NULL, argv, env) : ENOMEM;
+  free(env);
   posix_spawn_file_actions_destroy(&actions);
   close(out[1]);
   if (rc != 0) {

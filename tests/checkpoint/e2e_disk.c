@@ -23,39 +23,11 @@
 static const char *ctl;
 static char base[512];
 
-enum { DATA_BUFFERS = 4 };
-static unsigned char *device_data[DATA_BUFFERS];
-static size_t data_size[DATA_BUFFERS] = {24 * MIB, 24 * MIB, 3 * MIB + 17, 4096};
+/* A few buffers with known contents, checked after every resume. */
+static struct e2e_data data = {4, {0}, {24 * MIB, 24 * MIB, 3 * MIB + 17, 4096}};
 
-static unsigned char pattern(int buffer, size_t i)
-{
-  return (unsigned char)(i * 131 + buffer * 7 + (i >> 12) + (i >> 20) * 29);
-}
-
-static void make_data(void)
-{
-  for (int b = 0; b < DATA_BUFFERS; b++) {
-    unsigned char *host = malloc(data_size[b]);
-    CHECK(host);
-    for (size_t i = 0; i < data_size[b]; i++) host[i] = pattern(b, i);
-    CUDA_OK(cudaMalloc((void **)&device_data[b], data_size[b]));
-    CUDA_OK(cudaMemcpy(device_data[b], host, data_size[b], cudaMemcpyHostToDevice));
-    free(host);
-  }
-}
-
-static void check_data(const char *when)
-{
-  for (int b = 0; b < DATA_BUFFERS; b++) {
-    unsigned char *host = malloc(data_size[b]);
-    CHECK(host);
-    CUDA_OK(cudaMemcpy(host, device_data[b], data_size[b], cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < data_size[b]; i++)
-      if (host[i] != pattern(b, i))
-        test_fail("%s: buffer %d byte %zu is %#x, expected %#x", when, b, i, host[i], pattern(b, i));
-    free(host);
-  }
-}
+static void make_data(void) { e2e_make_data(&data); }
+static void check_data(const char *when) { e2e_check_data(&data, when); }
 
 static long rss_bytes(void)
 {
@@ -214,7 +186,7 @@ int main(int argc, char **argv)
   CUDA_OK(cudaFree(NULL));
   make_data();
   size_t total = 0;
-  for (int b = 0; b < DATA_BUFFERS; b++) total += data_size[b];
+  for (int b = 0; b < data.count; b++) total += data.size[b];
 
   /* Host memory against disk: the image's memory is given back. */
   expect_ctl("checkpoint", 0, "saved");

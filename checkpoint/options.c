@@ -37,8 +37,9 @@ static const struct ckpt_option_info table[] = {
      "host threads copying between staging buffers and the image"},
     {"CUDAW_CKPT_KEEP_IMAGE", "0", "1: keep the host image after a resume for the next checkpoint"},
     {"CUDAW_CKPT_RELEASE", "device",
-     "what a checkpoint by signal releases: device (cudaw's memory) or all (then the driver's "
-     "process checkpoint takes the context and the rest: 0 bytes left on the GPU)"},
+     "what a checkpoint releases by default (signal, cudaw-ctl): device (cudaw's memory) or all "
+     "(the driver's process checkpoint then takes the context and the rest: 0 bytes left on the "
+     "GPU)"},
     {"CUDAW_CKPT_DRIVER_TOOL", "<lib>/../bin/cudaw-ckpt-driver, then PATH",
      "the helper that runs the driver's process checkpoint for release all"},
 };

@@ -5,10 +5,11 @@
 #            losses identical to a native run; timed against the driver's checkpoint alone
 #            (cudaw-ckpt-driver on the same job run natively);
 #   disk:    cudaw-ctl checkpoint --to DIR: the job's RSS while paused, write and read GB/s
-#            against the disk's own ceiling (dd with fsync / O_DIRECT, same size, same dir);
+#            against the disk's own ceiling (dd with fsync / O_DIRECT, same size, same dir, one
+#            stream and 16 at once);
 #   criu:    cudaw-ctl dump, the process ends, cudaw-ctl restore, the losses go on identical.
 # Usage: check_release.sh <cudaw build dir> [work dir]; GIB (16), STEPS (20), PARTS ("release
-# disk criu"), CRIU (criu binary or wrapper; default: criu on PATH).
+# disk criu"), CRIU (criu binary or wrapper; default: criu on PATH), ZSTD=1 (disk: also --zstd).
 set -u
 BUILD=$(cd "${1:?usage: check_release.sh <cudaw build dir> [work dir]}" && pwd)
 WORK=${2:-$(mktemp -d)}
@@ -87,12 +88,27 @@ if [[ " $PARTS " == *" disk "* ]]; then
   echo "disk ceiling ($IMAGES, $(df -h "$IMAGES" | awk 'NR==2{print $1", "$2}')): write+fsync: $w"
   echo "disk ceiling: read O_DIRECT: $r"
   rm -f "$IMAGES/ceiling"
+  # cudaw writes and reads its files with several threads: the same with 16 dd streams.
+  each=$(( count / 16 + 1 )); t=$(now)
+  for i in $(seq 16); do dd if=/dev/zero of="$IMAGES/ceiling.$i" bs=64M count=$each conv=fsync status=none & done; wait
+  pw=$(since "$t"); t=$(now)
+  for i in $(seq 16); do dd if="$IMAGES/ceiling.$i" of=/dev/null bs=64M iflag=direct status=none & done; wait
+  pr=$(since "$t")
+  echo "disk ceiling, 16 streams of $((each * 64)) MiB: write+fsync $(awk -v s=$pw -v n=$((each * 16)) 'BEGIN{printf "%.2f", n * 67108864 / s / 1e9}') GB/s, read O_DIRECT $(awk -v s=$pr -v n=$((each * 16)) 'BEGIN{printf "%.2f", n * 67108864 / s / 1e9}') GB/s"
+  rm -f "$IMAGES"/ceiling.*
   start disk
   rss_run=$(rss_of $pid)
   "$CTL" checkpoint --to "$IMAGES/job" $pid; rc=$?
   echo "disk: RSS running ${rss_run} MiB, paused with the image on disk $(rss_of $pid) MiB; files: $(du -sh "$IMAGES/job" | cut -f1)"
   "$CTL" resume $pid; rc2=$?
   [ $rc -eq 0 ] && [ $rc2 -eq 0 ] || result "disk image checkpoint/resume" FAILED
+  if [ "${ZSTD:-0}" = 1 ]; then  # the same job again, compressed
+    rm -rf "$IMAGES/job"
+    "$CTL" checkpoint --to "$IMAGES/job" --zstd $pid; rc=$?
+    echo "disk, zstd: files $(du -sh "$IMAGES/job" | cut -f1)"
+    "$CTL" resume $pid; rc2=$?
+    [ $rc -eq 0 ] && [ $rc2 -eq 0 ] || result "zstd disk image checkpoint/resume" FAILED
+  fi
   finish disk "image on disk, losses identical"
   rm -rf "$IMAGES/job"
 fi

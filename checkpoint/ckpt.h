@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "delta_hash.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -40,6 +42,9 @@ struct ckpt_other_memory {
   uint64_t managed_bytes; /* prefetched to host memory: not on the device while paused */
   uint64_t arrays;
   uint64_t array_bytes;   /* still on the device while paused */
+  uint64_t kept_bytes;    /* device memory cudaw cannot release: not virtualised (another
+                             context, stream capture) or shared with another process */
+  uint64_t ungated_functions; /* driver functions the program calls without the gate */
 };
 
 /* Called once per region; a non-zero return stops the walk and becomes its result. */
@@ -80,11 +85,17 @@ struct ckpt_host_ops {
   int (*stream_create)(void *ctx, int device, void **stream);
   void (*stream_destroy)(void *ctx, void *stream);
   /* Queue a copy of n bytes on `stream`; it may run after the call returns. `host` is always
-   * inside a buffer from host_alloc_pinned; [vaddr, vaddr + n) always inside one region. */
+   * inside a buffer from host_alloc_pinned or a range registered with host_register;
+   * [vaddr, vaddr + n) always inside one region. */
   int (*copy_d2h_async)(void *ctx, void *host, uint64_t vaddr, size_t n, void *stream);
   int (*copy_h2d_async)(void *ctx, uint64_t vaddr, const void *host, size_t n, void *stream);
   /* Wait until everything queued on `stream` is done; reports a failed queued copy. */
   int (*stream_sync)(void *ctx, void *stream);
+  /* Optional (both or neither). Page-lock [host, host + n) of the module's image for copies on
+   * every device (cudaHostRegisterPortable), and undo it (host is the start of a registered
+   * range). Called from one module thread at a time, while no copy uses the range. */
+  int (*host_register)(void *ctx, void *host, size_t n);
+  void (*host_unregister)(void *ctx, void *host);
   /* Page-locked host memory usable by copies on every device (cudaHostAllocPortable). */
   int (*host_alloc_pinned)(void *ctx, size_t n, void **host);
   void (*host_free_pinned)(void *ctx, void *host);
@@ -95,6 +106,17 @@ struct ckpt_host_ops {
    * after a checkpoint that failed after park_other: it brings moved memory back. */
   int (*park_other)(void *ctx, struct ckpt_other_memory *held);
   int (*unpark_other)(void *ctx);
+  /* Optional. Called with the gate closed, before anything is saved: a -errno when the
+   * program's state cannot be checkpointed now, with the reason (one line) in why. */
+  int (*refuse_checkpoint)(void *ctx, char *why, size_t len);
+  /* Optional. Checksum `count` pieces of device memory on `device`, on the device, with
+   * ckpt_delta_hash (delta_hash.h): pieces[i] is [address, address + bytes) inside one region
+   * (virtual addresses); sums[i] receives its checksum. Synchronous; one caller at a time.
+   * Where it is missing or fails, the module checksums on the host and copies every chunk at
+   * every checkpoint; where it works, a checkpoint with a kept image copies only changed chunks
+   * and a resume checks every chunk on the device after its copy. */
+  int (*device_hash)(void *ctx, int device, const struct ckpt_delta_piece *pieces, size_t count,
+                     uint64_t *sums);
   /* Optional. Device memory the process still holds on `device` (context, ...) for status.
    * Must not create a context: -ENODEV where there is none. */
   int (*mem_held)(void *ctx, int device, uint64_t *bytes);
@@ -113,6 +135,9 @@ struct ckpt_options {
   int keep_image;            /* CUDAW_CKPT_KEEP_IMAGE: keep the host image after a resume */
   int release_all;           /* CUDAW_CKPT_RELEASE=all: a checkpoint also hands the rest to the driver */
   char driver_tool[256];     /* CUDAW_CKPT_DRIVER_TOOL: path of cudaw-ckpt-driver, "" to search */
+  int prefault;              /* CUDAW_CKPT_PREFAULT: fault fresh image pages in ahead of copies */
+  int register_image;        /* CUDAW_CKPT_REGISTER: page-lock the image while paused */
+  int pin_early;             /* CUDAW_CKPT_PIN_EARLY: pin staging once the program has memory */
 };
 
 /* One row of the options table, for the shim's merged table and `cudaw-ctl --help`. */
@@ -146,6 +171,14 @@ struct ckpt_result {
   double setup_seconds;   /* pinning staging (first checkpoint, before the copies) plus the
                            * slowest copy thread's stream creation (inside copy_seconds) */
   double copy_seconds;    /* the copy engine, checksums included */
+  /* Inside copy_seconds, per copy thread on average: where the host side's time went. */
+  double dma_wait_seconds;    /* waiting for the DMA of a staging buffer */
+  double host_copy_seconds;   /* staging <-> image copies (first-touch faults included) */
+  double hash_seconds;        /* checksums on the host */
+  double fault_seconds;       /* faulting fresh image pages in while their DMA runs */
+  double device_hash_seconds; /* checksums on the device (the whole pass, not per thread) */
+  uint32_t copy_threads;
+  uint64_t unchanged_bytes;   /* delta checkpoint: bytes found unchanged and not copied */
   double memory_seconds;  /* release_all (checkpoint) or recreate_all (resume) */
   double total_seconds;   /* request -> paused or running */
   uint64_t disk_bytes;    /* image bytes written to / read from disk (0: host memory only) */
@@ -175,6 +208,11 @@ int ckpt_request_resume(void);
  * checkpoint allocates new ones). Call from inside a gated API call, so that no transition runs
  * concurrently. Safe before ckpt_init. */
 void ckpt_device_reset(void);
+
+/* The program has device memory now (a context exists): pin the staging buffers in the
+ * background (CUDAW_CKPT_PIN_EARLY), so that the first checkpoint does not wait ~65 ms per
+ * 128 MiB for them. Returns at once; a no-op before ckpt_init or when the option is off. */
+void ckpt_prepare_early(void);
 
 /* The current state (CKPT_RUNNING before init). */
 enum ckpt_state_id ckpt_state(void);

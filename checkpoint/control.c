@@ -98,10 +98,14 @@ int control_format_result(const struct ckpt_result *r, char *buf, size_t len) {
   append(buf, len, &used,
          ",\"bytes\":%" PRIu64 ",\"regions\":%" PRIu64 ",\"seconds\":%.6f,\"gbps\":%.3f,"
          "\"gate_ms\":%.3f,\"drain_ms\":%.3f,\"setup_ms\":%.3f,\"copy_seconds\":%.6f,"
-         "\"memory_ms\":%.3f,\"shortfall\":%" PRIu64,
+         "\"memory_ms\":%.3f,\"shortfall\":%" PRIu64 ",\"threads\":%u,\"wait_ms\":%.3f,"
+         "\"memcpy_ms\":%.3f,\"hash_ms\":%.3f,\"fault_ms\":%.3f,\"device_hash_ms\":%.3f,"
+         "\"unchanged_bytes\":%" PRIu64,
          r->bytes, r->regions, r->total_seconds, rate, r->gate_seconds * 1e3,
          r->drain_seconds * 1e3, r->setup_seconds * 1e3, r->copy_seconds, r->memory_seconds * 1e3,
-         r->shortfall);
+         r->shortfall, r->copy_threads, r->dma_wait_seconds * 1e3, r->host_copy_seconds * 1e3,
+         r->hash_seconds * 1e3, r->fault_seconds * 1e3, r->device_hash_seconds * 1e3,
+         r->unchanged_bytes);
   append(buf, len, &used,
          ",\"released_all\":%s,\"driver_seconds\":%.6f,\"disk_bytes\":%" PRIu64
          ",\"disk_stored\":%" PRIu64 ",\"disk_seconds\":%.6f,\"disk_gbps\":%.3f}\n",
@@ -125,9 +129,9 @@ static void format_status(char *buf, size_t len) {
   transition_paused_info(&paused);
   append(buf, len, &used,
          "{\"ok\":true,\"pid\":%ld,\"uid\":%u,\"state\":\"%s\",\"image_bytes\":%" PRIu64
-         ",\"image_regions\":%" PRIu64,
+         ",\"image_regions\":%" PRIu64 ",\"image_pinned_bytes\":%" PRIu64,
          (long)getpid(), (unsigned)geteuid(), ckpt_state_name(ckpt_state()),
-         transition_image_bytes(), transition_image_regions());
+         transition_image_bytes(), transition_image_regions(), transition_image_registered());
   append(buf, len, &used, ",\"held_bytes\":[");
   int devices = 0;
   const struct ckpt_host_ops *ops = ckpt_rt.ops;
@@ -148,8 +152,10 @@ static void format_status(char *buf, size_t len) {
   struct ckpt_other_memory other = transition_other_memory();
   append(buf, len, &used,
          ",\"managed_moved\":%" PRIu64 ",\"managed_moved_bytes\":%" PRIu64
-         ",\"arrays_held\":%" PRIu64 ",\"array_held_bytes\":%" PRIu64,
-         other.managed_allocations, other.managed_bytes, other.arrays, other.array_bytes);
+         ",\"arrays_held\":%" PRIu64 ",\"array_held_bytes\":%" PRIu64
+         ",\"kept_bytes\":%" PRIu64 ",\"ungated_functions\":%" PRIu64,
+         other.managed_allocations, other.managed_bytes, other.arrays, other.array_bytes,
+         other.kept_bytes, other.ungated_functions);
   struct ckpt_result last;
   if (state_last(&last)) {
     double rate = last.copy_seconds > 0 ? (double)last.bytes / last.copy_seconds / 1e9 : 0.0;
@@ -187,22 +193,11 @@ static void reply_when_done(void *arg, const struct ckpt_result *result) {
   close(fd);
 }
 
-/* Read one line (without '\n') within the socket's receive timeout. */
-static int read_request(int fd, char *line, size_t len) {
-  size_t used = 0;
-  while (used + 1 < len) {
-    ssize_t n = recv(fd, line + used, len - 1 - used, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    used += (size_t)n;
-    if (memchr(line, '\n', used)) break;
-  }
-  line[used] = '\0';
-  char *end = strpbrk(line, "\r\n");
-  if (!end) return used ? -EPROTO : -ENODATA;
-  *end = '\0';
-  return 0;
-}
+/* Requests are read without blocking, many at a time: a client that connects and never finishes
+ * its line (or sends megabytes) must not hold up other clients, signals or a pause. Each pending
+ * connection has until REQUEST_SECONDS after its accept to send one line. */
+#define PENDING_MAX 64
+#define REQUEST_SECONDS 2.0
 
 /* "checkpoint" with its optional words; the defaults come from the options. 0 or -EINVAL. */
 static int parse_checkpoint(const char *line, struct transition_request *out) {
@@ -231,17 +226,22 @@ static int parse_checkpoint(const char *line, struct transition_request *out) {
   return *p ? -EINVAL : 0;
 }
 
-static void serve(int fd) {
+struct pending {
+  int fd;              /* -1: free slot */
+  double deadline;
+  size_t used;
+  bool overlong;       /* more than REQUEST_MAX bytes before the newline: discarded */
+  char line[REQUEST_MAX];
+};
+
+static struct pending pending[PENDING_MAX];
+
+/* Answer one complete request (line without '\n'), or a refusal when read_rc says it was not one
+ * line. Takes fd over (the transition thread replies to checkpoint and resume). */
+static void serve(int fd, const char *request, int read_rc, double received) {
   struct timeval timeout = {2, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
   char line[6144], why[160];
-
-  /* Read the line before refusing anyone: closing a socket with unread data resets it, and the
-   * refused client would lose the reason. The line is bounded and only compared. */
-  char request[REQUEST_MAX];
-  int read_rc = read_request(fd, request, sizeof request);
-  double received = ckpt_now();
   struct ucred peer;
   socklen_t peer_len = sizeof peer;
   enum ckpt_op op = 0;
@@ -260,9 +260,11 @@ static void serve(int fd) {
   } else if (read_rc == 0 && strcmp(request, "resume") == 0) {
     op = CKPT_OP_RESUME;
   } else {
-    format_refusal(line, sizeof line, "bad_request", 0,
-                   "expected one line: status, checkpoint [release=all] [compress=zstd] "
-                   "[to=/absolute/dir], or resume");
+    format_refusal(line, sizeof line, "bad_request",
+                   0, read_rc == -EMSGSIZE  ? "request line too long; expected status, checkpoint or resume"
+                      : read_rc == -ETIMEDOUT ? "no complete request line within 2 s"
+                                              : "expected one line: status, checkpoint [release=all] "
+                                                "[compress=zstd] [to=/absolute/dir], or resume");
   }
   if (op) {
     const char *refusal = "";
@@ -274,6 +276,81 @@ static void serve(int fd) {
   }
   reply(fd, line);
   close(fd);
+}
+
+static void pending_finish(struct pending *p, int read_rc) {
+  int fd = p->fd;
+  p->fd = -1;
+  serve(fd, p->line, read_rc, ckpt_now());
+}
+
+/* Read what has arrived on p; serve it once the line is complete, the peer closed or the line
+ * overflowed (then the rest is read and dropped up to its newline, so that the refusal reaches
+ * the client instead of a reset). */
+static void pending_read(struct pending *p) {
+  char scratch[4096];
+  for (;;) {
+    char *into = p->overlong ? scratch : p->line + p->used;
+    size_t room = p->overlong ? sizeof scratch : sizeof p->line - 1 - p->used;
+    ssize_t n = recv(p->fd, into, room, MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n <= 0) { /* closed or failed before a newline */
+      p->line[p->used] = '\0';
+      pending_finish(p, p->overlong ? -EMSGSIZE : p->used ? -EPROTO : -ENODATA);
+      return;
+    }
+    char *newline = memchr(into, '\n', (size_t)n);
+    if (p->overlong) {
+      if (newline) {
+        pending_finish(p, -EMSGSIZE);
+        return;
+      }
+      continue;
+    }
+    p->used += (size_t)n;
+    p->line[p->used] = '\0';
+    if (newline) {
+      size_t length = (size_t)(newline - p->line);
+      if (length && p->line[length - 1] == '\r') length--;
+      p->line[length] = '\0';
+      pending_finish(p, memchr(p->line, '\0', length) ? -EPROTO : 0); /* a NUL inside: garbage */
+      return;
+    }
+    if (p->used + 1 >= sizeof p->line) p->overlong = true;
+  }
+}
+
+static void pending_accept(void) {
+  int fd = accept4(ctl.listen_fd, NULL, NULL, SOCK_CLOEXEC);
+  if (fd < 0) return;
+  for (int i = 0; i < PENDING_MAX; i++) {
+    if (pending[i].fd >= 0) continue;
+    pending[i] = (struct pending){.fd = fd, .deadline = ckpt_now() + REQUEST_SECONDS};
+    return;
+  }
+  close(fd); /* not reached: the listener is not polled while every slot is taken */
+}
+
+/* Serve connections whose time is up; returns the poll timeout (ms) to the next deadline. */
+static int pending_expire(void) {
+  double now = ckpt_now(), next = 0;
+  for (int i = 0; i < PENDING_MAX; i++) {
+    if (pending[i].fd < 0) continue;
+    if (pending[i].deadline <= now) {
+      pending_finish(&pending[i], -ETIMEDOUT);
+      continue;
+    }
+    if (!next || pending[i].deadline < next) next = pending[i].deadline;
+  }
+  return next ? (int)((next - now) * 1000) + 1 : -1;
+}
+
+static void pending_close_all(void) {
+  for (int i = 0; i < PENDING_MAX; i++) {
+    if (pending[i].fd >= 0) close(pending[i].fd);
+    pending[i].fd = -1;
+  }
 }
 
 static void on_signal_bytes(void) {
@@ -290,11 +367,23 @@ static void on_signal_bytes(void) {
 
 static void *run(void *unused) {
   (void)unused;
+  for (int i = 0; i < PENDING_MAX; i++) pending[i].fd = -1;
   for (;;) {
-    struct pollfd fds[3] = {{ctl.wake_pipe[0], POLLIN, 0},
-                            {ctl.signal_pipe[0], POLLIN, 0},
-                            {ctl.listen_fd, POLLIN, 0}};
-    int rc = poll(fds, ctl.listen_fd >= 0 ? 3 : 2, -1);
+    int timeout_ms = pending_expire();
+    struct pollfd fds[3 + PENDING_MAX] = {{ctl.wake_pipe[0], POLLIN, 0},
+                                          {ctl.signal_pipe[0], POLLIN, 0},
+                                          {-1, POLLIN, 0}};
+    int slot_of[3 + PENDING_MAX], count = 3, free_slots = 0;
+    for (int i = 0; i < PENDING_MAX; i++) {
+      if (pending[i].fd < 0) {
+        free_slots++;
+        continue;
+      }
+      slot_of[count] = i;
+      fds[count++] = (struct pollfd){pending[i].fd, POLLIN, 0};
+    }
+    if (free_slots) fds[2].fd = ctl.listen_fd; /* full: new clients wait in the backlog */
+    int rc = poll(fds, (nfds_t)count, timeout_ms);
     if (rc < 0) {
       if (errno == EINTR) continue;
       ckpt_logf(CKPT_LOG_ERROR, "control thread: poll failed: %s", strerror(errno));
@@ -302,11 +391,11 @@ static void *run(void *unused) {
     }
     if (fds[0].revents) break;
     if (fds[1].revents) on_signal_bytes();
-    if (ctl.listen_fd >= 0 && (fds[2].revents & POLLIN)) {
-      int fd = accept4(ctl.listen_fd, NULL, NULL, SOCK_CLOEXEC);
-      if (fd >= 0) serve(fd);
-    }
+    for (int k = 3; k < count; k++)
+      if (fds[k].revents) pending_read(&pending[slot_of[k]]);
+    if (fds[2].fd >= 0 && (fds[2].revents & POLLIN)) pending_accept();
   }
+  pending_close_all();
   return NULL;
 }
 
@@ -326,7 +415,9 @@ static int open_socket(void) {
   }
   int rc = ckpt_run_dir_prepare(dir, reason, sizeof reason);
   if (rc) {
-    ckpt_logf(CKPT_LOG_WARN, "control socket disabled: %s", reason);
+    const char *chosen = getenv("CUDAW_RUN_DIR");
+    ckpt_logf(CKPT_LOG_WARN, "control socket disabled: %s%s", reason,
+              chosen && *chosen ? " (CUDAW_RUN_DIR)" : "");
     return rc;
   }
   int removed = ckpt_clean_stale(dir);
@@ -341,9 +432,11 @@ static int open_socket(void) {
   if (fd < 0) return -errno;
   unlink(addr.sun_path); /* a previous process with our pid left it */
   if (bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 || chmod(addr.sun_path, 0600) != 0 ||
-      listen(fd, 16) != 0) {
+      listen(fd, SOMAXCONN) != 0) {
     rc = -errno;
-    ckpt_logf(CKPT_LOG_WARN, "control socket %s disabled: %s", addr.sun_path, strerror(-rc));
+    const char *chosen = getenv("CUDAW_RUN_DIR");
+    ckpt_logf(CKPT_LOG_WARN, "control socket %s disabled: %s%s", addr.sun_path, strerror(-rc),
+              chosen && *chosen ? " (CUDAW_RUN_DIR)" : "");
     unlink(addr.sun_path);
     close(fd);
     return rc;

@@ -18,6 +18,9 @@
 
 #pragma weak cudaw_options_table
 
+/* The scheduler's commands (sched/ctl_sched.c), linked in by sched/CMakeLists.txt. */
+int sched_ctl_main(int count, const char *const *args, bool json) __attribute__((weak));
+
 enum exit_code {
   EXIT_OK = 0,
   EXIT_FAILED = 1,
@@ -55,6 +58,8 @@ static void usage(FILE *out) {
           "                                        criu restore from DIR/criu, then resume (the "
           "driver's restore,\n"
           "                                        the image read back and verified)\n"
+          "       cudaw-ctl [--json] sched              what cudawd shares: devices, programs\n"
+          "       cudaw-ctl priority <pid> N            weight N (1-100) of a program under cudawd\n"
           "       cudaw-ctl --help\n"
           "\n"
           "checkpoint and resume wait until the transition is done and print what it did.\n"
@@ -255,6 +260,15 @@ static void print_status(pid_t pid, const char *reply) {
     ckpt_format_bytes((uint64_t)json_number(reply, "disk_bytes"), on_disk, sizeof on_disk);
     printf("; image on disk: %s in %s", on_disk, dir);
   }
+  if (json_number(reply, "kept_bytes") > 0) {
+    char kept[32];
+    ckpt_format_bytes((uint64_t)json_number(reply, "kept_bytes"), kept, sizeof kept);
+    printf("; still on the device: %s cudaw cannot release (not virtualised or shared with "
+           "another process)", kept);
+  }
+  if (json_number(reply, "ungated_functions") > 0)
+    printf("; NOT fully held: %.0f driver functions run without cudaw's gate (named in the log)",
+           json_number(reply, "ungated_functions"));
   if (json_get(reply, "last_op", last_op, sizeof last_op)) {
     char last_bytes[32];
     ckpt_format_bytes((uint64_t)json_number(reply, "last_bytes"), last_bytes, sizeof last_bytes);
@@ -538,6 +552,8 @@ int main(int argc, char **argv) {
   }
   bool checkpoint_flags = flags.release_all || flags.compress || flags.to_dir;
   if (count == 1 && strcmp(args[0], "list") == 0) return command_list();
+  if (count && sched_ctl_main && (!strcmp(args[0], "sched") || !strcmp(args[0], "priority")))
+    return sched_ctl_main(count, args, json_output);
   pid_t pid;
   if (count == 2 && strcmp(args[0], "checkpoint") == 0 && parse_pid(args[1], &pid) == 0 &&
       (!flags.compress || flags.to_dir))

@@ -16,6 +16,7 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include "delta_hash.h"
 #include "disk.h"
 
 #define FILE_TARGET_BYTES (64ull << 20)
@@ -25,6 +26,7 @@ struct file_task {
   struct manifest_file *file;
   uint8_t *data;  /* the file's bytes in the image */
   uint64_t *sums; /* the engine's checksums for its chunks */
+  bool device_sums; /* which checksum (see struct manifest_region) */
 };
 
 struct disk_job {
@@ -157,7 +159,8 @@ static int read_file(struct disk_job *job, struct file_task *t, ZSTD_DCtx *dctx)
   for (uint64_t c = 0; !rc && c < f->chunks; c++) {
     uint64_t offset = c * job->chunk_bytes;
     uint64_t n = f->size - offset < job->chunk_bytes ? f->size - offset : job->chunk_bytes;
-    uint64_t sum = XXH3_64bits(t->data + offset, (size_t)n);
+    uint64_t sum = t->device_sums ? ckpt_delta_hash(t->data + offset, n)
+                                  : XXH3_64bits(t->data + offset, (size_t)n);
     if (sum != f->sums[c]) {
       rc = -EBADMSG;
       job_fail(job, rc, f->name,
@@ -217,7 +220,7 @@ static int make_tasks(struct engine *e, struct manifest *m, struct disk_job *job
       struct manifest_file *file = &m->regions[r].files[f];
       job->tasks[job->task_count++] =
           (struct file_task){file, view.data + file->offset,
-                             view.sums + file->offset / m->chunk_bytes};
+                             view.sums + file->offset / m->chunk_bytes, m->regions[r].device_sums};
     }
   }
   return 0;
@@ -237,6 +240,7 @@ static int plan_manifest(struct engine *e, bool compress, struct manifest *m) {
     struct manifest_region *mr = &m->regions[r];
     engine_image_region(e, r, &view);
     mr->region = view.region;
+    mr->device_sums = *view.device_sums;
     m->bytes += view.region.size;
     mr->file_count = (size_t)((view.region.size + m->file_bytes - 1) / m->file_bytes);
     if (!(mr->files = calloc(mr->file_count ? mr->file_count : 1, sizeof *mr->files)))
@@ -351,6 +355,11 @@ int disk_read_image(struct engine *e, const char *dir, const struct ckpt_region 
   struct disk_job job = {.dir = dir, .compressed = m.compressed, .chunk_bytes = m.chunk_bytes,
                          .reason = reason, .reason_len = len};
   pthread_mutex_init(&job.lock, NULL);
+  for (size_t r = 0; !rc && r < m.region_count; r++) {
+    struct engine_image_view view;
+    engine_image_region(e, r, &view);
+    *view.device_sums = m.regions[r].device_sums;
+  }
   if (!rc && (rc = make_tasks(e, &m, &job)) != 0)
     snprintf(reason, len, "image directory %s: out of memory", dir);
   if (!rc) rc = run_job(&job, threads);

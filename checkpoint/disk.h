@@ -16,11 +16,12 @@ struct manifest_file {
   char name[64];
   uint64_t offset, size, stored;
   uint64_t chunks;
-  uint64_t *sums; /* [chunks], XXH3-64 of each chunk_bytes piece */
+  uint64_t *sums; /* [chunks], the checksum of each chunk_bytes piece */
 };
 
 struct manifest_region {
   struct ckpt_region region;
+  bool device_sums; /* "checksum": "cudaw-delta-64" (delta_hash.h), else "xxh3-64" */
   size_t file_count;
   struct manifest_file *files;
 };

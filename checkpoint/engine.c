@@ -1,10 +1,12 @@
 /* The copy engine: device memory <-> host image, in chunks of one staging buffer. Pinned staging
- * buffers are allocated once, in parallel before the first copy, and reused
- * (pinning on the fly is slower than pageable copies). Streams live only while a copy job runs,
- * so that nothing of ours holds device memory while the program is paused. Each host thread owns
- * a few (stream, staging) slots and keeps the DMA of one slot running while it copies another
- * between staging and the image. Every chunk carries an XXH3-64 checksum taken when saved and
- * checked before it is sent back. */
+ * buffers are allocated once, in parallel, and reused (pinning on the fly is slower than
+ * pageable copies). Streams live only while a copy job runs, so that nothing of ours holds device
+ * memory while the program is paused. Each host thread owns a few (stream, staging) slots and
+ * keeps the DMA of one slot running while it copies another between staging and the image; the
+ * parts of the image registered while paused are copied to and from directly. Every chunk has a
+ * checksum: taken on the device (delta_hash.h) where the host offers it, which lets a checkpoint
+ * into a kept image copy only changed chunks and a resume check each chunk on the device after
+ * its copy; otherwise XXH3-64 on the host, checked before the chunk is sent back. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
@@ -19,6 +21,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "delta_hash.h"
 #include "internal.h"
 
 /* Hash in pieces that stay in cache between the memcpy and the hash. */
@@ -28,12 +31,21 @@ struct image_region {
   struct ckpt_region region;
   uint8_t *data; /* mmap'd, region.size bytes (rounded up to pages) */
   size_t mapped;
+  bool fresh; /* mapped for this checkpoint: no page of it is in memory yet */
+  uint64_t registered; /* bytes from the start registered for direct DMA, in REGISTER_PIECE steps */
+  bool device_sums; /* sums are ckpt_delta_hash values taken on the device, else host XXH3-64 */
   uint64_t *sums; /* one per chunk */
   uint64_t chunks;
 };
 
 struct engine {
   const struct ckpt_host_ops *ops;
+  bool prefault; /* fault fresh image pages in while their DMA runs (CUDAW_CKPT_PREFAULT) */
+  /* Registers the image for direct DMA while the program is paused (engine_register_image). */
+  pthread_t registrar;
+  bool registrar_running;
+  _Atomic bool registrar_stop;
+  _Atomic uint64_t registered_bytes; /* of the whole image, for status */
   void *ctx;
   size_t chunk_bytes;
   int threads;
@@ -45,6 +57,7 @@ struct engine {
   struct image_region *image;
   size_t image_count;
   uint64_t image_bytes;
+  bool device_hash_warned;
 };
 
 /* One chunk of work: region index and chunk index in it. */
@@ -57,6 +70,7 @@ struct chunk_ref {
 struct job {
   struct engine *engine;
   bool save;
+  bool host_sums; /* save: checksum on the host (XXH3) while copying */
   struct chunk_ref *chunks;
   uint64_t chunk_count;
   _Atomic uint64_t next;
@@ -71,6 +85,7 @@ struct worker {
   int index;
   pthread_t thread;
   double setup_seconds; /* creating streams */
+  struct engine_times times;
 };
 
 struct engine *engine_new(const struct ckpt_host_ops *ops, void *ctx, const struct ckpt_options *options) {
@@ -78,6 +93,7 @@ struct engine *engine_new(const struct ckpt_host_ops *ops, void *ctx, const stru
   if (!e) return NULL;
   e->ops = ops;
   e->ctx = ctx;
+  e->prefault = options->prefault;
   e->chunk_bytes = (size_t)options->staging_bytes;
   e->threads = (int)options->threads;
   if (e->threads > (int)options->streams) e->threads = (int)options->streams;
@@ -142,18 +158,70 @@ int engine_prepare(struct engine *e) {
   return 0;
 }
 
-void engine_forget_pinned(struct engine *e) {
-  for (int s = 0; e->staging && s < e->slots; s++) e->staging[s] = NULL;
+
+/* Registered in pieces, so that a resume arriving meanwhile waits for one piece at most. */
+#define REGISTER_PIECE (1ull << 30)
+
+static void unregister_region(struct engine *e, struct image_region *r) {
+  for (uint64_t at = 0; at < r->registered; at += REGISTER_PIECE)
+    e->ops->host_unregister(e->ctx, r->data + at);
+  atomic_fetch_sub(&e->registered_bytes, r->registered);
+  r->registered = 0;
 }
 
-static void free_image_region(struct image_region *r) {
+static void *register_regions(void *arg) {
+  struct engine *e = arg;
+  for (size_t i = 0; i < e->image_count; i++) {
+    struct image_region *r = &e->image[i];
+    while (r->registered < r->mapped && !atomic_load(&e->registrar_stop)) {
+      uint64_t piece = r->mapped - r->registered < REGISTER_PIECE ? r->mapped - r->registered
+                                                                  : REGISTER_PIECE;
+      int rc = e->ops->host_register(e->ctx, r->data + r->registered, (size_t)piece);
+      if (rc) {
+        ckpt_logf(CKPT_LOG_DEBUG, "registering the host image for direct DMA failed: %s; the "
+                  "rest goes through staging buffers", strerror(-rc));
+        return NULL;
+      }
+      r->registered += piece;
+      atomic_fetch_add(&e->registered_bytes, piece);
+    }
+  }
+  return NULL;
+}
+
+void engine_register_image(struct engine *e) {
+  if (!e->ops->host_register || !e->ops->host_unregister || e->registrar_running) return;
+  atomic_store(&e->registrar_stop, false);
+  e->registrar_running = pthread_create(&e->registrar, NULL, register_regions, e) == 0;
+}
+
+/* Stop registering (the piece under way finishes) before the image is used or changed. */
+static void stop_registering(struct engine *e) {
+  if (!e->registrar_running) return;
+  atomic_store(&e->registrar_stop, true);
+  pthread_join(e->registrar, NULL);
+  e->registrar_running = false;
+}
+
+uint64_t engine_image_registered(struct engine *e) { return atomic_load(&e->registered_bytes); }
+
+static void free_image_region(struct engine *e, struct image_region *r) {
+  if (r->registered) unregister_region(e, r);
   if (r->data) munmap(r->data, r->mapped);
   free(r->sums);
   memset(r, 0, sizeof *r);
 }
 
+void engine_forget_pinned(struct engine *e) {
+  stop_registering(e);
+  for (int s = 0; e->staging && s < e->slots; s++) e->staging[s] = NULL;
+  for (size_t i = 0; i < e->image_count; i++) e->image[i].registered = 0; /* gone with it */
+  atomic_store(&e->registered_bytes, 0);
+}
+
 void engine_drop_image(struct engine *e) {
-  for (size_t i = 0; i < e->image_count; i++) free_image_region(&e->image[i]);
+  stop_registering(e);
+  for (size_t i = 0; i < e->image_count; i++) free_image_region(e, &e->image[i]);
   free(e->image);
   e->image = NULL;
   e->image_count = 0;
@@ -234,6 +302,10 @@ static int build_image(struct engine *e, struct region_list *list, char *reason,
         image[i].data = old->data;
         image[i].mapped = old->mapped;
         image[i].sums = old->sums;
+        image[i].device_sums = old->device_sums;
+        image[i].registered = old->registered;
+        old->registered = 0;
+        image[i].fresh = false;
         old->data = NULL;
         old->sums = NULL;
         break;
@@ -267,6 +339,7 @@ static int build_image(struct engine *e, struct region_list *list, char *reason,
       return -ENOMEM;
     }
     madvise(r->data, r->mapped, MADV_HUGEPAGE); /* fewer page faults on first touch */
+    r->fresh = true;
     r->sums = calloc(r->chunks, sizeof *r->sums);
     if (!r->sums) {
       snprintf(reason, len, "host image: out of memory for checksums");
@@ -321,14 +394,49 @@ static void copy_streaming(uint8_t *dst, const uint8_t *src, size_t n) {
 
 /* Hash the source in cache-sized pieces and copy each piece while it is still in cache: the
  * source is read from memory once, the destination written once. Returns the source's XXH3-64. */
-static uint64_t hash_and_copy(XXH3_state_t *state, uint8_t *dst, const uint8_t *src, size_t n) {
+static uint64_t hash_and_copy(XXH3_state_t *state, uint8_t *dst, const uint8_t *src, size_t n,
+                              struct engine_times *times) {
   XXH3_64bits_reset(state);
+  double t0 = ckpt_now(), hashing = 0;
   for (size_t done = 0; done < n; done += PIECE_BYTES) {
     size_t piece = n - done < PIECE_BYTES ? n - done : PIECE_BYTES;
+    double t = ckpt_now();
     XXH3_64bits_update(state, src + done, piece);
+    hashing += ckpt_now() - t;
     copy_streaming(dst + done, src + done, piece);
   }
+  times->hash += hashing;
+  times->copy += ckpt_now() - t0 - hashing;
   return XXH3_64bits_digest(state);
+}
+
+static uint64_t hash_only(XXH3_state_t *state, const uint8_t *data, size_t n,
+                          struct engine_times *times) {
+  double t0 = ckpt_now();
+  XXH3_64bits_reset(state);
+  XXH3_64bits_update(state, data, n);
+  times->hash += ckpt_now() - t0;
+  return XXH3_64bits_digest(state);
+}
+
+/* Whether the chunk at offset is registered image memory that the DMA can use directly. */
+static bool direct(const struct image_region *r, uint64_t offset, size_t n) {
+  return offset + n <= r->registered;
+}
+
+static void copy_timed(uint8_t *dst, const uint8_t *src, size_t n, struct engine_times *times) {
+  double t0 = ckpt_now();
+  copy_streaming(dst, src, n);
+  times->copy += ckpt_now() - t0;
+}
+
+/* Fault the image pages of a fresh chunk in while its DMA runs, instead of inside the copy. */
+static void fault_in(uint8_t *data, size_t n, struct engine_times *times) {
+  double t0 = ckpt_now();
+  size_t page = 4096, length = (n + page - 1) / page * page;
+  if (madvise(data, length, MADV_POPULATE_WRITE) != 0)
+    for (size_t i = 0; i < n; i += page) ((volatile uint8_t *)data)[i] = 0;
+  times->fault += ckpt_now() - t0;
 }
 
 struct slot {
@@ -342,13 +450,16 @@ static void *stream_of(struct engine *e, int device, int slot) {
 }
 
 /* The slot's copy is done (stream synchronized); finish it on the host side. */
-static int complete_slot(struct job *job, struct slot *slot, XXH3_state_t *state) {
+static int complete_slot(struct worker *w, struct slot *slot, XXH3_state_t *state) {
+  struct job *job = w->job;
   struct engine *e = job->engine;
   struct chunk_ref ref = job->chunks[slot->chunk];
   struct image_region *r = &e->image[ref.region];
   void *stream = stream_of(e, r->region.device, slot->staging);
   slot->chunk = -1;
+  double t0 = ckpt_now();
   int rc = e->ops->stream_sync(e->ctx, stream);
+  w->times.wait += ckpt_now() - t0;
   uint64_t offset = (uint64_t)ref.chunk * e->chunk_bytes;
   if (rc) {
     job_fail(job, rc, "%s region %" PRIu64 " (device %d) at offset %" PRIu64 ": copy failed (%s)",
@@ -359,14 +470,20 @@ static int complete_slot(struct job *job, struct slot *slot, XXH3_state_t *state
   if (job->save && !atomic_load(&job->failed)) {
     size_t n = (size_t)(r->region.size - offset < e->chunk_bytes ? r->region.size - offset
                                                                  : e->chunk_bytes);
-    r->sums[ref.chunk] =
-        hash_and_copy(state, r->data + offset, e->staging[slot->staging], n);
+    if (direct(r, offset, n)) { /* the DMA wrote the image itself */
+      if (job->host_sums) r->sums[ref.chunk] = hash_only(state, r->data + offset, n, &w->times);
+    } else if (job->host_sums)
+      r->sums[ref.chunk] =
+          hash_and_copy(state, r->data + offset, e->staging[slot->staging], n, &w->times);
+    else
+      copy_timed(r->data + offset, e->staging[slot->staging], n, &w->times);
   }
   return 0;
 }
 
 /* Start the slot's next chunk: save issues the D2H; restore fills staging, verifies, issues H2D. */
-static int start_slot(struct job *job, struct slot *slot, uint64_t index, XXH3_state_t *state) {
+static int start_slot(struct worker *w, struct slot *slot, uint64_t index, XXH3_state_t *state) {
+  struct job *job = w->job;
   struct engine *e = job->engine;
   struct chunk_ref ref = job->chunks[index];
   struct image_region *r = &e->image[ref.region];
@@ -381,10 +498,18 @@ static int start_slot(struct job *job, struct slot *slot, uint64_t index, XXH3_s
     return -ENODEV;
   }
   int rc;
+  bool straight = direct(r, offset, n);
   if (job->save) {
-    rc = e->ops->copy_d2h_async(e->ctx, staging, r->region.vaddr + offset, n, stream);
+    rc = e->ops->copy_d2h_async(e->ctx, straight ? r->data + offset : staging,
+                                r->region.vaddr + offset, n, stream);
+    if (rc == 0 && r->fresh && e->prefault && !straight) fault_in(r->data + offset, n, &w->times);
+  } else if (r->device_sums) { /* checked on the device once restored (verify_restored) */
+    if (!straight) copy_timed(staging, r->data + offset, n, &w->times);
+    rc = e->ops->copy_h2d_async(e->ctx, r->region.vaddr + offset,
+                                straight ? r->data + offset : staging, n, stream);
   } else {
-    uint64_t sum = hash_and_copy(state, staging, r->data + offset, n);
+    uint64_t sum = straight ? hash_only(state, r->data + offset, n, &w->times)
+                            : hash_and_copy(state, staging, r->data + offset, n, &w->times);
     if (sum != r->sums[ref.chunk]) {
       job_fail(job, -EBADMSG,
                "image corrupt: region %" PRIu64 " (vaddr 0x%" PRIx64 ", device %d) chunk at "
@@ -393,7 +518,8 @@ static int start_slot(struct job *job, struct slot *slot, uint64_t index, XXH3_s
                r->region.id, r->region.vaddr, r->region.device, offset, n, sum, r->sums[ref.chunk]);
       return -EBADMSG;
     }
-    rc = e->ops->copy_h2d_async(e->ctx, r->region.vaddr + offset, staging, n, stream);
+    rc = e->ops->copy_h2d_async(e->ctx, r->region.vaddr + offset,
+                                straight ? r->data + offset : staging, n, stream);
   }
   if (rc) {
     job_fail(job, rc, "%s region %" PRIu64 " (device %d) at offset %" PRIu64 ": %s",
@@ -449,42 +575,57 @@ static void *run_worker(void *arg) {
   /* Round robin over the slots: the oldest copy is waited for while the others run. */
   for (int turn = 0;; turn = (turn + 1) % count) {
     struct slot *slot = &slots[turn];
-    if (slot->chunk >= 0 && complete_slot(job, slot, state) != 0) break;
+    if (slot->chunk >= 0 && complete_slot(w, slot, state) != 0) break;
     if (atomic_load(&job->failed)) break;
     uint64_t index = atomic_fetch_add(&job->next, 1);
     if (index >= job->chunk_count) break;
-    if (start_slot(job, slot, index, state) != 0) break;
+    if (start_slot(w, slot, index, state) != 0) break;
   }
   /* Finish (or, after a failure, at least wait for) what is still in flight. */
   for (int i = 0; i < count; i++)
-    if (slots[i].chunk >= 0) complete_slot(job, &slots[i], state);
+    if (slots[i].chunk >= 0) complete_slot(w, &slots[i], state);
 out:
   worker_teardown(w);
   XXH3_freeState(state);
   return NULL;
 }
 
-static int run_job(struct engine *e, bool save, struct engine_stats *stats, char *reason, size_t len) {
+/* Every chunk of the image, in order. */
+static struct chunk_ref *list_chunks(const struct engine *e, uint64_t *count) {
   uint64_t total = 0;
   for (size_t i = 0; i < e->image_count; i++) total += e->image[i].chunks;
+  struct chunk_ref *chunks = malloc((total ? total : 1) * sizeof *chunks);
+  *count = 0;
+  for (size_t i = 0; chunks && i < e->image_count; i++)
+    for (uint64_t c = 0; c < e->image[i].chunks; c++)
+      chunks[(*count)++] = (struct chunk_ref){(uint32_t)i, (uint32_t)c};
+  return chunks;
+}
+
+static uint64_t chunk_length(const struct engine *e, struct chunk_ref ref) {
+  const struct image_region *r = &e->image[ref.region];
+  uint64_t offset = (uint64_t)ref.chunk * e->chunk_bytes;
+  return r->region.size - offset < e->chunk_bytes ? r->region.size - offset : e->chunk_bytes;
+}
+
+/* Copy `count` chunks (save: device -> image; restore: image -> device) with the copy threads. */
+static int run_job(struct engine *e, bool save, bool host_sums, struct chunk_ref *chunks,
+                   uint64_t count, struct engine_stats *stats, char *reason, size_t len) {
   int rc = engine_prepare(e);
-  if (rc == 0 && total > 0 && e->devices == 0) rc = -ENODEV;
+  if (rc == 0 && count > 0 && e->devices == 0) rc = -ENODEV;
   if (rc) {
     snprintf(reason, len, "preparing the copy engine failed: %s", strerror(-rc));
     return rc;
   }
-  struct job job = {.engine = e, .save = save};
+  struct job job = {.engine = e, .save = save, .host_sums = host_sums, .chunks = chunks,
+                    .chunk_count = count};
   pthread_mutex_init(&job.lock, NULL);
-  job.chunks = malloc((total ? total : 1) * sizeof *job.chunks);
   struct worker *workers = calloc((size_t)e->threads, sizeof *workers);
-  if (!job.chunks || !workers) {
+  if (!workers) {
     rc = -ENOMEM;
-    snprintf(reason, len, "out of memory for the chunk list");
+    snprintf(reason, len, "out of memory for the copy threads");
     goto out;
   }
-  for (size_t i = 0; i < e->image_count; i++)
-    for (uint64_t c = 0; c < e->image[i].chunks; c++)
-      job.chunks[job.chunk_count++] = (struct chunk_ref){(uint32_t)i, (uint32_t)c};
 
   /* Worker 0 runs on this thread; if a thread cannot start, its slots stay unused. */
   int started = 1;
@@ -495,8 +636,14 @@ static int run_job(struct engine *e, bool save, struct engine_stats *stats, char
   }
   run_worker(&workers[0]);
   for (int t = 1; t < started; t++) pthread_join(workers[t].thread, NULL);
-  for (int t = 0; t < started; t++)
+  for (int t = 0; t < started; t++) {
     if (workers[t].setup_seconds > stats->setup_seconds) stats->setup_seconds = workers[t].setup_seconds;
+    stats->times.wait += workers[t].times.wait / started;
+    stats->times.copy += workers[t].times.copy / started;
+    stats->times.hash += workers[t].times.hash / started;
+    stats->times.fault += workers[t].times.fault / started;
+  }
+  stats->threads = started;
   if (job.error) {
     rc = job.error;
     snprintf(reason, len, "%s", job.reason);
@@ -505,15 +652,105 @@ static int run_job(struct engine *e, bool save, struct engine_stats *stats, char
     stats->regions = e->image_count;
   }
 out:
-  free(job.chunks);
   free(workers);
   pthread_mutex_destroy(&job.lock);
+  return rc;
+}
+
+/* ---- checksums on the device (delta checkpoints, verification at resume) ---- */
+
+/* sums[k] = ckpt_delta_hash of chunks[k] on the device, one host call per device. */
+static int device_checksums(struct engine *e, const struct chunk_ref *chunks, uint64_t count,
+                            uint64_t *sums, struct engine_stats *stats) {
+  if (!e->ops->device_hash || e->chunk_bytes % 8) return -ENOSYS;
+  double t0 = ckpt_now();
+  struct ckpt_delta_piece *pieces = malloc((count ? count : 1) * sizeof *pieces);
+  uint64_t *where = malloc((count ? count : 1) * sizeof *where);
+  uint64_t *found = malloc((count ? count : 1) * sizeof *found);
+  int rc = pieces && where && found ? 0 : -ENOMEM;
+  for (int d = 0; rc == 0 && d < e->devices; d++) {
+    size_t n = 0;
+    for (uint64_t k = 0; k < count; k++) {
+      const struct image_region *r = &e->image[chunks[k].region];
+      if (r->region.device != d) continue;
+      pieces[n] = (struct ckpt_delta_piece){
+          r->region.vaddr + (uint64_t)chunks[k].chunk * e->chunk_bytes, chunk_length(e, chunks[k])};
+      where[n++] = k;
+    }
+    if (n && (rc = e->ops->device_hash(e->ctx, d, pieces, n, found)) == 0)
+      for (size_t i = 0; i < n; i++) sums[where[i]] = found[i];
+  }
+  free(pieces);
+  free(where);
+  free(found);
+  stats->device_hash_seconds += ckpt_now() - t0;
+  return rc;
+}
+
+/* Save: checksum every chunk on the device, then copy only those that changed since the kept
+ * image (a fresh region copies all). On success the regions' sums are the device's. */
+static int save_delta(struct engine *e, struct chunk_ref *chunks, uint64_t count, uint64_t *sums,
+                      struct engine_stats *stats, char *reason, size_t len) {
+  uint64_t changed = 0;
+  for (uint64_t k = 0; k < count; k++) {
+    const struct image_region *r = &e->image[chunks[k].region];
+    if (r->fresh || !r->device_sums || r->sums[chunks[k].chunk] != sums[k]) {
+      chunks[changed] = chunks[k];
+      sums[changed++] = sums[k];
+    } else {
+      stats->unchanged_bytes += chunk_length(e, chunks[k]);
+    }
+  }
+  /* Until the copy succeeds the regions' sums describe nothing: mark them host (not reusable). */
+  for (size_t i = 0; i < e->image_count; i++)
+    if (e->image[i].fresh) e->image[i].device_sums = false;
+  int rc = run_job(e, true, false, chunks, changed, stats, reason, len);
+  if (rc) return rc;
+  for (uint64_t k = 0; k < changed; k++) e->image[chunks[k].region].sums[chunks[k].chunk] = sums[k];
+  for (size_t i = 0; i < e->image_count; i++) e->image[i].device_sums = true;
+  return 0;
+}
+
+/* Restore's check for regions with device sums: checksum what arrived on the device (on the
+ * host from the image where the device cannot). */
+static int verify_restored(struct engine *e, struct engine_stats *stats, char *reason, size_t len) {
+  uint64_t count = 0;
+  struct chunk_ref *chunks = list_chunks(e, &count);
+  uint64_t *sums = malloc((count ? count : 1) * sizeof *sums);
+  if (!chunks || !sums) {
+    free(chunks);
+    free(sums);
+    snprintf(reason, len, "out of memory for verifying the restored chunks");
+    return -ENOMEM;
+  }
+  uint64_t kept = 0;
+  for (uint64_t k = 0; k < count; k++)
+    if (e->image[chunks[k].region].device_sums) chunks[kept++] = chunks[k];
+  bool on_device = kept == 0 || device_checksums(e, chunks, kept, sums, stats) == 0;
+  int rc = 0;
+  for (uint64_t k = 0; k < kept && rc == 0; k++) {
+    const struct image_region *r = &e->image[chunks[k].region];
+    uint64_t offset = (uint64_t)chunks[k].chunk * e->chunk_bytes, n = chunk_length(e, chunks[k]);
+    uint64_t sum = on_device ? sums[k] : ckpt_delta_hash(r->data + offset, n);
+    if (sum != r->sums[chunks[k].chunk]) {
+      rc = -EBADMSG;
+      snprintf(reason, len,
+               "image corrupt: region %" PRIu64 " (vaddr 0x%" PRIx64 ", device %d) chunk at offset "
+               "%" PRIu64 " (%" PRIu64 " bytes): checksum %016" PRIx64 " %s, saved %016" PRIx64
+               "; not restored",
+               r->region.id, r->region.vaddr, r->region.device, offset, n, sum,
+               on_device ? "on the device" : "in the image", r->sums[chunks[k].chunk]);
+    }
+  }
+  free(chunks);
+  free(sums);
   return rc;
 }
 
 int engine_save(struct engine *e, struct engine_stats *stats, char *reason, size_t len) {
   struct region_list list = {0};
   *stats = (struct engine_stats){0};
+  stop_registering(e);
   int rc = e->ops->for_each_region(e->ctx, collect_region, &list);
   if (rc) {
     snprintf(reason, len, "listing device memory regions failed: %s", strerror(-rc));
@@ -523,7 +760,32 @@ int engine_save(struct engine *e, struct engine_stats *stats, char *reason, size
         snprintf(reason, len, "region %" PRIu64 " has too many chunks", e->image[i].region.id);
         rc = -E2BIG;
       }
-    if (!rc) rc = run_job(e, true, stats, reason, len);
+    uint64_t count = 0;
+    struct chunk_ref *chunks = rc ? NULL : list_chunks(e, &count);
+    uint64_t *sums = chunks ? malloc((count ? count : 1) * sizeof *sums) : NULL;
+    if (!rc && !sums) {
+      snprintf(reason, len, "out of memory for the chunk list");
+      rc = -ENOMEM;
+    }
+    if (!rc && (rc = engine_prepare(e)) != 0)
+      snprintf(reason, len, "preparing the copy engine failed: %s", strerror(-rc));
+    if (!rc) {
+      int hashed = device_checksums(e, chunks, count, sums, stats);
+      if (hashed == 0) {
+        rc = save_delta(e, chunks, count, sums, stats, reason, len);
+      } else {
+        if (hashed != -ENOSYS && !e->device_hash_warned) {
+          ckpt_logf(CKPT_LOG_WARN, "checkpoint: checksums on the device failed (%s); checksumming "
+                    "on the host and copying every chunk", strerror(-hashed));
+          e->device_hash_warned = true;
+        }
+        for (size_t i = 0; i < e->image_count; i++) e->image[i].device_sums = false;
+        rc = run_job(e, true, true, chunks, count, stats, reason, len);
+      }
+    }
+    free(chunks);
+    free(sums);
+    for (size_t i = 0; i < e->image_count; i++) e->image[i].fresh = false;
   }
   free(list.items);
   if (rc) engine_drop_image(e); /* half an image is worth nothing */
@@ -532,7 +794,17 @@ int engine_save(struct engine *e, struct engine_stats *stats, char *reason, size
 
 int engine_restore(struct engine *e, struct engine_stats *stats, char *reason, size_t len) {
   *stats = (struct engine_stats){0};
-  return run_job(e, false, stats, reason, len);
+  stop_registering(e);
+  uint64_t count = 0;
+  struct chunk_ref *chunks = list_chunks(e, &count);
+  if (!chunks) {
+    snprintf(reason, len, "out of memory for the chunk list");
+    return -ENOMEM;
+  }
+  int rc = run_job(e, false, false, chunks, count, stats, reason, len);
+  free(chunks);
+  if (rc == 0) rc = verify_restored(e, stats, reason, len);
+  return rc;
 }
 
 /* ---- the image for disk.c: a narrow view, so that the copy paths above may change freely ---- */
@@ -542,7 +814,7 @@ size_t engine_chunk_bytes(const struct engine *e) { return e->chunk_bytes; }
 int engine_image_region(struct engine *e, size_t index, struct engine_image_view *view) {
   if (index >= e->image_count) return -ENOENT;
   struct image_region *r = &e->image[index];
-  *view = (struct engine_image_view){r->region, r->data, r->sums, r->chunks};
+  *view = (struct engine_image_view){r->region, r->data, r->sums, r->chunks, &r->device_sums};
   return 0;
 }
 

@@ -18,6 +18,7 @@ static void forget_in_child(void) {
   pthread_mutex_init(&init_lock, NULL);
   if (!started) return;
   signal_restore();
+  signal_remove_cleanup();
   control_forget_after_fork();
   transition_forget_after_fork();
   state_forget_after_fork();
@@ -46,7 +47,7 @@ int ckpt_init(const struct ckpt_host_ops *ops, void *ctx) {
     rc = -EINVAL;
     goto out;
   }
-  char error[160];
+  char error[512];
   if (ckpt_options_from_env(&ckpt_rt.options, error, sizeof error) != 0)
     ckpt_logf(CKPT_LOG_WARN, "%s", error);
   state_reset();
@@ -64,6 +65,7 @@ int ckpt_init(const struct ckpt_host_ops *ops, void *ctx) {
   int signal_rc = signal_install(signal_number, control_signal_fd());
   if (signal_rc)
     ckpt_logf(CKPT_LOG_WARN, "cannot install the checkpoint signal handler: %s", strerror(-signal_rc));
+  signal_install_cleanup(control_socket_path());
   started = true;
   if (!atfork_registered && pthread_atfork(NULL, NULL, forget_in_child) == 0) atfork_registered = true;
   ckpt_logf(CKPT_LOG_DEBUG, "checkpoint ready: socket %s, signal %d",
@@ -77,6 +79,7 @@ void ckpt_shutdown(void) {
   pthread_mutex_lock(&init_lock);
   if (started) {
     signal_restore();
+    signal_remove_cleanup();
     control_stop();
     transition_stop();
     started = false;

@@ -35,10 +35,21 @@ const char *ckpt_op_name(int op);
 
 /* engine.c: the copy engine and the host image. */
 struct engine;
+/* Where a copy thread's time went, in seconds; engine_stats holds the average over threads. */
+struct engine_times {
+  double wait;  /* waiting for the DMA of a staging buffer (stream_sync) */
+  double copy;  /* copying between staging and the image (first-touch faults included) */
+  double hash;  /* checksums on the host */
+  double fault; /* faulting fresh image pages in ahead of the copy, while the DMA runs */
+};
 struct engine_stats {
   uint64_t bytes;
   uint64_t regions;
   double setup_seconds; /* the slowest copy thread's stream creation */
+  struct engine_times times;
+  int threads;
+  double device_hash_seconds;
+  uint64_t unchanged_bytes; /* delta: not copied, unchanged since the kept image */
 };
 struct engine *engine_new(const struct ckpt_host_ops *ops, void *ctx, const struct ckpt_options *options);
 /* Learn the device count, size the stream table and pin the staging buffers still missing (in
@@ -50,6 +61,13 @@ int engine_save(struct engine *engine, struct engine_stats *stats, char *reason,
 /* Copy the image back, verifying every chunk's checksum before it is sent; a mismatch is
  * -EBADMSG with the region and offset in `reason`. Precondition: regions recreated. */
 int engine_restore(struct engine *engine, struct engine_stats *stats, char *reason, size_t reason_len);
+/* Start registering the image for direct DMA (host_register) on a thread of its own, piece by
+ * piece: done while the program is paused, so that the resume and later checkpoints copy
+ * between the device and the image without staging buffers. save, restore, drop and
+ * forget_pinned stop it first. No-op without host_register. */
+void engine_register_image(struct engine *engine);
+/* Bytes of the image registered so far (pieces are rounded up to pages). Any thread. */
+uint64_t engine_image_registered(struct engine *engine);
 /* Free the image's memory (kept between cycles with keep_image). */
 void engine_drop_image(struct engine *engine);
 uint64_t engine_image_bytes(const struct engine *engine);
@@ -61,12 +79,13 @@ void engine_forget_pinned(struct engine *engine);
 /* For tests: the image bytes of region `index` (in enumeration order), or NULL. */
 uint8_t *engine_image_data(struct engine *engine, size_t index, uint64_t *size);
 /* For disk.c: the image as regions of `chunks` chunks of engine_chunk_bytes (the last one
- * shorter), each with its XXH3-64 in sums[]. The view is valid until the image changes. */
+ * shorter), each with its checksum in sums[]. The view is valid until the image changes. */
 struct engine_image_view {
   struct ckpt_region region;
   uint8_t *data;
   uint64_t *sums;
   uint64_t chunks;
+  bool *device_sums; /* the sums are ckpt_delta_hash values (delta_hash.h), else XXH3-64 */
 };
 size_t engine_chunk_bytes(const struct engine *engine);
 int engine_image_region(struct engine *engine, size_t index, struct engine_image_view *view);
@@ -102,6 +121,7 @@ int transition_submit_with(enum ckpt_op op, double requested_at, const struct tr
 void transition_paused_info(struct transition_paused *out);
 void transition_forget_after_fork(void);
 uint64_t transition_image_bytes(void);
+uint64_t transition_image_registered(void); /* bytes of the image page-locked (pinned) */
 /* For tests: the engine (only touch it while no transition runs). */
 struct engine *transition_engine(void);
 uint64_t transition_image_regions(void);
@@ -126,6 +146,10 @@ int driver_restore(char *reason, size_t reason_len);
 /* signal.c */
 int signal_install(int signal_number, int notify_fd);
 void signal_restore(void);
+/* Remove socket_path when a termination signal with its default action kills the process (see
+ * signal.c); signal_remove_cleanup puts those signals back to SIG_DFL. */
+void signal_install_cleanup(const char *socket_path);
+void signal_remove_cleanup(void);
 
 /* rundir.c: where sockets live; shared with cudaw-ctl. */
 int ckpt_socket_path(const char *dir, pid_t pid, char *buf, size_t len);

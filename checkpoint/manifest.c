@@ -13,6 +13,8 @@
 #include "disk.h"
 
 #define FORMAT_NAME "cudaw-image"
+#define SUM_XXH3 "xxh3-64"
+#define SUM_DEVICE "cudaw-delta-64" /* ckpt_delta_hash, taken on the device */
 
 /* What our repacked libjansson's load.o reads instead of libc's stdin (cmake/ThirdParty.cmake):
  * never a real stream, so json_loadf never names a source "<stdin>". */
@@ -46,10 +48,11 @@ int manifest_write(const struct manifest *m, const char *path, char *reason, siz
     for (size_t f = 0; files && f < mr->file_count; f++)
       json_array_append_new(files, file_json(&mr->files[f]));
     json_array_append_new(regions,
-                          json_pack("{s:I, s:I, s:I, s:i, s:o*}", "id", (json_int_t)mr->region.id,
-                                    "vaddr", (json_int_t)mr->region.vaddr, "size",
-                                    (json_int_t)mr->region.size, "device", mr->region.device,
-                                    "files", files));
+                          json_pack("{s:I, s:I, s:I, s:i, s:s, s:o*}", "id",
+                                    (json_int_t)mr->region.id, "vaddr", (json_int_t)mr->region.vaddr,
+                                    "size", (json_int_t)mr->region.size, "device", mr->region.device,
+                                    "checksum", mr->device_sums ? SUM_DEVICE : SUM_XXH3, "files",
+                                    files));
   }
   json_t *root = json_pack("{s:s, s:i, s:I, s:I, s:s, s:I, s:o*}", "format", FORMAT_NAME,
                            "version", MANIFEST_VERSION, "chunk_bytes", (json_int_t)m->chunk_bytes,
@@ -136,6 +139,10 @@ static int read_region(struct reader *rd, json_t *entry, size_t index, const str
   if (!json_is_integer(device) || json_integer_value(device) < 0 || json_integer_value(device) > 1024)
     return bad(rd, "%s: \"device\" missing or out of range", where);
   mr->region.device = (int)json_integer_value(device);
+  const char *checksum = json_string_value(json_object_get(entry, "checksum"));
+  if (!checksum || (strcmp(checksum, SUM_XXH3) != 0 && strcmp(checksum, SUM_DEVICE) != 0))
+    return bad(rd, "%s: \"checksum\" must be \"" SUM_XXH3 "\" or \"" SUM_DEVICE "\"", where);
+  mr->device_sums = strcmp(checksum, SUM_DEVICE) == 0;
   json_t *files = json_object_get(entry, "files");
   if (!json_is_array(files) || json_array_size(files) == 0)
     return bad(rd, "%s: \"files\" missing or empty", where);

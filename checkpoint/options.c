@@ -29,7 +29,7 @@ static const struct ckpt_option_info table[] = {
      "ms to wait for API calls in flight when pausing; then the checkpoint is abandoned"},
     {"CUDAW_SIGNAL", "USR1", "signal that requests a checkpoint: USR1, USR2 or none"},
     {"CUDAW_RUN_DIR", "$XDG_RUNTIME_DIR/cudaw, /run/cudaw (root), /tmp/cudaw-<uid>",
-     "directory of the control sockets <pid>.sock"},
+     "absolute directory of the control sockets <pid>.sock, writable by its owner only"},
     {"CUDAW_CKPT_STREAMS", "2 x threads",
      "copies in flight per device, and pinned staging buffers in all (shared by the devices)"},
     {"CUDAW_CKPT_STAGING", "4M", "size of one pinned staging buffer (= one checksummed chunk)"},
@@ -42,6 +42,12 @@ static const struct ckpt_option_info table[] = {
      "GPU)"},
     {"CUDAW_CKPT_DRIVER_TOOL", "<lib>/../bin/cudaw-ckpt-driver, then PATH",
      "the helper that runs the driver's process checkpoint for release all"},
+    {"CUDAW_CKPT_REGISTER", "1",
+     "1: page-lock the image while paused, so resume and kept-image checkpoints skip staging"},
+    {"CUDAW_CKPT_PIN_EARLY", "1",
+     "1: pin the staging buffers in the background once the program has device memory"},
+    {"CUDAW_CKPT_PREFAULT", "0",
+     "1: fault fresh image pages in while their DMA runs (slower; shows the fault cost apart)"},
 };
 
 const struct ckpt_option_info *ckpt_option_table(size_t *count) {
@@ -78,8 +84,14 @@ static int parse_count(const char *text, uint64_t max, uint64_t *out) {
   return 0;
 }
 
+/* Appends "NAME=value is not valid; using the default" to error (several may be wrong). */
 static int reject(const char *name, const char *value, char *error, size_t len) {
-  if (error) snprintf(error, len, "%s=%s is not valid; using the default", name, value);
+  if (error && len) {
+    size_t used = strlen(error);
+    if (used < len)
+      snprintf(error + used, len - used, "%s%s=%.40s%s is not valid; using the default",
+               used ? "; " : "", name, value, strlen(value) > 40 ? "..." : "");
+  }
   return -EINVAL;
 }
 
@@ -132,9 +144,24 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
       snprintf(out->driver_tool, sizeof out->driver_tool, "%s", text);
     else rc = reject("CUDAW_CKPT_DRIVER_TOOL", "(too long)", error, error_len);
   }
+  out->register_image = 1;
+  out->pin_early = 1;
+  if ((text = getenv("CUDAW_CKPT_PIN_EARLY")) && *text) {
+    if (strcmp(text, "0") == 0 || strcmp(text, "1") == 0) out->pin_early = text[0] == '1';
+    else rc = reject("CUDAW_CKPT_PIN_EARLY", text, error, error_len);
+  }
+  if ((text = getenv("CUDAW_CKPT_REGISTER")) && *text) {
+    if (strcmp(text, "0") == 0 || strcmp(text, "1") == 0) out->register_image = text[0] == '1';
+    else rc = reject("CUDAW_CKPT_REGISTER", text, error, error_len);
+  }
+  if ((text = getenv("CUDAW_CKPT_PREFAULT")) && *text) {
+    if (strcmp(text, "0") == 0 || strcmp(text, "1") == 0) out->prefault = text[0] == '1';
+    else rc = reject("CUDAW_CKPT_PREFAULT", text, error, error_len);
+  }
   if (out->streams == 0) out->streams = 2 * out->threads;
   if ((text = getenv("CUDAW_RUN_DIR")) && *text) {
-    if (strlen(text) < sizeof out->run_dir) snprintf(out->run_dir, sizeof out->run_dir, "%s", text);
+    if (text[0] != '/') rc = reject("CUDAW_RUN_DIR", text, error, error_len); /* must be absolute */
+    else if (strlen(text) < sizeof out->run_dir) snprintf(out->run_dir, sizeof out->run_dir, "%s", text);
     else rc = reject("CUDAW_RUN_DIR", "(too long)", error, error_len);
   }
   if (!out->run_dir[0] && ckpt_default_run_dir(out->run_dir, sizeof out->run_dir) != 0)

@@ -41,6 +41,11 @@ int ckpt_run_dir_prepare(const char *dir, char *reason, size_t reason_len) {
     snprintf(reason, reason_len, "run dir %s: %s", dir, strerror(err));
     return -err;
   }
+  if (S_ISLNK(st.st_mode)) { /* planted by someone, perhaps: never followed */
+    snprintf(reason, reason_len, "run dir %s is a symbolic link; not followed (name the "
+             "directory itself)", dir);
+    return -ELOOP;
+  }
   if (!S_ISDIR(st.st_mode)) {
     snprintf(reason, reason_len, "run dir %s is not a directory", dir);
     return -ENOTDIR;
@@ -49,6 +54,14 @@ int ckpt_run_dir_prepare(const char *dir, char *reason, size_t reason_len) {
   if (st.st_uid != geteuid()) {
     snprintf(reason, reason_len, "run dir %s belongs to uid %u, not to us (uid %u)", dir,
              (unsigned)st.st_uid, (unsigned)geteuid());
+    return -EPERM;
+  }
+  /* Others could plant or replace <pid>.sock names in a directory they may write to. It is not
+   * ours to chmod (it may be /tmp-like on purpose): refuse. */
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+    snprintf(reason, reason_len, "run dir %s is writable by %s (mode %03o); use a directory only "
+             "its owner can write to", dir, st.st_mode & S_IWOTH ? "everyone" : "its group",
+             (unsigned)(st.st_mode & 07777));
     return -EPERM;
   }
   return 0;

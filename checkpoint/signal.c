@@ -5,10 +5,17 @@
  * Chaining: a handler the program installed before us is called after ours, so the program
  * keeps its own behaviour; SIG_DFL (terminate) and SIG_IGN are not chained. A handler the
  * program installs after us replaces ours: then only the socket works (the shim may intercept
- * sigaction to prevent that). */
+ * sigaction to prevent that).
+ *
+ * Termination: a program killed by SIGTERM, SIGINT, SIGHUP or SIGQUIT with their default action
+ * runs no atexit handler, so its control socket would stay behind. Where the program left such a
+ * signal at SIG_DFL, a handler unlinks the socket (async-signal-safe), restores SIG_DFL and
+ * raises the signal again: the program still dies of it. SIGKILL cannot be caught; its socket is
+ * removed by the next cudaw process or `cudaw-ctl list` in the same run dir. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,6 +41,49 @@ static void on_signal(int signal_number, siginfo_t *info, void *ucontext) {
   } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
     previous.sa_handler(signal_number);
   }
+}
+
+static const int termination_signals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+#define TERMINATION_COUNT (sizeof termination_signals / sizeof termination_signals[0])
+static bool cleanup_installed[TERMINATION_COUNT];
+static char cleanup_path[108];
+static pid_t cleanup_owner;
+
+static void on_termination(int signal_number) {
+  int saved_errno = errno;
+  if (cleanup_path[0] && getpid() == cleanup_owner) unlink(cleanup_path);
+  signal(signal_number, SIG_DFL);
+  errno = saved_errno;
+  raise(signal_number); /* delivered when this handler returns: the default action */
+}
+
+void signal_install_cleanup(const char *socket_path) {
+  if (!socket_path || strlen(socket_path) >= sizeof cleanup_path) return;
+  memcpy(cleanup_path, socket_path, strlen(socket_path) + 1);
+  cleanup_owner = getpid();
+  for (size_t i = 0; i < TERMINATION_COUNT; i++) {
+    struct sigaction current;
+    if (sigaction(termination_signals[i], NULL, &current) != 0) continue;
+    if ((current.sa_flags & SA_SIGINFO) || current.sa_handler != SIG_DFL) continue;
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = on_termination;
+    sigemptyset(&action.sa_mask);
+    cleanup_installed[i] = sigaction(termination_signals[i], &action, NULL) == 0;
+  }
+}
+
+void signal_remove_cleanup(void) {
+  for (size_t i = 0; i < TERMINATION_COUNT; i++) {
+    if (!cleanup_installed[i]) continue;
+    cleanup_installed[i] = false;
+    struct sigaction current;
+    /* Only our own handler goes back to SIG_DFL; one the program installed since stays. */
+    if (sigaction(termination_signals[i], NULL, &current) == 0 &&
+        !(current.sa_flags & SA_SIGINFO) && current.sa_handler == on_termination)
+      signal(termination_signals[i], SIG_DFL);
+  }
+  cleanup_path[0] = '\0';
 }
 
 int signal_install(int signal_number, int fd) {

@@ -26,6 +26,10 @@ static struct {
   struct transition_paused paused;   /* where the paused program's state is */
   struct ckpt_region *disk_regions;  /* what the image on disk must hold (paused.dir set) */
   size_t disk_region_count;
+  bool drop_image;                /* after this transition: free the image */
+  bool prepare;                   /* ckpt_prepare_early asked for the staging buffers */
+  bool preparing;                 /* ... which are being pinned (not inside the gate) */
+  bool dropping;                  /* ... which is under way */
 } tr = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
 
 static void fail(struct ckpt_result *r, int error, const char *format, ...)
@@ -55,6 +59,18 @@ static void remember_disk_regions(void) {
   tr.disk_region_count = regions ? count : 0;
 }
 
+static void result_from_stats(struct ckpt_result *r, const struct engine_stats *stats) {
+  r->bytes = stats->bytes;
+  r->regions = stats->regions;
+  r->dma_wait_seconds = stats->times.wait;
+  r->host_copy_seconds = stats->times.copy;
+  r->hash_seconds = stats->times.hash;
+  r->fault_seconds = stats->times.fault;
+  r->device_hash_seconds = stats->device_hash_seconds;
+  r->copy_threads = (uint32_t)stats->threads;
+  r->unchanged_bytes = stats->unchanged_bytes;
+}
+
 static void pause_program(struct ckpt_result *r, double requested_at) {
   const struct ckpt_host_ops *ops = ckpt_rt.ops;
   void *ctx = ckpt_rt.ctx;
@@ -74,6 +90,10 @@ static void pause_program(struct ckpt_result *r, double requested_at) {
     return;
   }
 
+  if (ops->refuse_checkpoint && (rc = ops->refuse_checkpoint(ctx, reason, sizeof reason)) != 0) {
+    fail(r, rc, "checkpoint refused: %s", reason);
+    goto reopen;
+  }
   rc = ops->device_drain(ctx);
   r->drain_seconds = ckpt_now() - t;
   t = ckpt_now();
@@ -92,8 +112,7 @@ static void pause_program(struct ckpt_result *r, double requested_at) {
   rc = engine_save(tr.engine, &stats, reason, sizeof reason);
   r->copy_seconds = ckpt_now() - t;
   r->setup_seconds += stats.setup_seconds;
-  r->bytes = stats.bytes;
-  r->regions = stats.regions;
+  result_from_stats(r, &stats);
   t = ckpt_now();
   if (rc) {
     fail(r, rc, "saving device memory failed: %s", reason);
@@ -161,6 +180,10 @@ static void pause_program(struct ckpt_result *r, double requested_at) {
     snprintf(tr.paused.dir, sizeof tr.paused.dir, "%s", request->to_dir);
   }
   pthread_mutex_unlock(&tr.lock);
+  /* While paused, page-lock the image so that the resume copies without staging buffers. */
+  /* Not after the driver's checkpoint: page-locking calls into the driver, which holds the
+   * process until the resume. */
+  if (ckpt_rt.options.register_image && !request->release_all) engine_register_image(tr.engine);
   return; /* paused: the gate stays closed until resume */
 reopen:
   ops->gate_open(ctx);
@@ -231,8 +254,7 @@ static void resume_program(struct ckpt_result *r) {
   rc = engine_restore(tr.engine, &stats, reason, sizeof reason);
   r->copy_seconds = ckpt_now() - t;
   r->setup_seconds = stats.setup_seconds;
-  r->bytes = stats.bytes;
-  r->regions = stats.regions;
+  result_from_stats(r, &stats);
   if (rc) {
     /* Give the memory back so that "paused" means the same as before the attempt. */
     int released = ops->release_all(ctx);
@@ -241,7 +263,8 @@ static void resume_program(struct ckpt_result *r) {
          released ? " (and releasing the recreated memory failed too)" : "");
     return;
   }
-  if (!ckpt_rt.options.keep_image) engine_drop_image(tr.engine);
+  /* Freeing the image (unregistering and unmapping it) waits until the program runs again. */
+  tr.drop_image = !ckpt_rt.options.keep_image;
   /* Managed memory migrates back on first touch anyway: a failure here only costs speed. */
   if (ops->unpark_other && (rc = ops->unpark_other(ctx)) != 0)
     ckpt_logf(CKPT_LOG_WARN, "resume: bringing managed memory back to the device failed: %s",
@@ -260,7 +283,19 @@ static void *run(void *unused) {
   (void)unused;
   pthread_mutex_lock(&tr.lock);
   for (;;) {
-    while (!tr.pending && !tr.stopping) pthread_cond_wait(&tr.wake, &tr.lock);
+    while (!tr.pending && !tr.stopping && !tr.prepare) pthread_cond_wait(&tr.wake, &tr.lock);
+    if (tr.prepare && !tr.pending && !tr.stopping) {
+      /* Pin the staging buffers now, so that the first checkpoint does not wait for them. */
+      tr.prepare = false;
+      tr.preparing = true;
+      pthread_mutex_unlock(&tr.lock);
+      int rc = engine_prepare(tr.engine);
+      if (rc) ckpt_logf(CKPT_LOG_DEBUG, "pinning staging buffers ahead failed: %s", strerror(-rc));
+      pthread_mutex_lock(&tr.lock);
+      tr.preparing = false;
+      pthread_cond_broadcast(&tr.wake);
+      continue;
+    }
     if (!tr.pending) break;
     enum ckpt_op op = tr.op;
     double requested_at = tr.requested_at;
@@ -279,6 +314,15 @@ static void *run(void *unused) {
     pthread_mutex_unlock(&tr.lock);
     state_finish(&result);
     if (done) done(done_arg, &result);
+    if (tr.drop_image) { /* status does not read the image meanwhile */
+      pthread_mutex_lock(&tr.lock);
+      tr.dropping = true;
+      pthread_mutex_unlock(&tr.lock);
+      engine_drop_image(tr.engine);
+      pthread_mutex_lock(&tr.lock);
+      tr.dropping = tr.drop_image = false;
+      pthread_mutex_unlock(&tr.lock);
+    }
     pthread_mutex_lock(&tr.lock);
   }
   pthread_mutex_unlock(&tr.lock);
@@ -352,14 +396,21 @@ int transition_submit_with(enum ckpt_op op, double requested_at, const struct tr
 
 uint64_t transition_image_bytes(void) {
   pthread_mutex_lock(&tr.lock);
-  uint64_t bytes = tr.engine && !tr.pending ? engine_image_bytes(tr.engine) : 0;
+  uint64_t bytes = tr.engine && !tr.pending && !tr.dropping ? engine_image_bytes(tr.engine) : 0;
+  pthread_mutex_unlock(&tr.lock);
+  return bytes;
+}
+
+uint64_t transition_image_registered(void) {
+  pthread_mutex_lock(&tr.lock);
+  uint64_t bytes = tr.engine ? engine_image_registered(tr.engine) : 0;
   pthread_mutex_unlock(&tr.lock);
   return bytes;
 }
 
 uint64_t transition_image_regions(void) {
   pthread_mutex_lock(&tr.lock);
-  uint64_t regions = tr.engine && !tr.pending ? engine_image_regions(tr.engine) : 0;
+  uint64_t regions = tr.engine && !tr.pending && !tr.dropping ? engine_image_regions(tr.engine) : 0;
   pthread_mutex_unlock(&tr.lock);
   return regions;
 }
@@ -379,8 +430,23 @@ struct ckpt_other_memory transition_other_memory(void) {
   return other;
 }
 
+void ckpt_prepare_early(void) {
+  if (!ckpt_rt.options.pin_early) return;
+  pthread_mutex_lock(&tr.lock);
+  if (tr.started && !tr.stopping) {
+    tr.prepare = true;
+    pthread_cond_broadcast(&tr.wake);
+  }
+  pthread_mutex_unlock(&tr.lock);
+}
+
 void ckpt_device_reset(void) {
   /* Transitions run with the gate closed; the caller is inside a counted API call, so none is
-   * running now and none can start before the call returns. */
+   * running now and none can start before the call returns. Early pinning runs outside the
+   * gate: cancel it, or wait for it, before forgetting what it pinned. */
+  pthread_mutex_lock(&tr.lock);
+  tr.prepare = false;
+  while (tr.preparing) pthread_cond_wait(&tr.wake, &tr.lock);
+  pthread_mutex_unlock(&tr.lock);
   if (tr.engine) engine_forget_pinned(tr.engine);
 }

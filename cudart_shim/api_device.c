@@ -6,6 +6,7 @@
 
 #include "ckpt.h"
 #include "shim_generated.h"
+#include "shim_texture.h"
 #include "shim_vmem.h"
 
 SHIM_EXPORT cudaError_t cudaDeviceReset(void)
@@ -19,6 +20,7 @@ SHIM_EXPORT cudaError_t cudaDeviceReset(void)
                 "its records of device %d's allocations, which the reset destroys; using them "
                 "afterwards fails", device, device);
     shim_mem_forget_device(device);
+    shim_texture_forget_all();
     ckpt_device_reset();
   }
   cudaError_t result = ((__typeof__(&cudaDeviceReset))real)();

@@ -138,9 +138,8 @@ static cudaError_t capturing(cudaStream_t stream, int *active)
 
 /* The common body of the allocating calls. real_alloc is the real runtime's call for streams
  * under capture and when vmem does not run. */
-static cudaError_t malloc_async(void **ptr, size_t size, cudaStream_t stream,
-                                cudaError_t (*real_alloc)(void **, size_t, void *, cudaStream_t),
-                                void *pool)
+cudaError_t shim_vmem_malloc_async(void **ptr, size_t size, cudaStream_t stream,
+                                   shim_real_alloc_async_fn real_alloc, void *pool)
 {
   if (!ptr) return shim_set_last_error(cudaErrorInvalidValue);
   if (shim_vmem_start() != 0) return real_alloc(ptr, size, pool, stream);
@@ -159,8 +158,8 @@ static cudaError_t malloc_async(void **ptr, size_t size, cudaStream_t stream,
   return shim_set_last_error(shim_vmem_alloc(ptr, size));
 }
 
-static cudaError_t free_async(void *ptr, cudaStream_t stream, const void *where,
-                              cudaError_t (*real_free)(void *, cudaStream_t))
+cudaError_t shim_vmem_free_async(void *ptr, cudaStream_t stream, const void *where,
+                                 shim_real_free_async_fn real_free)
 {
   if (!ptr || !vmem_in_range(ptr)) {
     cudaError_t result = real_free(ptr, stream);
@@ -233,7 +232,8 @@ static cudaStream_t per_thread(cudaStream_t stream)
 SHIM_EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream)
 {
   ENTER(cudaMallocAsync);
-  cudaError_t result = malloc_async(devPtr, size, hStream, real_malloc_async, NULL);
+  cudaError_t result =
+      shim_vmem_malloc_async(devPtr, size, hStream, real_malloc_async, NULL);
   shim_gate_leave();
   return result;
 }
@@ -241,8 +241,8 @@ SHIM_EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t
 SHIM_EXPORT cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t hStream)
 {
   ENTER(cudaMallocAsync_ptsz);
-  cudaError_t result = malloc_async(devPtr, size, per_thread(hStream), real_malloc_async_ptsz,
-                                    NULL);
+  cudaError_t result = shim_vmem_malloc_async(devPtr, size, per_thread(hStream),
+                                              real_malloc_async_ptsz, NULL);
   shim_gate_leave();
   return result;
 }
@@ -251,8 +251,9 @@ SHIM_EXPORT cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMem
                                                 cudaStream_t stream)
 {
   ENTER(cudaMallocFromPoolAsync);
-  cudaError_t result = memPool ? malloc_async(ptr, size, stream, real_malloc_pool, memPool)
-                               : shim_set_last_error(cudaErrorInvalidValue);
+  cudaError_t result =
+      memPool ? shim_vmem_malloc_async(ptr, size, stream, real_malloc_pool, memPool)
+              : shim_set_last_error(cudaErrorInvalidValue);
   shim_gate_leave();
   return result;
 }
@@ -261,8 +262,8 @@ SHIM_EXPORT cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size,
                                                      cudaMemPool_t memPool, cudaStream_t stream)
 {
   ENTER(cudaMallocFromPoolAsync_ptsz);
-  cudaError_t result = memPool ? malloc_async(ptr, size, per_thread(stream),
-                                              real_malloc_pool_ptsz, memPool)
+  cudaError_t result = memPool ? shim_vmem_malloc_async(ptr, size, per_thread(stream),
+                                                        real_malloc_pool_ptsz, memPool)
                                : shim_set_last_error(cudaErrorInvalidValue);
   shim_gate_leave();
   return result;
@@ -271,7 +272,8 @@ SHIM_EXPORT cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size,
 SHIM_EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
 {
   ENTER(cudaFreeAsync);
-  cudaError_t result = free_async(devPtr, hStream, __builtin_return_address(0), real_free_async);
+  cudaError_t result =
+      shim_vmem_free_async(devPtr, hStream, __builtin_return_address(0), real_free_async);
   shim_gate_leave();
   return result;
 }
@@ -279,8 +281,8 @@ SHIM_EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
 SHIM_EXPORT cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t hStream)
 {
   ENTER(cudaFreeAsync_ptsz);
-  cudaError_t result = free_async(devPtr, per_thread(hStream), __builtin_return_address(0),
-                                  real_free_async_ptsz);
+  cudaError_t result = shim_vmem_free_async(devPtr, per_thread(hStream),
+                                            __builtin_return_address(0), real_free_async_ptsz);
   shim_gate_leave();
   return result;
 }

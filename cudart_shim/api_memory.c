@@ -34,25 +34,32 @@ SHIM_EXPORT cudaError_t cudaFree(void *devPtr)
   if (!real) return shim_missing(SHIM_FN_cudaFree);
   cudaError_t result;
   if (devPtr && vmem_in_range(devPtr)) {
-    /* cudaFree waits for the device before the memory can be reused; so do we, since a freed
-     * slot of a shared slab is handed out again at once. Blocks freed on streams are then done. */
-    SHIM_REAL(cudaDeviceSynchronize)();
-    shim_vmem_reap_frees(1);
-    result = shim_set_last_error(
-        shim_error_from_errno(vmem_free(devPtr, __builtin_return_address(0))));
+    result = shim_set_last_error(shim_vmem_free_synced(devPtr, __builtin_return_address(0)));
   } else {
     result = ((__typeof__(&cudaFree))real)(devPtr);
-    struct shim_mem_record record;
-    if (result == cudaSuccess && devPtr) {
-      if (shim_mem_untrack(SHIM_MEM_MANAGED, devPtr, &record) == 0) {
-        if (record.charged) vmem_quota_uncharge(record.device, record.charged);
-      } else {
-        shim_mem_untrack(SHIM_MEM_PASSTHROUGH, devPtr, NULL);
-      }
-    }
+    if (result == cudaSuccess && devPtr) shim_mem_forget_freed(devPtr);
   }
   shim_gate_leave();
   return result;
+}
+
+cudaError_t shim_vmem_free_synced(void *vptr, const void *where)
+{
+  /* cudaFree waits for the device before the memory can be reused; so do we, since a freed
+   * slot of a shared slab is handed out again at once. Blocks freed on streams are then done. */
+  SHIM_REAL(cudaDeviceSynchronize)();
+  shim_vmem_reap_frees(1);
+  return shim_error_from_errno(vmem_free(vptr, where));
+}
+
+void shim_mem_forget_freed(void *ptr)
+{
+  struct shim_mem_record record;
+  if (shim_mem_untrack(SHIM_MEM_MANAGED, ptr, &record) == 0) {
+    if (record.charged) vmem_quota_uncharge(record.device, record.charged);
+  } else {
+    shim_mem_untrack(SHIM_MEM_PASSTHROUGH, ptr, NULL);
+  }
 }
 
 SHIM_EXPORT cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
@@ -60,22 +67,29 @@ SHIM_EXPORT cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
   shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaMemGetInfo);
   if (!real) return shim_missing(SHIM_FN_cudaMemGetInfo);
   cudaError_t result;
-  int device;
   if (!free || !total) {
     result = shim_set_last_error(cudaErrorInvalidValue);
   } else if (shim_vmem_start() != 0) {
     result = ((__typeof__(&cudaMemGetInfo))real)(free, total);
-  } else if ((result = shim_current_device(&device)) == cudaSuccess) {
-    shim_vmem_reap_frees(0);
-    uint64_t f = 0, t = 0;
-    result = shim_error_from_errno(vmem_mem_info(device, &f, &t));
-    if (result == cudaSuccess) {
-      *free = (size_t)f;
-      *total = (size_t)t;
-    }
-    shim_set_last_error(result);
+  } else {
+    result = shim_set_last_error(shim_vmem_mem_info(free, total));
   }
   shim_gate_leave();
+  return result;
+}
+
+cudaError_t shim_vmem_mem_info(size_t *free_bytes, size_t *total_bytes)
+{
+  int device;
+  cudaError_t result = shim_current_device(&device);
+  if (result != cudaSuccess) return result;
+  shim_vmem_reap_frees(0);
+  uint64_t f = 0, t = 0;
+  result = shim_error_from_errno(vmem_mem_info(device, &f, &t));
+  if (result == cudaSuccess) {
+    *free_bytes = (size_t)f;
+    *total_bytes = (size_t)t;
+  }
   return result;
 }
 
@@ -104,8 +118,7 @@ static cudaError_t pitch_for(size_t width, size_t *pitch)
   return cudaSuccess;
 }
 
-/* width x rows pitched through vmem; *pitch set on success. */
-static cudaError_t alloc_pitched(void **ptr, size_t *pitch, size_t width, size_t rows)
+cudaError_t shim_vmem_alloc_pitched(void **ptr, size_t *pitch, size_t width, size_t rows)
 {
   size_t p;
   cudaError_t result = pitch_for(width, &p);
@@ -126,7 +139,7 @@ SHIM_EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t wid
   } else if (shim_vmem_start() != 0) {
     result = ((__typeof__(&cudaMallocPitch))real)(devPtr, pitch, width, height);
   } else {
-    result = shim_set_last_error(alloc_pitched(devPtr, pitch, width, height));
+    result = shim_set_last_error(shim_vmem_alloc_pitched(devPtr, pitch, width, height));
   }
   shim_gate_leave();
   return result;
@@ -146,7 +159,7 @@ SHIM_EXPORT cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struc
   } else {
     void *ptr = NULL;
     size_t pitch = 0;
-    result = alloc_pitched(&ptr, &pitch, extent.width, extent.height * extent.depth);
+    result = shim_vmem_alloc_pitched(&ptr, &pitch, extent.width, extent.height * extent.depth);
     if (result == cudaSuccess)
       *pitchedDevPtr = (struct cudaPitchedPtr){ptr, pitch, extent.width, extent.height};
     shim_set_last_error(result);
@@ -194,11 +207,17 @@ SHIM_EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned i
     charged = size;
   }
   cudaError_t result = ((__typeof__(&cudaMallocManaged))real)(devPtr, size, flags);
-  result = track_charged(result, SHIM_MEM_MANAGED, devPtr ? *devPtr : NULL, size, flags,
-                         SHIM_REAL(cudaFree), charged);
+  if (result == cudaSuccess && devPtr)
+    result = shim_mem_track_managed(*devPtr, size, flags, charged, SHIM_REAL(cudaFree));
   if (result != cudaSuccess && charged) vmem_quota_uncharge(device, charged);
   shim_gate_leave();
   return result;
+}
+
+cudaError_t shim_mem_track_managed(void *ptr, size_t size, unsigned flags, uint64_t charged,
+                                   cudaError_t (*undo)(void *))
+{
+  return track_charged(cudaSuccess, SHIM_MEM_MANAGED, ptr, size, flags, undo, charged);
 }
 
 SHIM_EXPORT cudaError_t cudaMallocHost(void **ptr, size_t size)

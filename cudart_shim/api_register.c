@@ -144,12 +144,24 @@ SHIM_EXPORT cudaError_t cudaGetKernel(cudaKernel_t *kernelPtr, const void *entry
   return result;
 }
 
+/* The CUfunction behind a kernel: launched through the driver's cuLaunchKernel (drv_launch.c),
+ * it needs the layout of the kernel it stands for. */
+SHIM_EXPORT cudaError_t cudaGetFuncBySymbol(cudaFunction_t *functionPtr, const void *symbolPtr)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaGetFuncBySymbol);
+  if (!real) return shim_missing(SHIM_FN_cudaGetFuncBySymbol);
+  cudaError_t result = ((__typeof__(&cudaGetFuncBySymbol))real)(functionPtr, symbolPtr);
+  record_kernel(result, (cudaKernel_t *)functionPtr, symbolPtr);
+  shim_gate_leave();
+  return result;
+}
+
 /* ---- cudaLibrary* ---- */
 
 /* kparam parses a library's image lazily, after cudaLibraryLoad* returned: the caller may free
  * its image by then, so cudaw keeps its own copy (or a read-only mapping of the file). */
 struct library {
-  cudaLibrary_t handle;
+  const void *handle;
   void *image;
   size_t size;
   bool mapped;
@@ -159,7 +171,7 @@ static pthread_mutex_t libraries_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct library *libraries;
 static size_t library_count, library_capacity;
 
-static void library_add(cudaLibrary_t handle, void *image, size_t size, bool mapped)
+void shim_kparam_library_add(const void *handle, void *image, size_t size, bool mapped)
 {
   int rc = kparam_register_library(handle, image, size);
   pthread_mutex_lock(&libraries_lock);
@@ -179,7 +191,7 @@ static void library_add(cudaLibrary_t handle, void *image, size_t size, bool map
   else free(image);
 }
 
-static void library_remove(cudaLibrary_t handle)
+void shim_kparam_library_remove(const void *handle)
 {
   struct library found = {0};
   pthread_mutex_lock(&libraries_lock);
@@ -196,6 +208,32 @@ static void library_remove(cudaLibrary_t handle)
   else free(found.image);
 }
 
+void shim_kparam_library_copy(const void *handle, const void *code)
+{
+  const void *image = kparam_image_data(code);
+  size_t size = kparam_image_extent(image);
+  void *copy = size ? malloc(size) : NULL;
+  if (copy) {
+    memcpy(copy, image, size);
+    shim_kparam_library_add(handle, copy, size, false);
+  } else {
+    shim_warn("kparam: library %p: image %p not recorded (%s): its kernels stay opaque", handle,
+              code, size ? "out of memory" : "unknown format");
+  }
+}
+
+void shim_kparam_library_file(const void *handle, const char *path)
+{
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  void *image = MAP_FAILED;
+  if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0)
+    image = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (fd >= 0) close(fd);
+  if (image != MAP_FAILED) shim_kparam_library_add(handle, image, (size_t)st.st_size, true);
+  else shim_warn("kparam: library file %s not readable: its kernels stay opaque", path);
+}
+
 SHIM_EXPORT cudaError_t cudaLibraryLoadData(cudaLibrary_t *library, const void *code,
                                             enum cudaJitOption *jitOptions, void **jitOptionsValues,
                                             unsigned int numJitOptions,
@@ -209,18 +247,7 @@ SHIM_EXPORT cudaError_t cudaLibraryLoadData(cudaLibrary_t *library, const void *
   cudaError_t result = ((__typeof__(&cudaLibraryLoadData))real)(
       library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
       libraryOptionValues, numLibraryOptions);
-  if (result == cudaSuccess && library && code) {
-    const void *image = kparam_image_data(code);
-    size_t size = kparam_image_extent(image);
-    void *copy = size ? malloc(size) : NULL;
-    if (copy) {
-      memcpy(copy, image, size);
-      library_add(*library, copy, size, false);
-    } else {
-      shim_warn("kparam: library %p: image %p not recorded (%s): its kernels stay opaque",
-                (void *)*library, code, size ? "out of memory" : "unknown format");
-    }
-  }
+  if (result == cudaSuccess && library && code) shim_kparam_library_copy(*library, code);
   shim_gate_leave();
   return result;
 }
@@ -238,16 +265,7 @@ SHIM_EXPORT cudaError_t cudaLibraryLoadFromFile(cudaLibrary_t *library, const ch
   cudaError_t result = ((__typeof__(&cudaLibraryLoadFromFile))real)(
       library, fileName, jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
       libraryOptionValues, numLibraryOptions);
-  if (result == cudaSuccess && library && fileName) {
-    int fd = open(fileName, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    void *image = MAP_FAILED;
-    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0)
-      image = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (fd >= 0) close(fd);
-    if (image != MAP_FAILED) library_add(*library, image, (size_t)st.st_size, true);
-    else shim_warn("kparam: library file %s not readable: its kernels stay opaque", fileName);
-  }
+  if (result == cudaSuccess && library && fileName) shim_kparam_library_file(*library, fileName);
   shim_gate_leave();
   return result;
 }
@@ -272,7 +290,7 @@ SHIM_EXPORT cudaError_t cudaLibraryUnload(cudaLibrary_t library)
   shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaLibraryUnload);
   if (!real) return shim_missing(SHIM_FN_cudaLibraryUnload);
   cudaError_t result = ((__typeof__(&cudaLibraryUnload))real)(library);
-  if (result == cudaSuccess) library_remove(library);
+  if (result == cudaSuccess) shim_kparam_library_remove(library);
   shim_gate_leave();
   return result;
 }

@@ -11,10 +11,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cuda.h>
+
 #include "ckpt.h"
+#include "delta_kernel_image.h"
 #include "shim_ckpt.h"
 #include "shim_generated.h"
+#include "shim_texture.h"
 #include "shim_vmem.h"
+#include "shim_vmm.h"
 #include "vmem.h"
 
 /* Defined by the launch-translation glue when it is linked in: refreshes whatever it caches of
@@ -79,11 +84,20 @@ static void gate_open(void *ctx)
 
 /* ---- devices ------------------------------------------------------------------------------- */
 
+/* Whether cudaw holds anything a checkpoint moves: vmem's memory or the program's own mappings. */
+static int holds_memory(void)
+{
+  if (shim_vmem_running()) return 1;
+  uint64_t mapped, kept;
+  shim_vmm_totals(&mapped, &kept);
+  return mapped > kept;
+}
+
 static int device_count(void *ctx, int *count)
 {
   (void)ctx;
   *count = 0;
-  if (!shim_vmem_running()) return 0; /* no virtual memory yet: nothing on any device */
+  if (!holds_memory()) return 0; /* no virtual memory yet: nothing on any device */
   return REAL_CALL(cudaGetDeviceCount, count);
 }
 
@@ -145,13 +159,22 @@ static int collect_chunk(const struct vmem_chunk *chunk, void *arg)
   return 0;
 }
 
+/* The program's own mappings (drv_vmm.c) join the list as chunks at their real addresses. */
+static int collect_mapping(const struct shim_vmm_region *region, void *arg)
+{
+  struct vmem_chunk chunk = {.vaddr = region->vaddr, .size = region->size,
+                             .device = region->device, .real = region->vaddr,
+                             .state = VMEM_RESIDENT};
+  return collect_chunk(&chunk, arg);
+}
+
 static int for_each_region(void *ctx, ckpt_region_visit_fn visit, void *visit_ctx)
 {
   (void)ctx;
-  if (!shim_vmem_running()) return 0;
   struct chunk_list list = {0};
   shim_depth++;
-  int rc = vmem_for_each(collect_chunk, &list);
+  int rc = shim_vmem_running() ? vmem_for_each(collect_chunk, &list) : 0;
+  if (rc == 0) rc = shim_vmm_for_each(collect_mapping, &list);
   shim_depth--;
   for (size_t i = 0; rc == 0 && i < list.count; i++) {
     /* The virtual address names the chunk: it stays the same from checkpoint to resume. */
@@ -182,11 +205,18 @@ static int recreate_all(void *ctx, uint64_t *shortfall)
 {
   (void)ctx;
   *shortfall = 0;
-  if (!shim_vmem_running()) return 0;
   shim_depth++;
-  int rc = vmem_recreate_all(shortfall);
+  int rc = shim_vmem_running() ? vmem_recreate_all(shortfall) : 0;
+  if (rc == 0) {
+    uint64_t missing = 0;
+    rc = shim_vmm_recreate_all(&missing);
+    if (rc) {
+      *shortfall = missing;
+      if (shim_vmem_running()) vmem_release_all(); /* all or nothing */
+    }
+  }
   shim_depth--;
-  if (rc == 0) rc = after_recreate();
+  if (rc == 0 && shim_vmem_running()) rc = after_recreate();
   return rc;
 }
 
@@ -195,14 +225,21 @@ static int recreate_all(void *ctx, uint64_t *shortfall)
 static int release_all(void *ctx)
 {
   (void)ctx;
-  if (!shim_vmem_running()) return 0;
   shim_depth++;
-  int rc = vmem_release_all();
+  uint64_t mapped, kept;
+  shim_vmm_totals(&mapped, &kept);
+  if (kept)
+    shim_warn("checkpoint: %llu bytes the program mapped itself are shared with another process "
+              "(exported or imported); they stay on the device while paused",
+              (unsigned long long)kept);
+  int running = shim_vmem_running();
+  int rc = running ? vmem_release_all() : 0;
+  if (rc == 0) rc = shim_vmm_release_all(); /* on error it re-created its own part */
   uint64_t shortfall = 0;
-  int undo = rc ? vmem_recreate_all(&shortfall) : 0;
+  int undo = rc && running ? vmem_recreate_all(&shortfall) : 0;
   shim_depth--;
   if (rc == 0) return 0;
-  if (undo == 0) undo = after_recreate();
+  if (undo == 0 && running) undo = after_recreate();
   if (undo)
     shim_error("checkpoint: releasing device memory failed (%s) and re-creating the part released "
                "failed too (%s)", strerror(-rc), strerror(-undo));
@@ -249,7 +286,8 @@ static void stream_destroy(void *ctx, void *stream)
   free(s);
 }
 
-/* A virtual device address of a resident chunk -> the real one (identity under remap). */
+/* A virtual device address of a resident chunk -> the real one (identity under remap and for
+ * the program's own mappings, which lie outside vmem's range). */
 static int device_address(uint64_t vaddr, void **real)
 {
   *real = vmem_translate((const void *)(uintptr_t)vaddr);
@@ -294,10 +332,116 @@ static int host_alloc_pinned(void *ctx, size_t n, void **host)
   return REAL_CALL(cudaHostAlloc, host, n, cudaHostAllocPortable);
 }
 
+static int host_register(void *ctx, void *host, size_t n)
+{
+  (void)ctx;
+  return REAL_CALL(cudaHostRegister, host, n, cudaHostRegisterPortable);
+}
+
+static void host_unregister(void *ctx, void *host)
+{
+  (void)ctx;
+  if (!atomic_load(&exiting)) (void)REAL_CALL(cudaHostUnregister, host);
+}
+
 static void host_free_pinned(void *ctx, void *host)
 {
   (void)ctx;
   if (!atomic_load(&exiting)) (void)REAL_CALL(cudaFreeHost, host);
+}
+
+/* ---- checksums on the device: cudaw's own kernel, through the driver API -------------------- */
+
+/* The kernel (checkpoint/delta_kernel.cu) ships as a fatbinary (cubins and PTX) and is loaded with
+ * cuModuleLoadData from
+ * the driver functions the real runtime hands out, so it needs nothing from the program. The
+ * module is loaded for one pass and unloaded after it, so that nothing of cudaw's stays on the
+ * device while the program is paused. The piece table and the sums live in page-locked host
+ * memory that the kernel reads and writes directly (mapped, unified addresses). */
+static struct {
+  pthread_once_t once;
+  CUresult (*load)(CUmodule *, const void *);
+  CUresult (*get_function)(CUfunction *, CUmodule, const char *);
+  CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                     unsigned, CUstream, void **, void **);
+  CUresult (*unload)(CUmodule);
+  CUresult (*synchronize)(CUstream);
+} kernel_api = {.once = PTHREAD_ONCE_INIT};
+
+static void *driver_function(const char *name)
+{
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+  if (REAL_CALL(cudaGetDriverEntryPointByVersion, name, &fn, 12000, cudaEnableDefault, &status) ||
+      status != cudaDriverEntryPointSuccess)
+    return NULL;
+  return fn;
+}
+
+static void find_kernel_api(void)
+{
+  void *load = driver_function("cuModuleLoadData"), *get = driver_function("cuModuleGetFunction");
+  void *launch = driver_function("cuLaunchKernel"), *unload = driver_function("cuModuleUnload");
+  void *sync = driver_function("cuStreamSynchronize");
+  memcpy(&kernel_api.load, &load, sizeof load);
+  memcpy(&kernel_api.get_function, &get, sizeof get);
+  memcpy(&kernel_api.launch, &launch, sizeof launch);
+  memcpy(&kernel_api.unload, &unload, sizeof unload);
+  memcpy(&kernel_api.synchronize, &sync, sizeof sync);
+}
+
+static int from_driver(CUresult result, const char *what)
+{
+  if (result == CUDA_SUCCESS) return 0;
+  shim_debug("checkpoint: device checksums: %s failed (CUresult %d)", what, (int)result);
+  return result == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+}
+
+static int device_hash(void *ctx, int device, const struct ckpt_delta_piece *pieces, size_t count,
+                       uint64_t *sums)
+{
+  (void)ctx;
+  pthread_once(&kernel_api.once, find_kernel_api);
+  if (!kernel_api.load || !kernel_api.get_function || !kernel_api.launch || !kernel_api.unload ||
+      !kernel_api.synchronize)
+    return -ENOSYS;
+  if (count == 0) return 0;
+  int rc = use_device(device);
+  struct ckpt_delta_piece *table = NULL;
+  void *table_device = NULL, *sums_device = NULL;
+  size_t table_bytes = count * sizeof *table;
+  if (rc == 0)
+    rc = REAL_CALL(cudaHostAlloc, (void **)&table, table_bytes + count * sizeof *sums,
+                   cudaHostAllocPortable | cudaHostAllocMapped);
+  if (rc) return rc;
+  uint64_t *found = (uint64_t *)(table + count);
+  for (size_t i = 0; i < count && rc == 0; i++) {
+    void *real;
+    rc = device_address(pieces[i].address, &real);
+    table[i] = (struct ckpt_delta_piece){(uint64_t)(uintptr_t)real, pieces[i].bytes};
+  }
+  if (rc == 0) rc = REAL_CALL(cudaHostGetDevicePointer, &table_device, table, 0);
+  if (rc == 0) rc = REAL_CALL(cudaHostGetDevicePointer, &sums_device, found, 0);
+  CUmodule module = NULL;
+  CUfunction function;
+  shim_depth++;
+  if (rc == 0) rc = from_driver(kernel_api.load(&module, ckpt_delta_kernel_image), "cuModuleLoadData");
+  if (rc == 0)
+    rc = from_driver(kernel_api.get_function(&function, module, "cudaw_delta_hash"),
+                     "cuModuleGetFunction");
+  if (rc == 0) {
+    unsigned long long pieces_count = count;
+    void *params[] = {&table_device, &pieces_count, &sums_device};
+    unsigned blocks = count < (1u << 20) ? (unsigned)count : 1u << 20;
+    rc = from_driver(kernel_api.launch(function, blocks, 1, 1, 256, 1, 1, 0, CU_STREAM_LEGACY,
+                                       params, NULL), "cuLaunchKernel");
+  }
+  if (rc == 0) rc = from_driver(kernel_api.synchronize(CU_STREAM_LEGACY), "cuStreamSynchronize");
+  if (module) kernel_api.unload(module);
+  shim_depth--;
+  if (rc == 0) memcpy(sums, found, count * sizeof *sums);
+  (void)REAL_CALL(cudaFreeHost, table);
+  return rc;
 }
 
 /* ---- memory vmem does not hold: managed memory and arrays (the shim's registry) -------------- */
@@ -320,6 +464,10 @@ static int collect_other(const struct shim_mem_record *record, void *arg)
   if (record->kind == SHIM_MEM_ARRAY || record->kind == SHIM_MEM_MIPMAPPED) {
     list->held.arrays++;
     list->held.array_bytes += record->size;
+    return 0;
+  }
+  if (record->kind == SHIM_MEM_PASSTHROUGH) {
+    list->held.kept_bytes += record->size;
     return 0;
   }
   if (record->kind != SHIM_MEM_MANAGED || record->size == 0) return 0;
@@ -370,6 +518,14 @@ static int park_other(void *ctx, struct ckpt_other_memory *held)
     list.count = 0;
     list.held.managed_allocations = list.held.managed_bytes = 0;
   }
+  uint64_t mapped, shared;
+  shim_vmm_totals(&mapped, &shared);
+  list.held.kept_bytes += shared;
+  list.held.ungated_functions = shim_drv_unwrapped_count();
+  if (list.held.ungated_functions)
+    shim_warn("checkpoint: the program holds %llu driver functions that cudaw does not wrap "
+              "(named earlier in the log): calls to them are not held by this pause",
+              (unsigned long long)list.held.ungated_functions);
   *held = list.held;
   free(parked.items);
   parked = list;
@@ -429,9 +585,21 @@ static int nvml_ready(void)
   return ready;
 }
 
+static int mem_held_nvml(int device, uint64_t *bytes);
+
+/* NVML runs inside cudaw (raised shim_depth): whatever it loads or calls (it may open the CUDA
+ * driver) passes cudaw's gate, which is closed while paused. */
 static int mem_held(void *ctx, int device, uint64_t *bytes)
 {
   (void)ctx;
+  shim_depth++;
+  int rc = mem_held_nvml(device, bytes);
+  shim_depth--;
+  return rc;
+}
+
+static int mem_held_nvml(int device, uint64_t *bytes)
+{
   *bytes = 0;
   if (!nvml_ready()) return -ENODEV;
   char bus_id[32];
@@ -462,6 +630,13 @@ static void log_message(void *ctx, int level, const char *message)
   if ((int)shim_level <= shim_log_level) shim_log(shim_level, "%s", message);
 }
 
+/* What cannot survive a resume that moves memory (translate): texture objects over vmem. */
+static int refuse_checkpoint(void *ctx, char *why, size_t len)
+{
+  (void)ctx;
+  return shim_texture_blocks_checkpoint(why, len);
+}
+
 static const struct ckpt_host_ops host_ops = {
   .gate_close = gate_close,
   .gate_open = gate_open,
@@ -477,9 +652,13 @@ static const struct ckpt_host_ops host_ops = {
   .stream_sync = stream_sync,
   .host_alloc_pinned = host_alloc_pinned,
   .host_free_pinned = host_free_pinned,
+  .host_register = host_register,
+  .host_unregister = host_unregister,
+  .device_hash = device_hash,
   .park_other = park_other,
   .unpark_other = unpark_other,
   .mem_held = mem_held,
+  .refuse_checkpoint = refuse_checkpoint,
   .log = log_message,
 };
 

@@ -9,6 +9,7 @@
 #include "options.h"
 #include "shim.h"
 #include "shim_ckpt.h"
+#include "shim_sched.h"
 
 atomic_int shim_ready;
 int shim_init_error;
@@ -20,9 +21,14 @@ static void init_body(void)
   shim_depth++;
   shim_log_open();
   shim_init_error = shim_real_load();
-  if (strcmp(cudaw_option("CUDAW_STATIC_CHECK"), "0") != 0)
-    shim_check_static_runtime("/proc/self/exe");
+  int invalid;
+  int static_check = cudaw_option_flag("CUDAW_STATIC_CHECK", &invalid);
+  if (invalid)
+    shim_warn("CUDAW_STATIC_CHECK=%s is not 0 or 1; using the default (%d)",
+              cudaw_option("CUDAW_STATIC_CHECK"), static_check);
+  if (static_check) shim_check_static_runtime("/proc/self/exe");
   if (shim_init_error == 0) shim_ckpt_start(); /* threads and a socket, no CUDA call */
+  if (shim_init_error == 0) shim_sched_start(); /* CUDAW_SHARE=1: join cudawd */
   shim_depth--;
   atomic_store_explicit(&shim_ready, 1, memory_order_release);
 }

@@ -28,8 +28,8 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static void init(void)
 {
   kparam_set_log(route_log);
-  const char *check = cudaw_option("CUDAW_CHECK");
-  shim_kparam_check = check && strcmp(check, "0") != 0;
+  int invalid; /* reported by vmem's start, which reads it too */
+  shim_kparam_check = cudaw_option_flag("CUDAW_CHECK", &invalid);
 }
 
 void shim_kparam_init(void) { pthread_once(&init_once, init); }

@@ -3,18 +3,27 @@
  * DT_RPATH would otherwise pick the real one), then execs the command. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include "ckpt.h"
+#include "internal.h"
 #include "options.h"
 
 static void usage(FILE *out)
 {
   fprintf(out,
-          "usage: cudaw run [--] <command> [args...]   run a command under cudaw\n"
+          "usage: cudaw run [--share] [--] <command> [args...]   run a command under cudaw\n"
+          "         --share: share the GPU with other programs through cudawd (started if none\n"
+          "         answers on <run dir>/cudawd.sock; its log: <run dir>/cudawd.log)\n"
           "       cudaw libdir                         print the folder of cudaw's %s\n"
           "       cudaw options [--markdown]           print the CUDAW_* options\n"
           "       cudaw --version\n"
@@ -58,6 +67,59 @@ static int prepend(const char *var, const char *value, char sep)
   return rc;
 }
 
+static bool cudawd_answers(const char *path)
+{
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path);
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  bool answers = fd >= 0 && connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0;
+  if (fd >= 0) close(fd);
+  return answers;
+}
+
+/* --share: start cudawd (next to this launcher) unless one answers in the run dir. It is
+ * detached (double fork, own session), so it outlives this program and serves later ones. */
+static int ensure_cudawd(void)
+{
+  struct ckpt_options options;
+  char reason[200] = "";
+  ckpt_options_from_env(&options, NULL, 0);
+  if (ckpt_run_dir_prepare(options.run_dir, reason, sizeof reason) != 0) {
+    fprintf(stderr, "cudaw run --share: %s\n", reason);
+    return -1;
+  }
+  char sock[PATH_MAX], log[PATH_MAX], self[PATH_MAX], daemon[PATH_MAX + 16];
+  snprintf(sock, sizeof sock, "%s/cudawd.sock", options.run_dir);
+  snprintf(log, sizeof log, "%s/cudawd.log", options.run_dir);
+  if (cudawd_answers(sock)) return 0;
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  self[n > 0 ? n : 0] = 0;
+  char *slash = strrchr(self, '/');
+  if (slash) *slash = 0;
+  snprintf(daemon, sizeof daemon, "%s/cudawd", self);
+  pid_t child = fork();
+  if (child < 0) return -1;
+  if (child == 0) {
+    if (setsid() < 0 || fork() != 0) _exit(0);
+    int null_fd = open("/dev/null", O_RDONLY), log_fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (null_fd >= 0) dup2(null_fd, 0);
+    if (log_fd >= 0) {
+      dup2(log_fd, 1);
+      dup2(log_fd, 2);
+    }
+    execl(daemon, "cudawd", (char *)NULL);
+    fprintf(stderr, "cudaw run --share: cannot run %s: %s\n", daemon, strerror(errno));
+    _exit(127);
+  }
+  waitpid(child, NULL, 0);
+  for (int i = 0; i < 100; i++) { /* up to 5 s */
+    if (cudawd_answers(sock)) return 0;
+    usleep(50000);
+  }
+  fprintf(stderr, "cudaw run --share: cudawd did not start (see %s); running unshared\n", log);
+  return 0;
+}
+
 int main(int argc, char **argv)
 {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
@@ -88,6 +150,10 @@ int main(int argc, char **argv)
     return 2;
   }
   int first = 2;
+  if (first < argc && !strcmp(argv[first], "--share")) {
+    first++;
+    if (setenv("CUDAW_SHARE", "1", 1) != 0 || ensure_cudawd() != 0) return 127;
+  }
   if (first < argc && !strcmp(argv[first], "--")) first++;
   if (first >= argc) {
     fprintf(stderr, "cudaw run: no command given\n");

@@ -13,6 +13,10 @@ const struct cudaw_option cudaw_options[] = {
   {"CUDAW_LOG", "warn", "log level: error, warn, info or debug"},
   {"CUDAW_LOG_FILE", "", "append the log to this file instead of standard error"},
   {"CUDAW_REAL_CUDART", "", "absolute path of the real libcudart.so to forward to (first choice)"},
+  {"CUDAW_REAL_CUDA", "", "absolute path of the real libcuda.so.1 for the driver layer (default: "
+                         "the one the dynamic loader finds)"},
+  {"CUDAW_DRIVER", "1", "0: do not route dlopen(\"libcuda.so.1\") and driver entry-point queries "
+                        "to cudaw (programs using the driver API are then not held or virtualised)"},
   {"CUDAW_STATIC_CHECK", "1", "warn when the program's CUDA runtime is linked statically (0: off)"},
   {"CUDAW_VMEM", "auto", "virtual device memory policy: auto (remap where the device has VMM), "
                          "remap, translate, or off (allocations not virtualised)"},
@@ -20,6 +24,8 @@ const struct cudaw_option cudaw_options[] = {
   {"CUDAW_MEM_LIMIT", "", "device memory quota per device: bytes, K/M/G/T, or a percentage"},
   {"CUDAW_CHECK", "0", "1: validate pointer arguments against live allocations and report "
                        "use after free"},
+  {"CUDAW_SHARE", "0", "1: share the GPU with other programs through cudawd (cudaw run --share "
+                       "sets it)"},
 };
 const unsigned cudaw_option_count = sizeof cudaw_options / sizeof cudaw_options[0];
 
@@ -31,6 +37,18 @@ const char *cudaw_option(const char *name)
     return value && *value ? value : cudaw_options[i].fallback;
   }
   return NULL;
+}
+
+int cudaw_option_flag(const char *name, int *invalid)
+{
+  const char *value = cudaw_option(name);
+  *invalid = 0;
+  if (value && strcmp(value, "0") == 0) return 0;
+  if (value && strcmp(value, "1") == 0) return 1;
+  *invalid = 1;
+  for (unsigned i = 0; i < cudaw_option_count; i++)
+    if (strcmp(cudaw_options[i].name, name) == 0) return strcmp(cudaw_options[i].fallback, "1") == 0;
+  return 0;
 }
 
 /* The merged table: the rows above, then the checkpoint module's. Built once. */

@@ -18,6 +18,10 @@ extern const unsigned cudaw_option_count;
  * name that is not in the table (a programming error, logged by the caller). */
 const char *cudaw_option(const char *name);
 
+/* A 0/1 option: 0 or 1 as given; the default for any other value, with *invalid set (the
+ * caller logs it, naming the variable). */
+int cudaw_option_flag(const char *name, int *invalid);
+
 /* Print the whole table (these rows and the checkpoint module's; see cudaw_options_table in
  * ckpt.h), aligned, one option per line (markdown when `markdown` is nonzero). */
 void cudaw_options_print(FILE *out, int markdown);

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <glob.h>
+#include <link.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,15 @@ static int is_self(const char *path)
   return strcmp(a, b) == 0;
 }
 
+int shim_is_self_handle(void *handle)
+{
+  Dl_info self;
+  struct link_map *map = NULL;
+  if (!handle || !dladdr((void *)&is_self, &self)) return 0;
+  if (dlinfo(handle, RTLD_DI_LINKMAP, &map) != 0 || !map) return 0;
+  return (void *)map->l_addr == self.dli_fbase;
+}
+
 struct tried {
   char text[2048];
   size_t len;
@@ -59,7 +69,7 @@ static int try_open(const char *path, struct tried *t)
     note_tried(t, path, "this is cudaw itself");
     return -ELOOP;
   }
-  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  void *h = shim_real_dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     const char *err = dlerror();
     note_tried(t, path, err ? err : "dlopen failed");

@@ -60,9 +60,10 @@ extern SHIM_TLS unsigned shim_depth;
 void shim_gate_wait_open(void);       /* block while the gate is closed; touches no counter */
 void shim_gate_enter_slow(void);      /* a counted call met a closed gate: uncount, wait, recount */
 
-/* Enter an API call: initialise if needed, count the call in flight, wait while the gate is
- * closed. Returns the real entry point (NULL if missing: call shim_missing). */
-static inline shim_real_fn shim_gate_enter(enum shim_fn_id id)
+/* Enter an API call of either layer (runtime or driver): initialise if needed, count the call in
+ * flight, wait while the gate is closed. Only the outermost call of a thread is gated and
+ * counted: a runtime call that reaches the driver layer, or cudaw's own calls, pass untouched. */
+static inline void shim_gate_in(void)
 {
   if (SHIM_LIKELY(shim_depth++ == 0)) {
     if (SHIM_UNLIKELY(!atomic_load_explicit(&shim_ready, memory_order_acquire))) shim_init();
@@ -70,6 +71,23 @@ static inline shim_real_fn shim_gate_enter(enum shim_fn_id id)
     if (SHIM_UNLIKELY(atomic_load_explicit(&shim_gate_closed, memory_order_seq_cst)))
       shim_gate_enter_slow();
   }
+}
+
+/* The same for calls that may block (synchronisations): not counted in flight. */
+static inline void shim_gate_in_blocking(void)
+{
+  if (SHIM_LIKELY(shim_depth++ == 0)) {
+    if (SHIM_UNLIKELY(!atomic_load_explicit(&shim_ready, memory_order_acquire))) shim_init();
+    if (SHIM_UNLIKELY(atomic_load_explicit(&shim_gate_closed, memory_order_acquire)))
+      shim_gate_wait_open();
+  }
+}
+
+/* Enter a runtime API call (shim_gate_in). Returns the real entry point (NULL if missing: call
+ * shim_missing). */
+static inline shim_real_fn shim_gate_enter(enum shim_fn_id id)
+{
+  shim_gate_in();
   return shim_real_table[id];
 }
 
@@ -83,11 +101,7 @@ static inline void shim_gate_leave(void)
  * flight, so a pause never waits for a thread that waits for the device or for another thread. */
 static inline shim_real_fn shim_gate_enter_blocking(enum shim_fn_id id)
 {
-  if (SHIM_LIKELY(shim_depth++ == 0)) {
-    if (SHIM_UNLIKELY(!atomic_load_explicit(&shim_ready, memory_order_acquire))) shim_init();
-    if (SHIM_UNLIKELY(atomic_load_explicit(&shim_gate_closed, memory_order_acquire)))
-      shim_gate_wait_open();
-  }
+  shim_gate_in_blocking();
   return shim_real_table[id];
 }
 
@@ -123,6 +137,29 @@ static inline const void *shim_translate_ptr(const void *p)
   return p;
 }
 #define shim_translate_in(p) ((__typeof__(p))shim_translate_ptr(p))
+
+/* ---- the driver layer (driver.c, driver_dlopen.c) ------------------------------------------ */
+
+/* cudaw's wrapper for a real driver entry point that cuGetProcAddress or cudaGetDriverEntryPoint
+ * returned for `symbol`: the program then calls through the gate. A function cudaw does not wrap
+ * (newer than the toolkit cudaw was built with) is returned unchanged and logged once by name. */
+void *shim_drv_wrap(void *real, const char *symbol);
+
+/* Load the real driver once (driver.c): 0, or -ENOENT when there is none. */
+int shim_drv_load(void);
+
+/* How many distinct driver functions the program obtained that cudaw does not wrap. */
+unsigned shim_drv_unwrapped_count(void);
+
+/* 1 when the driver layer sees the libraries' driver calls too: CUDAW_DRIVER is not 0 and
+ * cudaw's dlopen is the one the process resolves (cudaw preloaded or linked by the program). */
+int shim_drv_routing(void);
+
+/* glibc's own dlopen (cudaw exports one that routes libcuda.so.1 to itself). */
+void *shim_real_dlopen(const char *file, int mode);
+
+/* Nonzero when handle is cudaw's own library. */
+int shim_is_self_handle(void *handle);
 
 /* ---- logging (log.c) ----------------------------------------------------------------------- */
 

@@ -61,6 +61,36 @@ cudaError_t shim_current_device(int *device);
 /* Allocate through vmem on the current device, honouring the quota; on -ENOMEM frees still
  * waiting on their stream are waited for and the allocation retried once. */
 cudaError_t shim_vmem_alloc(void **ptr, uint64_t size);
+/* The same on a given device (the driver layer: the current context's device). */
+cudaError_t shim_vmem_alloc_on(int device, void **ptr, uint64_t size);
+
+/* ---- what the runtime's and the driver's allocation calls share (api_memory.c) ------------- */
+
+/* Free a vmem allocation as cudaFree does: wait for the device, reap stream frees, free. */
+cudaError_t shim_vmem_free_synced(void *vptr, const void *where);
+/* Forget a real pointer freed by the real runtime or driver (managed or passed-through memory),
+ * uncharging its quota. */
+void shim_mem_forget_freed(void *ptr);
+/* width x rows through vmem at the pitch the real runtime would pick; *pitch set on success. */
+cudaError_t shim_vmem_alloc_pitched(void **ptr, size_t *pitch, size_t width, size_t rows);
+/* cudaMemGetInfo under vmem, for the current device. */
+cudaError_t shim_vmem_mem_info(size_t *free_bytes, size_t *total_bytes);
+/* Managed memory the real runtime or driver allocated: track it for checkpoint. charged: bytes
+ * already counted against the quota. On failure undo(ptr) is called and MemoryAllocation
+ * returned. */
+cudaError_t shim_mem_track_managed(void *ptr, size_t size, unsigned flags, uint64_t charged,
+                                   cudaError_t (*undo)(void *));
+
+/* ---- stream-ordered allocation (api_mem_async.c), shared with the driver layer ----------- */
+
+/* The real call to use for streams under capture and when vmem does not run. */
+typedef cudaError_t (*shim_real_alloc_async_fn)(void **ptr, size_t size, void *pool,
+                                                cudaStream_t stream);
+typedef cudaError_t (*shim_real_free_async_fn)(void *ptr, cudaStream_t stream);
+cudaError_t shim_vmem_malloc_async(void **ptr, size_t size, cudaStream_t stream,
+                                   shim_real_alloc_async_fn real_alloc, void *pool);
+cudaError_t shim_vmem_free_async(void *ptr, cudaStream_t stream, const void *where,
+                                 shim_real_free_async_fn real_free);
 
 /* ---- stream-ordered frees (api_mem_async.c) ----------------------------------------------- */
 

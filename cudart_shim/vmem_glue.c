@@ -7,13 +7,16 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt.h"
 #include "options.h"
 #include "prims.h"
 #include "shim_generated.h"
+#include "shim_sched.h"
 #include "shim_vmem.h"
 #include "vmem.h"
 
@@ -43,7 +46,11 @@ static int read_config(const struct vmem_prims *prims, void *ctx, struct vmem_co
     shim_error("CUDAW_VMEM=%s: expected auto, remap, translate or off", cudaw_option("CUDAW_VMEM"));
     return -EINVAL;
   }
-  config->check = strcmp(cudaw_option("CUDAW_CHECK"), "0") != 0;
+  int invalid;
+  config->check = cudaw_option_flag("CUDAW_CHECK", &invalid);
+  if (invalid)
+    shim_warn("CUDAW_CHECK=%s is not 0 or 1; using the default (%d)", cudaw_option("CUDAW_CHECK"),
+              config->check);
   const char *va = cudaw_option("CUDAW_VA_SIZE");
   if (strcmp(va, "auto") != 0 && vmem_parse_size(va, 0, &config->va_size) != 0) {
     shim_error("CUDAW_VA_SIZE=%s: expected a size such as 256G", va);
@@ -63,27 +70,67 @@ static int read_config(const struct vmem_prims *prims, void *ctx, struct vmem_co
 }
 
 /* Libraries that launch their kernels without going through libcudart (static runtime inside, or
- * the driver API): under translate the virtual pointers they receive are not valid on the device. */
+ * the driver API): under translate the virtual pointers they receive are not valid on the device.
+ * Their kernels fault on such a pointer, and a program that does not check every status (NVIDIA's
+ * conjugateGradientUM sample does not) then prints a wrong result as if nothing happened. So
+ * translate is not used while one is loaded: allocations stay real (as CUDAW_VMEM=off), or, for
+ * one loaded after virtual memory was handed out, further allocations are refused. */
 static const char *const bypassing_libraries[] = {
   "libcublas", "libcublasLt", "libcudnn", "libnccl", "libcufft", "libcusparse", "libcusolver",
   "libcurand", "libnvrtc", "libtriton"};
 
-static int warn_bypassing(struct dl_phdr_info *info, size_t size, void *ctx)
+struct bypass_scan {
+  char name[128];             /* the first such library's file name, "" if none */
+  unsigned long long adds;    /* the loader's count of objects added so far */
+};
+
+static int find_bypassing(struct dl_phdr_info *info, size_t size, void *ctx)
 {
-  (void)size;
-  (void)ctx;
+  struct bypass_scan *scan = ctx;
+  if (size >= offsetof(struct dl_phdr_info, dlpi_adds) + sizeof info->dlpi_adds)
+    scan->adds = info->dlpi_adds;
   const char *name = strrchr(info->dlpi_name, '/');
   name = name ? name + 1 : info->dlpi_name;
   for (size_t i = 0; i < sizeof bypassing_libraries / sizeof bypassing_libraries[0]; i++) {
     size_t n = strlen(bypassing_libraries[i]);
-    if (strncmp(name, bypassing_libraries[i], n) == 0 && (name[n] == '.' || name[n] == '_' ||
-                                                         name[n] == '-'))
-      shim_warn("vmem: %s is loaded and launches its kernels without the CUDA runtime: under "
-                "CUDAW_VMEM=translate the device pointers it receives are virtual and invalid on "
-                "the GPU (expect cudaErrorIllegalAddress); use CUDAW_VMEM=remap (needs VMM) or "
-                "CUDAW_VMEM=off", name);
+    if (strncmp(name, bypassing_libraries[i], n) == 0 &&
+        (name[n] == '.' || name[n] == '_' || name[n] == '-')) {
+      snprintf(scan->name, sizeof scan->name, "%s", name);
+      return 1;
+    }
   }
   return 0;
+}
+
+static int loader_adds(struct dl_phdr_info *info, size_t size, void *ctx)
+{
+  if (size >= offsetof(struct dl_phdr_info, dlpi_adds) + sizeof info->dlpi_adds)
+    *(unsigned long long *)ctx = info->dlpi_adds;
+  return 1; /* the first object says it */
+}
+
+static unsigned long long scanned_adds; /* loader's count at the last scan (under translate) */
+static atomic_int late_bypass;           /* a bypassing library came after vmem started */
+
+/* Under translate, on each allocation: has a bypassing library been loaded since the last look?
+ * Cheap when nothing was loaded (one loader callback). Returns -ENOTSUP once one has. */
+static int check_late_libraries(void)
+{
+  if (atomic_load_explicit(&late_bypass, memory_order_relaxed)) return -ENOTSUP;
+  unsigned long long adds = 0;
+  dl_iterate_phdr(loader_adds, &adds);
+  if (adds == scanned_adds) return 0;
+  struct bypass_scan scan = {"", 0};
+  dl_iterate_phdr(find_bypassing, &scan);
+  scanned_adds = adds;
+  if (!scan.name[0]) return 0;
+  if (atomic_exchange(&late_bypass, 1) == 0)
+    shim_error("vmem: %s was loaded after CUDAW_VMEM=translate handed out virtual device "
+               "pointers; it launches its kernels without the CUDA runtime, so those pointers "
+               "would make it fault or compute wrong results: every further allocation is "
+               "refused (cudaErrorNotSupported). Use CUDAW_VMEM=remap (needs VMM) or off",
+               scan.name);
+  return -ENOTSUP;
 }
 
 static const char *policy_name(enum vmem_policy policy)
@@ -117,14 +164,29 @@ static void start(void)
   uint64_t size;
   vmem_range(&base, &size);
   if (vmem_policy() == VMEM_TRANSLATE) {
+    struct bypass_scan scan = {"", 0};
+    /* With the driver layer routing libcuda to cudaw, those libraries' launches are translated
+     * like the program's (drv_launch.c): only without it must they be kept from virtual memory. */
+    if (!shim_drv_routing()) dl_iterate_phdr(find_bypassing, &scan);
+    if (scan.name[0]) {
+      vmem_fini();
+      vmem_status = -ENOTSUP;
+      shim_error("vmem: %s is loaded and launches its kernels without the CUDA runtime: under "
+                 "CUDAW_VMEM=translate the device pointers it receives would be virtual (it "
+                 "would fault or compute wrong results), so allocations are not virtualised (as "
+                 "CUDAW_VMEM=off) and cannot be checkpointed. Use CUDAW_VMEM=remap (needs VMM) "
+                 "to keep both", scan.name);
+      goto out;
+    }
+    dl_iterate_phdr(loader_adds, &scanned_adds);
     shim_translate_base = base;
     shim_translate_end = base + size;
-    dl_iterate_phdr(warn_bypassing, NULL);
   }
   shim_info("vmem: policy %s, virtual range %#lx..%#lx (%lu GiB), granule %lu KiB",
             policy_name(vmem_policy()), (unsigned long)base, (unsigned long)(base + size),
             (unsigned long)(size >> 30), (unsigned long)(vmem_granule() >> 10));
   vmem_status = 0;
+  ckpt_prepare_early(); /* a context exists now: the checkpoint's staging can be pinned */
 out:
   shim_depth--;
 }
@@ -198,8 +260,18 @@ cudaError_t shim_vmem_alloc(void **ptr, uint64_t size)
   int device;
   cudaError_t result = shim_current_device(&device);
   if (result != cudaSuccess) return result;
+  return shim_vmem_alloc_on(device, ptr, size);
+}
+
+cudaError_t shim_vmem_alloc_on(int device, void **ptr, uint64_t size)
+{
+  if (shim_translate_end && !shim_drv_routing() && check_late_libraries() != 0)
+    return cudaErrorNotSupported;
   shim_vmem_reap_frees(0);
-  int rc = vmem_alloc(device, size, 0, ptr);
+  /* Sharing the GPU (CUDAW_SHARE=1): wait until cudawd says the memory fits. */
+  int rc = shim_sched_admit(device, size);
+  if (rc != 0) return shim_error_from_errno(rc);
+  rc = vmem_alloc(device, size, 0, ptr);
   if (rc == -ENOMEM) {
     /* Like the runtime's pools: blocks freed on streams still running come back first. */
     /* The failed attempt's runtime error (translate: cudaMalloc) is not the program's. */
@@ -207,6 +279,7 @@ cudaError_t shim_vmem_alloc(void **ptr, uint64_t size)
     shim_vmem_reap_frees(1);
     rc = vmem_alloc(device, size, 0, ptr);
   }
+  shim_sched_allocated(device);
   return shim_error_from_errno(rc);
 }
 

@@ -321,7 +321,7 @@ TRAMPOLINE = """\
   .globl {name}
   .type {name}, @function
 {name}:
-  movq shim_real_table+{off}(%rip), %r11
+  movq {table}+{off}(%rip), %r11
   testq %r11, %r11
   jz 1f
   cmpl $0, shim_gate_closed(%rip)
@@ -329,17 +329,17 @@ TRAMPOLINE = """\
   jmp *%r11
 1:
   movl ${idx}, %r11d
-  jmp shim_trampoline_slow
+  jmp {slow}
   .size {name}, .-{name}
 """
 
 # The slow path keeps every argument register, asks C for the entry point (which initialises
 # cudaw and waits while the gate is closed), and tail-jumps to it with the arguments intact.
 TRAMPOLINE_SLOW = """\
-  .globl shim_trampoline_slow
-  .hidden shim_trampoline_slow
-  .type shim_trampoline_slow, @function
-shim_trampoline_slow:
+  .globl {slow}
+  .hidden {slow}
+  .type {slow}, @function
+{slow}:
   pushq %rdi
   pushq %rsi
   pushq %rdx
@@ -357,7 +357,7 @@ shim_trampoline_slow:
   movdqu %xmm6, 96(%rsp)
   movdqu %xmm7, 112(%rsp)
   movl %r11d, %edi
-  call shim_trampoline_resolve
+  call {resolve}
   movq %rax, %r11
   movdqu 0(%rsp), %xmm0
   movdqu 16(%rsp), %xmm1
@@ -376,8 +376,132 @@ shim_trampoline_slow:
   popq %rsi
   popq %rdi
   jmp *%r11
-  .size shim_trampoline_slow, .-shim_trampoline_slow
+  .size {slow}, .-{slow}
 """
+
+
+def write_trampolines(path, src, names, index, table, slow, resolve):
+    with open(path, "w") as f:
+        f.write("/* %s */\n" % GENERATED.format(src=src))
+        f.write("/* Exports that no header declares: forwarded with their arguments untouched. */\n")
+        f.write("  .text\n")
+        for n in names:
+            f.write(TRAMPOLINE.format(name=n, idx=index[n], off=8 * index[n], table=table,
+                                      slow=slow))
+        f.write(TRAMPOLINE_SLOW.format(slow=slow, resolve=resolve))
+        f.write('  .section .note.GNU-stack,"",@progbits\n')
+
+
+# ---------------------------------------------------------------------------------------------
+# The driver layer: one wrapper per libcuda export, behind the same gate as the runtime's.
+
+DRIVER_NODE = "CUDAW_DRIVER"
+DLOPEN_VERSIONS = ("GLIBC_2.2.5", "GLIBC_2.34")
+
+
+def is_device_address(ptype):
+    """Driver wrappers translate CUdeviceptr arguments (device addresses passed by value)."""
+    return re.sub(r"\s+", " ", ptype).strip() == "CUdeviceptr"
+
+
+def emit_driver_wrapper(d, blocking, out):
+    if d.ret != "CUresult":
+        die("driver function %s returns %s, not CUresult: list it as [driver_handwritten]"
+            % (d.name, d.ret))
+    args = ", ".join(n for _, n in d.params)
+    kind = "blocking" if d.name in blocking else "counted"
+    # Locals are prefixed: cuda.h names parameters `result`, `value`, ...
+    out.append("SHIM_EXPORT %s" % d.proto())
+    out.append("{")
+    out.append("  shim_real_fn shim_real = shim_drv_enter_%s(SHIM_DRV_%s);" % (kind, d.name))
+    out.append("  if (!shim_real) return shim_drv_missing_%s(SHIM_DRV_%s);" % (kind, d.name))
+    for decl, n in d.params:
+        if is_device_address(param_type(decl, n)):
+            out.append("  %s = shim_translate_address(%s);" % (n, n))
+    out.append("  CUresult shim_result = ((__typeof__(&%s))shim_real)(%s);" % (d.name, args))
+    out.append("  %s;" % ("shim_gate_leave_blocking()" if kind == "blocking" else "shim_gate_leave()"))
+    out.append("  return shim_result;")
+    out.append("}")
+    out.append("")
+
+
+def read_driver_exports(path):
+    soname, _, names = None, None, []
+    with open(path) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 2 and parts[0] == "soname":
+                soname = parts[1]
+            elif len(parts) >= 2 and parts[0] == "func":
+                names.append(parts[1])
+    if not soname or not names:
+        die("%s: no soname or functions" % path)
+    return soname, sorted(set(names))
+
+
+def generate_driver(a, conf):
+    """Driver outputs: shim_drv_ids.h, shim_drv_table.c, shim_drv_wrappers.c,
+    shim_drv_trampolines.S, driver_exports.txt. Returns the export list."""
+    soname, exports = read_driver_exports(a.driver_exports)
+    wanted = set(exports)
+    handwritten = conf.get("driver_handwritten", [])
+    blocking = set(conf.get("driver_blocking", []))
+    for name in handwritten + sorted(blocking):
+        if name not in wanted:
+            die("a [driver_*] section names %s, which %s does not export" % (name, soname))
+    headers = ["cuda.h", "cudaProfiler.h"]
+    # Every export's own name and signature: the internal view declares the legacy names
+    # (cuMemAlloc with 32-bit sizes) and the _v2, _ptds and _ptsz ones side by side.
+    decls = parse_declarations(preprocess(a.cc, a.include, headers, ["__CUDA_API_VERSION_INTERNAL"]),
+                               wanted, "driver")
+    src = os.path.basename(a.driver_exports)
+    hand = set(handwritten)
+    generated = [n for n in exports if n in decls and n not in hand]
+    trampolines = [n for n in exports if n not in decls and n not in hand]
+    index = {n: i for i, n in enumerate(exports)}
+    if trampolines and a.arch != "x86_64":
+        die("forwarding trampolines are written for x86_64 only, not %s" % a.arch)
+
+    with open(os.path.join(a.out, "shim_drv_ids.h"), "w") as f:
+        f.write("/* %s */\n#ifndef SHIM_DRV_IDS_H\n#define SHIM_DRV_IDS_H\n\n"
+                % GENERATED.format(src=src))
+        f.write('#define SHIM_DRV_SONAME "%s"\n' % soname)
+        f.write("#define SHIM_DRV_COUNT %d\n\n" % len(exports))
+        f.write("enum shim_drv_id {\n")
+        f.writelines("  SHIM_DRV_%s = %d,\n" % (n, i) for i, n in enumerate(exports))
+        f.write("};\n\n#endif\n")
+
+    with open(os.path.join(a.out, "shim_drv_table.c"), "w") as f:
+        f.write("/* %s */\n#include \"shim_drv_ids.h\"\n\n" % GENERATED.format(src=src))
+        f.write("/* Driver export names, indexed by enum shim_drv_id. */\n")
+        f.write("const char *const shim_drv_names[SHIM_DRV_COUNT] = {\n")
+        f.writelines('  "%s",\n' % n for n in exports)
+        f.write("};\n")
+
+    out = ["/* %s */" % GENERATED.format(src=src),
+           "/* One wrapper per declared driver function: gate, translate CUdeviceptr arguments,",
+           " * call the real driver. Hand-written ones ([driver_handwritten]) live in cudart_shim/. */",
+           '#include "shim_driver.h"', ""]
+    for n in generated:
+        emit_driver_wrapper(decls[n], blocking, out)
+    # cudaw's export for every id: what cuGetProcAddress hands out in place of the real function.
+    out.extend("extern void %s(void);" % n for n in trampolines)
+    out.append("const shim_real_fn shim_drv_wrappers[SHIM_DRV_COUNT] = {")
+    out.extend("  (shim_real_fn)%s," % n for n in exports)
+    out.append("};")
+    out.append("")
+    with open(os.path.join(a.out, "shim_drv_wrappers.c"), "w") as f:
+        f.write("\n".join(out))
+
+    write_trampolines(os.path.join(a.out, "shim_drv_trampolines.S"), src, trampolines, index,
+                      "shim_drv_real_table", "shim_drv_trampoline_slow",
+                      "shim_drv_trampoline_resolve")
+    with open(os.path.join(a.out, "driver_exports.txt"), "w") as f:
+        f.writelines("func %s %s\n" % (n, DRIVER_NODE) for n in exports)
+        f.writelines("func dlopen %s\n" % v for v in DLOPEN_VERSIONS)
+    print("cudaw_gen: %s: %d exports: %d generated wrappers, %d hand-written, %d trampolines"
+          % (soname, len(exports), len(generated), len(hand), len(trampolines)))
+    return exports
 
 
 def main():
@@ -387,6 +511,7 @@ def main():
                     help="gen/api.conf, then each gen/api.d/*.conf")
     ap.add_argument("--cc", required=True, help="C compiler used as preprocessor")
     ap.add_argument("--include", action="append", required=True, help="toolkit include dir")
+    ap.add_argument("--driver-exports", help="cudaw-gen-exports of libcuda.so (driver layer)")
     ap.add_argument("--arch", default=os.uname().machine)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
@@ -428,10 +553,22 @@ def main():
     if trampolines and a.arch != "x86_64":
         die("forwarding trampolines are written for x86_64 only, not %s" % a.arch)
 
+    driver = None
+    if a.driver_exports:
+        driver = generate_driver(a, conf)
     with open(os.path.join(a.out, "cudart.map"), "w") as f:
-        f.write("/* %s */\n%s {\n  global:\n" % (GENERATED.format(src=src), node))
+        f.write("/* %s */\n" % GENERATED.format(src=src))
+        f.write("%s {\n  global:\n" % node)
         f.writelines("    %s;\n" % n for n in exports)
         f.write("  local:\n    *;\n};\n")
+        if driver:
+            # The driver layer's exports under a node of their own: callers linked against libcuda
+            # bind unversioned, to any node. dlopen (cudart_shim/driver_dlopen.c) is defined under
+            # glibc's two version names with .symver, so that versioned references bind to it.
+            f.write("%s {\n  global:\n" % DRIVER_NODE)
+            f.writelines("    %s;\n" % n for n in driver)
+            f.write("};\n")
+            f.write("".join("%s { };\n" % v for v in DLOPEN_VERSIONS))
 
     with open(os.path.join(a.out, "shim_fn_ids.h"), "w") as f:
         f.write("/* %s */\n#ifndef SHIM_FN_IDS_H\n#define SHIM_FN_IDS_H\n\n" % GENERATED.format(src=src))
@@ -457,14 +594,8 @@ def main():
     with open(os.path.join(a.out, "shim_wrappers.c"), "w") as f:
         f.write("\n".join(out))
 
-    with open(os.path.join(a.out, "shim_trampolines.S"), "w") as f:
-        f.write("/* %s */\n" % GENERATED.format(src=src))
-        f.write("/* Exports that no header declares: forwarded with their arguments untouched. */\n")
-        f.write("  .text\n")
-        for n in trampolines:
-            f.write(TRAMPOLINE.format(name=n, idx=index[n], off=8 * index[n]))
-        f.write(TRAMPOLINE_SLOW)
-        f.write('  .section .note.GNU-stack,"",@progbits\n')
+    write_trampolines(os.path.join(a.out, "shim_trampolines.S"), src, trampolines, index,
+                      "shim_real_table", "shim_trampoline_slow", "shim_trampoline_resolve")
 
     with open(os.path.join(a.out, "exports.txt"), "w") as f:
         f.writelines("%s %s\n" % (n, node) for n in exports)

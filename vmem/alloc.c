@@ -78,16 +78,18 @@ static int chunk_create(int device, uint64_t va_granules, uint64_t backed, bool 
 static int chunk_destroy(struct chunk *c) {
   struct vmem_space *s = &vmem_space;
   struct device_state *d = &s->device[c->device];
-  bool was_released = !c->resident;
+  bool was_released = !c->resident, in_slab = c->slab != NULL;
   vmem_unpublish_delta(c);
-  int rc = vmem_backing_destroy(c);
+  int rc = 0;
+  if (in_slab) vmem_slab_leave(c, true); /* its range is given back with the slab */
+  else rc = vmem_backing_destroy(c);
   if (rc) {
     vmem_publish(c);
     return rc;
   }
   if (was_released) s->released_chunks--;
   vmem_forget(c);
-  vmem_va_give(c->vaddr, c->va_bytes >> s->shift);
+  if (!in_slab) vmem_va_give(c->vaddr, c->va_bytes >> s->shift);
   d->held -= c->backed;
   d->chunks--;
   if (c->is_arena) {

@@ -44,6 +44,10 @@ int vmem_backing_destroy(struct chunk *c) {
   const struct vmem_prims *p = s->prims;
   int rc;
   if (!c->resident) return 0;
+  if (c->slab) {
+    vmem_slab_leave(c, false);
+    return 0;
+  }
   if (s->policy == VMEM_TRANSLATE) {
     rc = p->dev_free(s->ctx, c->device, c->real);
   } else {

@@ -21,7 +21,8 @@ struct chunk {
   uint64_t va_bytes;   /* granule multiple */
   uint64_t backed;     /* device bytes held */
   uint64_t real;       /* 0 while released */
-  uint64_t handle;     /* remap: physical memory handle */
+  uint64_t handle;     /* remap: physical memory handle (0 while in a slab) */
+  struct slab *slab;   /* remap: the slab whose memory backs it, if any (slab.c) */
   uint64_t epoch;      /* recreate_all marks what it re-created */
   int device;
   bool resident;
@@ -97,6 +98,16 @@ int vmem_walk(int (*cb)(struct chunk *c, void *arg), void *arg);
 /* backing.c: device memory of one chunk under the current policy. */
 int vmem_backing_create(struct chunk *c);
 int vmem_backing_destroy(struct chunk *c);
+
+/* slab.c: one physical allocation for a run of 2 or more adjacent released chunks of one device
+ * (each chunk's vaddr + backed is the next one's vaddr): created, mapped and made accessible
+ * whole; on success every chunk is resident in it. 0 or -errno, nothing held on error. */
+int vmem_slab_create(struct chunk **chunks, size_t count);
+/* c stops using its slab (c becomes non-resident). `freed`: the program freed c, so its virtual
+ * range is given back only when the slab goes (it stays mapped until then); the caller must not
+ * give it back. The last member to leave unmaps and releases the slab. */
+void vmem_slab_leave(struct chunk *c, bool freed);
+uint64_t vmem_slab_bytes(const struct chunk *c); /* 0 when not in a slab */
 
 /* arena.c: small allocations inside one chunk. */
 int vmem_arena_init(struct chunk *c);   /* c->va_bytes set; -ENOMEM */

@@ -32,9 +32,11 @@ struct vmem_prims {
   /* Map the whole of handle's memory at addr (granule-aligned, inside a reservation, unmapped).
    * The mapping is not accessible until set_access. */
   int (*map)(void *ctx, uint64_t addr, uint64_t size, uint64_t handle);
-  /* Unmap [addr, addr+size), exactly one earlier map. */
+  /* Unmap [addr, addr+size): exactly one earlier map, or several adjacent whole ones (vmem
+   * falls back to one call per map when a range of several is refused). */
   int (*unmap)(void *ctx, uint64_t addr, uint64_t size);
-  /* Make the mapped range readable and writable from device. */
+  /* Make the mapped range (one map or several adjacent whole ones) readable and writable from
+   * device. */
   int (*set_access)(void *ctx, uint64_t addr, uint64_t size, int device);
 
   /* --- plain device memory (used under the translate policy) --- */

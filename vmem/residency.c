@@ -1,6 +1,10 @@
 /* Residency of device memory for checkpointing: enumerate the backing chunks, give all device
- * memory back while keeping every virtual address, and re-create it all or none. */
+ * memory back while keeping every virtual address, and re-create it all or none. Under remap,
+ * runs of adjacent chunks share one unmap at release and one slab (slab.c) at recreate: the
+ * driver's cost is per mapping, so thousands of allocations cost what a few dozen do. */
 #include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
 
 #include "internal.h"
 
@@ -31,27 +35,94 @@ int vmem_for_each(int (*cb)(const struct vmem_chunk *chunk, void *ctx), void *ct
   return rc;
 }
 
-static int release_one(struct chunk *c, void *arg) {
-  int *first_error = arg;
-  if (!c->resident) return 0;
-  vmem_unpublish_delta(c);
-  int rc = vmem_backing_destroy(c);
-  if (rc) {
-    vmem_publish(c);
-    if (*first_error == 0) *first_error = rc;
-    return 0;
+/* A slab's bounds: what a chunk freed while its slab lives may keep on the device. */
+#define SLAB_MAX_MEMBERS 64
+#define SLAB_MAX_BYTES (256ull << 20)
+
+/* Chunks in address order, gathered so that runs of adjacent ones can share a driver call. */
+struct chunk_array {
+  struct chunk **items;
+  size_t count, capacity;
+  bool resident; /* which ones to gather */
+};
+
+static int gather(struct chunk *c, void *arg) {
+  struct chunk_array *a = arg;
+  if (c->resident != a->resident) return 0;
+  if (a->count == a->capacity) {
+    size_t capacity = a->capacity ? a->capacity * 2 : 256;
+    struct chunk **items = realloc(a->items, capacity * sizeof *items);
+    if (!items) return -ENOMEM;
+    a->items = items;
+    a->capacity = capacity;
   }
-  vmem_space.released_chunks++;
+  a->items[a->count++] = c;
   return 0;
+}
+
+/* The end of the run of mapped-adjacent chunks on one device that starts at items[first], none
+ * in a slab, of at most max_members and max_bytes (the first chunk always counts): one unmap
+ * covers such a run of separate mappings, one slab can back such a run of released chunks. */
+static size_t run_end(struct chunk **items, size_t count, size_t first, size_t max_members,
+                      uint64_t max_bytes) {
+  size_t end = first + 1;
+  if (items[first]->slab) return end;
+  while (end < count && end - first < max_members && !items[end]->slab &&
+         items[end]->device == items[first]->device &&
+         items[end - 1]->vaddr + items[end - 1]->backed == items[end]->vaddr &&
+         items[end]->vaddr + items[end]->backed - items[first]->vaddr <= max_bytes)
+    end++;
+  return end;
+}
+
+static uint64_t run_bytes(struct chunk **items, size_t first, size_t end) {
+  return items[end - 1]->vaddr + items[end - 1]->backed - items[first]->vaddr;
+}
+
+static void release_failed(struct chunk *c, int rc, int *first_error) {
+  vmem_publish(c);
+  if (*first_error == 0) *first_error = rc;
+}
+
+/* Release one run under remap: one unmap for the run (per chunk if the driver refuses), then
+ * each chunk's physical handle. */
+static void release_run(struct chunk **items, size_t first, size_t end, int *first_error) {
+  struct vmem_space *s = &vmem_space;
+  for (size_t i = first; i < end; i++) vmem_unpublish_delta(items[i]);
+  uint64_t bytes = run_bytes(items, first, end);
+  if (end - first > 1 && s->prims->unmap(s->ctx, items[first]->vaddr, bytes) == 0) {
+    for (size_t i = first; i < end; i++) {
+      struct chunk *c = items[i];
+      s->prims->phys_release(s->ctx, c->handle); /* unmapped: the handle is gone either way */
+      c->real = c->handle = 0;
+      c->resident = false;
+      s->released_chunks++;
+    }
+    return;
+  }
+  for (size_t i = first; i < end; i++) {
+    int rc = vmem_backing_destroy(items[i]);
+    if (rc) release_failed(items[i], rc, first_error);
+    else s->released_chunks++;
+  }
 }
 
 int vmem_release_all(void) {
   struct vmem_space *s = &vmem_space;
   int first_error = 0;
+  struct chunk_array a = {.resident = true};
   pthread_mutex_lock(&s->lock);
-  if (s->initialized) vmem_walk(release_one, &first_error);
-  else first_error = -EINVAL;
+  if (!s->initialized) first_error = -EINVAL;
+  else if ((first_error = vmem_walk(gather, &a)) == 0) {
+    for (size_t i = 0; i < a.count;) {
+      size_t end = s->policy == VMEM_REMAP ? run_end(a.items, a.count, i, SIZE_MAX, UINT64_MAX)
+                                           : i + 1;
+      release_run(a.items, i, end, &first_error);
+      i = end;
+    }
+  }
   pthread_mutex_unlock(&s->lock);
+  free(a.items);
   return first_error;
 }
 
@@ -67,13 +138,15 @@ static int count_need(struct chunk *c, void *arg) {
   return 0;
 }
 
-static int recreate_one(struct chunk *c, void *arg) {
-  struct recreate_args *a = arg;
-  if (c->resident) return 0;
-  int rc = vmem_backing_create(c);
+/* Give a run of released chunks device memory again: one slab for two or more, the chunk's own
+ * allocation for one. */
+static int recreate_run(struct chunk **items, size_t count, struct recreate_args *a) {
+  int rc = count > 1 ? vmem_slab_create(items, count) : vmem_backing_create(items[0]);
   if (rc) return rc;
-  c->epoch = a->epoch;
-  a->created_bytes += c->backed;
+  for (size_t i = 0; i < count; i++) {
+    items[i]->epoch = a->epoch;
+    a->created_bytes += items[i]->backed;
+  }
   return 0;
 }
 
@@ -105,7 +178,16 @@ static int recreate_locked(uint64_t *shortfall) {
     *shortfall = precheck_short;
     return -ENOMEM;
   }
-  int rc = vmem_walk(recreate_one, &a);
+  struct chunk_array released = {.resident = false};
+  int rc = vmem_walk(gather, &released);
+  for (size_t i = 0; rc == 0 && i < released.count;) {
+    size_t end = s->policy == VMEM_REMAP
+                     ? run_end(released.items, released.count, i, SLAB_MAX_MEMBERS, SLAB_MAX_BYTES)
+                     : i + 1;
+    rc = recreate_run(released.items + i, end - i, &a);
+    i = end;
+  }
+  free(released.items);
   if (rc) {
     vmem_walk(undo_one, &a);
     *shortfall = total_need - a.created_bytes;

@@ -20,13 +20,14 @@ failures=0
 result() { echo "RESULT $1: $2"; [ "$2" = ok ] || failures=$((failures + 1)); }
 
 # 1. Each mode, native then under cudaw: the loss sequences must be bit-identical.
-for mode in eager graph compile async; do
+for mode in eager graph compile async expandable; do
   [[ " $PARTS " == *" modes "* ]] || break
   args=(--steps "$STEPS"); envs=()
   case $mode in
     graph) args+=(--graph) ;;
     compile) args+=(--compile) ;;
     async) envs=(PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync) ;;
+    expandable) envs=(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) ;;
   esac
   env "${envs[@]}" "$PY" "$TRAIN" "${args[@]}" --record "$WORK/$mode.native" \
     > "$WORK/$mode.native.log" 2>&1 || { result "$mode native run" "FAILED (see $WORK/$mode.native.log)"; tail -5 "$WORK/$mode.native.log"; continue; }
@@ -38,7 +39,9 @@ done
 
 # 2. Pause by SIGUSR1 at a known step (a pause file holds the job between steps so the signal
 #    lands while it runs nothing), check the memory is given back, resume with cudaw-ctl.
+#    PAUSE_ALLOC_CONF sets PYTORCH_CUDA_ALLOC_CONF for it (e.g. expandable_segments:True).
 if [[ " $PARTS " == *" pause "* ]]; then
+[ -n "${PAUSE_ALLOC_CONF:-}" ] && export PYTORCH_CUDA_ALLOC_CONF=$PAUSE_ALLOC_CONF
 pause_file="$WORK/hold"
 "$PY" "$TRAIN" --steps "$STEPS" --record "$WORK/pause.native" > "$WORK/pause.native.log" 2>&1
 touch "$pause_file"
@@ -61,6 +64,7 @@ wait $pid
 kill $watchdog 2>/dev/null
 if grep -q "^check: ok" "$WORK/pause.cudaw.log" && [[ $state == *paused* ]]; then result "pause/resume mid-training" ok
 else result "pause/resume mid-training" FAILED; tail -8 "$WORK/pause.cudaw.log"; tail -8 "$WORK/pause.cudawlog"; fi
+unset PYTORCH_CUDA_ALLOC_CONF
 fi
 
 # 3. Overheads, alternating native and cudaw runs; medians.

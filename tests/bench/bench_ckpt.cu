@@ -5,8 +5,13 @@
 // through one reused pinned buffer); pause latency (signal -> gate closed, drain excluded, with
 // a thread busy in API calls); and NVIDIA's driver checkpoint (cuCheckpointProcess*) driven from
 // a native helper process against a child holding the same amount of data.
+// Between the first checkpoint and its resume the benchmark waits until cudaw has page-locked
+// the image in the background (a real pause outlasts that; the time is printed).
+// Then a repeated checkpoint after every byte changed (the kept image reused, every chunk copied)
+// and a delta checkpoint after one byte in every tenth 4 MiB chunk changed (device checksums
+// find them; only those are copied), each with where its time went.
 // Goals: first checkpoint >= 0.7x pinned D2H, repeated >= 0.9x, resume >= 0.8x pinned H2D,
-// faster than the driver, pause latency < 5 ms.
+// delta (10% changed) <= 0.2x of a full copy, faster than the driver, pause latency < 5 ms.
 //
 // usage: bench_ckpt [GiB...]                       (default 1 8 32; under cudaw)
 //        bench_ckpt --driver <GiB>                 (native helper: prints "driver <ckpt s> <restore s>")
@@ -86,7 +91,21 @@ static double number(const std::string &json, const char *key)
 struct transition {
   double total, copy, setup_ms, gate_ms;
   double bytes;
+  double drain_ms, memory_ms, wait_ms, memcpy_ms, hash_ms, fault_ms, device_hash_ms, threads;
+  double unchanged_bytes;
+  long rss_mib; // this process's resident memory right after the transition
 };
+
+static long rss_mib()
+{
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long kib = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
+  if (f) fclose(f);
+  return kib >> 10;
+}
 
 static transition run(const char *command)
 {
@@ -96,7 +115,26 @@ static transition run(const char *command)
     exit(1);
   }
   return {number(reply, "seconds"), number(reply, "copy_seconds"), number(reply, "setup_ms"),
-          number(reply, "gate_ms"), number(reply, "bytes")};
+          number(reply, "gate_ms"), number(reply, "bytes"), number(reply, "drain_ms"),
+          number(reply, "memory_ms"), number(reply, "wait_ms"), number(reply, "memcpy_ms"),
+          number(reply, "hash_ms"), number(reply, "fault_ms"), number(reply, "device_hash_ms"),
+          number(reply, "threads"), number(reply, "unchanged_bytes"), rss_mib()};
+}
+
+// Where one transition's time went: the engine's copy phase split per copy thread (on average:
+// waiting for DMA, copying staging <-> image, host checksums, faulting fresh image pages in),
+// the device checksums, release/recreate of device memory, and this process's RSS after it.
+static std::string breakdown(const char *what, const transition &t)
+{
+  char line[512];
+  snprintf(line, sizeof line,
+           "  %-20s %7.3f s = gate+drain %6.1f ms, setup %6.1f ms, copy %7.1f ms [per thread of "
+           "%.0f: DMA wait %6.1f, memcpy %6.1f, hash %6.1f, fault %6.1f ms; device hash %5.1f ms], "
+           "%s %6.1f ms; RSS %ld MiB",
+           what, t.total, t.gate_ms + t.drain_ms, t.setup_ms, t.copy * 1e3, t.threads, t.wait_ms,
+           t.memcpy_ms, t.hash_ms, t.fault_ms, t.device_hash_ms,
+           strstr(what, "checkpoint") ? "release" : "recreate", t.memory_ms, t.rss_mib);
+  return line;
 }
 
 // ---- ceilings ----------------------------------------------------------------------------------
@@ -290,20 +328,56 @@ int main(int argc, char **argv)
       std::string name = std::to_string(gib) + " GiB in " + std::to_string(pieces) +
                          (pieces == 1 ? " allocation" : " allocations");
       double bytes = (double)piece * pieces;
+      long rss_before = rss_mib();
       transition c1 = run("checkpoint");
+      // While paused, cudaw page-locks the image in the background (CUDAW_CKPT_REGISTER) so that
+      // the resume copies straight from it; a real pause outlasts that. How long it took:
+      double pin_start = now(), pinned_bytes = 0, image_bytes = 0;
+      do {
+        std::string status = ask("status");
+        pinned_bytes = number(status, "image_pinned_bytes");
+        image_bytes = number(status, "image_bytes");
+        if (pinned_bytes >= image_bytes || pinned_bytes < 0) break;
+        usleep(1000);
+      } while (now() - pin_start < 60);
+      double pin_seconds = now() - pin_start;
       transition r1 = run("resume");
+      // Every byte changes: the kept image is reused but every chunk is copied again.
+      for (size_t i = 0; i < pieces; i++)
+        CUDA_CHECK(cudaMemsetAsync(blocks[i], (int)((i + 1) & 0xff), piece, stream));
+      CUDA_CHECK(cudaStreamSynchronize(stream));
       transition c2 = run("checkpoint");
       transition r2 = run("resume");
+      // One byte in every tenth 4 MiB chunk changes: a delta checkpoint copies 10% of them.
+      const size_t stride = (size_t)40 << 20;
+      size_t changed = 0;
+      for (size_t at = 0; at < piece * pieces; at += stride, changed++)
+        CUDA_CHECK(cudaMemsetAsync(blocks[at / piece] + at % piece, 0x5c, 1, stream));
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      transition c3 = run("checkpoint");
+      transition r3 = run("resume");
       add(name + ": first checkpoint", bytes, c1.total, d2h);
       add(name + ": resume", bytes, r1.total, h2d);
-      add(name + ": repeated checkpoint", bytes, c2.total, d2h);
+      add(name + ": repeated checkpoint (all changed)", bytes, c2.total, d2h);
       add(name + ": repeated resume", bytes, r2.total, h2d);
+      add(name + ": delta checkpoint (10% changed)", bytes, c3.total, d2h);
+      char delta[160];
+      snprintf(delta, sizeof delta, "%s: delta checkpoint took %.3fx of the full one; %zu chunks "
+               "changed, %.0f MiB found unchanged", name.c_str(), c3.total / c2.total, changed,
+               c3.unchanged_bytes / 1048576.0);
+      notes.push_back(delta);
       if (!first_pause_ms) first_pause_ms = c1.gate_ms;
-      char note[256];
-      snprintf(note, sizeof note, "%s: first checkpoint setup %.1f ms (pinning staging), "
-               "copy %.3f s; resume copy %.3f s; repeated copy %.3f s / %.3f s", name.c_str(),
-               c1.setup_ms, c1.copy, r1.copy, c2.copy, r2.copy);
-      notes.push_back(note);
+      char pin[160];
+      snprintf(pin, sizeof pin, " (process RSS before: %ld MiB; image pinned while paused: %.0f of "
+               "%.0f MiB in %.3f s, before the resume):", rss_before, pinned_bytes / 1048576.0,
+               image_bytes / 1048576.0, pin_seconds);
+      notes.push_back(name + pin);
+      notes.push_back(breakdown("first checkpoint", c1));
+      notes.push_back(breakdown("resume", r1));
+      notes.push_back(breakdown("repeated checkpoint", c2));
+      notes.push_back(breakdown("repeated resume", r2));
+      notes.push_back(breakdown("delta checkpoint", c3));
+      notes.push_back(breakdown("resume after delta", r3));
       for (char *b : blocks) CUDA_CHECK(cudaFree(b));
     }
     double ck = 0, rs = 0;

@@ -374,6 +374,57 @@ static void host_free_pinned(void *ctx, void *p) {
   free(p);
 }
 
+/* The device's checksums, by the same reference the real kernel implements. */
+static int device_hash(void *ctx, int device, const struct ckpt_delta_piece *pieces, size_t count,
+                       uint64_t *sums) {
+  struct fake_host *host = ctx;
+  if (!host->device_hash) return -ENOSYS;
+  pthread_mutex_lock(&host->lock);
+  host->device_hash_calls++;
+  bool closed = host->gate_closed;
+  pthread_mutex_unlock(&host->lock);
+  if (!closed) violation(host, "device checksums with the gate open");
+  for (size_t i = 0; i < count; i++) {
+    struct fake_region *r = find_region(host, pieces[i].address, pieces[i].bytes);
+    if (!r || !r->memory || r->device != device) {
+      violation(host, "device checksum outside the device's resident regions");
+      return -EFAULT;
+    }
+    sums[i] = ckpt_delta_hash(r->memory + (pieces[i].address - r->vaddr), pieces[i].bytes);
+  }
+  return 0;
+}
+
+/* Registered image ranges count as pinned for the copies' check. */
+static int host_register(void *ctx, void *p, size_t n) {
+  struct fake_host *host = ctx;
+  int rc = -ENOMEM;
+  pthread_mutex_lock(&host->lock);
+  for (int i = 0; i < PINNED_MAX && rc; i++)
+    if (!pinned[i].base) {
+      pinned[i].base = p;
+      pinned[i].size = n;
+      host->registered_live++;
+      rc = 0;
+    }
+  pthread_mutex_unlock(&host->lock);
+  return rc;
+}
+
+static void host_unregister(void *ctx, void *p) {
+  struct fake_host *host = ctx;
+  pthread_mutex_lock(&host->lock);
+  int found = 0;
+  for (int i = 0; i < PINNED_MAX; i++)
+    if (pinned[i].base == p) {
+      pinned[i].base = NULL;
+      host->registered_live--;
+      found = 1;
+    }
+  pthread_mutex_unlock(&host->lock);
+  if (!found) violation(host, "unregistering a range that was not registered");
+}
+
 static int mem_held(void *ctx, int device, uint64_t *bytes) {
   struct fake_host *host = ctx;
   uint64_t total = 527ull << 20; /* a context */
@@ -409,6 +460,9 @@ const struct ckpt_host_ops fake_host_ops = {
     .stream_sync = stream_sync,
     .host_alloc_pinned = host_alloc_pinned,
     .host_free_pinned = host_free_pinned,
+    .device_hash = device_hash,
+    .host_register = host_register,
+    .host_unregister = host_unregister,
     .mem_held = mem_held,
     .log = log_line,
 };

@@ -37,9 +37,11 @@ struct fake_host {
   bool drain_entered;
   bool recreate_block;         /* recreate_all waits until cleared */
   bool recreate_entered;
+  bool device_hash;            /* offer device_hash (checksums "on the device") */
+  int device_hash_calls;
   /* what happened */
   int gate_closes, gate_opens, release_calls, recreate_calls, copies;
-  int pinned_live, streams_live;
+  int pinned_live, streams_live, registered_live;
   int violations;
   char violation[256];
   int log_lines;

@@ -1,9 +1,13 @@
-/* emu_driver.c: the emulated driver API, reachable only through cudaGetDriverEntryPoint(ByVersion)
- * (the emu exports no cu* symbols). Each function has exactly its cuda.h signature, which the
- * table below checks at compile time. VMM maps onto emu_memory.c's memfd-backed mappings. */
+/* emu_driver.c: the emulated driver API, reachable through cudaGetDriverEntryPoint(ByVersion) and,
+ * like libcuda.so.1, as exported symbols under cuda.h's versioned names (cuMemAlloc_v2) with
+ * cuGetProcAddress(_v2), so that cudaw's driver layer can forward to it (CUDAW_REAL_CUDA). Each
+ * function has exactly its cuda.h signature, which the table below checks at compile time. VMM
+ * maps onto emu_memory.c's memfd-backed mappings. */
+#define _GNU_SOURCE /* memmem */
 #include <errno.h>
 #include <string.h>
 
+#include "delta_hash.h"
 #include "emu_internal.h"
 
 static char primary_context_storage;
@@ -60,6 +64,14 @@ static CUresult emu_cuDevicePrimaryCtxRetain(CUcontext *context, CUdevice device
 
 static CUresult emu_cuDevicePrimaryCtxRelease(CUdevice device) {
   return device == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+static CUresult emu_cuDevicePrimaryCtxGetState(CUdevice device, unsigned int *flags, int *active) {
+  if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
+  if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
+  *flags = 0;
+  *active = 1; /* the emu's one context exists from the start */
+  return CUDA_SUCCESS;
 }
 
 static CUresult emu_cuCtxGetCurrent(CUcontext *context) {
@@ -204,6 +216,14 @@ static CUresult emu_cuPointerGetAttribute(void *data, CUpointer_attribute attrib
   }
 }
 
+static CUresult emu_cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdeviceptr ptr) {
+  struct emu_range range;
+  if (emu_memory_lookup((const void *)(uintptr_t)ptr, &range)) return CUDA_ERROR_NOT_FOUND;
+  if (base) *base = range.base;
+  if (size) *size = range.size;
+  return CUDA_SUCCESS;
+}
+
 static CUresult copy(void *dst, enum emu_side dst_side, const void *src, enum emu_side src_side,
                      size_t count, CUstream stream) {
   if (check_stream(stream)) return CUDA_ERROR_INVALID_HANDLE;
@@ -241,11 +261,109 @@ static CUresult emu_cuMemsetD8(CUdeviceptr dst, unsigned char value, size_t coun
   return emu_cuMemsetD8Async(dst, value, count, NULL);
 }
 
-/* The emu has no device image, so it cannot describe kernel parameters. */
+/* ---- modules: cudaw's own delta kernel, computed on the host ---- */
+
+/* cudaw's delta checksum kernel (checkpoint/delta_kernel.cu), recognised by its name in the
+ * module's image (a fatbinary, or PTX text) and computed with the host reference (delta_hash.h);
+ * other modules are the emu's libraries (below). Arguments as the kernel's: the
+ * piece table, the number of pieces and where the sums go (all host-addressable here). */
+static char delta_module_storage, delta_function_storage;
+#define DELTA_MODULE ((CUmodule)(void *)&delta_module_storage)
+#define DELTA_FUNCTION ((CUfunction)(void *)&delta_function_storage)
+
+static bool is_delta_image(const void *image) {
+  uint32_t magic;
+  memcpy(&magic, image, sizeof magic);
+  size_t size = strlen((const char *)image); /* PTX text */
+  if (magic == 0xBA55ED50u) { /* fatbinary: 16-byte header, then fat_size bytes */
+    uint64_t fat_size;
+    memcpy(&fat_size, (const char *)image + 8, sizeof fat_size);
+    size = 16 + (size_t)fat_size;
+  }
+  return memmem(image, size, "cudaw_delta_hash", strlen("cudaw_delta_hash")) != NULL;
+}
+
+static CUresult delta_get_function(CUfunction *function, const char *name) {
+  if (strcmp(name, "cudaw_delta_hash")) return CUDA_ERROR_NOT_FOUND;
+  *function = DELTA_FUNCTION;
+  return CUDA_SUCCESS;
+}
+
+static CUresult delta_launch(CUfunction function, unsigned grid_x, unsigned grid_y,
+                                   unsigned grid_z, unsigned block_x, unsigned block_y,
+                                   unsigned block_z, unsigned shared_bytes, CUstream stream,
+                                   void **params, void **extra) {
+  (void)shared_bytes;
+  if (function != DELTA_FUNCTION || !params || extra) return CUDA_ERROR_INVALID_VALUE;
+  if (!grid_x || !grid_y || !grid_z || !block_x || !block_y || !block_z)
+    return CUDA_ERROR_INVALID_VALUE;
+  CUresult rc = check_stream(stream);
+  if (rc != CUDA_SUCCESS) return rc;
+  const struct ckpt_delta_piece *table = *(const struct ckpt_delta_piece **)params[0];
+  unsigned long long count = *(const unsigned long long *)params[1];
+  uint64_t *sums = *(uint64_t **)params[2];
+  for (unsigned long long i = 0; i < count; i++)
+    sums[i] = ckpt_delta_hash((const void *)(uintptr_t)table[i].address, table[i].bytes);
+  return CUDA_SUCCESS;
+}
+
+/* ---- modules and launches: the emu's libraries (emu_launch.c) under the driver's names ---- */
+
+static CUresult from_runtime(cudaError_t error) {
+  switch (error) {
+  case cudaSuccess: return CUDA_SUCCESS;
+  case cudaErrorInvalidValue: return CUDA_ERROR_INVALID_VALUE;
+  case cudaErrorMemoryAllocation: return CUDA_ERROR_OUT_OF_MEMORY;
+  case cudaErrorInvalidResourceHandle: return CUDA_ERROR_INVALID_HANDLE;
+  case cudaErrorInvalidConfiguration: return CUDA_ERROR_INVALID_VALUE;
+  default: return CUDA_ERROR_NOT_FOUND;
+  }
+}
+
+static CUresult emu_cuModuleLoadData(CUmodule *module, const void *image) {
+  if (!module || !image) return CUDA_ERROR_INVALID_VALUE;
+  if (is_delta_image(image)) {
+    *module = DELTA_MODULE;
+    return CUDA_SUCCESS;
+  }
+  return from_runtime(cudaLibraryLoadData((cudaLibrary_t *)module, image, NULL, NULL, 0, NULL,
+                                          NULL, 0));
+}
+
+static CUresult emu_cuModuleGetFunction(CUfunction *function, CUmodule module, const char *name) {
+  if (!function || !name) return CUDA_ERROR_INVALID_VALUE;
+  if (module == DELTA_MODULE) return delta_get_function(function, name);
+  return from_runtime(cudaLibraryGetKernel((cudaKernel_t *)function, (cudaLibrary_t)module, name));
+}
+
+static CUresult emu_cuModuleUnload(CUmodule module) {
+  if (module == DELTA_MODULE) return CUDA_SUCCESS;
+  return from_runtime(cudaLibraryUnload((cudaLibrary_t)module));
+}
+
+/* The packed `extra` form is not emulated. */
+static CUresult emu_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                   unsigned bx, unsigned by, unsigned bz, unsigned shared,
+                                   CUstream stream, void **params, void **extra) {
+  if (f == DELTA_FUNCTION) return delta_launch(f, gx, gy, gz, bx, by, bz, shared, stream, params,
+                                              extra);
+  if (extra) return CUDA_ERROR_NOT_SUPPORTED;
+  return from_runtime(emu_launch(f, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, params, shared,
+                                 (cudaStream_t)stream));
+}
+
+/* The emu has no device image: it describes the parameters a test declared
+ * (cudaw_emu_set_kernel_param_sizes), and no others. */
 static CUresult emu_cuFuncGetParamInfo(CUfunction func, size_t index, size_t *offset,
                                        size_t *size) {
-  (void)func, (void)index, (void)offset, (void)size;
-  return CUDA_ERROR_NOT_SUPPORTED;
+  if (!offset || !size) return CUDA_ERROR_INVALID_VALUE;
+  return emu_kernel_param_info(func, index, offset, size) ? CUDA_ERROR_INVALID_VALUE
+                                                           : CUDA_SUCCESS;
+}
+
+static CUresult emu_cuFuncGetName(const char **name, CUfunction func) {
+  if (!name) return CUDA_ERROR_INVALID_VALUE;
+  return emu_kernel_name(func, name) ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
 }
 
 static CUresult emu_cuGetErrorName(CUresult error, const char **text) {
@@ -281,28 +399,36 @@ struct entry {
 #define E(name)                                                                                    \
   static const struct entry entry_##name = {#name, (void (*)(void))emu_##name};                    \
   _Static_assert(__builtin_types_compatible_p(__typeof__(&emu_##name), __typeof__(&name)),          \
-                 #name " signature differs from cuda.h")
+                 #name " signature differs from cuda.h");                                         \
+  EMU_EXPORT __typeof__(name) name __attribute__((alias("emu_" #name)))
 E(cuInit); E(cuDriverGetVersion); E(cuDeviceGetCount); E(cuDeviceGet); E(cuDeviceGetAttribute);
-E(cuDevicePrimaryCtxRetain); E(cuDevicePrimaryCtxRelease); E(cuCtxGetCurrent);
+E(cuDevicePrimaryCtxRetain); E(cuDevicePrimaryCtxRelease); E(cuDevicePrimaryCtxGetState);
+E(cuCtxGetCurrent);
 E(cuCtxSetCurrent); E(cuCtxGetDevice); E(cuCtxSynchronize); E(cuStreamSynchronize);
 E(cuMemGetInfo); E(cuMemAlloc); E(cuMemFree); E(cuMemGetAllocationGranularity);
 E(cuMemAddressReserve); E(cuMemAddressFree); E(cuMemCreate); E(cuMemRelease); E(cuMemMap);
-E(cuMemUnmap); E(cuMemSetAccess); E(cuPointerGetAttribute); E(cuMemcpyHtoD); E(cuMemcpyDtoH);
+E(cuMemUnmap); E(cuMemSetAccess); E(cuPointerGetAttribute); E(cuMemGetAddressRange); E(cuMemcpyHtoD); E(cuMemcpyDtoH);
 E(cuMemcpyDtoD); E(cuMemcpyHtoDAsync); E(cuMemcpyDtoHAsync); E(cuMemcpyDtoDAsync);
 E(cuMemsetD8); E(cuMemsetD8Async); E(cuFuncGetParamInfo); E(cuGetErrorName);
+E(cuModuleLoadData); E(cuModuleGetFunction); E(cuModuleUnload); E(cuLaunchKernel);
+E(cuFuncGetName);
 E(cuGetErrorString);
 
 static const struct entry *const entries[] = {
     &entry_cuInit, &entry_cuDriverGetVersion, &entry_cuDeviceGetCount, &entry_cuDeviceGet,
     &entry_cuDeviceGetAttribute, &entry_cuDevicePrimaryCtxRetain, &entry_cuDevicePrimaryCtxRelease,
+    &entry_cuDevicePrimaryCtxGetState,
     &entry_cuCtxGetCurrent, &entry_cuCtxSetCurrent, &entry_cuCtxGetDevice,
     &entry_cuCtxSynchronize, &entry_cuStreamSynchronize, &entry_cuMemGetInfo, &entry_cuMemAlloc,
     &entry_cuMemFree, &entry_cuMemGetAllocationGranularity, &entry_cuMemAddressReserve,
     &entry_cuMemAddressFree, &entry_cuMemCreate, &entry_cuMemRelease, &entry_cuMemMap,
-    &entry_cuMemUnmap, &entry_cuMemSetAccess, &entry_cuPointerGetAttribute, &entry_cuMemcpyHtoD,
+    &entry_cuMemUnmap, &entry_cuMemSetAccess, &entry_cuPointerGetAttribute,
+    &entry_cuMemGetAddressRange, &entry_cuMemcpyHtoD,
     &entry_cuMemcpyDtoH, &entry_cuMemcpyDtoD, &entry_cuMemcpyHtoDAsync, &entry_cuMemcpyDtoHAsync,
     &entry_cuMemcpyDtoDAsync, &entry_cuMemsetD8, &entry_cuMemsetD8Async,
     &entry_cuFuncGetParamInfo, &entry_cuGetErrorName, &entry_cuGetErrorString,
+    &entry_cuModuleLoadData, &entry_cuModuleGetFunction, &entry_cuModuleUnload,
+    &entry_cuLaunchKernel, &entry_cuFuncGetName,
 };
 
 cudaError_t emu_get_driver_entry_point(const char *symbol, void **func,
@@ -319,6 +445,33 @@ cudaError_t emu_get_driver_entry_point(const char *symbol, void **func,
     break;
   }
   return cudaSuccess;
+}
+
+static CUresult proc_address(const char *symbol, void **pfn,
+                             CUdriverProcAddressQueryResult *status) {
+  if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
+  enum cudaDriverEntryPointQueryResult found;
+  emu_get_driver_entry_point(symbol, pfn, &found);
+  if (status)
+    *status = found == cudaDriverEntryPointSuccess ? CU_GET_PROC_ADDRESS_SUCCESS
+                                                   : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  return found == cudaDriverEntryPointSuccess ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+/* The emu has one version of each function: cudaVersion and the stream flags do not matter. */
+EMU_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
+                                     cuuint64_t flags, CUdriverProcAddressQueryResult *status) {
+  (void)cudaVersion, (void)flags;
+  return proc_address(symbol, pfn, status);
+}
+
+#undef cuGetProcAddress
+EMU_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
+                                     cuuint64_t flags);
+EMU_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
+                                     cuuint64_t flags) {
+  (void)cudaVersion, (void)flags;
+  return proc_address(symbol, pfn, NULL);
 }
 
 EMU_EXPORT cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **func,

@@ -59,6 +59,28 @@ EMU_EXPORT int cudaw_emu_set_kernel_param_sizes(const char *mangled, unsigned co
   return -ENOMEM;
 }
 
+int emu_kernel_param_info(const void *func, size_t index, size_t *offset, size_t *size) {
+  const char *name;
+  if (!func || emu_kernel_name(func, &name)) return -ENOENT;
+  int rc = -ENOENT;
+  pthread_mutex_lock(&lock);
+  for (size_t i = 0; i < sizes_count; i++) {
+    if (strcmp(sizes_table[i].name, name)) continue;
+    if (index >= sizes_table[i].count) break;
+    size_t at = 0;
+    for (size_t j = 0; j <= index; j++) {
+      size_t s = sizes_table[i].sizes[j], align = s >= 8 ? 8 : s >= 4 ? 4 : s >= 2 ? 2 : 1;
+      at = (at + align - 1) & ~(align - 1);
+      if (j == index) *offset = at, *size = s;
+      at += s;
+    }
+    rc = 0;
+    break;
+  }
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
 /* Copies the launch into node (replacing its arguments). */
 static cudaError_t node_set(struct node *node, const void *func, dim3 grid, dim3 block,
                             size_t shared_mem, void **args, void **extra) {

@@ -111,6 +111,10 @@ cudaError_t emu_memset2d(void *dst, size_t pitch, int value, size_t width, size_
 cudaError_t emu_memcpy_symbol(const void *symbol, void *buffer, size_t count, size_t offset,
                               enum cudaMemcpyKind kind, bool to_symbol, cudaStream_t stream);
 
+/* ---- emu_graph.c: a kernel's declared parameters (cudaw_emu_set_kernel_param_sizes), packed
+ * at their natural alignment: 0, or -ENOENT past the last or for an undeclared kernel ---- */
+int emu_kernel_param_info(const void *func, size_t index, size_t *offset, size_t *size);
+
 /* ---- emu_launch.c ---- */
 /* Launches a kernel given a host stub address or a kernel/function handle. */
 cudaError_t emu_launch(const void *func, dim3 grid, dim3 block, void **args, size_t shared_mem,

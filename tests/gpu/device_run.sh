@@ -2,7 +2,7 @@
 # One call on a GPU machine: build cudaw from source there and run the GPU half of the suite,
 # benchmarks and framework checks. The machine lacks our Debian -dev packages: their .debs travel
 # in .carry/debs (see README) and are unpacked into /tmp/deps.
-# Usage: tests/gpu/device_run.sh [stage ...]   stages: build test bench pytorch cupy ckpt release (default:
+# Usage: tests/gpu/device_run.sh [stage ...]   stages: build test bench pytorch cupy ckpt driver release (default:
 # build test bench). Logs go to $OUT (or /tmp/cudaw-out); the summary is printed last.
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -26,7 +26,7 @@ if [[ " $stages " == *" build "* ]]; then
 fi
 if [[ " $stages " == *" test "* ]]; then
   # GPU tests that pause programs or fill the device run alone (RUN_SERIAL in their CMake).
-  (cd "$B" && ctest -j6 --output-on-failure --timeout 300 > "$OUT/ctest.log" 2>&1)
+  (cd "$B" && ctest -j6 --output-on-failure --timeout 300 ${CTEST_ARGS:-} > "$OUT/ctest.log" 2>&1)
   note "ctest: $(grep -E 'tests passed' "$OUT/ctest.log")"
   grep -E "\*\*\*Failed|\(Failed\)|Timeout|Not Run" "$OUT/ctest.log" | head -20
   for t in $(grep -oE "Test +#[0-9]+: [a-z_0-9.]+ \.+\*\*\*Failed" "$OUT/ctest.log" | awk '{print $3}'); do
@@ -63,6 +63,21 @@ if [[ " $stages " == *" release "* ]]; then
   bash "$SRC/examples/pytorch/check_release.sh" "$B" "$OUT/release" > "$OUT/release.log" 2>&1
   note "release (release-all, disk images, criu):"
   grep -E "RESULT|release-all|driver alone|ratio|disk|criu|native|checks:|paused|restored|image" "$OUT/release.log"
+fi
+if [[ " $stages " == *" driver "* ]]; then
+  # Programs that reach the GPU only through the driver API, paused by SIGUSR1 and resumed.
+  pause() { sh "$SRC/tests/gpu/ckpt_pause.sh" "$B/lib" "$B/bin/cudaw-ctl" "$B/tests/gpu/ckpt_mem_helper" \
+              pause "${POLICY:-remap}" "$@"; }
+  for job in "cupy python3 $SRC/examples/cupy/loop.py ${LOOP_ARGS:-2000 1024 100}" \
+             "jax_noprealloc env XLA_PYTHON_CLIENT_PREALLOCATE=false python3 $SRC/examples/jax/loop.py ${LOOP_ARGS:-2000 1024 100}" \
+             "jax_prealloc python3 $SRC/examples/jax/loop.py ${LOOP_ARGS:-2000 1024 100}"; do
+    name=${job%% *}
+    t0=$SECONDS
+    timeout ${JOB_TIMEOUT:-200} bash -c "$(declare -f pause); SRC=$SRC B=$B POLICY=${POLICY:-remap} pause ${job#* }" \
+      > "$OUT/driver_$name.log" 2>&1
+    note "driver $name: rc=$? in $((SECONDS - t0)) s"
+    grep -E "^native|^cudaw|paused in|device free|identical|FAIL|restored" "$OUT/driver_$name.log" | head -8
+  done
 fi
 if [[ " $stages " == *" cupy "* ]]; then
   bash "$SRC/examples/cupy/check.sh" "$B" > "$OUT/cupy.log" 2>&1

@@ -1,4 +1,5 @@
-/* Description: cudaw's libcudart exports exactly the real runtime's functions, with the same
+/* Description: cudaw's libcudart exports exactly the real runtime's functions (plus the driver
+ * layer's: libcuda's functions and dlopen, listed by the generator), with the same
  * versions and SONAME. Both lists come from cudaw-gen-exports (libelf), run by ctest. */
 #define _GNU_SOURCE
 #include <stdio.h>

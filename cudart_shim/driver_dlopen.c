@@ -1,0 +1,110 @@
+/* The route from dlopen("libcuda.so.1") to cudaw's driver layer. A static CUDA runtime (nvcc's
+ * default, CuPy's modules, cuBLAS & co.), JAX and others open the driver by name and look up
+ * cuGetProcAddress in that handle; a symbol cudaw merely exports does not answer such a dlsym. So
+ * cudaw exports dlopen and hands back its own handle for the driver's names: dlsym then finds
+ * cudaw's wrappers. The real runtime that cudaw itself loaded gets the real driver (its calls are
+ * already gated and translated at the runtime layer). dlopen is defined under both of glibc's
+ * version names, so that programs built against either bind to it. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "options.h"
+#include "shim.h"
+
+typedef void *(*dlopen_fn)(const char *, int);
+
+static _Atomic(dlopen_fn) glibc_dlopen;
+
+void *shim_real_dlopen(const char *file, int mode)
+{
+  dlopen_fn real = atomic_load_explicit(&glibc_dlopen, memory_order_acquire);
+  if (SHIM_UNLIKELY(!real)) {
+    real = (dlopen_fn)dlvsym(RTLD_NEXT, "dlopen", "GLIBC_2.34");
+    if (!real) real = (dlopen_fn)dlvsym(RTLD_NEXT, "dlopen", "GLIBC_2.2.5");
+    if (!real) real = (dlopen_fn)dlsym(RTLD_NEXT, "dlopen");
+    if (!real) return NULL;
+    atomic_store_explicit(&glibc_dlopen, real, memory_order_release);
+  }
+  return real(file, mode);
+}
+
+/* libcuda.so.1 or libcuda.so, with or without a directory. */
+static int names_driver(const char *file)
+{
+  const char *base = strrchr(file, '/');
+  base = base ? base + 1 : file;
+  return strcmp(base, "libcuda.so.1") == 0 || strcmp(base, "libcuda.so") == 0;
+}
+
+/* The object a code address belongs to, by its load base. */
+static const void *object_of(const void *address)
+{
+  Dl_info info;
+  return dladdr(address, &info) ? info.dli_fbase : NULL;
+}
+
+/* True when the caller is the real runtime cudaw loaded (shim_real_load). */
+static int from_real_runtime(const void *caller)
+{
+  const char *path = shim_real_path();
+  if (!path) return 0;
+  void *sym = shim_real_symbol("cudaGetDeviceCount");
+  return sym && object_of(caller) == object_of(sym);
+}
+
+static void *self_handle(void)
+{
+  Dl_info info;
+  if (!dladdr((void *)&names_driver, &info) || !info.dli_fname) return NULL;
+  return shim_real_dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+}
+
+static void *route(const char *file, int mode, const void *caller)
+{
+  if (file && names_driver(file) && strcmp(cudaw_option("CUDAW_DRIVER"), "0") != 0) {
+    if (!atomic_load_explicit(&shim_ready, memory_order_acquire)) shim_init();
+    /* cudaw's own calls (shim_depth > 0: NVML loaded for status, the real runtime's) get the
+     * real driver: a library cudaw uses must never wait at cudaw's own gate during a pause. */
+    if (shim_depth == 0 && !from_real_runtime(caller)) {
+      shim_depth++;
+      int loaded = shim_drv_load() == 0;
+      shim_depth--;
+      if (loaded) {
+        void *self = self_handle();
+        if (self) {
+          shim_debug("dlopen(%s): the driver layer (cudaw) answers", file);
+          return self;
+        }
+      }
+    }
+  }
+  return shim_real_dlopen(file, mode);
+}
+
+SHIM_EXPORT void *cudaw_dlopen_2_34(const char *file, int mode);
+
+int shim_drv_routing(void)
+{
+  static atomic_int answer; /* 0 unknown, 1 yes, 2 no */
+  int known = atomic_load_explicit(&answer, memory_order_relaxed);
+  if (known) return known == 1;
+  int yes = strcmp(cudaw_option("CUDAW_DRIVER"), "0") != 0 &&
+            dlvsym(RTLD_DEFAULT, "dlopen", "GLIBC_2.34") == (void *)cudaw_dlopen_2_34;
+  atomic_store_explicit(&answer, yes ? 1 : 2, memory_order_relaxed);
+  return yes;
+}
+SHIM_EXPORT void *cudaw_dlopen_2_2_5(const char *file, int mode);
+__asm__(".symver cudaw_dlopen_2_34, dlopen@@GLIBC_2.34");
+__asm__(".symver cudaw_dlopen_2_2_5, dlopen@GLIBC_2.2.5");
+
+void *cudaw_dlopen_2_34(const char *file, int mode)
+{
+  return route(file, mode, __builtin_return_address(0));
+}
+
+void *cudaw_dlopen_2_2_5(const char *file, int mode)
+{
+  return route(file, mode, __builtin_return_address(0));
+}

@@ -1,0 +1,492 @@
+/* The program's own VMM calls (see shim_vmm.h). Each cuMemCreate gets a record; the program holds
+ * the record's address as its CUmemGenericAllocationHandle, and every call that takes a handle
+ * translates it to the real one, which a checkpoint replaces. Mappings remember their address,
+ * size, offset and access so that resume can map new physical memory exactly where the old was.
+ * Listed in gen/api.d/driver.conf. */
+#include "shim_driver.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "shim_vmem.h"
+#include "shim_vmm.h"
+#include "vmem.h"
+
+#define ACCESS_MAX 8 /* access descriptors remembered per mapping (one per device that maps it) */
+
+struct handle {
+  CUmemGenericAllocationHandle real; /* 0 while released by a checkpoint */
+  size_t size;
+  CUmemAllocationProp prop;
+  unsigned long long flags;
+  unsigned refs;      /* the program's references: cuMemCreate/Retain add, cuMemRelease drops */
+  unsigned mappings;  /* live mappings of it */
+  int shared;         /* exported to or imported from another process: never released */
+  int device;         /* prop's device, -1 for other locations */
+  uint64_t charged;   /* counted against CUDAW_MEM_LIMIT */
+};
+
+struct mapping {
+  CUdeviceptr va;
+  size_t size, offset;
+  struct handle *handle;
+  CUmemAccessDesc access[ACCESS_MAX];
+  unsigned access_count;
+  struct mapping *next;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct mapping *mappings;
+
+/* The set of live handle records, so that a handle the program passes is checked before use. */
+static struct handle **handles;
+static size_t handle_slots, handle_count;
+
+static size_t slot_of(const struct handle *h, size_t slots)
+{
+  uintptr_t x = (uintptr_t)h;
+  x ^= x >> 21;
+  x *= 0x9E3779B97F4A7C15ull;
+  return (size_t)(x >> 32) & (slots - 1);
+}
+
+static int set_insert(struct handle *h)
+{
+  if ((handle_count + 1) * 2 > handle_slots) {
+    size_t slots = handle_slots ? handle_slots * 2 : 256;
+    struct handle **grown = calloc(slots, sizeof *grown);
+    if (!grown) return -ENOMEM;
+    for (size_t i = 0; i < handle_slots; i++) {
+      if (!handles[i] || handles[i] == (struct handle *)1) continue;
+      size_t j = slot_of(handles[i], slots);
+      while (grown[j]) j = (j + 1) & (slots - 1);
+      grown[j] = handles[i];
+    }
+    free(handles);
+    handles = grown;
+    handle_slots = slots;
+  }
+  size_t i = slot_of(h, handle_slots);
+  while (handles[i] && handles[i] != (struct handle *)1) i = (i + 1) & (handle_slots - 1);
+  handles[i] = h;
+  handle_count++;
+  return 0;
+}
+
+/* Tombstones ((struct handle *)1) keep probe chains intact. */
+static size_t set_find(const struct handle *h)
+{
+  if (!handle_slots) return SIZE_MAX;
+  for (size_t i = slot_of(h, handle_slots), n = 0; handles[i] && n < handle_slots;
+       i = (i + 1) & (handle_slots - 1), n++)
+    if (handles[i] == h) return i;
+  return SIZE_MAX;
+}
+
+static struct handle *lookup(CUmemGenericAllocationHandle value)
+{
+  struct handle *h = (struct handle *)(uintptr_t)value;
+  return set_find(h) == SIZE_MAX ? NULL : h;
+}
+
+static void forget(struct handle *h)
+{
+  size_t i = set_find(h);
+  if (i != SIZE_MAX) {
+    handles[i] = (struct handle *)1;
+    handle_count--;
+  }
+  if (h->charged) vmem_quota_uncharge(h->device, h->charged);
+  free(h);
+}
+
+/* A handle the program no longer references and that nothing maps is gone. */
+static void maybe_forget(struct handle *h)
+{
+  if (h->refs == 0 && h->mappings == 0) forget(h);
+}
+
+#define ENTER(name)                                            \
+  shim_real_fn real = shim_drv_enter_counted(SHIM_DRV_##name); \
+  if (!real) return shim_drv_missing_counted(SHIM_DRV_##name)
+#define REAL(name) ((__typeof__(&name))real)
+
+SHIM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+                                 const CUmemAllocationProp *prop, unsigned long long flags)
+{
+  ENTER(cuMemCreate);
+  CUresult result = CUDA_ERROR_INVALID_VALUE;
+  struct handle *h = NULL;
+  if (!handle || !prop) goto out;
+  result = CUDA_ERROR_OUT_OF_MEMORY;
+  if (!(h = calloc(1, sizeof *h))) goto out;
+  h->size = size;
+  h->prop = *prop;
+  h->flags = flags;
+  h->refs = 1;
+  h->device = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? prop->location.id : -1;
+  if (h->device >= 0 && shim_vmem_running()) {
+    if (vmem_quota_charge(h->device, size) != 0) goto out;
+    h->charged = size;
+  }
+  result = REAL(cuMemCreate)(&h->real, size, prop, flags);
+  if (result != CUDA_SUCCESS) goto out;
+  pthread_mutex_lock(&lock);
+  int rc = set_insert(h);
+  pthread_mutex_unlock(&lock);
+  if (rc != 0) {
+    SHIM_DRV_REAL(cuMemRelease)(h->real);
+    result = CUDA_ERROR_OUT_OF_MEMORY;
+    goto out;
+  }
+  *handle = (CUmemGenericAllocationHandle)(uintptr_t)h;
+  h = NULL;
+out:
+  if (h) {
+    if (h->charged) vmem_quota_uncharge(h->device, h->charged);
+    free(h);
+  }
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+  ENTER(cuMemRelease);
+  CUresult result = CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  struct handle *h = lookup(handle);
+  if (h && h->refs > 0) {
+    /* cudaw holds one real reference while the program holds any (cuMemRetainAllocationHandle
+     * adds program references only). The driver keeps mapped memory until its last unmap. */
+    result = CUDA_SUCCESS;
+    if (h->refs == 1 && h->real) result = REAL(cuMemRelease)(h->real);
+    if (result == CUDA_SUCCESS && --h->refs == 0) maybe_forget(h);
+  }
+  pthread_mutex_unlock(&lock);
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                              CUmemGenericAllocationHandle handle, unsigned long long flags)
+{
+  ENTER(cuMemMap);
+  CUresult result = CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  struct handle *h = lookup(handle);
+  struct mapping *m = h ? calloc(1, sizeof *m) : NULL;
+  if (h && !m) result = CUDA_ERROR_OUT_OF_MEMORY;
+  if (m) {
+    result = REAL(cuMemMap)(ptr, size, offset, h->real, flags);
+    if (result == CUDA_SUCCESS) {
+      *m = (struct mapping){.va = ptr, .size = size, .offset = offset, .handle = h,
+                            .next = mappings};
+      mappings = m;
+      h->mappings++;
+      m = NULL;
+    }
+  }
+  free(m);
+  pthread_mutex_unlock(&lock);
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+  ENTER(cuMemUnmap);
+  pthread_mutex_lock(&lock);
+  CUresult result = REAL(cuMemUnmap)(ptr, size);
+  if (result == CUDA_SUCCESS) {
+    for (struct mapping **at = &mappings; *at;) {
+      struct mapping *m = *at;
+      if (m->va >= ptr && m->va + m->size <= ptr + size) {
+        *at = m->next;
+        m->handle->mappings--;
+        maybe_forget(m->handle);
+        free(m);
+      } else {
+        at = &m->next;
+      }
+    }
+  }
+  pthread_mutex_unlock(&lock);
+  shim_gate_leave();
+  return result;
+}
+
+/* Remember the access of every mapping in the range (a later descriptor for the same location
+ * replaces an earlier one). */
+static void remember_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+                            size_t count)
+{
+  for (struct mapping *m = mappings; m; m = m->next) {
+    if (m->va + m->size <= ptr || m->va >= ptr + size) continue;
+    for (size_t i = 0; i < count; i++) {
+      unsigned j = 0;
+      while (j < m->access_count && (m->access[j].location.type != desc[i].location.type ||
+                                     m->access[j].location.id != desc[i].location.id))
+        j++;
+      if (j == ACCESS_MAX) continue;
+      m->access[j] = desc[i];
+      if (j == m->access_count) m->access_count++;
+    }
+  }
+}
+
+SHIM_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+                                    size_t count)
+{
+  ENTER(cuMemSetAccess);
+  CUresult result = REAL(cuMemSetAccess)(ptr, size, desc, count);
+  if (result == CUDA_SUCCESS && desc) {
+    pthread_mutex_lock(&lock);
+    remember_access(ptr, size, desc, count);
+    pthread_mutex_unlock(&lock);
+  }
+  shim_gate_leave();
+  return result;
+}
+
+/* The mapping containing address a. */
+static struct mapping *mapping_at(CUdeviceptr a)
+{
+  for (struct mapping *m = mappings; m; m = m->next)
+    if (a >= m->va && a < m->va + m->size) return m;
+  return NULL;
+}
+
+SHIM_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+  ENTER(cuMemRetainAllocationHandle);
+  CUresult result;
+  pthread_mutex_lock(&lock);
+  struct mapping *m = handle ? mapping_at((CUdeviceptr)(uintptr_t)addr) : NULL;
+  if (m) {
+    result = CUDA_SUCCESS;
+    if (m->handle->refs == 0) {
+      /* Only the mappings hold the memory: take the real reference cudaw keeps again. */
+      CUmemGenericAllocationHandle again = 0;
+      result = REAL(cuMemRetainAllocationHandle)(&again, addr);
+      if (result == CUDA_SUCCESS) m->handle->real = again;
+    }
+    if (result == CUDA_SUCCESS) {
+      m->handle->refs++;
+      *handle = (CUmemGenericAllocationHandle)(uintptr_t)m->handle;
+    }
+  } else {
+    /* Not mapped through cudaw (e.g. by the real runtime): the driver's own handle. */
+    result = REAL(cuMemRetainAllocationHandle)(handle, addr);
+  }
+  pthread_mutex_unlock(&lock);
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
+                                                            CUmemGenericAllocationHandle handle)
+{
+  ENTER(cuMemGetAllocationPropertiesFromHandle);
+  pthread_mutex_lock(&lock);
+  struct handle *h = lookup(handle);
+  CUmemGenericAllocationHandle real_handle = h ? h->real : handle;
+  pthread_mutex_unlock(&lock);
+  CUresult result = REAL(cuMemGetAllocationPropertiesFromHandle)(prop, real_handle);
+  shim_gate_leave();
+  return result;
+}
+
+/* Memory another process may map cannot be released and re-created behind its back. */
+SHIM_EXPORT CUresult cuMemExportToShareableHandle(void *shareableHandle,
+                                                  CUmemGenericAllocationHandle handle,
+                                                  CUmemAllocationHandleType handleType,
+                                                  unsigned long long flags)
+{
+  ENTER(cuMemExportToShareableHandle);
+  CUresult result = CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  struct handle *h = lookup(handle);
+  if (h) {
+    result = REAL(cuMemExportToShareableHandle)(shareableHandle, h->real, handleType, flags);
+    if (result == CUDA_SUCCESS) h->shared = 1;
+  }
+  pthread_mutex_unlock(&lock);
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
+                                                    void *osHandle,
+                                                    CUmemAllocationHandleType shHandleType)
+{
+  ENTER(cuMemImportFromShareableHandle);
+  CUresult result = CUDA_ERROR_INVALID_VALUE;
+  struct handle *h = handle ? calloc(1, sizeof *h) : NULL;
+  if (handle && !h) result = CUDA_ERROR_OUT_OF_MEMORY;
+  if (h) {
+    result = REAL(cuMemImportFromShareableHandle)(&h->real, osHandle, shHandleType);
+    if (result == CUDA_SUCCESS) {
+      h->refs = 1;
+      h->shared = 1;
+      h->device = -1;
+      pthread_mutex_lock(&lock);
+      int rc = set_insert(h);
+      pthread_mutex_unlock(&lock);
+      if (rc == 0) {
+        *handle = (CUmemGenericAllocationHandle)(uintptr_t)h;
+        h = NULL;
+      } else {
+        SHIM_DRV_REAL(cuMemRelease)(h->real);
+        result = CUDA_ERROR_OUT_OF_MEMORY;
+      }
+    }
+  }
+  free(h);
+  shim_gate_leave();
+  return result;
+}
+
+/* ---- the checkpoint's side ---------------------------------------------------------------- */
+
+static int releasable(const struct mapping *m)
+{
+  return !m->handle->shared && m->handle->device >= 0;
+}
+
+int shim_vmm_for_each(int (*cb)(const struct shim_vmm_region *region, void *ctx), void *ctx)
+{
+  int rc = 0;
+  pthread_mutex_lock(&lock);
+  for (struct mapping *m = mappings; m && rc == 0; m = m->next) {
+    if (!releasable(m) || !m->handle->real) continue;
+    struct shim_vmm_region region = {m->va, m->size, m->handle->device};
+    rc = cb(&region, ctx);
+  }
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+int shim_vmm_contains(uint64_t vaddr, uint64_t size)
+{
+  pthread_mutex_lock(&lock);
+  struct mapping *m = mapping_at((CUdeviceptr)vaddr);
+  int inside = m && m->handle->real && vaddr + size <= m->va + m->size;
+  pthread_mutex_unlock(&lock);
+  return inside;
+}
+
+void shim_vmm_totals(uint64_t *mapped_bytes, uint64_t *kept_bytes)
+{
+  *mapped_bytes = *kept_bytes = 0;
+  pthread_mutex_lock(&lock);
+  for (struct mapping *m = mappings; m; m = m->next) {
+    *mapped_bytes += m->size;
+    if (!releasable(m)) *kept_bytes += m->size;
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+static CUresult map_again(struct mapping *m)
+{
+  CUresult result = SHIM_DRV_REAL(cuMemMap)(m->va, m->size, m->offset, m->handle->real, 0);
+  if (result == CUDA_SUCCESS && m->access_count)
+    result = SHIM_DRV_REAL(cuMemSetAccess)(m->va, m->size, m->access, m->access_count);
+  return result;
+}
+
+/* Give the physical memory of h back (its mappings are gone); it keeps its record. */
+static CUresult release_physical(struct handle *h)
+{
+  /* The program's references were each a real reference too, except the ones it dropped. */
+  CUresult result = h->refs ? SHIM_DRV_REAL(cuMemRelease)(h->real) : CUDA_SUCCESS;
+  if (result == CUDA_SUCCESS) h->real = 0;
+  return result;
+}
+
+static CUresult create_physical(struct handle *h)
+{
+  return SHIM_DRV_REAL(cuMemCreate)(&h->real, h->size, &h->prop, h->flags);
+}
+
+static int recreate_locked(uint64_t *shortfall);
+
+static int release_locked(void)
+{
+  CUresult result = CUDA_SUCCESS;
+  for (struct mapping *m = mappings; m && result == CUDA_SUCCESS; m = m->next)
+    if (releasable(m) && m->handle->real) result = SHIM_DRV_REAL(cuMemUnmap)(m->va, m->size);
+  /* Every mapping of a handle is gone before its memory can go. */
+  for (size_t i = 0; result == CUDA_SUCCESS && i < handle_slots; i++) {
+    struct handle *h = handles[i];
+    if (!h || h == (struct handle *)1 || h->shared || h->device < 0 || !h->real) continue;
+    result = release_physical(h);
+  }
+  if (result == CUDA_SUCCESS) return 0;
+  shim_error("checkpoint: releasing the program's own mapped memory failed (CUresult %d); "
+             "re-creating it", (int)result);
+  uint64_t shortfall = 0;
+  recreate_locked(&shortfall);
+  return -EIO;
+}
+
+int shim_vmm_release_all(void)
+{
+  pthread_mutex_lock(&lock);
+  int rc = release_locked();
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+/* Handles with real memory again, then every unmapped mapping. A handle whose program references
+ * are all dropped lives on in its mappings only, as before. */
+static int recreate_locked(uint64_t *shortfall)
+{
+  CUresult result = CUDA_SUCCESS;
+  for (size_t i = 0; result == CUDA_SUCCESS && i < handle_slots; i++) {
+    struct handle *h = handles[i];
+    if (!h || h == (struct handle *)1 || h->shared || h->device < 0 || h->real) continue;
+    if (h->mappings == 0 && h->refs == 0) continue;
+    result = create_physical(h);
+  }
+  for (struct mapping *m = mappings; m && result == CUDA_SUCCESS; m = m->next) {
+    if (releasable(m)) result = map_again(m);
+  }
+  /* Handles the program released live in their mappings only: drop the extra reference. */
+  for (size_t i = 0; result == CUDA_SUCCESS && i < handle_slots; i++) {
+    struct handle *h = handles[i];
+    if (!h || h == (struct handle *)1 || h->shared || h->device < 0) continue;
+    if (h->refs == 0 && h->real) {
+      result = SHIM_DRV_REAL(cuMemRelease)(h->real);
+      /* h->real stays set: it names the memory behind the mappings until they go */
+    }
+  }
+  if (result == CUDA_SUCCESS) return 0;
+  /* All or nothing: give back what this attempt made, and say how much was missing. */
+  uint64_t missing = 0;
+  for (struct mapping *m = mappings; m; m = m->next)
+    if (releasable(m)) {
+      SHIM_DRV_REAL(cuMemUnmap)(m->va, m->size);
+      missing += m->size;
+    }
+  for (size_t i = 0; i < handle_slots; i++) {
+    struct handle *h = handles[i];
+    if (!h || h == (struct handle *)1 || h->shared || h->device < 0 || !h->real) continue;
+    if (h->refs) SHIM_DRV_REAL(cuMemRelease)(h->real);
+    h->real = 0;
+  }
+  if (shortfall) *shortfall = missing;
+  return result == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+}
+
+int shim_vmm_recreate_all(uint64_t *shortfall_bytes)
+{
+  pthread_mutex_lock(&lock);
+  int rc = recreate_locked(shortfall_bytes);
+  pthread_mutex_unlock(&lock);
+  return rc;
+}

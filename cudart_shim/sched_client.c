@@ -1,0 +1,311 @@
+/* Sharing a GPU through cudawd (CUDAW_SHARE=1). A thread keeps the connection: it reports the
+ * device memory vmem holds when it shrinks, and runs the checkpoints and resumes cudawd asks for
+ * through the checkpoint module. Allocations ask cudawd before the memory they hold grows beyond
+ * what it granted. If cudawd goes away, the program resumes itself if cudawd had paused it, runs
+ * unshared (one warning) and re-joins when a cudawd answers again. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "options.h"
+#include "sched_proto.h"
+#include "shim.h"
+#include "shim_generated.h"
+#include "shim_sched.h"
+#include "shim_vmem.h"
+#include "vmem.h"
+
+static struct {
+  bool sharing;                /* CUDAW_SHARE=1 and the thread runs */
+  char path[sizeof ((struct sockaddr_un *)0)->sun_path];
+  pthread_mutex_t conn_lock;   /* fd and connected */
+  int fd;
+  _Atomic bool connected;
+  bool warned;                 /* the one "running unshared" warning was given */
+  bool paused_by_sched;        /* cudawd paused us: resume ourselves if it goes away */
+  /* The lease: what cudawd granted per device ordinal. Held across admit..allocated. */
+  pthread_mutex_t lease_lock;
+  uint64_t granted[SCHED_MAX_DEVICES];
+  uint64_t reported[SCHED_MAX_DEVICES];
+  bool described[SCHED_MAX_DEVICES];
+  char key[SCHED_MAX_DEVICES][SCHED_KEY_LEN];
+  uint64_t total[SCHED_MAX_DEVICES];
+  /* The one allocation waiting for cudawd's answer. */
+  pthread_mutex_t reply_lock;
+  pthread_cond_t reply_cond;
+  bool reply_ready;
+  int reply_status;
+} client = {.fd = -1, .conn_lock = PTHREAD_MUTEX_INITIALIZER,
+            .lease_lock = PTHREAD_MUTEX_INITIALIZER, .reply_lock = PTHREAD_MUTEX_INITIALIZER,
+            .reply_cond = PTHREAD_COND_INITIALIZER};
+
+static SHIM_TLS bool holds_lease;
+
+static int send_msg(struct sched_msg msg)
+{
+  msg.version = SCHED_PROTO_VERSION;
+  msg.pid = getpid();
+  pthread_mutex_lock(&client.conn_lock);
+  int rc = client.fd < 0 ? -ENOTCONN
+           : send(client.fd, &msg, sizeof msg, MSG_NOSIGNAL) == (ssize_t)sizeof msg ? 0 : -errno;
+  pthread_mutex_unlock(&client.conn_lock);
+  return rc;
+}
+
+static void answer_waiter(int status)
+{
+  pthread_mutex_lock(&client.reply_lock);
+  client.reply_ready = true;
+  client.reply_status = status;
+  pthread_cond_broadcast(&client.reply_cond);
+  pthread_mutex_unlock(&client.reply_lock);
+}
+
+static uint64_t held_bytes(int device)
+{
+  struct vmem_stats stats;
+  return shim_vmem_running() && vmem_get_stats(device, &stats) == 0 ? stats.held_bytes : 0;
+}
+
+/* ---- the connection ------------------------------------------------------------------------ */
+
+static void describe(int device)
+{
+  struct sched_msg msg = {.type = SCHED_DEVICE, .device = device, .bytes = client.total[device]};
+  memcpy(msg.key, client.key[device], sizeof msg.key);
+  send_msg(msg);
+}
+
+/* Connect, check that cudawd is ours (same user or root), say hello, describe our devices and
+ * what we hold. Called with lease_lock held. */
+static int join(void)
+{
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  snprintf(addr.sun_path, sizeof addr.sun_path, "%s", client.path);
+  struct ucred peer;
+  socklen_t len = sizeof peer;
+  int rc = 0;
+  if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) rc = -errno;
+  else if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0) rc = -errno;
+  else if (peer.uid != geteuid() && peer.uid != 0) rc = -EACCES;
+  if (rc) {
+    if (rc == -EACCES)
+      shim_warn("sched: %s belongs to uid %u, not to us: not joining it", client.path,
+                (unsigned)peer.uid);
+    close(fd);
+    return rc;
+  }
+  pthread_mutex_lock(&client.conn_lock);
+  client.fd = fd;
+  pthread_mutex_unlock(&client.conn_lock);
+  bool paused = client.paused_by_sched && ckpt_state() == CKPT_PAUSED;
+  rc = send_msg((struct sched_msg){.type = SCHED_HELLO, .value = paused});
+  for (int d = 0; rc == 0 && d < SCHED_MAX_DEVICES; d++) {
+    if (!client.described[d]) continue;
+    describe(d);
+    client.granted[d] = client.reported[d] = held_bytes(d);
+    rc = send_msg((struct sched_msg){.type = SCHED_USAGE, .device = d,
+                                     .bytes = client.granted[d]});
+  }
+  if (rc == 0) atomic_store(&client.connected, true);
+  return rc;
+}
+
+static void lost(void)
+{
+  atomic_store(&client.connected, false);
+  pthread_mutex_lock(&client.conn_lock);
+  if (client.fd >= 0) close(client.fd);
+  client.fd = -1;
+  pthread_mutex_unlock(&client.conn_lock);
+  if (!client.warned)
+    shim_warn("sched: cudawd on %s went away: running unshared; re-joining when a cudawd "
+              "answers again", client.path);
+  client.warned = true;
+  answer_waiter(-ENOTCONN); /* a waiting allocation goes ahead */
+}
+
+/* Run the checkpoint (op 1) or resume (op 2) cudawd asked for and tell it how it went. */
+static void transition(int op)
+{
+  int rc = op == 1 ? ckpt_request_checkpoint() : ckpt_request_resume();
+  if (rc == -EALREADY) rc = 0; /* already paused (or running): what cudawd wanted */
+  if (rc == 0) client.paused_by_sched = op == 1;
+  struct ckpt_result result = {0};
+  ckpt_last_result(&result);
+  send_msg((struct sched_msg){.type = SCHED_DONE, .value = op, .status = rc,
+                              .bytes = result.bytes, .seconds = result.total_seconds});
+}
+
+/* Tell cudawd when what we hold changed without an allocation (frees, arenas given back). */
+static void report_usage(void)
+{
+  if (pthread_mutex_trylock(&client.lease_lock) != 0) return; /* an allocation is under way */
+  for (int d = 0; d < SCHED_MAX_DEVICES; d++) {
+    if (!client.described[d]) continue;
+    uint64_t held = held_bytes(d);
+    if (held == client.reported[d]) continue;
+    client.granted[d] = client.reported[d] = held;
+    send_msg((struct sched_msg){.type = SCHED_USAGE, .device = d, .bytes = held});
+  }
+  pthread_mutex_unlock(&client.lease_lock);
+}
+
+static void *run(void *unused)
+{
+  (void)unused;
+  for (;;) {
+    if (!atomic_load(&client.connected)) {
+      /* Unshared: come back ourselves if cudawd had paused us, then look for a cudawd. */
+      if (client.paused_by_sched && ckpt_state() == CKPT_PAUSED && ckpt_request_resume() == 0)
+        client.paused_by_sched = false;
+      pthread_mutex_lock(&client.lease_lock);
+      int rc = join();
+      pthread_mutex_unlock(&client.lease_lock);
+      if (rc == 0) {
+        shim_info("sched: joined cudawd on %s", client.path);
+      } else {
+        if (!client.warned)
+          shim_warn("sched: CUDAW_SHARE=1 but no cudawd answers on %s (%s): running unshared "
+                    "until one does", client.path, strerror(-rc));
+        client.warned = true;
+        sleep(1);
+        continue;
+      }
+    }
+    struct pollfd pfd = {client.fd, POLLIN, 0};
+    int rc = poll(&pfd, 1, 50);
+    if (rc > 0) {
+      struct sched_msg msg;
+      ssize_t n = recv(client.fd, &msg, sizeof msg, 0);
+      if (n != (ssize_t)sizeof msg || msg.version != SCHED_PROTO_VERSION) {
+        lost();
+        continue;
+      }
+      if (msg.type == SCHED_GRANT) answer_waiter(msg.status);
+      else if (msg.type == SCHED_CHECKPOINT) transition(1);
+      else if (msg.type == SCHED_RESUME) transition(2);
+      else if (msg.type == SCHED_REPLY && msg.status == -EACCES) lost();
+    }
+    report_usage();
+  }
+  return NULL;
+}
+
+void shim_sched_start(void)
+{
+  if (strcmp(cudaw_option("CUDAW_SHARE"), "1") != 0) return;
+  struct ckpt_options options;
+  ckpt_options_from_env(&options, NULL, 0);
+  if ((size_t)snprintf(client.path, sizeof client.path, "%s/%s", options.run_dir,
+                       SCHED_SOCKET_NAME) >= sizeof client.path) {
+    shim_warn("sched: run dir %s too long for a socket path: not sharing", options.run_dir);
+    return;
+  }
+  /* Join now, so that the first allocation already asks cudawd (the thread re-joins later). */
+  pthread_mutex_lock(&client.lease_lock);
+  int joined = join();
+  pthread_mutex_unlock(&client.lease_lock);
+  if (joined == 0) shim_info("sched: joined cudawd on %s", client.path);
+  pthread_t thread;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int rc = pthread_create(&thread, &attr, run, NULL);
+  pthread_attr_destroy(&attr);
+  if (rc) {
+    shim_warn("sched: cannot start its thread (%s): not sharing", strerror(rc));
+    return;
+  }
+  client.sharing = true;
+}
+
+/* ---- allocations --------------------------------------------------------------------------- */
+
+/* The device's identity (UUID) and size, once per ordinal. Called inside an API call. */
+static void learn_device(int device)
+{
+  struct cudaDeviceProp prop;
+  memset(&prop, 0, sizeof prop);
+  if (SHIM_REAL(cudaGetDeviceProperties)(&prop, device) == cudaSuccess) {
+    for (int i = 0; i < 16; i++)
+      snprintf(client.key[device] + 2 * i, 3, "%02x", (unsigned char)prop.uuid.bytes[i]);
+    client.total[device] = prop.totalGlobalMem;
+  } else {
+    snprintf(client.key[device], SCHED_KEY_LEN, "ordinal-%d", device);
+  }
+  client.described[device] = true;
+  describe(device);
+}
+
+/* Wait for cudawd's answer without counting as a call in flight, so that cudawd may pause us
+ * meanwhile; come back through the gate. */
+static int wait_answer(void)
+{
+  atomic_fetch_sub_explicit(&shim_gate_inflight, 1, memory_order_seq_cst);
+  pthread_mutex_lock(&client.reply_lock);
+  while (!client.reply_ready) pthread_cond_wait(&client.reply_cond, &client.reply_lock);
+  client.reply_ready = false;
+  int status = client.reply_status;
+  pthread_mutex_unlock(&client.reply_lock);
+  atomic_fetch_add_explicit(&shim_gate_inflight, 1, memory_order_seq_cst);
+  if (atomic_load_explicit(&shim_gate_closed, memory_order_seq_cst)) shim_gate_enter_slow();
+  return status;
+}
+
+int shim_sched_admit(int device, uint64_t size)
+{
+  if (!client.sharing || device < 0 || device >= SCHED_MAX_DEVICES) return 0;
+  pthread_mutex_lock(&client.lease_lock);
+  holds_lease = true;
+  if (!atomic_load(&client.connected)) return 0;
+  if (!client.described[device]) learn_device(device);
+  uint64_t granule = vmem_granule(), held = held_bytes(device);
+  uint64_t need = held + (size + granule - 1) / granule * granule; /* at most one new chunk */
+  if (need <= client.granted[device]) return 0;
+  pthread_mutex_lock(&client.reply_lock);
+  client.reply_ready = false;
+  pthread_mutex_unlock(&client.reply_lock);
+  if (send_msg((struct sched_msg){.type = SCHED_ALLOC, .device = device, .bytes = need,
+                                  .held = held}) != 0)
+    return 0; /* cudawd is gone: the thread notices and we run unshared */
+  int status = wait_answer();
+  if (status == 0) {
+    client.granted[device] = need;
+    client.reported[device] = held;
+  } else if (status == -ENOMEM) {
+    shim_info("sched: %llu bytes on device %d can never fit in what cudawd hands out",
+              (unsigned long long)need, device);
+    holds_lease = false;
+    pthread_mutex_unlock(&client.lease_lock);
+    return -ENOMEM;
+  }
+  return 0;
+}
+
+void shim_sched_allocated(int device)
+{
+  if (!holds_lease) return;
+  if (atomic_load(&client.connected) && device >= 0 && device < SCHED_MAX_DEVICES &&
+      client.described[device]) {
+    uint64_t held = held_bytes(device);
+    if (held > client.granted[device]) { /* grew beyond the estimate: tell the truth */
+      client.granted[device] = held;
+      send_msg((struct sched_msg){.type = SCHED_USAGE, .device = device, .bytes = held});
+    }
+    client.reported[device] = held;
+  }
+  holds_lease = false;
+  pthread_mutex_unlock(&client.lease_lock);
+}

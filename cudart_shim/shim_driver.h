@@ -1,0 +1,69 @@
+/* The driver layer's internal contract: cudaw wraps every libcuda.so.1 export behind the same gate
+ * as the runtime's, so that programs that reach the GPU through the driver API (a static CUDA
+ * runtime, CuPy, JAX, NVIDIA's libraries, Triton) are held, virtualised and checkpointed too.
+ * Programs reach the wrappers three ways: by symbol (linked against libcuda, cudaw preloaded),
+ * through dlopen("libcuda.so.1") (driver_dlopen.c returns cudaw itself) and through
+ * cuGetProcAddress / cudaGetDriverEntryPoint (driver.c maps each real entry point to its wrapper).
+ *
+ * Driver translation units see cuda.h's internal view (__CUDA_API_VERSION_INTERNAL): every export
+ * is declared under its own name (cuMemAlloc with 32-bit sizes beside cuMemAlloc_v2, the _ptds and
+ * _ptsz variants), so that a wrapper's prototype is exactly the export's. Name versions explicitly
+ * (cuMemAlloc_v2) in hand-written code. */
+#ifndef CUDAW_SHIM_DRIVER_H
+#define CUDAW_SHIM_DRIVER_H
+
+#ifdef CUDA_VERSION
+#error "shim_driver.h must be included before cuda.h (it needs cuda.h's internal view)"
+#endif
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+#include <cudaProfiler.h>
+
+#include "shim.h"
+#include "shim_drv_ids.h"
+
+/* The real driver's entry point for every export, indexed by enum shim_drv_id; NULL until the
+ * driver is loaded (shim_drv_load) and where it lacks the symbol. */
+extern shim_real_fn shim_drv_real_table[SHIM_DRV_COUNT];
+extern const char *const shim_drv_names[SHIM_DRV_COUNT];
+/* cudaw's own export for every id (generated wrapper or hand-written override). */
+extern const shim_real_fn shim_drv_wrappers[SHIM_DRV_COUNT];
+
+/* Load the real driver once: CUDAW_REAL_CUDA, else libcuda.so.1 as the dynamic loader finds it
+ * (never cudaw itself). Returns 0, or -ENOENT (logged once) when there is none. */
+int shim_drv_load(void);
+
+/* Load the driver if needed and return the real entry point of id (NULL if missing). */
+shim_real_fn shim_drv_resolve(enum shim_drv_id id);
+
+/* Enter a driver call through the gate (shim_gate_in / shim_gate_in_blocking). Returns the real
+ * entry point; NULL when it is missing: return shim_drv_missing_*(id) then. */
+static inline shim_real_fn shim_drv_enter_counted(enum shim_drv_id id)
+{
+  shim_gate_in();
+  shim_real_fn real = shim_drv_real_table[id];
+  return SHIM_LIKELY(real != NULL) ? real : shim_drv_resolve(id);
+}
+
+static inline shim_real_fn shim_drv_enter_blocking(enum shim_drv_id id)
+{
+  shim_gate_in_blocking();
+  shim_real_fn real = shim_drv_real_table[id];
+  return SHIM_LIKELY(real != NULL) ? real : shim_drv_resolve(id);
+}
+
+/* Leave the gate and report a missing entry point (logged once per function):
+ * CUDA_ERROR_NOT_INITIALIZED without a driver, else CUDA_ERROR_NOT_SUPPORTED. */
+CUresult shim_drv_missing_counted(enum shim_drv_id id);
+CUresult shim_drv_missing_blocking(enum shim_drv_id id);
+
+/* The real driver's `name` (an export name such as cuMemAlloc_v2), typed; NULL when missing. */
+#define SHIM_DRV_REAL(name) ((__typeof__(&name))shim_drv_resolve(SHIM_DRV_##name))
+
+/* A device address argument: virtual -> real under translate, unchanged otherwise. */
+static inline CUdeviceptr shim_translate_address(CUdeviceptr address)
+{
+  return (CUdeviceptr)(uintptr_t)shim_translate_ptr((const void *)(uintptr_t)address);
+}
+
+#endif

@@ -1,0 +1,147 @@
+/* cudaw-ctl's scheduler commands: `sched` prints what cudawd holds per device and per program
+ * (text, or one JSON object with --json), `priority <pid> N` sets a program's weight. They talk
+ * to <run dir>/cudawd.sock; checkpoint/ctl.c dispatches to sched_ctl_main. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "internal.h"
+#include "sched_ctl.h"
+#include "sched_proto.h"
+
+enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_NO_PROCESS = 3, EXIT_NO_DAEMON = 4,
+       EXIT_PERMISSION = 5 };
+
+static int connect_daemon(void)
+{
+  struct ckpt_options options;
+  ckpt_options_from_env(&options, NULL, 0);
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  snprintf(addr.sun_path, sizeof addr.sun_path, "%s/%s", options.run_dir, SCHED_SOCKET_NAME);
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  struct timeval timeout = {5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+    int rc = -errno;
+    close(fd);
+    fprintf(stderr, "cudaw-ctl: no cudawd answers on %s: %s\n", addr.sun_path, strerror(-rc));
+    return rc;
+  }
+  return fd;
+}
+
+static int exit_for(int rc)
+{
+  return rc == -EACCES || rc == -EPERM ? EXIT_PERMISSION : EXIT_NO_DAEMON;
+}
+
+static int ask(int type, pid_t pid, int value, void *reply, size_t reply_len)
+{
+  int fd = connect_daemon();
+  if (fd < 0) return exit_for(fd);
+  struct sched_msg msg = {.version = SCHED_PROTO_VERSION, .type = (uint32_t)type, .pid = pid,
+                          .value = value};
+  ssize_t n = send(fd, &msg, sizeof msg, MSG_NOSIGNAL);
+  if (n == (ssize_t)sizeof msg) n = recv(fd, reply, reply_len, 0);
+  close(fd);
+  const struct sched_msg *answer = reply;
+  if (n == (ssize_t)sizeof(struct sched_msg) && answer->type == SCHED_REPLY &&
+      answer->status == -EACCES) {
+    fprintf(stderr, "cudaw-ctl: cudawd refused: it belongs to another user\n");
+    return EXIT_PERMISSION;
+  }
+  if (n != (ssize_t)reply_len || answer->version != SCHED_PROTO_VERSION) {
+    fprintf(stderr, "cudaw-ctl: cudawd gave no valid answer (%zd bytes)\n", n);
+    return EXIT_FAILED;
+  }
+  return EXIT_OK;
+}
+
+static void print_json(const struct sched_snapshot *s)
+{
+  printf("{\"quantum\":%.3f,\"uptime\":%.3f,\"devices\":[", s->quantum, s->uptime);
+  for (int i = 0; i < s->devices; i++) {
+    const struct sched_device_info *d = &s->device[i];
+    printf("%s{\"device\":%d,\"key\":\"%s\",\"capacity\":%" PRIu64 ",\"resident_bytes\":%" PRIu64
+           ",\"max_resident_bytes\":%" PRIu64 ",\"swaps\":%" PRIu64 ",\"programs\":%d}",
+           i ? "," : "", i, d->key, d->capacity, d->resident, d->max_resident, d->swaps,
+           d->programs);
+  }
+  printf("],\"programs\":[");
+  for (int i = 0; i < s->programs; i++) {
+    const struct sched_program_info *p = &s->program[i];
+    printf("%s{\"pid\":%d,\"state\":\"%s\",\"priority\":%d,\"bytes\":%" PRIu64
+           ",\"devices\":%d,\"gpu_seconds\":%.3f,\"swaps\":%" PRIu64
+           ",\"swap_seconds\":%.3f,\"wait_seconds\":%.3f}",
+           i ? "," : "", p->pid, sched_state_name(p->state), p->priority, p->bytes,
+           p->device_mask, p->gpu_seconds, p->swaps, p->swap_seconds, p->wait_seconds);
+  }
+  printf("]}\n");
+}
+
+static void print_text(const struct sched_snapshot *s)
+{
+  char a[32], b[32], c[32];
+  printf("cudawd: up %.0f s, quantum %.1f s\n", s->uptime, s->quantum);
+  printf("%-6s %-34s %12s %12s %12s %6s\n", "DEVICE", "KEY", "CAPACITY", "RESIDENT", "MAX",
+         "SWAPS");
+  for (int i = 0; i < s->devices; i++) {
+    const struct sched_device_info *d = &s->device[i];
+    ckpt_format_bytes(d->capacity, a, sizeof a);
+    ckpt_format_bytes(d->resident, b, sizeof b);
+    ckpt_format_bytes(d->max_resident, c, sizeof c);
+    printf("%-6d %-34s %12s %12s %12s %6" PRIu64 "\n", i, d->key, a, b, c, d->swaps);
+  }
+  printf("%-8s %-12s %4s %12s %10s %6s %10s %10s\n", "PID", "STATE", "PRIO", "BYTES", "GPU_S",
+         "SWAPS", "SWAP_S", "WAIT_S");
+  for (int i = 0; i < s->programs; i++) {
+    const struct sched_program_info *p = &s->program[i];
+    ckpt_format_bytes(p->bytes, a, sizeof a);
+    printf("%-8d %-12s %4d %12s %10.1f %6" PRIu64 " %10.2f %10.1f\n", p->pid,
+           sched_state_name(p->state), p->priority, a, p->gpu_seconds, p->swaps, p->swap_seconds,
+           p->wait_seconds);
+  }
+}
+
+int sched_ctl_main(int count, const char *const *args, bool json)
+{
+  if (count == 1 && strcmp(args[0], "sched") == 0) {
+    struct sched_snapshot *snapshot = calloc(1, sizeof *snapshot);
+    if (!snapshot) return EXIT_FAILED;
+    int code = ask(SCHED_STATUS, 0, 0, snapshot, sizeof *snapshot);
+    if (code == EXIT_OK) json ? print_json(snapshot) : print_text(snapshot);
+    free(snapshot);
+    return code;
+  }
+  char *end;
+  long pid = count == 3 ? strtol(args[1], &end, 10) : 0;
+  long value = pid > 0 && !*end ? strtol(args[2], &end, 10) : 0;
+  if (count == 3 && strcmp(args[0], "priority") == 0 && pid > 0 && !*end && value >= 1 &&
+      value <= 100) {
+    struct sched_msg reply;
+    int code = ask(SCHED_PRIORITY, (pid_t)pid, (int)value, &reply, sizeof reply);
+    if (code != EXIT_OK) return code;
+    if (reply.status == -ESRCH) {
+      fprintf(stderr, "cudaw-ctl: pid %ld does not share a GPU through cudawd\n", pid);
+      return EXIT_NO_PROCESS;
+    }
+    if (reply.status) {
+      fprintf(stderr, "cudaw-ctl: priority: %s\n", strerror(-reply.status));
+      return EXIT_FAILED;
+    }
+    if (json) printf("{\"ok\":true,\"pid\":%ld,\"priority\":%ld}\n", pid, value);
+    else printf("pid %ld: priority %ld\n", pid, value);
+    return EXIT_OK;
+  }
+  fprintf(stderr, "usage: cudaw-ctl [--json] sched\n"
+                  "       cudaw-ctl priority <pid> N   (N from 1 to 100; default 1)\n");
+  return EXIT_USAGE;
+}

@@ -1,0 +1,375 @@
+/* cudawd: the per-machine scheduler that lets programs under cudaw (CUDAW_SHARE=1) share GPUs
+ * whose memory they do not fit in together, by checkpointing some of them in turns. This file is
+ * the daemon's shell: options, the socket <run dir>/cudawd.sock, connections and messages; the
+ * policy is in schedule.c, the reports in report.c. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "daemon.h"
+#include "internal.h"
+#include "vmem.h"
+
+static volatile sig_atomic_t stopping;
+
+static void on_stop(int signo)
+{
+  (void)signo;
+  stopping = 1;
+}
+
+static void usage(FILE *out)
+{
+  fprintf(out,
+          "usage: cudawd [--quantum SEC] [--min-run SEC] [--device-memory SIZE]\n"
+          "              [--metrics-file PATH] [--verbose]\n"
+          "\n"
+          "Schedules the programs run with `cudaw run --share` (CUDAW_SHARE=1) on this machine's\n"
+          "GPUs: an allocation that does not fit waits while programs whose turn is over are\n"
+          "checkpointed to host memory; they come back when memory frees or their turn comes.\n"
+          "Listens on <run dir>/%s (CUDAW_RUN_DIR; same user or root only).\n"
+          "\n"
+          "  --quantum SEC        length of a turn, times the program's priority (default 30)\n"
+          "  --min-run SEC        a program idle on the GPU keeps its turn this long (default 1)\n"
+          "  --device-memory SIZE memory to hand out per device: bytes, K/M/G/T or N%% of the\n"
+          "                       device (default 90%%: the rest is contexts and libraries)\n"
+          "  --metrics-file PATH  write the figures in Prometheus text format, every 2 s\n"
+          "  --verbose            log every message and decision\n",
+          SCHED_SOCKET_NAME);
+}
+
+static int parse_seconds(const char *text, double *out)
+{
+  char *end;
+  errno = 0;
+  double value = strtod(text, &end);
+  if (errno || end == text || *end || !(value > 0) || value > 86400) return -EINVAL;
+  *out = value;
+  return 0;
+}
+
+static int parse_device_memory(const char *text, struct sched_config *config)
+{
+  size_t n = strlen(text);
+  if (n > 1 && text[n - 1] == '%') {
+    char *end;
+    double percent = strtod(text, &end);
+    if (end != text + n - 1 || !(percent > 0) || percent > 100) return -EINVAL;
+    config->device_fraction = percent / 100;
+    config->device_memory = 0;
+    return 0;
+  }
+  return vmem_parse_size(text, 0, &config->device_memory) == 0 && config->device_memory
+             ? 0 : -EINVAL;
+}
+
+static int parse_args(int argc, char **argv, struct sched_config *config)
+{
+  *config = (struct sched_config){.quantum = 30, .min_run = 1, .idle_cpu = 0.02,
+                                  .device_fraction = 0.9};
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
+    int rc = 0;
+    if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+      usage(stdout);
+      exit(0);
+    } else if (!strcmp(arg, "--verbose") || !strcmp(arg, "-v")) {
+      config->verbose = true;
+      continue;
+    } else if (!value) {
+      fprintf(stderr, "cudawd: %s: unknown option or missing value\n", arg);
+      return -EINVAL;
+    } else if (!strcmp(arg, "--quantum")) {
+      rc = parse_seconds(value, &config->quantum);
+    } else if (!strcmp(arg, "--min-run")) {
+      rc = parse_seconds(value, &config->min_run);
+    } else if (!strcmp(arg, "--device-memory")) {
+      rc = parse_device_memory(value, config);
+    } else if (!strcmp(arg, "--metrics-file")) {
+      config->metrics_file = value;
+    } else {
+      fprintf(stderr, "cudawd: unknown option %s\n", arg);
+      return -EINVAL;
+    }
+    if (rc) {
+      fprintf(stderr, "cudawd: %s %s: expected %s\n", arg, value,
+              !strcmp(arg, "--device-memory") ? "a size such as 40G, 512M or 90%"
+                                              : "a number of seconds");
+      return rc;
+    }
+    i++;
+  }
+  return 0;
+}
+
+/* ---- the socket --------------------------------------------------------------------------- */
+
+/* Listen on <dir>/cudawd.sock; -EADDRINUSE if a cudawd already answers there. */
+static int open_listener(const char *dir, char *path, size_t path_len)
+{
+  char reason[200];
+  int rc = ckpt_run_dir_prepare(dir, reason, sizeof reason);
+  if (rc) {
+    fprintf(stderr, "cudawd: %s\n", reason);
+    return rc;
+  }
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  if ((size_t)snprintf(addr.sun_path, sizeof addr.sun_path, "%s/%s", dir, SCHED_SOCKET_NAME) >=
+      sizeof addr.sun_path)
+    return -ENAMETOOLONG;
+  snprintf(path, path_len, "%s", addr.sun_path);
+  /* One cudawd per run dir: the lock is held for the daemon's life (two started at once would
+   * otherwise unlink each other's socket). */
+  char lock_path[sizeof addr.sun_path + 8];
+  snprintf(lock_path, sizeof lock_path, "%s.lock", addr.sun_path);
+  int lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd < 0) return -errno;
+  if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    close(lock_fd);
+    return errno == EWOULDBLOCK ? -EADDRINUSE : -errno;
+  }
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  unlink(addr.sun_path); /* we hold the lock: a socket here was left by a cudawd that died */
+  if (bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 || chmod(addr.sun_path, 0600) != 0 ||
+      listen(fd, 64) != 0) {
+    rc = -errno;
+    close(fd);
+    return rc;
+  }
+  return fd;
+}
+
+int sched_send(struct program *p, const struct sched_msg *msg)
+{
+  if (p->fd < 0) return -EPIPE;
+  return send(p->fd, msg, sizeof *msg, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof *msg
+             ? 0 : -errno;
+}
+
+static bool peer_allowed(int fd, pid_t *pid)
+{
+  struct ucred peer;
+  socklen_t len = sizeof peer;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0) return false;
+  *pid = peer.pid;
+  return peer.uid == geteuid() || peer.uid == 0;
+}
+
+static void accept_one(struct daemon *d, int listen_fd)
+{
+  int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+  if (fd < 0) return;
+  pid_t pid = 0;
+  size_t count = 0;
+  for (struct program *p = d->programs; p; p = p->next) count++;
+  if (count >= SCHED_MAX_PROGRAMS) {
+    fprintf(stderr, "cudawd: refused a connection: %d programs already\n", SCHED_MAX_PROGRAMS);
+    close(fd);
+    return;
+  }
+  if (!peer_allowed(fd, &pid)) {
+    fprintf(stderr, "cudawd: refused pid %ld: another user (only uid %u or root may join)\n",
+            (long)pid, (unsigned)geteuid());
+    struct program refused = {.fd = fd};
+    struct sched_msg msg = {.version = SCHED_PROTO_VERSION, .type = SCHED_REPLY,
+                            .status = -EACCES};
+    sched_send(&refused, &msg);
+    close(fd);
+    return;
+  }
+  struct program *p = calloc(1, sizeof *p);
+  if (!p) {
+    close(fd);
+    return;
+  }
+  p->fd = fd;
+  p->pid = pid; /* the kernel's word, not the message's */
+  p->priority = 1;
+  for (int i = 0; i < SCHED_MAX_DEVICES; i++) p->slot[i] = -1;
+  p->next = d->programs;
+  d->programs = p;
+}
+
+static void remove_program(struct daemon *d, struct program *p)
+{
+  if (p->joined)
+    fprintf(stderr, "cudawd: pid %ld left (%s)\n", (long)p->pid, sched_state_name(p->state));
+  sched_forget(d, p);
+  for (struct program **link = &d->programs; *link; link = &(*link)->next)
+    if (*link == p) {
+      *link = p->next;
+      break;
+    }
+  close(p->fd);
+  free(p);
+}
+
+static struct program *find_pid(struct daemon *d, pid_t pid)
+{
+  for (struct program *p = d->programs; p; p = p->next)
+    if (p->joined && p->pid == pid) return p;
+  return NULL;
+}
+
+/* The device index of the program's ordinal, or -1 when the program never described it. */
+static int slot_of(const struct program *p, int ordinal)
+{
+  return ordinal >= 0 && ordinal < SCHED_MAX_DEVICES ? p->slot[ordinal] : -1;
+}
+
+static void on_message(struct daemon *d, struct program *p, const struct sched_msg *msg)
+{
+  double now = sched_now();
+  int slot = slot_of(p, msg->device);
+  if (d->config.verbose)
+    fprintf(stderr, "cudawd: pid %ld: message %u device %d bytes %llu held %llu status %d value %d\n",
+            (long)p->pid, msg->type, msg->device, (unsigned long long)msg->bytes,
+            (unsigned long long)msg->held, msg->status, msg->value);
+  switch (msg->type) {
+  case SCHED_HELLO:
+    p->joined = true;
+    p->state = msg->value ? SCHED_SWAPPED_OUT : SCHED_RUNNING;
+    p->state_since = p->accounted_at = p->resident_since = p->wanting_since = now;
+    fprintf(stderr, "cudawd: pid %ld joined%s\n", (long)p->pid, msg->value ? " (paused)" : "");
+    break;
+  case SCHED_DEVICE:
+    if (msg->device < 0 || msg->device >= SCHED_MAX_DEVICES) break;
+    p->slot[msg->device] = sched_device_slot(d, msg->key, msg->bytes);
+    break;
+  case SCHED_ALLOC:
+    if (slot < 0) {
+      struct sched_msg answer = {.version = SCHED_PROTO_VERSION, .type = SCHED_GRANT,
+                                 .status = -ENODEV};
+      sched_send(p, &answer); /* an unknown device is not ours to schedule: let it allocate */
+      break;
+    }
+    p->bytes[slot] = msg->held;
+    if (!p->wants) p->wanting_since = now;
+    p->wants = true;
+    p->want_slot = slot;
+    p->want_bytes = msg->bytes;
+    break;
+  case SCHED_USAGE:
+    if (slot >= 0) p->bytes[slot] = msg->bytes;
+    break;
+  case SCHED_DONE:
+    sched_done(d, p, msg->value, msg->status, msg->bytes, msg->seconds);
+    break;
+  case SCHED_STATUS: {
+    struct sched_snapshot *snapshot = calloc(1, sizeof *snapshot);
+    if (!snapshot) break;
+    sched_account(d);
+    sched_fill_snapshot(d, snapshot);
+    if (send(p->fd, snapshot, sizeof *snapshot, MSG_NOSIGNAL) < 0)
+      fprintf(stderr, "cudawd: status reply: %s\n", strerror(errno));
+    free(snapshot);
+    break;
+  }
+  case SCHED_PRIORITY: {
+    struct program *target = find_pid(d, msg->pid);
+    struct sched_msg answer = {.version = SCHED_PROTO_VERSION, .type = SCHED_REPLY,
+                               .pid = msg->pid, .status = target ? 0 : -ESRCH};
+    if (target && msg->value >= 1 && msg->value <= 100) target->priority = msg->value;
+    else if (target) answer.status = -EINVAL;
+    sched_send(p, &answer);
+    break;
+  }
+  default:
+    fprintf(stderr, "cudawd: pid %ld sent an unknown message type %u\n", (long)p->pid, msg->type);
+  }
+}
+
+/* Read one message; false when the connection is over. */
+static bool receive(struct daemon *d, struct program *p)
+{
+  struct sched_msg msg;
+  ssize_t n = recv(p->fd, &msg, sizeof msg, MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return true;
+  if (n <= 0) return false;
+  if (n != (ssize_t)sizeof msg || msg.version != SCHED_PROTO_VERSION) {
+    fprintf(stderr, "cudawd: pid %ld: malformed message (%zd bytes, version %u): closing\n",
+            (long)p->pid, n, n >= 4 ? msg.version : 0);
+    return false;
+  }
+  msg.key[SCHED_KEY_LEN - 1] = '\0';
+  on_message(d, p, &msg);
+  return true;
+}
+
+static void serve(struct daemon *d, int listen_fd)
+{
+  struct pollfd fds[SCHED_MAX_PROGRAMS + 1];
+  struct program *owners[SCHED_MAX_PROGRAMS + 1];
+  double metrics_at = 0;
+  while (!stopping) {
+    nfds_t n = 0;
+    fds[n++] = (struct pollfd){listen_fd, POLLIN, 0};
+    for (struct program *p = d->programs; p && n < SCHED_MAX_PROGRAMS + 1; p = p->next) {
+      owners[n] = p;
+      fds[n++] = (struct pollfd){p->fd, POLLIN, 0};
+    }
+    int rc = poll(fds, n, 50);
+    if (rc < 0 && errno != EINTR) {
+      fprintf(stderr, "cudawd: poll: %s\n", strerror(errno));
+      return;
+    }
+    for (nfds_t i = 1; rc > 0 && i < n; i++)
+      if (fds[i].revents && !receive(d, owners[i])) remove_program(d, owners[i]);
+    if (rc > 0 && (fds[0].revents & POLLIN)) accept_one(d, listen_fd);
+    sched_account(d);
+    sched_step(d);
+    double now = sched_now();
+    if (d->config.metrics_file && now - metrics_at >= 2.0) {
+      metrics_at = now;
+      if (sched_write_metrics(d, d->config.metrics_file) != 0)
+        fprintf(stderr, "cudawd: cannot write %s: %s\n", d->config.metrics_file, strerror(errno));
+    }
+  }
+}
+
+int main(int argc, char **argv)
+{
+  static struct daemon d;
+  if (parse_args(argc, argv, &d.config) != 0) {
+    usage(stderr);
+    return 2;
+  }
+  struct ckpt_options options;
+  char error[160] = "";
+  if (ckpt_options_from_env(&options, error, sizeof error) != 0)
+    fprintf(stderr, "cudawd: %s\n", error);
+  char path[sizeof ((struct sockaddr_un *)0)->sun_path];
+  int listen_fd = open_listener(options.run_dir, path, sizeof path);
+  if (listen_fd == -EADDRINUSE) {
+    fprintf(stderr, "cudawd: another cudawd already answers on %s/%s\n", options.run_dir,
+            SCHED_SOCKET_NAME);
+    return 1;
+  }
+  if (listen_fd < 0) {
+    fprintf(stderr, "cudawd: cannot listen in %s: %s\n", options.run_dir, strerror(-listen_fd));
+    return 1;
+  }
+  struct sigaction stop = {.sa_handler = on_stop};
+  sigaction(SIGTERM, &stop, NULL);
+  sigaction(SIGINT, &stop, NULL);
+  signal(SIGPIPE, SIG_IGN);
+  d.started = sched_now();
+  fprintf(stderr, "cudawd: pid %ld listening on %s (quantum %.1f s)\n", (long)getpid(), path,
+          d.config.quantum);
+  serve(&d, listen_fd);
+  unlink(path);
+  close(listen_fd);
+  return 0;
+}

@@ -1,0 +1,91 @@
+/* cudawd inside: the programs and devices it schedules (one schedule per device), shared by the
+ * socket loop (cudawd.c), the policy (schedule.c) and the reports (report.c). Single-threaded:
+ * everything runs on the daemon's poll loop. */
+#ifndef CUDAW_SCHED_DAEMON_H
+#define CUDAW_SCHED_DAEMON_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "sched_proto.h"
+
+struct sched_config {
+  double quantum;          /* --quantum: seconds of a turn, times the program's priority */
+  double min_run;          /* --min-run: an idle program keeps its turn at least this long */
+  double idle_cpu;         /* a program using less CPU than this fraction counts as idle */
+  uint64_t device_memory;  /* --device-memory in bytes; 0: device_fraction of the device */
+  double device_fraction;  /* --device-memory N% (or the default margin) */
+  const char *metrics_file;
+  bool verbose;            /* --verbose: log every message and decision */
+};
+
+struct device {
+  bool used;
+  char key[SCHED_KEY_LEN];
+  uint64_t capacity;
+  uint64_t max_resident;
+  uint64_t swaps;
+};
+
+struct program {
+  int fd;
+  pid_t pid;
+  bool joined;             /* sent SCHED_HELLO (a connection without it is cudaw-ctl) */
+  enum sched_program_state state;
+  int slot[SCHED_MAX_DEVICES];        /* ordinal -> device index, -1 unknown */
+  uint64_t bytes[SCHED_MAX_DEVICES];  /* per device index: what it holds when resident */
+  bool wants;              /* an allocation waits: it wants want_bytes on device want_slot */
+  int want_slot;
+  uint64_t want_bytes;
+  int priority;            /* weight: a turn lasts quantum x priority; higher goes first */
+  double state_since;      /* when it entered its state */
+  double accounted_at;     /* time is accounted to its state up to here */
+  double resident_since;   /* start of its current turn */
+  double wanting_since;    /* when it began waiting or was swapped out */
+  double gpu_seconds, swap_seconds, wait_seconds;
+  uint64_t swaps;
+  double skip_until;       /* a checkpoint of it failed (pause timeout): try others first */
+  /* CPU use from /proc/<pid>/stat, for the idle test */
+  double cpu_time, cpu_at;
+  bool idle;
+  struct program *next;
+};
+
+struct daemon {
+  struct sched_config config;
+  struct device device[SCHED_MAX_DEVICES];
+  struct program *programs;
+  struct program *transition;  /* the program whose checkpoint or resume is under way */
+  struct sched_program_info exited[SCHED_MAX_EXITED]; /* the last programs gone, oldest first */
+  int exited_count;
+  double started;
+};
+
+/* schedule.c */
+double sched_now(void);
+/* Device index for a program's SCHED_DEVICE message (registers the device); -ENOSPC if full. */
+int sched_device_slot(struct daemon *d, const char *key, uint64_t total);
+uint64_t sched_resident(const struct daemon *d, int slot);
+/* Account time to every program's state up to now, refresh CPU samples. */
+void sched_account(struct daemon *d);
+void sched_set_state(struct daemon *d, struct program *p, enum sched_program_state state);
+/* Decide: grant what fits, deny what never fits, resume, checkpoint. Sends the messages. */
+void sched_step(struct daemon *d);
+/* The program is gone (exit, kill, closed socket): its share is free at once. */
+void sched_forget(struct daemon *d, struct program *p);
+/* Its checkpoint (op 1) or resume (op 2) of `bytes` ended with status (0 or -errno) after
+ * `seconds`. */
+void sched_done(struct daemon *d, struct program *p, int op, int status, uint64_t bytes,
+                double seconds);
+
+/* cudawd.c */
+int sched_send(struct program *p, const struct sched_msg *msg);
+
+/* report.c */
+void sched_fill_snapshot(const struct daemon *d, struct sched_snapshot *out);
+/* The figures of one program, as the snapshot shows them. */
+void sched_program_info(const struct program *p, struct sched_program_info *info);
+int sched_write_metrics(const struct daemon *d, const char *path);
+
+#endif

@@ -1,0 +1,104 @@
+/* What cudawd tells: the snapshot cudaw-ctl sched prints, and the same figures in Prometheus
+ * text format for node exporters (written to a temporary file, then renamed into place). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+
+void sched_fill_snapshot(const struct daemon *d, struct sched_snapshot *out)
+{
+  memset(out, 0, sizeof *out);
+  out->version = SCHED_PROTO_VERSION;
+  out->type = SCHED_STATUS;
+  out->quantum = d->config.quantum;
+  out->uptime = sched_now() - d->started;
+  for (int s = 0; s < SCHED_MAX_DEVICES; s++) {
+    const struct device *dev = &d->device[s];
+    if (!dev->used) continue;
+    struct sched_device_info *info = &out->device[out->devices++];
+    memcpy(info->key, dev->key, sizeof info->key);
+    info->capacity = dev->capacity;
+    info->resident = sched_resident(d, s);
+    info->max_resident = dev->max_resident;
+    info->swaps = dev->swaps;
+    for (const struct program *p = d->programs; p; p = p->next)
+      if (p->joined && p->bytes[s]) info->programs++;
+  }
+  for (const struct program *p = d->programs; p && out->programs < SCHED_MAX_PROGRAMS; p = p->next)
+    if (p->joined) sched_program_info(p, &out->program[out->programs++]);
+  for (int i = 0; i < d->exited_count; i++) out->program[out->programs++] = d->exited[i];
+}
+
+void sched_program_info(const struct program *p, struct sched_program_info *info)
+{
+  memset(info, 0, sizeof *info);
+  info->pid = p->pid;
+  info->state = p->state;
+  info->priority = p->priority;
+  for (int s = 0; s < SCHED_MAX_DEVICES; s++) {
+    info->bytes += p->bytes[s];
+    if (p->bytes[s]) info->device_mask |= 1 << s;
+  }
+  info->swaps = p->swaps;
+  info->gpu_seconds = p->gpu_seconds;
+  info->swap_seconds = p->swap_seconds;
+  info->wait_seconds = p->wait_seconds;
+}
+
+int sched_write_metrics(const struct daemon *d, const char *path)
+{
+  struct sched_snapshot snapshot;
+  sched_fill_snapshot(d, &snapshot);
+  char tmp[4096];
+  if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) return -ENAMETOOLONG;
+  FILE *f = fopen(tmp, "we");
+  if (!f) return -errno;
+  static const struct { const char *name, *type, *help; } device_series[] = {
+    {"cudawd_capacity_bytes", "gauge", "Device memory cudawd may hand out."},
+    {"cudawd_resident_bytes", "gauge", "Device memory the resident programs hold."},
+    {"cudawd_max_resident_bytes", "gauge", "Highest resident bytes seen."},
+    {"cudawd_swaps_total", "counter", "Checkpoints of programs holding memory on the device."},
+  };
+  for (size_t k = 0; k < sizeof device_series / sizeof device_series[0]; k++) {
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", device_series[k].name, device_series[k].help,
+            device_series[k].name, device_series[k].type);
+    for (int i = 0; i < snapshot.devices; i++) {
+      const struct sched_device_info *dev = &snapshot.device[i];
+      uint64_t values[] = {dev->capacity, dev->resident, dev->max_resident, dev->swaps};
+      fprintf(f, "%s{device=\"%s\"} %" PRIu64 "\n", device_series[k].name, dev->key, values[k]);
+    }
+  }
+  static const struct { const char *name, *type, *help; } series[] = {
+    {"cudawd_program_bytes", "gauge", "Device memory of the program, resident or not."},
+    {"cudawd_program_gpu_seconds_total", "counter", "Time the program ran resident (its turns)."},
+    {"cudawd_program_swaps_total", "counter", "Times the program was checkpointed."},
+    {"cudawd_program_swap_seconds_total", "counter", "Time its checkpoints and resumes took."},
+    {"cudawd_program_wait_seconds_total", "counter", "Time it waited for memory or its turn."},
+  };
+  for (size_t k = 0; k < sizeof series / sizeof series[0]; k++) {
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", series[k].name, series[k].help, series[k].name,
+            series[k].type);
+    for (int i = 0; i < snapshot.programs; i++) {
+      const struct sched_program_info *p = &snapshot.program[i];
+      double values[] = {(double)p->bytes, p->gpu_seconds, (double)p->swaps, p->swap_seconds,
+                         p->wait_seconds};
+      fprintf(f, "%s{pid=\"%d\"} %.15g\n", series[k].name, p->pid, values[k]);
+    }
+  }
+  /* The state as a label of its own series, so that the others keep one series per program. */
+  fprintf(f, "# HELP cudawd_program_state The program's state (running, waiting, swapped_out...).\n"
+             "# TYPE cudawd_program_state gauge\n");
+  for (int i = 0; i < snapshot.programs; i++)
+    fprintf(f, "cudawd_program_state{pid=\"%d\",state=\"%s\"} 1\n", snapshot.program[i].pid,
+            sched_state_name(snapshot.program[i].state));
+  int rc = ferror(f) ? -EIO : 0;
+  if (fclose(f) != 0 && !rc) rc = -errno;
+  if (!rc && rename(tmp, path) != 0) rc = -errno;
+  if (rc) unlink(tmp);
+  errno = -rc;
+  return rc;
+}

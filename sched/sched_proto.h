@@ -1,0 +1,99 @@
+/* The protocol between cudawd, the programs that share a GPU through it (the library's
+ * sched_client.c) and cudaw-ctl: fixed binary messages over a UNIX SOCK_SEQPACKET socket
+ * <run dir>/cudawd.sock, one struct per datagram, so that nothing read back needs a parser.
+ * Both ends check the peer with SO_PEERCRED: only the same user (or root) may join or control. */
+#ifndef CUDAW_SCHED_PROTO_H
+#define CUDAW_SCHED_PROTO_H
+
+#include <stdint.h>
+
+#define SCHED_PROTO_VERSION 1u
+#define SCHED_SOCKET_NAME "cudawd.sock"
+#define SCHED_MAX_DEVICES 8     /* device ordinals a program may use under the scheduler */
+#define SCHED_MAX_PROGRAMS 64   /* programs in one snapshot (and joined at once) */
+#define SCHED_KEY_LEN 40        /* a device's identity: its UUID in hex */
+
+enum sched_msg_type {
+  /* program -> cudawd */
+  SCHED_HELLO = 1,   /* join; value: 1 if the program is paused (re-joining a new cudawd) */
+  SCHED_DEVICE,      /* ordinal `device` is the device `key`, `bytes` of memory in all */
+  SCHED_ALLOC,       /* wants to hold `bytes` in all on `device` (it holds `held` now); waits
+                      * for SCHED_GRANT */
+  SCHED_USAGE,       /* holds `bytes` on `device` now (after frees) */
+  SCHED_DONE,        /* the checkpoint (value 1) or resume (value 2) asked for is done: status
+                      * 0 or -errno, `bytes` copied, `seconds` it took */
+  /* cudawd -> program */
+  SCHED_GRANT,       /* answer to SCHED_ALLOC: status 0 (allocate) or -ENOMEM (never fits) */
+  SCHED_CHECKPOINT,  /* pause and checkpoint now, answer SCHED_DONE */
+  SCHED_RESUME,      /* resume now, answer SCHED_DONE */
+  /* cudaw-ctl -> cudawd */
+  SCHED_STATUS,      /* answered with one struct sched_snapshot */
+  SCHED_PRIORITY,    /* set program `pid`'s priority to `value`; answered with SCHED_REPLY */
+  SCHED_REPLY,       /* status 0 or -errno (-ESRCH: no such program) */
+};
+
+struct sched_msg {
+  uint32_t version;  /* SCHED_PROTO_VERSION */
+  uint32_t type;     /* enum sched_msg_type */
+  int32_t pid;
+  int32_t device;    /* the program's device ordinal */
+  int32_t status;
+  int32_t value;
+  uint64_t bytes;
+  uint64_t held;
+  double seconds;
+  char key[SCHED_KEY_LEN];
+};
+
+enum sched_program_state {
+  SCHED_RUNNING = 0,  /* resident on its devices, running */
+  SCHED_WAITING,      /* resident, an allocation waits for memory */
+  SCHED_SWAPPING_OUT, /* a checkpoint is under way */
+  SCHED_SWAPPED_OUT,  /* checkpointed: nothing of its memory on the device */
+  SCHED_SWAPPING_IN,  /* a resume is under way */
+  SCHED_EXITED,       /* gone (its figures are kept for the last SCHED_MAX_EXITED programs) */
+};
+
+#define SCHED_MAX_EXITED 16
+
+struct sched_device_info {
+  char key[SCHED_KEY_LEN];
+  uint64_t capacity;      /* bytes cudawd may hand out on this device */
+  uint64_t resident;      /* bytes the resident programs hold */
+  uint64_t max_resident;  /* the highest `resident` seen */
+  uint64_t swaps;         /* checkpoints of programs holding memory here */
+  int32_t programs;       /* programs using it */
+  int32_t unused;
+};
+
+struct sched_program_info {
+  int32_t pid;
+  int32_t state;          /* enum sched_program_state */
+  int32_t priority;
+  int32_t device_mask;    /* device slots (sched_device_info indexes) it holds memory on */
+  uint64_t bytes;         /* its memory on all devices, resident or not */
+  uint64_t swaps;         /* times checkpointed by the scheduler */
+  double gpu_seconds;     /* time it was resident and not waiting (its turns) */
+  double swap_seconds;    /* time its checkpoints and resumes took */
+  double wait_seconds;    /* time it waited (for memory or, swapped out, for its turn) */
+};
+
+struct sched_snapshot {
+  uint32_t version;
+  uint32_t type;          /* SCHED_STATUS */
+  int32_t devices;
+  int32_t programs;
+  double quantum;
+  double uptime;
+  struct sched_device_info device[SCHED_MAX_DEVICES];
+  struct sched_program_info program[SCHED_MAX_PROGRAMS + SCHED_MAX_EXITED];
+};
+
+static inline const char *sched_state_name(int state)
+{
+  static const char *const names[] = {"running", "waiting", "swapping_out", "swapped_out",
+                                      "swapping_in", "exited"};
+  return state >= 0 && state <= SCHED_EXITED ? names[state] : "unknown";
+}
+
+#endif

@@ -1,0 +1,343 @@
+/* Description: a program that reaches the GPU only through the driver API, the way a static CUDA
+ * runtime (nvcc's default, CuPy, cuBLAS) does: dlopen("libcuda.so.1"), dlsym cuGetProcAddress_v2,
+ * then every function from it. Run under `cudaw run` on the emulated device, it must get cudaw's
+ * wrappers (not the emulated driver's functions), its cuMemAlloc memory must be virtual (vmem
+ * answers cuMemGetAddressRange for a packed allocation exactly), memory the program maps itself
+ * (cuMemCreate/cuMemMap, as XLA and PyTorch's expandable segments do) must be named by handles of
+ * cudaw's, a checkpoint must hold its driver calls (progress stops), move both kinds of memory into
+ * the image and give them back to the device, and resume must restore every byte at the same
+ * addresses, after which the program's handles still unmap and release.
+ * With a cubin (driver_kernels.cu), after the resume it loads it with cuModuleLoadData and launches
+ * its kernels with cuLaunchKernel on its virtual memory: the emulated device runs the host
+ * implementations below on whatever addresses arrive, so an untranslated virtual pointer (under
+ * CUDAW_VMEM=translate) faults and a wrong layout gives wrong numbers. The same kernel obtained
+ * behind cudaw's back (from the emulated device directly, as a static runtime may load its
+ * fatbins) must be translated from the driver's own parameter layout (cuFuncGetParamInfo).
+ * usage: ckpt_e2e_driver <cudaw-ctl> <cudaw's libcudart> [<cubin> | --expect-bypass]
+ * --expect-bypass (with CUDAW_DRIVER=0): dlopen must NOT answer with cudaw. */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "cudaw_emu.h"
+#include "e2e_common.h"
+
+struct span {
+  float *data;
+  int n;
+};
+
+CUDAW_EMU_KERNEL(_Z4axpyfPKfPfi)
+{
+  (void)launch;
+  float a = CUDAW_EMU_ARG(args, 0, float);
+  const float *x = CUDAW_EMU_ARG(args, 1, const float *);
+  float *y = CUDAW_EMU_ARG(args, 2, float *);
+  for (int i = 0, n = CUDAW_EMU_ARG(args, 3, int); i < n; i++) y[i] = a * x[i] + y[i];
+}
+
+CUDAW_EMU_KERNEL(scale_span)
+{
+  (void)launch;
+  struct span s = CUDAW_EMU_ARG(args, 0, struct span);
+  float k = CUDAW_EMU_ARG(args, 1, float);
+  for (int i = 0; i < s.n; i++) s.data[i] *= k;
+}
+
+static struct {
+  CUresult (*init)(unsigned);
+  CUresult (*retain)(CUcontext *, CUdevice);
+  CUresult (*set_current)(CUcontext);
+  CUresult (*alloc)(CUdeviceptr *, size_t);
+  CUresult (*free_)(CUdeviceptr);
+  CUresult (*htod)(CUdeviceptr, const void *, size_t);
+  CUresult (*dtoh)(void *, CUdeviceptr, size_t);
+  CUresult (*range)(CUdeviceptr *, size_t *, CUdeviceptr);
+  CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+  CUresult (*address_free)(CUdeviceptr, size_t);
+  CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                     unsigned long long);
+  CUresult (*release)(CUmemGenericAllocationHandle);
+  CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+  CUresult (*unmap)(CUdeviceptr, size_t);
+  CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+  CUresult (*granularity)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags);
+  CUresult (*load)(CUmodule *, const void *);
+  CUresult (*function)(CUfunction *, CUmodule, const char *);
+  CUresult (*unload)(CUmodule);
+  CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                     unsigned, CUstream, void **, void **);
+} cu;
+
+static char cudaw_real_path[4096];
+
+/* The file that defines code address p, resolved. */
+static int defined_by_cudaw(const void *p)
+{
+  Dl_info info;
+  char path[4096];
+  if (!p || !dladdr(p, &info) || !info.dli_fname || !realpath(info.dli_fname, path)) return 0;
+  return strcmp(path, cudaw_real_path) == 0;
+}
+
+static void get(CUresult (*proc)(const char *, void **, int, cuuint64_t,
+                                 CUdriverProcAddressQueryResult *),
+                const char *name, void *slot)
+{
+  void *fn = NULL;
+  CUdriverProcAddressQueryResult status;
+  CHECK(proc(name, &fn, 12000, 0, &status) == CUDA_SUCCESS && fn, "cuGetProcAddress(%s)", name);
+  CHECK(defined_by_cudaw(fn), "cuGetProcAddress(%s) gave %p, not cudaw's wrapper", name, fn);
+  memcpy(slot, &fn, sizeof fn);
+}
+
+#define CU_OK(call) CHECK((call) == CUDA_SUCCESS, "%s failed", #call)
+
+static CUdeviceptr counter_buffer;
+static atomic_long progress;
+static atomic_int stop;
+
+/* Driver calls in a loop: each writes the next counter value to the device. */
+static void *worker(void *context)
+{
+  CU_OK(cu.set_current((CUcontext)context));
+  for (long i = 1; !atomic_load(&stop); i++) {
+    CU_OK(cu.htod(counter_buffer, &i, sizeof i));
+    atomic_store(&progress, i);
+  }
+  return NULL;
+}
+
+static uint64_t field(const char *reply, const char *name)
+{
+  char key[64];
+  snprintf(key, sizeof key, "\"%s\":", name);
+  const char *at = strstr(reply, key);
+  CHECK(at, "no %s in %s", name, reply);
+  return strtoull(at + strlen(key), NULL, 10);
+}
+
+static void *read_file(const char *path, size_t *size)
+{
+  FILE *f = fopen(path, "rb");
+  CHECK(f, "cannot open %s", path);
+  CHECK(fseek(f, 0, SEEK_END) == 0);
+  long n = ftell(f);
+  CHECK(n > 0 && fseek(f, 0, SEEK_SET) == 0);
+  void *data = malloc((size_t)n);
+  CHECK(data && fread(data, 1, (size_t)n, f) == (size_t)n, "reading %s", path);
+  fclose(f);
+  *size = (size_t)n;
+  return data;
+}
+
+/* Kernels of a cubin loaded and launched through the driver, on virtual memory. */
+static void launch_from_cubin(const char *path)
+{
+  size_t size;
+  void *image = read_file(path, &size);
+  CUmodule module;
+  CU_OK(cu.load(&module, image));
+  memset(image, 0, size); /* cudaw must have kept its own copy for the layouts */
+  free(image);
+  CUfunction axpy, scale;
+  CU_OK(cu.function(&axpy, module, "_Z4axpyfPKfPfi"));
+  CU_OK(cu.function(&scale, module, "scale_span"));
+  enum { N = 1000 };
+  float x[N], y[N], back[N];
+  for (int i = 0; i < N; i++) x[i] = (float)i, y[i] = (float)(2 * i + 1);
+  CUdeviceptr dx, dy;
+  CU_OK(cu.alloc(&dx, sizeof x));
+  CU_OK(cu.alloc(&dy, sizeof y));
+  CU_OK(cu.htod(dx, x, sizeof x));
+  CU_OK(cu.htod(dy, y, sizeof y));
+  float a = 3.0f, k = 0.5f;
+  int n = N;
+  void *axpy_args[] = {&a, &dx, &dy, &n};
+  CU_OK(cu.launch(axpy, 4, 1, 1, 256, 1, 1, 0, NULL, axpy_args, NULL));
+  struct span s = {(float *)(uintptr_t)dy, N};
+  void *scale_args[] = {&s, &k};
+  CU_OK(cu.launch(scale, 4, 1, 1, 256, 1, 1, 0, NULL, scale_args, NULL));
+  CU_OK(cu.dtoh(back, dy, sizeof back));
+  for (int i = 0; i < N; i++)
+    CHECK(back[i] == (3.0f * x[i] + y[i]) * 0.5f, "y[%d] = %g after the launches", i,
+          (double)back[i]);
+
+  /* The same kernel from a library cudaw never saw loaded. */
+  cudaError_t (*load)(cudaLibrary_t *, const void *, enum cudaJitOption *, void **, unsigned,
+                      enum cudaLibraryOption *, void **, unsigned) =
+      (__typeof__(load))e2e_emu_symbol("cudaLibraryLoadData");
+  cudaError_t (*kernel_of)(cudaKernel_t *, cudaLibrary_t, const char *) =
+      (__typeof__(kernel_of))e2e_emu_symbol("cudaLibraryGetKernel");
+  int (*declare)(const char *, unsigned, const size_t *) =
+      (__typeof__(declare))e2e_emu_symbol("cudaw_emu_set_kernel_param_sizes");
+  cudaLibrary_t hidden;
+  cudaKernel_t hidden_axpy;
+  CHECK(load(&hidden, "not an image the emu reads", NULL, NULL, 0, NULL, NULL, 0) == cudaSuccess);
+  CHECK(kernel_of(&hidden_axpy, hidden, "_Z4axpyfPKfPfi") == cudaSuccess);
+  const size_t sizes[] = {sizeof(float), sizeof(CUdeviceptr), sizeof(CUdeviceptr), sizeof(int)};
+  CHECK(declare("_Z4axpyfPKfPfi", 4, sizes) == 0);
+  CU_OK(cu.htod(dy, y, sizeof y));
+  CU_OK(cu.launch((CUfunction)hidden_axpy, 4, 1, 1, 256, 1, 1, 0, NULL, axpy_args, NULL));
+  CU_OK(cu.dtoh(back, dy, sizeof back));
+  for (int i = 0; i < N; i++)
+    CHECK(back[i] == 3.0f * x[i] + y[i], "y[%d] = %g after the launch of a kernel cudaw never "
+          "saw loaded", i, (double)back[i]);
+  CU_OK(cu.free_(dx));
+  CU_OK(cu.free_(dy));
+  CU_OK(cu.unload(module));
+  printf("cubin %s: axpy and scale_span launched through cuLaunchKernel, results right; a "
+         "kernel loaded behind cudaw's back too\n", path);
+}
+
+int main(int argc, char **argv)
+{
+  CHECK(argc >= 3, "usage: ckpt_e2e_driver <cudaw-ctl> <cudaw libcudart> [--expect-bypass]");
+  CHECK(realpath(argv[2], cudaw_real_path), "realpath %s", argv[2]);
+  int expect_bypass = argc > 3 && strcmp(argv[3], "--expect-bypass") == 0;
+  const char *cubin = argc > 3 && !expect_bypass ? argv[3] : NULL;
+
+  void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  void *proc = driver ? dlsym(driver, "cuGetProcAddress_v2") : NULL;
+  if (expect_bypass) {
+    CHECK(!defined_by_cudaw(proc), "CUDAW_DRIVER=0, yet dlopen(libcuda.so.1) answered with cudaw");
+    printf("driver layer off: dlopen(libcuda.so.1) = %p, not cudaw\n", driver);
+    return 0;
+  }
+  CHECK(driver, "dlopen(libcuda.so.1): %s", dlerror());
+  CHECK(defined_by_cudaw(proc), "dlsym(libcuda.so.1, cuGetProcAddress_v2) is not cudaw's");
+  CUresult (*get_proc)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+  memcpy(&get_proc, &proc, sizeof proc);
+  get(get_proc, "cuInit", &cu.init);
+  get(get_proc, "cuDevicePrimaryCtxRetain", &cu.retain);
+  get(get_proc, "cuCtxSetCurrent", &cu.set_current);
+  get(get_proc, "cuMemAlloc", &cu.alloc);
+  get(get_proc, "cuMemFree", &cu.free_);
+  get(get_proc, "cuMemcpyHtoD", &cu.htod);
+  get(get_proc, "cuMemcpyDtoH", &cu.dtoh);
+  get(get_proc, "cuMemGetAddressRange", &cu.range);
+  get(get_proc, "cuMemAddressReserve", &cu.reserve);
+  get(get_proc, "cuMemAddressFree", &cu.address_free);
+  get(get_proc, "cuMemCreate", &cu.create);
+  get(get_proc, "cuMemRelease", &cu.release);
+  get(get_proc, "cuMemMap", &cu.map);
+  get(get_proc, "cuMemUnmap", &cu.unmap);
+  get(get_proc, "cuMemSetAccess", &cu.set_access);
+  get(get_proc, "cuMemGetAllocationGranularity", &cu.granularity);
+  get(get_proc, "cuModuleLoadData", &cu.load);
+  get(get_proc, "cuModuleGetFunction", &cu.function);
+  get(get_proc, "cuModuleUnload", &cu.unload);
+  get(get_proc, "cuLaunchKernel", &cu.launch);
+
+  CU_OK(cu.init(0));
+  CUcontext context;
+  CU_OK(cu.retain(&context, 0));
+  CU_OK(cu.set_current(context));
+
+  /* Three allocations: one large, two small ones that vmem packs into a shared chunk. */
+  const size_t sizes[3] = {8u << 20, 4096, (1u << 20) + 3};
+  CUdeviceptr buffers[3];
+  unsigned char *patterns[3];
+  for (int i = 0; i < 3; i++) {
+    CU_OK(cu.alloc(&buffers[i], sizes[i]));
+    patterns[i] = malloc(sizes[i]);
+    CHECK(patterns[i]);
+    for (size_t j = 0; j < sizes[i]; j++) patterns[i][j] = (unsigned char)(j * 131 + i * 7 + 1);
+    CU_OK(cu.htod(buffers[i], patterns[i], sizes[i]));
+  }
+  CUdeviceptr base;
+  size_t size;
+  CU_OK(cu.range(&base, &size, buffers[1] + 100));
+  CHECK(base == buffers[1] && size == sizes[1],
+        "cuMemGetAddressRange of a packed allocation: %#llx + %zu, expected %#llx + %zu "
+        "(vmem did not allocate it)", (unsigned long long)base, size,
+        (unsigned long long)buffers[1], sizes[1]);
+  CU_OK(cu.alloc(&counter_buffer, sizeof(long)));
+
+  /* The program's own mappings: two physical allocations in one reserved range; the second is
+   * released at once, so that only its mapping holds it (as PyTorch's expandable segments do). */
+  CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                              .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+  size_t granule;
+  CU_OK(cu.granularity(&granule, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  size_t first = 2 * granule, second = granule, mapped = first + second;
+  CUdeviceptr range_base;
+  CU_OK(cu.reserve(&range_base, 2 * mapped, 0, 0, 0));
+  CUmemGenericAllocationHandle handle_a, handle_b;
+  CU_OK(cu.create(&handle_a, first, &prop, 0));
+  CU_OK(cu.create(&handle_b, second, &prop, 0));
+  CHECK(handle_a > 65536 && handle_b > 65536, "handles %llu, %llu are the driver's, not cudaw's",
+        (unsigned long long)handle_a, (unsigned long long)handle_b);
+  CU_OK(cu.map(range_base, first, 0, handle_a, 0));
+  CU_OK(cu.map(range_base + first, second, 0, handle_b, 0));
+  CU_OK(cu.release(handle_b));
+  CUmemAccessDesc access = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  CU_OK(cu.set_access(range_base, mapped, &access, 1));
+  unsigned char *vmm_pattern = malloc(mapped);
+  CHECK(vmm_pattern);
+  for (size_t j = 0; j < mapped; j++) vmm_pattern[j] = (unsigned char)(j * 29 + 5);
+  CU_OK(cu.htod(range_base, vmm_pattern, mapped));
+
+  pthread_t thread;
+  CHECK(pthread_create(&thread, NULL, worker, context) == 0);
+  while (atomic_load(&progress) < 100) e2e_sleep_us(100);
+
+  size_t free_before, free_paused, total;
+  e2e_emu_mem_info(&free_before, &total);
+  char reply[4096];
+  e2e_ask("checkpoint", reply, sizeof reply);
+  CHECK(e2e_reply_ok(reply), "checkpoint: %s", reply);
+  CHECK(e2e_wait_state("paused", 10), "not paused");
+  e2e_ask("status", reply, sizeof reply);
+  uint64_t image = field(reply, "image_bytes");
+  CHECK(image >= sizes[0] + sizes[1] + sizes[2] + mapped, "image holds %" PRIu64 " bytes: "
+        "driver allocations or the program's mappings were not checkpointed (%s)", image, reply);
+  e2e_emu_mem_info(&free_paused, &total);
+  CHECK(free_paused >= free_before + sizes[0] + mapped, "the device got %zu bytes back, not the "
+        "%zu of the large allocation and the mappings", free_paused - free_before,
+        sizes[0] + mapped);
+  long held = atomic_load(&progress);
+  e2e_sleep_us(200000);
+  CHECK(atomic_load(&progress) <= held + 1, "driver calls went on while paused: %ld -> %ld",
+        held, atomic_load(&progress));
+
+  e2e_ask("resume", reply, sizeof reply);
+  CHECK(e2e_reply_ok(reply), "resume: %s", reply);
+  CHECK(e2e_wait_state("running", 10), "not running again");
+  long resumed = atomic_load(&progress);
+  double deadline = e2e_now() + 10;
+  while (atomic_load(&progress) < resumed + 100 && e2e_now() < deadline) e2e_sleep_us(100);
+  CHECK(atomic_load(&progress) >= resumed + 100, "no progress after resume");
+  atomic_store(&stop, 1);
+  pthread_join(thread, NULL);
+
+  long last = 0;
+  CU_OK(cu.dtoh(&last, counter_buffer, sizeof last));
+  CHECK(last == atomic_load(&progress), "counter %ld, expected %ld", last, atomic_load(&progress));
+  for (int i = 0; i < 3; i++) {
+    unsigned char *back = malloc(sizes[i]);
+    CHECK(back);
+    CU_OK(cu.dtoh(back, buffers[i], sizes[i]));
+    CHECK(memcmp(back, patterns[i], sizes[i]) == 0, "buffer %d differs after resume", i);
+    free(back);
+    free(patterns[i]);
+    CU_OK(cu.free_(buffers[i]));
+  }
+  CU_OK(cu.free_(counter_buffer));
+  unsigned char *vmm_back = malloc(mapped);
+  CHECK(vmm_back);
+  CU_OK(cu.dtoh(vmm_back, range_base, mapped));
+  CHECK(memcmp(vmm_back, vmm_pattern, mapped) == 0, "the program's mapped memory differs");
+  CU_OK(cu.unmap(range_base, mapped));
+  CU_OK(cu.release(handle_a));
+  CHECK(cu.release(handle_b) != CUDA_SUCCESS, "a handle released twice was accepted");
+  CU_OK(cu.address_free(range_base, 2 * mapped));
+  free(vmm_back);
+  free(vmm_pattern);
+  if (cubin) launch_from_cubin(cubin);
+  printf("driver layer: %" PRIu64 " bytes checkpointed, %zu bytes given back while paused, "
+         "%ld calls held at %ld\n", image, free_paused - free_before, held, held);
+  return 0;
+}

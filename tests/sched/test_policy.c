@@ -1,0 +1,147 @@
+/* Description: cudawd's policy (sched/schedule.c) without sockets: one schedule per device (a
+ * program waiting on device 0 swaps out only programs holding memory there), programs that fit
+ * together are granted at once, a program larger than the capacity is refused, a program swapped
+ * in keeps its turn (no thrashing) and is swapped out once it has passed, priorities order the
+ * victims, and a program that leaves frees its share at once. The messages cudawd would send are
+ * recorded by the sched_send below. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "test.h"
+
+struct sent_msg {
+  pid_t pid;
+  uint32_t type;
+  int status;
+};
+static struct sent_msg sent[64];
+static int sent_count;
+
+int sched_send(struct program *p, const struct sched_msg *msg)
+{
+  if (sent_count < 64) sent[sent_count++] = (struct sent_msg){p->pid, msg->type, msg->status};
+  return 0;
+}
+
+/* The one message sent since the last call (type 0 if none; fails if several). */
+static uint32_t last_sent(pid_t *pid, int *status)
+{
+  CHECK(sent_count <= 1, "%d messages sent at once", sent_count);
+  uint32_t type = sent_count ? sent[0].type : 0;
+  if (sent_count) {
+    *pid = sent[0].pid;
+    *status = sent[0].status;
+  }
+  sent_count = 0;
+  return type;
+}
+
+static struct program programs[8];
+
+static struct program *join(struct daemon *d, int index, int slot, uint64_t bytes)
+{
+  struct program *p = &programs[index];
+  memset(p, 0, sizeof *p);
+  p->pid = 100 + index;
+  p->joined = true;
+  p->priority = 1;
+  p->state = SCHED_RUNNING;
+  p->bytes[slot] = bytes;
+  p->state_since = p->accounted_at = p->resident_since = p->wanting_since = sched_now();
+  p->next = d->programs;
+  d->programs = p;
+  return p;
+}
+
+static void want(struct program *p, int slot, uint64_t bytes)
+{
+  p->wants = true;
+  p->want_slot = slot;
+  p->want_bytes = bytes;
+  p->wanting_since = sched_now();
+}
+
+int main(void)
+{
+  static struct daemon d;
+  d.config = (struct sched_config){.quantum = 1, .min_run = 0.1, .idle_cpu = 0.02,
+                                   .device_memory = 100};
+  int dev0 = sched_device_slot(&d, "device-zero", 1000);
+  int dev1 = sched_device_slot(&d, "device-one", 1000);
+  CHECK(dev0 == 0 && dev1 == 1 && sched_device_slot(&d, "device-one", 1000) == 1);
+  CHECK_EQ(d.device[dev0].capacity, 100);
+  pid_t pid = 0;
+  int status = 0;
+  double past = sched_now() - 10;
+
+  struct program *a = join(&d, 0, dev0, 80), *b = join(&d, 1, dev1, 80);
+  a->resident_since = b->resident_since = past; /* both have had their turn */
+  /* Fits beside b on device 1: granted at once, nobody swapped. */
+  struct program *c = join(&d, 2, dev1, 0);
+  want(c, dev1, 20);
+  sched_step(&d);
+  CHECK(last_sent(&pid, &status) == SCHED_GRANT && pid == c->pid && status == 0);
+  CHECK_EQ(sched_resident(&d, dev1), 100);
+  /* Larger than the capacity alone: refused, as without cudaw. */
+  want(c, dev1, 101);
+  sched_step(&d);
+  CHECK(last_sent(&pid, &status) == SCHED_GRANT && pid == c->pid && status == -ENOMEM);
+
+  /* w waits on device 0: only a (on device 0) is swapped out, never b or c (device 1). */
+  struct program *w = join(&d, 3, dev0, 0);
+  w->resident_since = past; /* it waited long: its turn starts at the grant, not at its start */
+  want(w, dev0, 50);
+  sched_step(&d);
+  CHECK(last_sent(&pid, &status) == SCHED_CHECKPOINT && pid == a->pid, "checkpoint sent to %d",
+        pid);
+  CHECK_EQ(w->state, SCHED_WAITING);
+  sched_step(&d); /* one transition at a time */
+  CHECK_EQ(last_sent(&pid, &status), 0);
+  sched_done(&d, a, 1, 0, 80, 0.5);
+  CHECK_EQ(a->state, SCHED_SWAPPED_OUT);
+  CHECK(d.device[dev0].swaps == 1 && d.device[dev1].swaps == 0);
+  sched_step(&d);
+  CHECK(last_sent(&pid, &status) == SCHED_GRANT && pid == w->pid && status == 0);
+  CHECK_EQ(sched_resident(&d, dev0), 50);
+
+  /* a wants back in, but w's turn has just begun: no thrashing. */
+  sched_step(&d);
+  CHECK_EQ(last_sent(&pid, &status), 0);
+  w->resident_since = past; /* its turn is over */
+  sched_step(&d);
+  CHECK(last_sent(&pid, &status) == SCHED_CHECKPOINT && pid == w->pid);
+  sched_done(&d, w, 1, 0, 50, 0.1);
+  sched_step(&d);
+  CHECK(last_sent(&pid, &status) == SCHED_RESUME && pid == a->pid);
+  sched_done(&d, a, 2, 0, 80, 0.2);
+  CHECK_EQ(a->state, SCHED_RUNNING);
+
+  /* A pause that times out: skipped, the next candidate (lower priority first) is tried. */
+  struct program *x = join(&d, 4, dev0, 10), *y = join(&d, 5, dev0, 0);
+  x->resident_since = a->resident_since = past;
+  a->priority = 2;
+  a->resident_since = sched_now() - 3; /* past its quantum x 2 as well */
+  want(y, dev0, 30); /* needs a or w... w is swapped out; 80 + 10 + 30 > 100 */
+  sched_step(&d);
+  CHECK(last_sent(&pid, &status) == SCHED_CHECKPOINT && pid == x->pid, "victim %d, want x", pid);
+  sched_done(&d, x, 1, -ETIMEDOUT, 0, 0.3);
+  CHECK_EQ(x->state, SCHED_RUNNING);
+  sched_step(&d);
+  CHECK(last_sent(&pid, &status) == SCHED_CHECKPOINT && pid == a->pid, "next victim %d", pid);
+
+  /* A program that leaves mid-checkpoint frees its share at once. */
+  sched_forget(&d, a);
+  CHECK(d.transition == NULL);
+  CHECK_EQ(sched_resident(&d, dev0), 10);
+  struct sched_snapshot snapshot;
+  sched_fill_snapshot(&d, &snapshot);
+  CHECK_EQ(snapshot.devices, 2);
+  bool exited = false;
+  for (int i = 0; i < snapshot.programs; i++)
+    exited |= snapshot.program[i].pid == a->pid && snapshot.program[i].state == SCHED_EXITED;
+  CHECK(exited, "the program that left is not listed as exited");
+  printf("ok\n");
+  return 0;
+}

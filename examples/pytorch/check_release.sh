@@ -9,7 +9,7 @@
 #            stream and 16 at once);
 #   criu:    cudaw-ctl dump, the process ends, cudaw-ctl restore, the losses go on identical.
 # Usage: check_release.sh <cudaw build dir> [work dir]; GIB (16), STEPS (20), PARTS ("release
-# disk criu"), CRIU (criu binary or wrapper; default: criu on PATH), ZSTD=1 (disk: also --zstd).
+# disk criu"), CRIU (criu binary or wrapper; default: criu on PATH), ZSTD=1 (disk: also --zstd), DRIVER_ALONE=0 (release: skip the driver-only run).
 set -u
 BUILD=$(cd "${1:?usage: check_release.sh <cudaw build dir> [work dir]}" && pwd)
 WORK=${2:-$(mktemp -d)}
@@ -71,6 +71,7 @@ if [[ " $PARTS " == *" release "* ]]; then
   [ -z "$paused" ] && [ $rc -eq 0 ] && [ $rc2 -eq 0 ] || result "release-all: 0 bytes while paused" FAILED
   finish release "release-all pause/resume, losses identical"
 
+  if [ "${DRIVER_ALONE:-1}" = 1 ]; then
   start driver native
   t=$(now); "$DRIVER" checkpoint $pid; d_out=$(since "$t")
   echo "driver alone: paused $(gpu_of $pid) MiB"
@@ -78,6 +79,7 @@ if [[ " $PARTS " == *" release "* ]]; then
   finish driver "driver checkpoint alone, losses identical"
   echo "driver alone (${GIB} GiB ballast): checkpoint ${d_out} s, restore ${d_in} s"
   echo "ratio driver/cudaw: checkpoint $(awk -v a=$d_out -v b=$out_s 'BEGIN{printf "%.1f", a/b}')x, resume $(awk -v a=$d_in -v b=$in_s 'BEGIN{printf "%.1f", a/b}')x (goal >= 5x)"
+  fi
 fi
 
 if [[ " $PARTS " == *" disk "* ]]; then

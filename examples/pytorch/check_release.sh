@@ -118,7 +118,7 @@ fi
 if [[ " $PARTS " == *" criu "* ]]; then
   echo "criu: $("$CRIU" --version 2>&1 | head -1)"; "$CRIU" check 2>&1 | tail -3
   start criu
-  dir="$IMAGES/dump"; rm -rf "$dir"
+  mkdir -p "$IMAGES"; dir="$IMAGES/dump"; rm -rf "$dir"
   t=$(now); "$CTL" --criu "$CRIU" dump $pid "$dir"; rc=$?; dump_s=$(since "$t")
   sleep 0.5
   gone=no; kill -0 $pid 2>/dev/null || gone=yes

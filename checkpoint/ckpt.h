@@ -4,6 +4,7 @@
 #ifndef CUDAW_CKPT_H
 #define CUDAW_CKPT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -132,6 +133,8 @@ struct ckpt_options {
   uint64_t staging_bytes;    /* CUDAW_CKPT_STAGING: size of one staging buffer = one chunk */
   uint32_t threads;          /* CUDAW_CKPT_THREADS: host copy threads */
   int keep_image;            /* CUDAW_CKPT_KEEP_IMAGE: keep the host image after a resume */
+  int release_all;           /* CUDAW_CKPT_RELEASE=all: a checkpoint also hands the rest to the driver */
+  char driver_tool[256];     /* CUDAW_CKPT_DRIVER_TOOL: path of cudaw-ckpt-driver, "" to search */
   int prefault;              /* CUDAW_CKPT_PREFAULT: fault fresh image pages in ahead of copies */
   int register_image;        /* CUDAW_CKPT_REGISTER: page-lock the image while paused */
   int pin_early;             /* CUDAW_CKPT_PIN_EARLY: pin staging once the program has memory */
@@ -178,6 +181,11 @@ struct ckpt_result {
   uint64_t unchanged_bytes;   /* delta checkpoint: bytes found unchanged and not copied */
   double memory_seconds;  /* release_all (checkpoint) or recreate_all (resume) */
   double total_seconds;   /* request -> paused or running */
+  uint64_t disk_bytes;    /* image bytes written to / read from disk (0: host memory only) */
+  uint64_t disk_stored;   /* bytes in the files (less when compressed) */
+  double disk_seconds;
+  double driver_seconds;  /* the driver's process checkpoint or restore (release all) */
+  bool driver_released;   /* checkpoint: nothing left on the device, the driver holds the rest */
 };
 
 /* Start the module: options, transition thread, control socket <run dir>/<pid>.sock and the

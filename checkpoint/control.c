@@ -1,5 +1,7 @@
 /* The control thread and its UNIX socket <run dir>/<pid>.sock. Protocol: one request line
- * ("status", "checkpoint" or "resume"), one reply line of JSON. Only the same uid or root may
+ * ("status", "checkpoint" or "resume"), one reply line of JSON. A checkpoint may add, in this
+ * order: "release=all" (the driver's process checkpoint takes the rest), "compress=zstd" and
+ * "to=<absolute dir>" (the rest of the line: the image goes to disk). Only the same uid or root may
  * talk to it (SO_PEERCRED). The thread also turns signal-pipe bytes into checkpoint requests.
  * Checkpoint and resume replies are written by the transition thread when it is done. */
 #define _GNU_SOURCE
@@ -18,7 +20,7 @@
 
 #include "internal.h"
 
-#define REQUEST_MAX 128
+#define REQUEST_MAX (4096 + 128) /* checkpoint with to=<path> */
 
 static struct {
   int listen_fd;
@@ -98,12 +100,17 @@ int control_format_result(const struct ckpt_result *r, char *buf, size_t len) {
          "\"gate_ms\":%.3f,\"drain_ms\":%.3f,\"setup_ms\":%.3f,\"copy_seconds\":%.6f,"
          "\"memory_ms\":%.3f,\"shortfall\":%" PRIu64 ",\"threads\":%u,\"wait_ms\":%.3f,"
          "\"memcpy_ms\":%.3f,\"hash_ms\":%.3f,\"fault_ms\":%.3f,\"device_hash_ms\":%.3f,"
-         "\"unchanged_bytes\":%" PRIu64 "}\n",
+         "\"unchanged_bytes\":%" PRIu64,
          r->bytes, r->regions, r->total_seconds, rate, r->gate_seconds * 1e3,
          r->drain_seconds * 1e3, r->setup_seconds * 1e3, r->copy_seconds, r->memory_seconds * 1e3,
          r->shortfall, r->copy_threads, r->dma_wait_seconds * 1e3, r->host_copy_seconds * 1e3,
          r->hash_seconds * 1e3, r->fault_seconds * 1e3, r->device_hash_seconds * 1e3,
          r->unchanged_bytes);
+  append(buf, len, &used,
+         ",\"released_all\":%s,\"driver_seconds\":%.6f,\"disk_bytes\":%" PRIu64
+         ",\"disk_stored\":%" PRIu64 ",\"disk_seconds\":%.6f,\"disk_gbps\":%.3f}\n",
+         r->driver_released ? "true" : "false", r->driver_seconds, r->disk_bytes, r->disk_stored,
+         r->disk_seconds, r->disk_seconds > 0 ? (double)r->disk_bytes / r->disk_seconds / 1e9 : 0.0);
   return used < len ? 0 : -ENOSPC;
 }
 
@@ -118,6 +125,8 @@ static void format_refusal(char *buf, size_t len, const char *kind, enum ckpt_op
 
 static void format_status(char *buf, size_t len) {
   size_t used = 0;
+  struct transition_paused paused;
+  transition_paused_info(&paused);
   append(buf, len, &used,
          "{\"ok\":true,\"pid\":%ld,\"uid\":%u,\"state\":\"%s\",\"image_bytes\":%" PRIu64
          ",\"image_regions\":%" PRIu64 ",\"image_pinned_bytes\":%" PRIu64,
@@ -126,7 +135,8 @@ static void format_status(char *buf, size_t len) {
   append(buf, len, &used, ",\"held_bytes\":[");
   int devices = 0;
   const struct ckpt_host_ops *ops = ckpt_rt.ops;
-  if (ops->mem_held && ops->device_count(ckpt_rt.ctx, &devices) == 0) {
+  /* While the driver holds the process, a call into it would wait; it holds nothing. */
+  if (!paused.driver_released && ops->mem_held && ops->device_count(ckpt_rt.ctx, &devices) == 0) {
     for (int d = 0; d < devices; d++) {
       uint64_t bytes = 0;
       if (ops->mem_held(ckpt_rt.ctx, d, &bytes) == 0)
@@ -136,6 +146,9 @@ static void format_status(char *buf, size_t len) {
     }
   }
   append(buf, len, &used, "]");
+  append(buf, len, &used, ",\"released_all\":%s,\"disk_bytes\":%" PRIu64 ",\"disk_stored\":%" PRIu64,
+         paused.driver_released ? "true" : "false", paused.disk_bytes, paused.disk_stored);
+  if (paused.dir[0]) append_string(buf, len, &used, "image_dir", paused.dir);
   struct ckpt_other_memory other = transition_other_memory();
   append(buf, len, &used,
          ",\"managed_moved\":%" PRIu64 ",\"managed_moved_bytes\":%" PRIu64
@@ -174,7 +187,7 @@ static void reply(int fd, const char *line) {
 
 static void reply_when_done(void *arg, const struct ckpt_result *result) {
   int fd = (int)(intptr_t)arg;
-  char line[1024];
+  char line[2048];
   control_format_result(result, line, sizeof line);
   reply(fd, line);
   close(fd);
@@ -185,6 +198,33 @@ static void reply_when_done(void *arg, const struct ckpt_result *result) {
  * connection has until REQUEST_SECONDS after its accept to send one line. */
 #define PENDING_MAX 64
 #define REQUEST_SECONDS 2.0
+
+/* "checkpoint" with its optional words; the defaults come from the options. 0 or -EINVAL. */
+static int parse_checkpoint(const char *line, struct transition_request *out) {
+  static const char command[] = "checkpoint";
+  *out = (struct transition_request){.release_all = ckpt_rt.options.release_all != 0};
+  if (strncmp(line, command, sizeof command - 1) != 0) return -EINVAL;
+  const char *p = line + sizeof command - 1;
+  while (*p == ' ') {
+    p++;
+    if (strncmp(p, "release=all", 11) == 0 && (p[11] == ' ' || !p[11])) {
+      out->release_all = true;
+      p += 11;
+    } else if (strncmp(p, "release=device", 14) == 0 && (p[14] == ' ' || !p[14])) {
+      out->release_all = false;
+      p += 14;
+    } else if (strncmp(p, "compress=zstd", 13) == 0 && (p[13] == ' ' || !p[13])) {
+      out->compress = true;
+      p += 13;
+    } else if (strncmp(p, "to=/", 4) == 0 && strlen(p + 3) < sizeof out->to_dir) {
+      snprintf(out->to_dir, sizeof out->to_dir, "%s", p + 3);
+      return 0;
+    } else {
+      return -EINVAL;
+    }
+  }
+  return *p ? -EINVAL : 0;
+}
 
 struct pending {
   int fd;              /* -1: free slot */
@@ -201,10 +241,11 @@ static struct pending pending[PENDING_MAX];
 static void serve(int fd, const char *request, int read_rc, double received) {
   struct timeval timeout = {2, 0};
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
-  char line[1024], why[160];
+  char line[6144], why[160];
   struct ucred peer;
   socklen_t peer_len = sizeof peer;
   enum ckpt_op op = 0;
+  struct transition_request checkpoint;
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &peer_len) != 0) {
     format_refusal(line, sizeof line, "permission", 0, "cannot read the peer's credentials");
   } else if (peer.uid != geteuid() && peer.uid != 0) {
@@ -214,7 +255,7 @@ static void serve(int fd, const char *request, int read_rc, double received) {
     format_refusal(line, sizeof line, "permission", 0, why);
   } else if (read_rc == 0 && strcmp(request, "status") == 0) {
     format_status(line, sizeof line);
-  } else if (read_rc == 0 && strcmp(request, "checkpoint") == 0) {
+  } else if (read_rc == 0 && parse_checkpoint(request, &checkpoint) == 0) {
     op = CKPT_OP_CHECKPOINT;
   } else if (read_rc == 0 && strcmp(request, "resume") == 0) {
     op = CKPT_OP_RESUME;
@@ -222,11 +263,13 @@ static void serve(int fd, const char *request, int read_rc, double received) {
     format_refusal(line, sizeof line, "bad_request",
                    0, read_rc == -EMSGSIZE  ? "request line too long; expected status, checkpoint or resume"
                       : read_rc == -ETIMEDOUT ? "no complete request line within 2 s"
-                                              : "expected one line: status, checkpoint or resume");
+                                              : "expected one line: status, checkpoint [release=all] "
+                                                "[compress=zstd] [to=/absolute/dir], or resume");
   }
   if (op) {
     const char *refusal = "";
-    int rc = transition_submit(op, received, reply_when_done, (void *)(intptr_t)fd, &refusal);
+    int rc = transition_submit_with(op, received, op == CKPT_OP_CHECKPOINT ? &checkpoint : NULL,
+                                    reply_when_done, (void *)(intptr_t)fd, &refusal);
     if (rc == 0) return; /* the transition thread replies and closes fd */
     snprintf(why, sizeof why, "%s: %s", ckpt_op_name(op), refusal);
     format_refusal(line, sizeof line, error_kind(rc), op, why);

@@ -10,6 +10,8 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
+#include <limits.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -35,10 +37,27 @@ static void usage(FILE *out) {
   fprintf(out,
           "usage: cudaw-ctl [--json] list\n"
           "       cudaw-ctl [--json] status <pid>\n"
-          "       cudaw-ctl [--json] checkpoint <pid>   pause <pid>, save its GPU memory to host "
-          "memory, release the GPU memory\n"
+          "       cudaw-ctl [--json] checkpoint [--release-all] [--to DIR [--zstd]] <pid>\n"
+          "                                        pause <pid>, save its GPU memory to host "
+          "memory, release the GPU memory;\n"
+          "                                        --release-all: then the driver's process "
+          "checkpoint takes the rest\n"
+          "                                        (context, libraries' memory): 0 bytes left on "
+          "the GPU;\n"
+          "                                        --to DIR: write the image to DIR "
+          "(manifest.json + chunk files,\n"
+          "                                        --zstd compressed) and free its host memory\n"
           "       cudaw-ctl [--json] resume <pid>       recreate the GPU memory, restore it, "
           "continue <pid>\n"
+          "       cudaw-ctl [--criu PATH] dump <pid> DIR [-- criu options]\n"
+          "                                        checkpoint --release-all --to DIR/image, then "
+          "criu dump of\n"
+          "                                        the process tree into DIR/criu (the process "
+          "ends)\n"
+          "       cudaw-ctl [--criu PATH] restore DIR [-- criu options]\n"
+          "                                        criu restore from DIR/criu, then resume (the "
+          "driver's restore,\n"
+          "                                        the image read back and verified)\n"
           "       cudaw-ctl [--json] sched              what cudawd shares: devices, programs\n"
           "       cudaw-ctl priority <pid> N            weight N (1-100) of a program under cudawd\n"
           "       cudaw-ctl --help\n"
@@ -185,6 +204,13 @@ static int ask(pid_t pid, const char *request, char *reply, size_t len) {
     used += (size_t)got;
     if (memchr(reply, '\n', used)) break;
   }
+  /* Wait until the process has closed its end too (it does right after the reply), so that a
+   * CRIU dump that follows finds no half-open connection in it. */
+  struct timeval timeout = {2, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  char rest[64];
+  while (recv(fd, rest, sizeof rest, 0) > 0) {
+  }
   close(fd);
   reply[used] = '\0';
   char *end = strchr(reply, '\n');
@@ -227,6 +253,13 @@ static void print_status(pid_t pid, const char *reply) {
     ckpt_format_bytes((uint64_t)json_number(reply, "array_held_bytes"), held, sizeof held);
     printf("; still on the device: %.0f CUDA arrays (%s)", json_number(reply, "arrays_held"), held);
   }
+  if (json_true(reply, "released_all")) printf("; the driver holds the rest: nothing on the GPU");
+  char dir[4096];
+  if (json_get(reply, "image_dir", dir, sizeof dir)) {
+    char on_disk[32];
+    ckpt_format_bytes((uint64_t)json_number(reply, "disk_bytes"), on_disk, sizeof on_disk);
+    printf("; image on disk: %s in %s", on_disk, dir);
+  }
   if (json_number(reply, "kept_bytes") > 0) {
     char kept[32];
     ckpt_format_bytes((uint64_t)json_number(reply, "kept_bytes"), kept, sizeof kept);
@@ -267,10 +300,22 @@ static void print_transition(pid_t pid, const char *reply) {
            (long)pid, state, bytes, json_number(reply, "regions"), json_number(reply, "seconds"),
            json_number(reply, "copy_seconds"), json_number(reply, "gbps"),
            json_number(reply, "memory_ms"));
+  if (json_number(reply, "disk_bytes") > 0) {
+    char stored[32];
+    ckpt_format_bytes((uint64_t)json_number(reply, "disk_stored"), stored, sizeof stored);
+    printf("  image %s disk: %s in files in %.3f s (%.2f GB/s of image)\n",
+           strcmp(op, "checkpoint") == 0 ? "written to" : "read and verified from", stored,
+           json_number(reply, "disk_seconds"), json_number(reply, "disk_gbps"));
+  }
+  if (json_number(reply, "driver_seconds") > 0)
+    printf("  driver's process %s: %.3f s%s\n",
+           strcmp(op, "checkpoint") == 0 ? "checkpoint" : "restore",
+           json_number(reply, "driver_seconds"),
+           json_true(reply, "released_all") ? "; nothing left on the GPU" : "");
 }
 
 static int command_pid(const char *command, pid_t pid) {
-  char request[32], reply[4096];
+  char request[4300], reply[8192];
   snprintf(request, sizeof request, "%s\n", command);
   int code = ask(pid, request, reply, sizeof reply);
   if (code != EXIT_OK) return code;
@@ -342,6 +387,141 @@ static int parse_pid(const char *text, pid_t *pid) {
   return 0;
 }
 
+/* What `checkpoint` was asked to do beyond the default, and where CRIU is. */
+static struct {
+  bool release_all, compress;
+  const char *to_dir;
+  const char *criu;
+  char **criu_args; /* after "--" */
+  int criu_arg_count;
+} flags;
+
+/* DIR made absolute (the process may have another working directory); 0 or an exit code. */
+static int absolute_dir(const char *dir, char *out, size_t len) {
+  char cwd[PATH_MAX];
+  int n;
+  if (dir[0] == '/') n = snprintf(out, len, "%s", dir);
+  else if (getcwd(cwd, sizeof cwd)) n = snprintf(out, len, "%.2047s/%.2047s", cwd, dir);
+  else return EXIT_FAILED;
+  if (n < 0 || strchr(out, '\n') || strlen(out) >= 4000) {
+    fprintf(stderr, "cudaw-ctl: %s: not a usable directory name\n", dir);
+    return EXIT_USAGE;
+  }
+  return EXIT_OK;
+}
+
+static int command_checkpoint(pid_t pid, const char *to_dir) {
+  char request[4300], dir[4096] = "";
+  if (to_dir) {
+    int code = absolute_dir(to_dir, dir, sizeof dir);
+    if (code) return code;
+  }
+  snprintf(request, sizeof request, "checkpoint%s%s%s%s", flags.release_all ? " release=all" : "",
+           flags.compress ? " compress=zstd" : "", dir[0] ? " to=" : "", dir);
+  return command_pid(request, pid);
+}
+
+/* Run criu with `action` and the directory; 0 or an exit code. */
+static int run_criu(const char *action, const char *criu_dir, pid_t pid, double *seconds) {
+  const char *criu = flags.criu ? flags.criu : getenv("CUDAW_CRIU") ? getenv("CUDAW_CRIU") : "criu";
+  char pid_text[16], log_name[32];
+  snprintf(pid_text, sizeof pid_text, "%ld", (long)pid);
+  snprintf(log_name, sizeof log_name, "%s.log", action);
+  const char *argv[64];
+  int n = 0;
+  argv[n++] = criu;
+  argv[n++] = action;
+  argv[n++] = "-D";
+  argv[n++] = criu_dir;
+  argv[n++] = "-o";
+  argv[n++] = log_name;
+  argv[n++] = "-v4";
+  argv[n++] = "--shell-job";
+  if (strcmp(action, "dump") == 0) {
+    argv[n++] = "-t";
+    argv[n++] = pid_text;
+  } else {
+    argv[n++] = "-d"; /* detach: the restored process runs on after criu exits */
+  }
+  for (int i = 0; i < flags.criu_arg_count && n < 63; i++) argv[n++] = flags.criu_args[i];
+  argv[n] = NULL;
+  double t0 = ckpt_now();
+  pid_t child = fork();
+  if (child == 0) {
+    execvp(criu, (char **)argv);
+    fprintf(stderr, "cudaw-ctl: cannot run %s: %s (use --criu PATH or CUDAW_CRIU)\n", criu,
+            strerror(errno));
+    _exit(127);
+  }
+  int status = 0;
+  if (child < 0 || waitpid(child, &status, 0) < 0) return EXIT_FAILED;
+  *seconds = ckpt_now() - t0;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return EXIT_OK;
+  if (!(WIFEXITED(status) && WEXITSTATUS(status) == 127)) {
+    fprintf(stderr, "cudaw-ctl: criu %s failed (exit %d); the end of %s/%s:\n", action,
+            WIFEXITED(status) ? WEXITSTATUS(status) : -1, criu_dir, log_name);
+    char command[PATH_MAX + 64];
+    snprintf(command, sizeof command, "grep -E 'Error|error|Warn' '%s/%s' | tail -8 >&2", criu_dir,
+             log_name);
+    if (system(command) != 0) fprintf(stderr, "  (no log)\n");
+  }
+  return EXIT_FAILED;
+}
+
+static int command_dump(pid_t pid, const char *dir_arg) {
+  char dir[4096], image[4200], criu_dir[4200], pid_file[4200];
+  int code = absolute_dir(dir_arg, dir, sizeof dir);
+  if (code) return code;
+  if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+    fprintf(stderr, "cudaw-ctl: %s: %s\n", dir, strerror(errno));
+    return EXIT_FAILED;
+  }
+  snprintf(image, sizeof image, "%s/image", dir);
+  snprintf(criu_dir, sizeof criu_dir, "%s/criu", dir);
+  snprintf(pid_file, sizeof pid_file, "%s/pid", dir);
+  if (mkdir(criu_dir, 0700) != 0 && errno != EEXIST) {
+    fprintf(stderr, "cudaw-ctl: %s: %s\n", criu_dir, strerror(errno));
+    return EXIT_FAILED;
+  }
+  flags.release_all = true;
+  if ((code = command_checkpoint(pid, image)) != EXIT_OK) return code;
+  FILE *f = fopen(pid_file, "we");
+  if (!f || fprintf(f, "%ld\n", (long)pid) < 0 || fclose(f) != 0) {
+    fprintf(stderr, "cudaw-ctl: %s: %s; pid %ld stays paused\n", pid_file, strerror(errno), (long)pid);
+    return EXIT_FAILED;
+  }
+  double seconds = 0;
+  if ((code = run_criu("dump", criu_dir, pid, &seconds)) != EXIT_OK) {
+    fprintf(stderr, "cudaw-ctl: pid %ld stays paused (cudaw-ctl resume %ld continues it)\n",
+            (long)pid, (long)pid);
+    return code;
+  }
+  printf("pid %ld dumped by criu into %s in %.3f s; the process has ended\n", (long)pid, criu_dir,
+         seconds);
+  return EXIT_OK;
+}
+
+static int command_restore(const char *dir_arg) {
+  char dir[4096], criu_dir[4200], pid_file[4200];
+  int code = absolute_dir(dir_arg, dir, sizeof dir);
+  if (code) return code;
+  snprintf(criu_dir, sizeof criu_dir, "%s/criu", dir);
+  snprintf(pid_file, sizeof pid_file, "%s/pid", dir);
+  long value = 0;
+  FILE *f = fopen(pid_file, "re");
+  if (!f || fscanf(f, "%ld", &value) != 1 || value <= 0) {
+    fprintf(stderr, "cudaw-ctl: %s: not a dump made by cudaw-ctl dump (%s)\n", dir,
+            f ? "bad pid file" : strerror(errno));
+    if (f) fclose(f);
+    return EXIT_FAILED;
+  }
+  fclose(f);
+  double seconds = 0;
+  if ((code = run_criu("restore", criu_dir, (pid_t)value, &seconds)) != EXIT_OK) return code;
+  printf("pid %ld restored by criu from %s in %.3f s\n", value, criu_dir, seconds);
+  return command_pid("resume", (pid_t)value);
+}
+
 int main(int argc, char **argv) {
   const char *args[3];
   int count = 0;
@@ -352,6 +532,17 @@ int main(int argc, char **argv) {
       usage(stdout);
       print_options();
       return EXIT_OK;
+    } else if (strcmp(argv[i], "--release-all") == 0) {
+      flags.release_all = true;
+    } else if (strcmp(argv[i], "--zstd") == 0) {
+      flags.compress = true;
+    } else if ((strcmp(argv[i], "--to") == 0 || strcmp(argv[i], "--criu") == 0) && i + 1 < argc) {
+      *(argv[i][2] == 't' ? &flags.to_dir : &flags.criu) = argv[i + 1];
+      i++;
+    } else if (strcmp(argv[i], "--") == 0) {
+      flags.criu_args = argv + i + 1;
+      flags.criu_arg_count = argc - i - 1;
+      break;
     } else if (count < 3) {
       args[count++] = argv[i];
     } else {
@@ -359,13 +550,21 @@ int main(int argc, char **argv) {
       return EXIT_USAGE;
     }
   }
+  bool checkpoint_flags = flags.release_all || flags.compress || flags.to_dir;
   if (count == 1 && strcmp(args[0], "list") == 0) return command_list();
   if (count && sched_ctl_main && (!strcmp(args[0], "sched") || !strcmp(args[0], "priority")))
     return sched_ctl_main(count, args, json_output);
   pid_t pid;
-  if (count == 2 && parse_pid(args[1], &pid) == 0 &&
-      (strcmp(args[0], "status") == 0 || strcmp(args[0], "checkpoint") == 0 ||
-       strcmp(args[0], "resume") == 0))
+  if (count == 2 && strcmp(args[0], "checkpoint") == 0 && parse_pid(args[1], &pid) == 0 &&
+      (!flags.compress || flags.to_dir))
+    return command_checkpoint(pid, flags.to_dir);
+  if (count == 3 && strcmp(args[0], "dump") == 0 && parse_pid(args[1], &pid) == 0 &&
+      !flags.release_all && !flags.to_dir)
+    return command_dump(pid, args[2]);
+  if (count == 2 && strcmp(args[0], "restore") == 0 && !checkpoint_flags)
+    return command_restore(args[1]);
+  if (count == 2 && parse_pid(args[1], &pid) == 0 && !checkpoint_flags &&
+      (strcmp(args[0], "status") == 0 || strcmp(args[0], "resume") == 0))
     return command_pid(args[0], pid);
   usage(stderr);
   return EXIT_USAGE;

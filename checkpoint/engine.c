@@ -813,3 +813,22 @@ int engine_restore(struct engine *e, struct engine_stats *stats, char *reason, s
   if (rc == 0) rc = verify_restored(e, stats, reason, len);
   return rc;
 }
+
+/* ---- the image for disk.c: a narrow view, so that the copy paths above may change freely ---- */
+
+size_t engine_chunk_bytes(const struct engine *e) { return e->chunk_bytes; }
+
+int engine_image_region(struct engine *e, size_t index, struct engine_image_view *view) {
+  if (index >= e->image_count) return -ENOENT;
+  struct image_region *r = &e->image[index];
+  *view = (struct engine_image_view){r->region, r->data, r->sums, r->chunks, &r->device_sums};
+  return 0;
+}
+
+int engine_image_create(struct engine *e, const struct ckpt_region *regions, size_t count,
+                        char *reason, size_t len) {
+  struct region_list list = {(struct ckpt_region *)regions, count, count};
+  int rc = build_image(e, &list, reason, len);
+  if (rc) engine_drop_image(e);
+  return rc;
+}

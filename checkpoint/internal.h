@@ -78,15 +78,47 @@ void engine_free(struct engine *engine);
 void engine_forget_pinned(struct engine *engine);
 /* For tests: the image bytes of region `index` (in enumeration order), or NULL. */
 uint8_t *engine_image_data(struct engine *engine, size_t index, uint64_t *size);
+/* For disk.c: the image as regions of `chunks` chunks of engine_chunk_bytes (the last one
+ * shorter), each with its checksum in sums[]. The view is valid until the image changes. */
+struct engine_image_view {
+  struct ckpt_region region;
+  uint8_t *data;
+  uint64_t *sums;
+  uint64_t chunks;
+  bool *device_sums; /* the sums are ckpt_delta_hash values (delta_hash.h), else XXH3-64 */
+};
+size_t engine_chunk_bytes(const struct engine *engine);
+int engine_image_region(struct engine *engine, size_t index, struct engine_image_view *view);
+/* Replace the image by one for `regions` (data and sums to be filled in by the caller, e.g.
+ * from disk), as engine_save would allocate it. On error the image is empty. */
+int engine_image_create(struct engine *engine, const struct ckpt_region *regions, size_t count,
+                        char *reason, size_t reason_len);
 
 /* transition.c: the transition thread runs one checkpoint or resume at a time. submit checks
  * the state at once (an error means nothing was started) and calls done(arg, result) on the
  * transition thread when finished. */
 typedef void (*transition_done_fn)(void *arg, const struct ckpt_result *result);
+/* What a checkpoint request asks for beyond keeping the image in host memory. */
+struct transition_request {
+  bool release_all;  /* then hand what remains on the device to the driver's process checkpoint */
+  bool compress;     /* zstd chunk files */
+  char to_dir[4096]; /* write the image there and free its host memory ("" keeps it in memory) */
+};
+/* Where a paused program's state is (zeros while running). */
+struct transition_paused {
+  bool driver_released; /* the driver holds the context etc. in host memory: 0 bytes on the GPU */
+  uint64_t disk_bytes;  /* the image is on disk in `dir`, not in host memory */
+  uint64_t disk_stored;
+  char dir[4096];
+};
 int transition_start(void);
 void transition_stop(void);
 int transition_submit(enum ckpt_op op, double requested_at, transition_done_fn done, void *arg,
                       const char **why);
+/* As transition_submit, with a checkpoint's request (NULL: the defaults from the options). */
+int transition_submit_with(enum ckpt_op op, double requested_at, const struct transition_request *request,
+                           transition_done_fn done, void *arg, const char **why);
+void transition_paused_info(struct transition_paused *out);
 void transition_forget_after_fork(void);
 uint64_t transition_image_bytes(void);
 uint64_t transition_image_registered(void); /* bytes of the image page-locked (pinned) */
@@ -105,6 +137,11 @@ int control_signal_fd(void);
 const char *control_socket_path(void);
 /* One line of JSON (with '\n') describing a transition's result. */
 int control_format_result(const struct ckpt_result *result, char *buf, size_t len);
+
+/* driver.c: the driver's process checkpoint of this process, through the helper tool
+ * cudaw-ckpt-driver. -ENOSYS where the driver lacks it; `reason` says why. */
+int driver_checkpoint(uint32_t timeout_ms, char *reason, size_t reason_len);
+int driver_restore(char *reason, size_t reason_len);
 
 /* signal.c */
 int signal_install(int signal_number, int notify_fd);

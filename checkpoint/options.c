@@ -36,6 +36,12 @@ static const struct ckpt_option_info table[] = {
     {"CUDAW_CKPT_THREADS", "online CPUs, at most 16",
      "host threads copying between staging buffers and the image"},
     {"CUDAW_CKPT_KEEP_IMAGE", "0", "1: keep the host image after a resume for the next checkpoint"},
+    {"CUDAW_CKPT_RELEASE", "device",
+     "what a checkpoint releases by default (signal, cudaw-ctl): device (cudaw's memory) or all "
+     "(the driver's process checkpoint then takes the context and the rest: 0 bytes left on the "
+     "GPU)"},
+    {"CUDAW_CKPT_DRIVER_TOOL", "<lib>/../bin/cudaw-ckpt-driver, then PATH",
+     "the helper that runs the driver's process checkpoint for release all"},
     {"CUDAW_CKPT_REGISTER", "1",
      "1: page-lock the image while paused, so resume and kept-image checkpoints skip staging"},
     {"CUDAW_CKPT_PIN_EARLY", "1",
@@ -128,6 +134,15 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
   if ((text = getenv("CUDAW_CKPT_KEEP_IMAGE")) && *text) {
     if (strcmp(text, "0") == 0 || strcmp(text, "1") == 0) out->keep_image = text[0] == '1';
     else rc = reject("CUDAW_CKPT_KEEP_IMAGE", text, error, error_len);
+  }
+  if ((text = getenv("CUDAW_CKPT_RELEASE")) && *text) {
+    if (strcmp(text, "device") == 0 || strcmp(text, "all") == 0) out->release_all = text[0] == 'a';
+    else rc = reject("CUDAW_CKPT_RELEASE", text, error, error_len);
+  }
+  if ((text = getenv("CUDAW_CKPT_DRIVER_TOOL")) && *text) {
+    if (strlen(text) < sizeof out->driver_tool)
+      snprintf(out->driver_tool, sizeof out->driver_tool, "%s", text);
+    else rc = reject("CUDAW_CKPT_DRIVER_TOOL", "(too long)", error, error_len);
   }
   out->register_image = 1;
   out->pin_early = 1;

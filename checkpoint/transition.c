@@ -5,8 +5,10 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "disk.h"
 #include "internal.h"
 
 static struct {
@@ -20,6 +22,10 @@ static struct {
   void *done_arg;
   struct engine *engine;
   struct ckpt_other_memory other; /* while paused */
+  struct transition_request request; /* of the pending checkpoint */
+  struct transition_paused paused;   /* where the paused program's state is */
+  struct ckpt_region *disk_regions;  /* what the image on disk must hold (paused.dir set) */
+  size_t disk_region_count;
   bool drop_image;                /* after this transition: free the image */
   bool prepare;                   /* ckpt_prepare_early asked for the staging buffers */
   bool preparing;                 /* ... which are being pinned (not inside the gate) */
@@ -35,6 +41,22 @@ static void fail(struct ckpt_result *r, int error, const char *format, ...) {
   vsnprintf(r->reason, sizeof r->reason, format, args);
   va_end(args);
   r->error = error;
+}
+
+/* The image's regions, kept while it is on disk: the manifest must name exactly these (the
+ * released regions are not listed by the host while paused). Then the host copy goes. */
+static void remember_disk_regions(void) {
+  size_t count = (size_t)engine_image_regions(tr.engine);
+  struct ckpt_region *regions = calloc(count ? count : 1, sizeof *regions);
+  for (size_t i = 0; regions && i < count; i++) {
+    struct engine_image_view view;
+    engine_image_region(tr.engine, i, &view);
+    regions[i] = view.region;
+  }
+  engine_drop_image(tr.engine);
+  free(tr.disk_regions);
+  tr.disk_regions = regions;
+  tr.disk_region_count = regions ? count : 0;
 }
 
 static void result_from_stats(struct ckpt_result *r, const struct engine_stats *stats) {
@@ -96,6 +118,22 @@ static void pause_program(struct ckpt_result *r, double requested_at) {
     fail(r, rc, "saving device memory failed: %s", reason);
     goto reopen;
   }
+  const struct transition_request *request = &tr.request;
+  if (request->to_dir[0]) {
+    /* Before anything leaves the device: a disk that fails costs nothing but the attempt. */
+    struct disk_stats disk;
+    rc = disk_write_image(tr.engine, request->to_dir, request->compress,
+                          (int)ckpt_rt.options.threads, &disk, reason, sizeof reason);
+    r->disk_bytes = disk.bytes;
+    r->disk_stored = disk.stored;
+    r->disk_seconds = disk.seconds;
+    t = ckpt_now();
+    if (rc) {
+      engine_drop_image(tr.engine);
+      fail(r, rc, "writing the image to disk failed: %s; the program keeps running", reason);
+      goto reopen;
+    }
+  }
   struct ckpt_other_memory other = {0};
   if (ops->park_other && (rc = ops->park_other(ctx, &other)) != 0) {
     engine_drop_image(tr.engine);
@@ -114,14 +152,58 @@ static void pause_program(struct ckpt_result *r, double requested_at) {
          restored ? "; restoring the saved bytes failed too: " : "", restored ? reason : "");
     goto reopen;
   }
+  if (request->release_all) {
+    t = ckpt_now();
+    rc = driver_checkpoint(timeout_ms, reason, sizeof reason);
+    r->driver_seconds = ckpt_now() - t;
+    if (rc) {
+      /* The driver left the process as it was: undo cudaw's part, the program runs on. */
+      char undo[224] = "";
+      uint64_t shortfall = 0;
+      int undone = ops->recreate_all(ctx, &shortfall);
+      if (!undone) undone = engine_restore(tr.engine, &stats, undo, sizeof undo);
+      if (ops->unpark_other) (void)ops->unpark_other(ctx);
+      engine_drop_image(tr.engine);
+      fail(r, rc, "releasing everything failed: %s; %s", reason,
+           undone ? "and restoring cudaw's part failed too" : "the program keeps running");
+      goto reopen;
+    }
+    r->driver_released = true;
+  }
+  if (request->to_dir[0]) remember_disk_regions(); /* the disk holds the image now */
   pthread_mutex_lock(&tr.lock);
   tr.other = other;
+  tr.paused = (struct transition_paused){.driver_released = request->release_all};
+  if (request->to_dir[0]) {
+    tr.paused.disk_bytes = r->disk_bytes;
+    tr.paused.disk_stored = r->disk_stored;
+    snprintf(tr.paused.dir, sizeof tr.paused.dir, "%s", request->to_dir);
+  }
   pthread_mutex_unlock(&tr.lock);
   /* While paused, page-lock the image so that the resume copies without staging buffers. */
-  if (ckpt_rt.options.register_image) engine_register_image(tr.engine);
+  /* Not after the driver's checkpoint: page-locking calls into the driver, which holds the
+   * process until the resume. */
+  if (ckpt_rt.options.register_image && !request->release_all) engine_register_image(tr.engine);
   return; /* paused: the gate stays closed until resume */
 reopen:
   ops->gate_open(ctx);
+}
+
+/* The paused process's image from dir into the engine, checked against its regions. */
+static int read_disk_image(struct ckpt_result *r, const char *dir) {
+  char reason[224] = "";
+  struct disk_stats disk = {0};
+  int rc = -ENOMEM;
+  if (!tr.disk_regions)
+    snprintf(reason, sizeof reason, "out of memory when the image was written");
+  else
+    rc = disk_read_image(tr.engine, dir, tr.disk_regions, tr.disk_region_count,
+                         (int)ckpt_rt.options.threads, &disk, reason, sizeof reason);
+  r->disk_bytes = disk.bytes;
+  r->disk_stored = disk.stored;
+  r->disk_seconds = disk.seconds;
+  if (rc) fail(r, rc, "%s; still paused, nothing lost: fix the file and resume again", reason);
+  return rc;
 }
 
 static void resume_program(struct ckpt_result *r) {
@@ -129,14 +211,37 @@ static void resume_program(struct ckpt_result *r) {
   void *ctx = ckpt_rt.ctx;
   char reason[224] = "";
   uint64_t shortfall = 0;
+  struct transition_paused paused;
+  transition_paused_info(&paused);
 
   double t = ckpt_now();
-  int rc = ops->recreate_all(ctx, &shortfall);
+  int rc;
+  if (paused.dir[0]) {
+    /* Read and verify the whole image before anything changes: a bad file leaves the
+     * program paused exactly as it was. */
+    if ((rc = read_disk_image(r, paused.dir)) != 0) return;
+  }
+  if (paused.driver_released) {
+    t = ckpt_now();
+    rc = driver_restore(reason, sizeof reason);
+    r->driver_seconds = ckpt_now() - t;
+    if (rc) {
+      if (paused.dir[0]) engine_drop_image(tr.engine);
+      fail(r, rc, "the driver's restore failed: %s; still paused", reason);
+      return;
+    }
+    pthread_mutex_lock(&tr.lock);
+    tr.paused.driver_released = false;
+    pthread_mutex_unlock(&tr.lock);
+  }
+  t = ckpt_now();
+  rc = ops->recreate_all(ctx, &shortfall);
   r->memory_seconds = ckpt_now() - t;
   if (rc) {
     char missing[32];
     ckpt_format_bytes(shortfall, missing, sizeof missing);
     r->shortfall = shortfall;
+    if (paused.dir[0]) engine_drop_image(tr.engine); /* the disk still holds it */
     if (shortfall)
       fail(r, rc, "recreating device memory failed: %s short (%s); still paused, retry when "
            "memory is free", missing, strerror(-rc));
@@ -153,6 +258,7 @@ static void resume_program(struct ckpt_result *r) {
   if (rc) {
     /* Give the memory back so that "paused" means the same as before the attempt. */
     int released = ops->release_all(ctx);
+    if (paused.dir[0]) engine_drop_image(tr.engine);
     fail(r, rc, "%s; still paused%s", reason,
          released ? " (and releasing the recreated memory failed too)" : "");
     return;
@@ -165,6 +271,10 @@ static void resume_program(struct ckpt_result *r) {
               strerror(-rc));
   pthread_mutex_lock(&tr.lock);
   tr.other = (struct ckpt_other_memory){0};
+  tr.paused = (struct transition_paused){0};
+  free(tr.disk_regions);
+  tr.disk_regions = NULL;
+  tr.disk_region_count = 0;
   pthread_mutex_unlock(&tr.lock);
   ops->gate_open(ctx);
 }
@@ -241,6 +351,8 @@ void transition_stop(void) {
   pthread_cond_broadcast(&tr.wake);
   pthread_mutex_unlock(&tr.lock);
   pthread_join(tr.thread, NULL); /* a pending transition finishes first */
+  free(tr.disk_regions);
+  tr.disk_regions = NULL;
   engine_free(tr.engine);
   tr.engine = NULL;
   tr.started = false;
@@ -256,6 +368,11 @@ void transition_forget_after_fork(void) {
 
 int transition_submit(enum ckpt_op op, double requested_at, transition_done_fn done, void *arg,
                       const char **why) {
+  return transition_submit_with(op, requested_at, NULL, done, arg, why);
+}
+
+int transition_submit_with(enum ckpt_op op, double requested_at, const struct transition_request *request,
+                           transition_done_fn done, void *arg, const char **why) {
   pthread_mutex_lock(&tr.lock);
   if (!tr.started || tr.stopping) {
     pthread_mutex_unlock(&tr.lock);
@@ -269,6 +386,8 @@ int transition_submit(enum ckpt_op op, double requested_at, transition_done_fn d
     tr.requested_at = requested_at;
     tr.done = done;
     tr.done_arg = arg;
+    if (request) tr.request = *request;
+    else tr.request = (struct transition_request){.release_all = ckpt_rt.options.release_all != 0};
     pthread_cond_broadcast(&tr.wake);
   }
   pthread_mutex_unlock(&tr.lock);
@@ -297,6 +416,12 @@ uint64_t transition_image_regions(void) {
 }
 
 struct engine *transition_engine(void) { return tr.engine; }
+
+void transition_paused_info(struct transition_paused *out) {
+  pthread_mutex_lock(&tr.lock);
+  *out = tr.paused;
+  pthread_mutex_unlock(&tr.lock);
+}
 
 struct ckpt_other_memory transition_other_memory(void) {
   pthread_mutex_lock(&tr.lock);

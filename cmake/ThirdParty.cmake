@@ -24,26 +24,43 @@ cudaw_static_lib(zstd     zstd.h               libzstd.a)
 cudaw_static_lib(lz4      lz4.h                liblz4.a)
 cudaw_static_lib(capstone capstone/capstone.h  libcapstone.a)
 cudaw_static_lib(xxhash   xxhash.h             libxxhash.a)
+cudaw_static_lib(jansson_full jansson.h        libjansson.a)
 cudaw_static_lib(elf_full libelf.h             libelf.a)
 
-# libelf without its local-exec TLS error object.
-if(NOT TARGET cudaw::elf)
-  set(_elf_repacked "${CMAKE_BINARY_DIR}/third_party/libelf_pic.a")
-  set(_elf_dir "${CMAKE_BINARY_DIR}/third_party/libelf_objs")
+# Repack the archive `full` (a cudaw_static_lib) as cudaw::<target> after running the command in
+# ARGN in the directory of its extracted objects.
+function(cudaw_repacked_lib target full comment)
+  if(TARGET cudaw::${target})
+    return()
+  endif()
+  set(repacked "${CMAKE_BINARY_DIR}/third_party/lib${target}_pic.a")
+  set(dir "${CMAKE_BINARY_DIR}/third_party/lib${target}_objs")
   add_custom_command(
-    OUTPUT "${_elf_repacked}"
-    COMMAND ${CMAKE_COMMAND} -E rm -rf "${_elf_dir}"
-    COMMAND ${CMAKE_COMMAND} -E make_directory "${_elf_dir}"
-    COMMAND ${CMAKE_COMMAND} -E chdir "${_elf_dir}" ${CMAKE_AR} x "${elf_full_LIBRARY}"
-    COMMAND ${CMAKE_COMMAND} -E rm -f "${_elf_dir}/elf_error.o"
-    COMMAND sh -c "${CMAKE_AR} rcs '${_elf_repacked}' '${_elf_dir}'/*.o"
-    DEPENDS "${elf_full_LIBRARY}"
-    COMMENT "Repacking libelf.a without its local-exec TLS object")
-  add_custom_target(cudaw_elf_repack DEPENDS "${_elf_repacked}")
-  add_library(cudaw::elf STATIC IMPORTED GLOBAL)
-  set_target_properties(cudaw::elf PROPERTIES
-    IMPORTED_LOCATION "${_elf_repacked}"
-    INTERFACE_INCLUDE_DIRECTORIES "${elf_full_INCLUDE}"
-    INTERFACE_LINK_LIBRARIES "cudaw::zstd;cudaw::zlib")
-  add_dependencies(cudaw::elf cudaw_elf_repack)
-endif()
+    OUTPUT "${repacked}"
+    COMMAND ${CMAKE_COMMAND} -E rm -rf "${dir}"
+    COMMAND ${CMAKE_COMMAND} -E make_directory "${dir}"
+    COMMAND ${CMAKE_COMMAND} -E chdir "${dir}" ${CMAKE_AR} x "${${full}_LIBRARY}"
+    COMMAND ${CMAKE_COMMAND} -E chdir "${dir}" ${ARGN}
+    COMMAND sh -c "${CMAKE_AR} rcs '${repacked}' '${dir}'/*.o"
+    DEPENDS "${${full}_LIBRARY}"
+    COMMENT "${comment}")
+  add_custom_target(cudaw_${target}_repack DEPENDS "${repacked}")
+  add_library(cudaw::${target} STATIC IMPORTED GLOBAL)
+  set_target_properties(cudaw::${target} PROPERTIES
+    IMPORTED_LOCATION "${repacked}"
+    INTERFACE_INCLUDE_DIRECTORIES "${${full}_INCLUDE}")
+  add_dependencies(cudaw::${target} cudaw_${target}_repack)
+endfunction()
+
+# libelf without its local-exec TLS error object.
+cudaw_repacked_lib(elf elf_full "Repacking libelf.a without its local-exec TLS object"
+                   ${CMAKE_COMMAND} -E rm -f elf_error.o)
+set_target_properties(cudaw::elf PROPERTIES INTERFACE_LINK_LIBRARIES "cudaw::zstd;cudaw::zlib")
+
+# Debian's libjansson.a is built as position-independent executable code: load.o reads libc's
+# `stdin` through a PC-relative relocation (json_loadf compares its FILE * with stdin to name
+# the source "<stdin>"), which a shared object cannot have. We repack the archive with that one
+# symbol renamed to cudaw_jansson_stdin, a hidden variable of our own (checkpoint/manifest.c)
+# that is never a real stream: the comparison is then always false. Nothing else changes.
+cudaw_repacked_lib(jansson jansson_full "Repacking libjansson.a without its reference to stdin"
+                   ${CMAKE_OBJCOPY} --redefine-sym stdin=cudaw_jansson_stdin load.o)

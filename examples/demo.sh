@@ -9,7 +9,7 @@ case $build in /*) ;; *) build=$PWD/$build ;; esac
 
 need=""
 for pkg in cmake gcc g++ make python3 libelf-dev libzstd-dev liblz4-dev libcapstone-dev \
-           libxxhash-dev zlib1g-dev; do
+           libxxhash-dev zlib1g-dev libjansson-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"
 done
 if [ -n "$need" ]; then

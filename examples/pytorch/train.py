@@ -55,6 +55,8 @@ def main():
     ap.add_argument("--pause-file", metavar="FILE", help="after each step, wait while FILE exists")
     ap.add_argument("--step-delay", type=float, default=0.0)
     ap.add_argument("--time", action="store_true", help="print the median step time")
+    ap.add_argument("--ballast-gib", type=float, default=0.0,
+                    help="also hold this many GiB of random data on the GPU, checked at the end")
     a = ap.parse_args()
 
     torch.manual_seed(0)
@@ -66,6 +68,10 @@ def main():
     model = Net().to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     xs, ys = make_data(a.steps, a.batch, dev)
+    ballast = None
+    if a.ballast_gib:
+        ballast = torch.empty(int(a.ballast_gib * 2**30) // 4, device=dev).uniform_()
+        ballast_sum = ballast.sum(dtype=torch.float64).item()
     fwd = torch.compile(model) if a.compile else model
 
     def step(x, y):
@@ -117,6 +123,11 @@ def main():
         while a.pause_file and os.path.exists(a.pause_file):
             time.sleep(0.05)
 
+    if ballast is not None:
+        same = ballast.sum(dtype=torch.float64).item() == ballast_sum
+        print("ballast: %s (%.1f GiB)" % ("ok" if same else "FAILED: changed", a.ballast_gib))
+        if not same:
+            return 1
     if a.time:
         ts = sorted(times[len(times) // 5:]) or sorted(times)
         print("median step time %.3f ms" % (1e3 * ts[len(ts) // 2]))

@@ -140,6 +140,44 @@ static inline void e2e_emu_mem_info(size_t *free_bytes, size_t *total)
   CHECK(mem_info(free_bytes, total) == cudaSuccess);
 }
 
+/* Device buffers with known contents, checked after every resume. */
+struct e2e_data {
+  int count;
+  unsigned char *device[8];
+  size_t size[8];
+};
+
+static inline unsigned char e2e_pattern(int buffer, size_t i)
+{
+  return (unsigned char)(i * 131 + buffer * 7 + (i >> 12));
+}
+
+static inline void e2e_make_data(struct e2e_data *d)
+{
+  for (int b = 0; b < d->count; b++) {
+    unsigned char *host = malloc(d->size[b]);
+    CHECK(host);
+    for (size_t i = 0; i < d->size[b]; i++) host[i] = e2e_pattern(b, i);
+    CUDA_OK(cudaMalloc((void **)&d->device[b], d->size[b]));
+    CUDA_OK(cudaMemcpy(d->device[b], host, d->size[b], cudaMemcpyHostToDevice));
+    free(host);
+  }
+}
+
+static inline void e2e_check_data(const struct e2e_data *d, const char *when)
+{
+  for (int b = 0; b < d->count; b++) {
+    unsigned char *host = malloc(d->size[b]);
+    CHECK(host);
+    CUDA_OK(cudaMemcpy(host, d->device[b], d->size[b], cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < d->size[b]; i++)
+      if (host[i] != e2e_pattern(b, i))
+        test_fail("%s: buffer %d byte %zu is %#x, expected %#x", when, b, i, host[i],
+                  e2e_pattern(b, i));
+    free(host);
+  }
+}
+
 /* xorshift64*: reproducible per-thread random numbers. */
 static inline uint64_t e2e_random(uint64_t *state)
 {

@@ -28,36 +28,10 @@
 static const char *ctl;
 
 /* A few buffers with known contents, checked after every resume. */
-enum { DATA_BUFFERS = 4 };
-static unsigned char *device_data[DATA_BUFFERS];
-static size_t data_size[DATA_BUFFERS] = {16 * MIB, 16 * MIB, 3 * MIB + 17, 4096};
+static struct e2e_data data = {4, {0}, {16 * MIB, 16 * MIB, 3 * MIB + 17, 4096}};
 
-static unsigned char pattern(int buffer, size_t i) { return (unsigned char)(i * 131 + buffer * 7 + (i >> 12)); }
-
-static void make_data(void)
-{
-  for (int b = 0; b < DATA_BUFFERS; b++) {
-    unsigned char *host = malloc(data_size[b]);
-    CHECK(host);
-    for (size_t i = 0; i < data_size[b]; i++) host[i] = pattern(b, i);
-    CUDA_OK(cudaMalloc((void **)&device_data[b], data_size[b]));
-    CUDA_OK(cudaMemcpy(device_data[b], host, data_size[b], cudaMemcpyHostToDevice));
-    free(host);
-  }
-}
-
-static void check_data(const char *when)
-{
-  for (int b = 0; b < DATA_BUFFERS; b++) {
-    unsigned char *host = malloc(data_size[b]);
-    CHECK(host);
-    CUDA_OK(cudaMemcpy(host, device_data[b], data_size[b], cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < data_size[b]; i++)
-      if (host[i] != pattern(b, i))
-        test_fail("%s: buffer %d byte %zu is %#x, expected %#x", when, b, i, host[i], pattern(b, i));
-    free(host);
-  }
-}
+static void make_data(void) { e2e_make_data(&data); }
+static void check_data(const char *when) { e2e_check_data(&data, when); }
 
 static void expect_reply(const char *command, int ok, const char *state, const char *fragment)
 {
@@ -162,7 +136,7 @@ static void run_reset(void)
   expect_reply("checkpoint", 1, "paused", NULL);
   expect_reply("resume", 1, "running", NULL);
   check_data("before the reset");
-  unsigned char *old = device_data[0];
+  unsigned char *old = data.device[0];
 
   CUDA_OK(cudaDeviceReset());
   size_t free_after;
@@ -179,7 +153,7 @@ static void run_reset(void)
   CHECK(free_after == total, "paused after the reset, yet %zu bytes held", total - free_after);
   expect_reply("resume", 1, "running", NULL);
   check_data("after a checkpoint that followed the reset");
-  for (int b = 0; b < DATA_BUFFERS; b++) CUDA_OK(cudaFree(device_data[b]));
+  for (int b = 0; b < data.count; b++) CUDA_OK(cudaFree(data.device[b]));
   printf("reset: cudaw's memory given back and started over; checkpoint after it ok\n");
 }
 

@@ -2,7 +2,7 @@
 # One call on a GPU machine: build cudaw from source there and run the GPU half of the suite,
 # benchmarks and framework checks. The machine lacks our Debian -dev packages: their .debs travel
 # in .carry/debs (see README) and are unpacked into /tmp/deps.
-# Usage: tests/gpu/device_run.sh [stage ...]   stages: build test bench pytorch cupy ckpt driver (default:
+# Usage: tests/gpu/device_run.sh [stage ...]   stages: build test bench pytorch cupy ckpt driver release (default:
 # build test bench). Logs go to $OUT (or /tmp/cudaw-out); the summary is printed last.
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -57,6 +57,12 @@ fi
 if [[ " $stages " == *" pytorch "* ]]; then
   STEPS=${STEPS:-30} bash "$SRC/examples/pytorch/check_all.sh" "$B" "$OUT/pytorch" > "$OUT/pytorch.log" 2>&1
   note "pytorch:"; grep -E "RESULT|ratio|status while|device memory|checks:" "$OUT/pytorch.log"
+fi
+if [[ " $stages " == *" release "* ]]; then
+  # CRIU (4.x) is not part of cudaw: give its binary (or a wrapper) in $CRIU.
+  bash "$SRC/examples/pytorch/check_release.sh" "$B" "$OUT/release" > "$OUT/release.log" 2>&1
+  note "release (release-all, disk images, criu):"
+  grep -E "RESULT|release-all|driver alone|ratio|disk|criu|native|checks:|paused|restored|image" "$OUT/release.log"
 fi
 if [[ " $stages " == *" driver "* ]]; then
   # Programs that reach the GPU only through the driver API, paused by SIGUSR1 and resumed.

@@ -1,0 +1,375 @@
+/* Images on disk: the engine's host image written to a directory of chunk files plus
+ * manifest.json, and read back with every chunk verified. Files are written and read by
+ * several threads at once; each written file is synced and dropped from the page cache, so
+ * that the image really leaves host memory and survives a reboot. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+#include "delta_hash.h"
+#include "disk.h"
+
+#define FILE_TARGET_BYTES (64ull << 20)
+#define ZSTD_LEVEL 1 /* device memory compresses little; spend as little time as possible */
+
+struct file_task {
+  struct manifest_file *file;
+  uint8_t *data;  /* the file's bytes in the image */
+  uint64_t *sums; /* the engine's checksums for its chunks */
+  bool device_sums; /* which checksum (see struct manifest_region) */
+};
+
+struct disk_job {
+  const char *dir;
+  bool write, compressed;
+  uint64_t chunk_bytes;
+  struct file_task *tasks;
+  size_t task_count;
+  _Atomic size_t next;
+  _Atomic uint64_t stored;
+  pthread_mutex_t lock;
+  int error;
+  char *reason;
+  size_t reason_len;
+};
+
+static void job_fail(struct disk_job *job, int error, const char *name, const char *format, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void job_fail(struct disk_job *job, int error, const char *name, const char *format, ...) {
+  pthread_mutex_lock(&job->lock);
+  if (!job->error) {
+    job->error = error;
+    int n = snprintf(job->reason, job->reason_len, "image file %s/%s: ", job->dir, name);
+    if (n > 0 && (size_t)n < job->reason_len) {
+      va_list args;
+      va_start(args, format);
+      vsnprintf(job->reason + n, job->reason_len - (size_t)n, format, args);
+      va_end(args);
+    }
+  }
+  pthread_mutex_unlock(&job->lock);
+}
+
+static int write_all(int fd, const uint8_t *data, uint64_t n) {
+  for (uint64_t done = 0; done < n;) {
+    size_t piece = n - done > (1u << 30) ? (1u << 30) : (size_t)(n - done);
+    ssize_t w = write(fd, data + done, piece);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return -errno;
+    if (w == 0) return -ENOSPC;
+    done += (uint64_t)w;
+  }
+  return 0;
+}
+
+/* 0, or -errno; *got is how many bytes were there before end of file. */
+static int read_all(int fd, uint8_t *data, uint64_t n, uint64_t *got) {
+  for (*got = 0; *got < n;) {
+    size_t piece = n - *got > (1u << 30) ? (1u << 30) : (size_t)(n - *got);
+    ssize_t r = read(fd, data + *got, piece);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return -errno;
+    if (r == 0) break;
+    *got += (uint64_t)r;
+  }
+  return 0;
+}
+
+static int write_file(struct disk_job *job, struct file_task *t, ZSTD_CCtx *cctx) {
+  struct manifest_file *f = t->file;
+  const uint8_t *out = t->data;
+  uint64_t out_len = f->size;
+  void *packed = NULL;
+  if (job->compressed) {
+    size_t bound = ZSTD_compressBound((size_t)f->size);
+    if (!(packed = malloc(bound))) {
+      job_fail(job, -ENOMEM, f->name, "out of memory compressing it");
+      return -ENOMEM;
+    }
+    size_t n = ZSTD_compressCCtx(cctx, packed, bound, t->data, (size_t)f->size, ZSTD_LEVEL);
+    if (ZSTD_isError(n)) {
+      job_fail(job, -EIO, f->name, "zstd: %s", ZSTD_getErrorName(n));
+      free(packed);
+      return -EIO;
+    }
+    out = packed;
+    out_len = n;
+  }
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s/%s", job->dir, f->name);
+  int rc = 0, fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) rc = -errno;
+  if (!rc) rc = write_all(fd, out, out_len);
+  if (!rc && fsync(fd) != 0) rc = -errno;
+  if (!rc) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED); /* the page cache need not keep it */
+  if (fd >= 0 && close(fd) != 0 && !rc) rc = -errno;
+  if (rc) job_fail(job, rc, f->name, "cannot write %" PRIu64 " bytes: %s", out_len, strerror(-rc));
+  f->stored = out_len;
+  atomic_fetch_add(&job->stored, out_len);
+  free(packed);
+  return rc;
+}
+
+static int read_file(struct disk_job *job, struct file_task *t, ZSTD_DCtx *dctx) {
+  struct manifest_file *f = t->file;
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s/%s", job->dir, f->name);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int rc = -errno;
+    job_fail(job, rc, f->name, "%s", errno == ENOENT ? "missing" : strerror(-rc));
+    return rc;
+  }
+  struct stat st;
+  int rc = fstat(fd, &st) != 0 ? -errno : 0;
+  if (!rc && (uint64_t)st.st_size != f->stored) {
+    rc = -EBADMSG;
+    job_fail(job, rc, f->name, "%s: %" PRIu64 " bytes, the manifest says %" PRIu64,
+             (uint64_t)st.st_size < f->stored ? "truncated" : "too long", (uint64_t)st.st_size,
+             f->stored);
+  }
+  void *packed = NULL;
+  uint64_t got = 0;
+  if (!rc && job->compressed && !(packed = malloc((size_t)f->stored ? (size_t)f->stored : 1)))
+    rc = -ENOMEM;
+  if (!rc) rc = read_all(fd, packed ? packed : t->data, f->stored, &got);
+  if (!rc && got != f->stored) rc = -EBADMSG;
+  close(fd);
+  if (rc && !job->error) job_fail(job, rc, f->name, "cannot read it: %s", strerror(-rc));
+  if (!rc && packed) {
+    size_t n = ZSTD_decompressDCtx(dctx, t->data, (size_t)f->size, packed, (size_t)f->stored);
+    if (ZSTD_isError(n) || n != f->size) {
+      rc = -EBADMSG;
+      job_fail(job, rc, f->name, "corrupt zstd data: %s",
+               ZSTD_isError(n) ? ZSTD_getErrorName(n) : "wrong decompressed size");
+    }
+  }
+  free(packed);
+  for (uint64_t c = 0; !rc && c < f->chunks; c++) {
+    uint64_t offset = c * job->chunk_bytes;
+    uint64_t n = f->size - offset < job->chunk_bytes ? f->size - offset : job->chunk_bytes;
+    uint64_t sum = t->device_sums ? ckpt_delta_hash(t->data + offset, n)
+                                  : XXH3_64bits(t->data + offset, (size_t)n);
+    if (sum != f->sums[c]) {
+      rc = -EBADMSG;
+      job_fail(job, rc, f->name,
+               "checksum mismatch in the chunk at file offset %" PRIu64 " (%016" PRIx64
+               ", manifest %016" PRIx64 ")", offset, sum, f->sums[c]);
+    }
+    t->sums[c] = sum;
+  }
+  return rc;
+}
+
+static void *run_files(void *arg) {
+  struct disk_job *job = arg;
+  ZSTD_CCtx *cctx = job->compressed && job->write ? ZSTD_createCCtx() : NULL;
+  ZSTD_DCtx *dctx = job->compressed && !job->write ? ZSTD_createDCtx() : NULL;
+  if (job->compressed && !cctx && !dctx) {
+    job_fail(job, -ENOMEM, "-", "out of memory for a zstd context");
+    return NULL;
+  }
+  for (;;) {
+    size_t i = atomic_fetch_add(&job->next, 1);
+    pthread_mutex_lock(&job->lock);
+    bool stop = job->error != 0;
+    pthread_mutex_unlock(&job->lock);
+    if (stop || i >= job->task_count) break;
+    if (job->write) write_file(job, &job->tasks[i], cctx);
+    else read_file(job, &job->tasks[i], dctx);
+  }
+  ZSTD_freeCCtx(cctx);
+  ZSTD_freeDCtx(dctx);
+  return NULL;
+}
+
+static int run_job(struct disk_job *job, int threads) {
+  pthread_t ids[64];
+  int started = 0;
+  if (threads > 64) threads = 64;
+  for (int t = 1; t < threads && (size_t)t < job->task_count; t++) {
+    if (pthread_create(&ids[started], NULL, run_files, job) != 0) break;
+    started++;
+  }
+  run_files(job);
+  for (int t = 0; t < started; t++) pthread_join(ids[t], NULL);
+  return job->error;
+}
+
+/* The file tasks for manifest m over the engine's current image. */
+static int make_tasks(struct engine *e, struct manifest *m, struct disk_job *job) {
+  size_t count = 0;
+  for (size_t r = 0; r < m->region_count; r++) count += m->regions[r].file_count;
+  if (!(job->tasks = calloc(count ? count : 1, sizeof *job->tasks))) return -ENOMEM;
+  for (size_t r = 0; r < m->region_count; r++) {
+    struct engine_image_view view;
+    int rc = engine_image_region(e, r, &view);
+    if (rc) return rc;
+    for (size_t f = 0; f < m->regions[r].file_count; f++) {
+      struct manifest_file *file = &m->regions[r].files[f];
+      job->tasks[job->task_count++] =
+          (struct file_task){file, view.data + file->offset,
+                             view.sums + file->offset / m->chunk_bytes, m->regions[r].device_sums};
+    }
+  }
+  return 0;
+}
+
+/* The manifest of the engine's image: regions cut into files of file_bytes. */
+static int plan_manifest(struct engine *e, bool compress, struct manifest *m) {
+  m->chunk_bytes = engine_chunk_bytes(e);
+  m->file_bytes = FILE_TARGET_BYTES / m->chunk_bytes * m->chunk_bytes;
+  if (!m->file_bytes) m->file_bytes = m->chunk_bytes;
+  m->compressed = compress;
+  m->region_count = engine_image_regions(e);
+  if (!(m->regions = calloc(m->region_count ? m->region_count : 1, sizeof *m->regions)))
+    return -ENOMEM;
+  for (size_t r = 0; r < m->region_count; r++) {
+    struct engine_image_view view;
+    struct manifest_region *mr = &m->regions[r];
+    engine_image_region(e, r, &view);
+    mr->region = view.region;
+    mr->device_sums = *view.device_sums;
+    m->bytes += view.region.size;
+    mr->file_count = (size_t)((view.region.size + m->file_bytes - 1) / m->file_bytes);
+    if (!(mr->files = calloc(mr->file_count ? mr->file_count : 1, sizeof *mr->files)))
+      return -ENOMEM;
+    for (size_t f = 0; f < mr->file_count; f++) {
+      struct manifest_file *file = &mr->files[f];
+      file->offset = (uint64_t)f * m->file_bytes;
+      file->size = view.region.size - file->offset < m->file_bytes ? view.region.size - file->offset
+                                                                   : m->file_bytes;
+      file->chunks = (file->size + m->chunk_bytes - 1) / m->chunk_bytes;
+      snprintf(file->name, sizeof file->name, "region-%zu-%zu.%s", r, f, compress ? "zst" : "bin");
+      if (!(file->sums = calloc(file->chunks, sizeof *file->sums))) return -ENOMEM;
+      memcpy(file->sums, view.sums + file->offset / m->chunk_bytes, file->chunks * sizeof *file->sums);
+    }
+  }
+  return 0;
+}
+
+static void sync_dir(const char *dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    fsync(fd);
+    close(fd);
+  }
+}
+
+int disk_write_image(struct engine *e, const char *dir, bool compress, int threads,
+                     struct disk_stats *stats, char *reason, size_t len) {
+  double t0 = ckpt_now();
+  *stats = (struct disk_stats){0};
+  if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+    snprintf(reason, len, "image directory %s: cannot create it: %s", dir, strerror(errno));
+    return -errno;
+  }
+  char manifest_path[PATH_MAX], temporary[PATH_MAX];
+  snprintf(manifest_path, sizeof manifest_path, "%s/" MANIFEST_NAME, dir);
+  snprintf(temporary, sizeof temporary, "%s/" MANIFEST_NAME ".tmp", dir);
+  /* An older image's manifest must not describe the new files while they are written. */
+  if (unlink(manifest_path) != 0 && errno != ENOENT) {
+    snprintf(reason, len, "manifest %s: cannot replace it: %s", manifest_path, strerror(errno));
+    return -errno;
+  }
+  struct manifest m = {0};
+  struct disk_job job = {.dir = dir, .write = true, .compressed = compress, .reason = reason,
+                         .reason_len = len};
+  pthread_mutex_init(&job.lock, NULL);
+  int rc = plan_manifest(e, compress, &m);
+  if (!rc) {
+    job.chunk_bytes = m.chunk_bytes;
+    rc = make_tasks(e, &m, &job);
+  }
+  if (rc) snprintf(reason, len, "image directory %s: out of memory planning the files", dir);
+  if (!rc) rc = run_job(&job, threads);
+  if (!rc && (rc = manifest_write(&m, temporary, reason, len)) == 0) {
+    int fd = open(temporary, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0 || rename(temporary, manifest_path) != 0) {
+      rc = -errno;
+      snprintf(reason, len, "manifest %s: cannot write it: %s", manifest_path, strerror(errno));
+    }
+    if (fd >= 0) close(fd);
+  }
+  if (rc) unlink(temporary);
+  else sync_dir(dir);
+  *stats = (struct disk_stats){m.bytes, atomic_load(&job.stored), job.task_count, ckpt_now() - t0};
+  free(job.tasks);
+  manifest_free(&m);
+  pthread_mutex_destroy(&job.lock);
+  return rc;
+}
+
+static int check_regions(const struct manifest *m, const char *path, const struct ckpt_region *live,
+                         size_t live_count, char *reason, size_t len) {
+  if (m->region_count != live_count) {
+    snprintf(reason, len, "manifest %s: %zu regions, the paused process has %zu", path,
+             m->region_count, live_count);
+    return -EBADMSG;
+  }
+  for (size_t r = 0; r < live_count; r++) {
+    const struct ckpt_region *a = &m->regions[r].region, *b = &live[r];
+    if (a->id != b->id || a->vaddr != b->vaddr || a->size != b->size || a->device != b->device) {
+      snprintf(reason, len, "manifest %s: region %zu (id %" PRIu64 ", 0x%" PRIx64 ", %" PRIu64
+               " bytes, device %d) is not the paused process's (id %" PRIu64 ", 0x%" PRIx64
+               ", %" PRIu64 " bytes, device %d)", path, r, a->id, a->vaddr, a->size, a->device,
+               b->id, b->vaddr, b->size, b->device);
+      return -EBADMSG;
+    }
+  }
+  return 0;
+}
+
+int disk_read_image(struct engine *e, const char *dir, const struct ckpt_region *live,
+                    size_t live_count, int threads, struct disk_stats *stats, char *reason,
+                    size_t len) {
+  double t0 = ckpt_now();
+  *stats = (struct disk_stats){0};
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s/" MANIFEST_NAME, dir);
+  struct manifest m;
+  int rc = manifest_read(path, &m, reason, len);
+  if (rc) return rc == -ENOENT ? -ENOENT : -EBADMSG;
+  if (m.chunk_bytes != engine_chunk_bytes(e)) {
+    snprintf(reason, len, "manifest %s: chunks of %" PRIu64 " bytes; this process uses %zu "
+             "(CUDAW_CKPT_STAGING must be what it was when the image was written)", path,
+             m.chunk_bytes, engine_chunk_bytes(e));
+    rc = -EBADMSG;
+  }
+  if (!rc) rc = check_regions(&m, path, live, live_count, reason, len);
+  struct ckpt_region *regions = calloc(m.region_count ? m.region_count : 1, sizeof *regions);
+  if (!rc && !regions) rc = -ENOMEM;
+  for (size_t r = 0; !rc && r < m.region_count; r++) regions[r] = m.regions[r].region;
+  if (!rc) rc = engine_image_create(e, regions, m.region_count, reason, len);
+  struct disk_job job = {.dir = dir, .compressed = m.compressed, .chunk_bytes = m.chunk_bytes,
+                         .reason = reason, .reason_len = len};
+  pthread_mutex_init(&job.lock, NULL);
+  for (size_t r = 0; !rc && r < m.region_count; r++) {
+    struct engine_image_view view;
+    engine_image_region(e, r, &view);
+    *view.device_sums = m.regions[r].device_sums;
+  }
+  if (!rc && (rc = make_tasks(e, &m, &job)) != 0)
+    snprintf(reason, len, "image directory %s: out of memory", dir);
+  if (!rc) rc = run_job(&job, threads);
+  if (rc) engine_drop_image(e);
+  uint64_t stored = 0;
+  for (size_t i = 0; i < job.task_count; i++) stored += job.tasks[i].file->stored;
+  *stats = (struct disk_stats){m.bytes, stored, job.task_count, ckpt_now() - t0};
+  free(regions);
+  free(job.tasks);
+  manifest_free(&m);
+  pthread_mutex_destroy(&job.lock);
+  return rc;
+}

@@ -1,0 +1,64 @@
+/* Images on disk (disk.c, manifest.c): a directory with manifest.json and the data in chunk
+ * files, optionally zstd-compressed, each chunk with its XXH3-64. Every error names the file. */
+#ifndef CUDAW_CKPT_DISK_H
+#define CUDAW_CKPT_DISK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+#define MANIFEST_VERSION 1
+#define MANIFEST_NAME "manifest.json"
+
+/* One chunk file: [offset, offset + size) of its region; `stored` bytes on disk. */
+struct manifest_file {
+  char name[64];
+  uint64_t offset, size, stored;
+  uint64_t chunks;
+  uint64_t *sums; /* [chunks], the checksum of each chunk_bytes piece */
+};
+
+struct manifest_region {
+  struct ckpt_region region;
+  bool device_sums; /* "checksum": "cudaw-delta-64" (delta_hash.h), else "xxh3-64" */
+  size_t file_count;
+  struct manifest_file *files;
+};
+
+struct manifest {
+  uint64_t chunk_bytes; /* the engine's chunk (CUDAW_CKPT_STAGING) when written */
+  uint64_t file_bytes;  /* most bytes of a region in one file */
+  uint64_t bytes;       /* sum of the region sizes */
+  bool compressed;      /* zstd frames */
+  size_t region_count;
+  struct manifest_region *regions;
+};
+
+/* Write *m as JSON to path. -errno with `reason` naming the file. */
+int manifest_write(const struct manifest *m, const char *path, char *reason, size_t reason_len);
+/* Parse and check path into *m (free with manifest_free). -ENOENT when the file cannot be
+ * read, -EBADMSG when it is not a valid manifest; `reason` names the file and what is wrong. */
+int manifest_read(const char *path, struct manifest *m, char *reason, size_t reason_len);
+void manifest_free(struct manifest *m);
+
+struct disk_stats {
+  uint64_t bytes;  /* image bytes */
+  uint64_t stored; /* bytes in the files */
+  uint64_t files;
+  double seconds;
+};
+
+/* Write the engine's image to dir (created if missing): the chunk files, each synced and
+ * dropped from the page cache, then manifest.json (atomically, by rename). The image stays
+ * in host memory; the caller drops it. `threads` writers run at once. */
+int disk_write_image(struct engine *engine, const char *dir, bool compress, int threads,
+                     struct disk_stats *stats, char *reason, size_t reason_len);
+/* Read the image in dir back into the engine, verifying every chunk against the manifest, and
+ * check that its regions are `live` (those of the paused process). On error the engine holds
+ * no image and nothing else has changed; `reason` names the file at fault. */
+int disk_read_image(struct engine *engine, const char *dir, const struct ckpt_region *live,
+                    size_t live_count, int threads, struct disk_stats *stats, char *reason,
+                    size_t reason_len);
+
+#endif

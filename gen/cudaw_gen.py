@@ -380,6 +380,26 @@ TRAMPOLINE_SLOW = """\
 """
 
 
+def write_id_table(out_dir, src, kind, names, defines, what):
+    """shim_<kind>_ids.h (an id per name, the count, the given #defines) and shim_<kind>_table.c
+    (the names, indexed by id): SHIM_FN_* for the runtime, SHIM_DRV_* for the driver."""
+    upper = kind.upper()
+    with open(os.path.join(out_dir, "shim_%s_ids.h" % kind), "w") as f:
+        f.write("/* %s */\n#ifndef SHIM_%s_IDS_H\n#define SHIM_%s_IDS_H\n\n"
+                % (GENERATED.format(src=src), upper, upper))
+        f.writelines("%s\n" % d for d in defines)
+        f.write("#define SHIM_%s_COUNT %d\n\n" % (upper, len(names)))
+        f.write("enum shim_%s_id {\n" % kind)
+        f.writelines("  SHIM_%s_%s = %d,\n" % (upper, n, i) for i, n in enumerate(names))
+        f.write("};\n\n#endif\n")
+    with open(os.path.join(out_dir, "shim_%s_table.c" % kind), "w") as f:
+        f.write("/* %s */\n#include \"shim_%s_ids.h\"\n\n" % (GENERATED.format(src=src), kind))
+        f.write("/* %s, indexed by enum shim_%s_id. */\n" % (what, kind))
+        f.write("const char *const shim_%s_names[SHIM_%s_COUNT] = {\n" % (kind, upper))
+        f.writelines('  "%s",\n' % n for n in names)
+        f.write("};\n")
+
+
 def write_trampolines(path, src, names, index, table, slow, resolve):
     with open(path, "w") as f:
         f.write("/* %s */\n" % GENERATED.format(src=src))
@@ -462,21 +482,8 @@ def generate_driver(a, conf):
     if trampolines and a.arch != "x86_64":
         die("forwarding trampolines are written for x86_64 only, not %s" % a.arch)
 
-    with open(os.path.join(a.out, "shim_drv_ids.h"), "w") as f:
-        f.write("/* %s */\n#ifndef SHIM_DRV_IDS_H\n#define SHIM_DRV_IDS_H\n\n"
-                % GENERATED.format(src=src))
-        f.write('#define SHIM_DRV_SONAME "%s"\n' % soname)
-        f.write("#define SHIM_DRV_COUNT %d\n\n" % len(exports))
-        f.write("enum shim_drv_id {\n")
-        f.writelines("  SHIM_DRV_%s = %d,\n" % (n, i) for i, n in enumerate(exports))
-        f.write("};\n\n#endif\n")
-
-    with open(os.path.join(a.out, "shim_drv_table.c"), "w") as f:
-        f.write("/* %s */\n#include \"shim_drv_ids.h\"\n\n" % GENERATED.format(src=src))
-        f.write("/* Driver export names, indexed by enum shim_drv_id. */\n")
-        f.write("const char *const shim_drv_names[SHIM_DRV_COUNT] = {\n")
-        f.writelines('  "%s",\n' % n for n in exports)
-        f.write("};\n")
+    write_id_table(a.out, src, "drv", exports, ['#define SHIM_DRV_SONAME "%s"' % soname],
+                   "Driver export names")
 
     out = ["/* %s */" % GENERATED.format(src=src),
            "/* One wrapper per declared driver function: gate, translate CUdeviceptr arguments,",
@@ -570,20 +577,9 @@ def main():
             f.write("};\n")
             f.write("".join("%s { };\n" % v for v in DLOPEN_VERSIONS))
 
-    with open(os.path.join(a.out, "shim_fn_ids.h"), "w") as f:
-        f.write("/* %s */\n#ifndef SHIM_FN_IDS_H\n#define SHIM_FN_IDS_H\n\n" % GENERATED.format(src=src))
-        f.write('#define SHIM_REAL_SONAME "%s"\n#define SHIM_VERSION_NODE "%s"\n' % (soname, node))
-        f.write("#define SHIM_FN_COUNT %d\n\n" % len(exports))
-        f.write("enum shim_fn_id {\n")
-        f.writelines("  SHIM_FN_%s = %d,\n" % (n, i) for i, n in enumerate(exports))
-        f.write("};\n\n#endif\n")
-
-    with open(os.path.join(a.out, "shim_fn_table.c"), "w") as f:
-        f.write("/* %s */\n#include \"shim_fn_ids.h\"\n\n" % GENERATED.format(src=src))
-        f.write("/* Export names, indexed by enum shim_fn_id. */\n")
-        f.write("const char *const shim_fn_names[SHIM_FN_COUNT] = {\n")
-        f.writelines('  "%s",\n' % n for n in exports)
-        f.write("};\n")
+    write_id_table(a.out, src, "fn", exports,
+                   ['#define SHIM_REAL_SONAME "%s"' % soname, '#define SHIM_VERSION_NODE "%s"' % node],
+                   "Export names")
 
     out = ["/* %s */" % GENERATED.format(src=src),
            "/* One wrapper per declared runtime function: gate, translate `void *` arguments, call",

@@ -251,6 +251,27 @@ static CUresult emu_cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t c
   return copy(DEVICE_ADDRESS(dst), EMU_SIDE_DEVICE, DEVICE_ADDRESS(src), EMU_SIDE_DEVICE, count, s);
 }
 
+/* Host <-> device rectangles (no arrays). */
+static CUresult emu_cuMemcpy2D(const CUDA_MEMCPY2D *c) {
+  if (!c) return CUDA_ERROR_INVALID_VALUE;
+  bool src_device = c->srcMemoryType == CU_MEMORYTYPE_DEVICE;
+  bool dst_device = c->dstMemoryType == CU_MEMORYTYPE_DEVICE;
+  if ((!src_device && c->srcMemoryType != CU_MEMORYTYPE_HOST) ||
+      (!dst_device && c->dstMemoryType != CU_MEMORYTYPE_HOST))
+    return CUDA_ERROR_NOT_SUPPORTED;
+  const unsigned char *src = src_device ? (const unsigned char *)DEVICE_ADDRESS(c->srcDevice)
+                                        : (const unsigned char *)c->srcHost;
+  unsigned char *dst = dst_device ? (unsigned char *)DEVICE_ADDRESS(c->dstDevice)
+                                  : (unsigned char *)c->dstHost;
+  src += c->srcY * c->srcPitch + c->srcXInBytes;
+  dst += c->dstY * c->dstPitch + c->dstXInBytes;
+  return result_from_errno(emu_memory_copy2d(dst, c->dstPitch, dst_device ? EMU_SIDE_DEVICE
+                                                                           : EMU_SIDE_HOST,
+                                             src, c->srcPitch, src_device ? EMU_SIDE_DEVICE
+                                                                          : EMU_SIDE_HOST,
+                                             c->WidthInBytes, c->Height));
+}
+
 static CUresult emu_cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count,
                                     CUstream stream) {
   if (check_stream(stream)) return CUDA_ERROR_INVALID_HANDLE;
@@ -411,7 +432,7 @@ E(cuMemUnmap); E(cuMemSetAccess); E(cuPointerGetAttribute); E(cuMemGetAddressRan
 E(cuMemcpyDtoD); E(cuMemcpyHtoDAsync); E(cuMemcpyDtoHAsync); E(cuMemcpyDtoDAsync);
 E(cuMemsetD8); E(cuMemsetD8Async); E(cuFuncGetParamInfo); E(cuGetErrorName);
 E(cuModuleLoadData); E(cuModuleGetFunction); E(cuModuleUnload); E(cuLaunchKernel);
-E(cuFuncGetName);
+E(cuFuncGetName); E(cuMemcpy2D);
 E(cuGetErrorString);
 
 static const struct entry *const entries[] = {
@@ -428,7 +449,7 @@ static const struct entry *const entries[] = {
     &entry_cuMemcpyDtoDAsync, &entry_cuMemsetD8, &entry_cuMemsetD8Async,
     &entry_cuFuncGetParamInfo, &entry_cuGetErrorName, &entry_cuGetErrorString,
     &entry_cuModuleLoadData, &entry_cuModuleGetFunction, &entry_cuModuleUnload,
-    &entry_cuLaunchKernel, &entry_cuFuncGetName,
+    &entry_cuLaunchKernel, &entry_cuFuncGetName, &entry_cuMemcpy2D,
 };
 
 cudaError_t emu_get_driver_entry_point(const char *symbol, void **func,

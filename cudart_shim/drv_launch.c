@@ -266,16 +266,12 @@ static void translate_words(unsigned char *p, size_t len, size_t base)
 
 /* Arguments for a launch of a kernel without a plan: a translated copy of params (and of the
  * packed buffer of extra), in one heap block the caller frees. */
-struct driver_frame {
-  void **args, **extra;
-  void *heap;
-  void *extra_words[5];
-};
-
 static CUresult prepare_by_driver(CUfunction f, void **params, void **extra,
-                                  struct driver_frame *frame)
+                                  struct shim_drv_frame *frame)
 {
-  *frame = (struct driver_frame){params, extra, NULL, {0}};
+  frame->args = params;
+  frame->extra = extra;
+  frame->heap = NULL;
   const struct driver_layout *l = driver_layout(f);
   if (!l || !l->count) return CUDA_SUCCESS;
   if (params) {
@@ -319,23 +315,26 @@ static CUresult prepare_by_driver(CUfunction f, void **params, void **extra,
 
 /* ---- launches ------------------------------------------------------------------------------ */
 
-/* Prepare a launch's arguments (translate policy or CUDAW_CHECK only): 0, or the CUresult to
- * refuse the launch with. Kernels whose image cudaw never saw get the driver's layout. */
-static CUresult prepare(CUfunction f, void **params, void **extra,
-                        struct shim_kparam_frame *frame, struct driver_frame *by_driver)
+CUresult shim_drv_prepare(CUfunction f, void **params, void **extra,
+                          struct shim_drv_frame *frame)
 {
-  by_driver->heap = NULL;
+  frame->heap = NULL;
+  frame->kparam.heap = NULL;
   const struct kparam_plan *plan = kparam_plan_for_kernel(f);
-  if (shim_translate_end && (!plan || plan->source == KPARAM_SOURCE_OPAQUE)) {
-    CUresult result = prepare_by_driver(f, params, extra, by_driver);
-    frame->args = by_driver->args;
-    frame->extra = by_driver->extra;
-    frame->heap = NULL;
-    return result;
-  }
-  int rc = shim_kparam_prepare(f, SHIM_KPARAM_HANDLE, params, extra, frame);
+  if (shim_translate_end && (!plan || plan->source == KPARAM_SOURCE_OPAQUE))
+    return prepare_by_driver(f, params, extra, frame);
+  int rc = shim_kparam_prepare(f, SHIM_KPARAM_HANDLE, params, extra, &frame->kparam);
+  frame->args = frame->kparam.args;
+  frame->extra = frame->kparam.extra;
   if (rc == 0) return CUDA_SUCCESS;
   return rc == -ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
+}
+
+void shim_drv_frame_release(struct shim_drv_frame *frame)
+{
+  free(frame->heap);
+  frame->heap = NULL;
+  shim_kparam_frame_release(&frame->kparam);
 }
 
 #define LAUNCH_BODY(name, call_params, call_args)                                        \
@@ -344,16 +343,14 @@ static CUresult prepare(CUfunction f, void **params, void **extra,
   if (!shim_kparam_active()) {                                                           \
     result = REAL(name) call_args;                                                       \
   } else {                                                                               \
-    struct shim_kparam_frame frame;                                                      \
-    struct driver_frame by_driver;                                                       \
-    result = prepare(f, kernelParams, extra, &frame, &by_driver);                        \
+    struct shim_drv_frame frame;                                                         \
+    result = shim_drv_prepare(f, kernelParams, extra, &frame);                           \
     if (result == CUDA_SUCCESS) {                                                        \
       void **translated_params = frame.args, **translated_extra = frame.extra;           \
       (void)translated_extra;                                                            \
       result = REAL(name) call_params;                                                   \
     }                                                                                    \
-    if (by_driver.heap) free(by_driver.heap);                                            \
-    else shim_kparam_frame_release(&frame);                                              \
+    shim_drv_frame_release(&frame);                                                      \
   }                                                                                      \
   shim_gate_leave();                                                                     \
   return result

@@ -21,6 +21,7 @@
 
 #include "shim.h"
 #include "shim_drv_ids.h"
+#include "shim_kparam.h"
 
 /* The real driver's entry point for every export, indexed by enum shim_drv_id; NULL until the
  * driver is loaded (shim_drv_load) and where it lacks the symbol. */
@@ -59,6 +60,23 @@ CUresult shim_drv_missing_blocking(enum shim_drv_id id);
 
 /* The real driver's `name` (an export name such as cuMemAlloc_v2), typed; NULL when missing. */
 #define SHIM_DRV_REAL(name) ((__typeof__(&name))shim_drv_resolve(SHIM_DRV_##name))
+
+/* ---- launch arguments (drv_launch.c) ------------------------------------------------------ */
+
+/* What to pass on for a launch (or a graph kernel node) of f, under the translate policy or
+ * CUDAW_CHECK: kparam's plan when cudaw saw f's image, else the driver's own layout. */
+struct shim_drv_frame {
+  void **args, **extra;        /* what to pass on */
+  struct shim_kparam_frame kparam;
+  void *heap;                  /* the driver-layout copy */
+  void *extra_words[5];
+};
+
+/* Prepare the arguments: CUDA_SUCCESS, or the error to refuse the launch with (a bad pointer
+ * under CUDAW_CHECK, out of memory). Release the frame in every case. */
+CUresult shim_drv_prepare(CUfunction f, void **params, void **extra,
+                          struct shim_drv_frame *frame);
+void shim_drv_frame_release(struct shim_drv_frame *frame);
 
 /* A device address argument: virtual -> real under translate, unchanged otherwise. */
 static inline CUdeviceptr shim_translate_address(CUdeviceptr address)

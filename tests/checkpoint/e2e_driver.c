@@ -12,7 +12,9 @@
  * implementations below on whatever addresses arrive, so an untranslated virtual pointer (under
  * CUDAW_VMEM=translate) faults and a wrong layout gives wrong numbers. The same kernel obtained
  * behind cudaw's back (from the emulated device directly, as a static runtime may load its
- * fatbins) must be translated from the driver's own parameter layout (cuFuncGetParamInfo).
+ * fatbins) must be translated from the driver's own parameter layout (cuFuncGetParamInfo). A
+ * driver graph with that kernel as a node, built before the checkpoint, must run again after the
+ * resume under remap, and be refused (not run with stale addresses) under translate.
  * usage: ckpt_e2e_driver <cudaw-ctl> <cudaw's libcudart> [<cubin> | --expect-bypass]
  * --expect-bypass (with CUDAW_DRIVER=0): dlopen must NOT answer with cudaw. */
 #define _GNU_SOURCE
@@ -68,6 +70,13 @@ static struct {
   CUresult (*function)(CUfunction *, CUmodule, const char *);
   CUresult (*unload)(CUmodule);
   CUresult (*copy2d)(const CUDA_MEMCPY2D *);
+  CUresult (*graph_create)(CUgraph *, unsigned);
+  CUresult (*graph_add_kernel)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                               const CUDA_KERNEL_NODE_PARAMS *);
+  CUresult (*graph_instantiate)(CUgraphExec *, CUgraph, unsigned long long);
+  CUresult (*graph_launch)(CUgraphExec, CUstream);
+  CUresult (*graph_destroy)(CUgraph);
+  CUresult (*exec_destroy)(CUgraphExec);
   CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                      unsigned, CUstream, void **, void **);
 } cu;
@@ -118,6 +127,83 @@ static uint64_t field(const char *reply, const char *name)
   const char *at = strstr(reply, key);
   CHECK(at, "no %s in %s", name, reply);
   return strtoull(at + strlen(key), NULL, 10);
+}
+
+/* A driver graph: one axpy node over x and y (N floats), built and run before the checkpoint. */
+enum { GRAPH_N = 512 };
+static struct {
+  CUmodule module;
+  CUgraph graph;
+  CUgraphExec exec;
+  CUdeviceptr x, y;
+  float a;
+  int n;
+  float host_x[GRAPH_N], host_y[GRAPH_N];
+} g;
+
+static void *read_file(const char *path, size_t *size);
+
+static void graph_build(const char *cubin)
+{
+  size_t size;
+  void *image = read_file(cubin, &size);
+  CU_OK(cu.load(&g.module, image));
+  free(image);
+  CUfunction axpy;
+  CU_OK(cu.function(&axpy, g.module, "_Z4axpyfPKfPfi"));
+  int (*declare)(const char *, unsigned, const size_t *) =
+      (__typeof__(declare))e2e_emu_symbol("cudaw_emu_set_kernel_param_sizes");
+  const size_t sizes[] = {sizeof(float), sizeof(CUdeviceptr), sizeof(CUdeviceptr), sizeof(int)};
+  CHECK(declare("_Z4axpyfPKfPfi", 4, sizes) == 0); /* the emu copies node arguments by size */
+  for (int i = 0; i < GRAPH_N; i++) g.host_x[i] = (float)i, g.host_y[i] = 1.0f;
+  CU_OK(cu.alloc(&g.x, sizeof g.host_x));
+  CU_OK(cu.alloc(&g.y, sizeof g.host_y));
+  CU_OK(cu.htod(g.x, g.host_x, sizeof g.host_x));
+  CU_OK(cu.htod(g.y, g.host_y, sizeof g.host_y));
+  g.a = 2.0f;
+  g.n = GRAPH_N;
+  void *args[] = {&g.a, &g.x, &g.y, &g.n};
+  CUDA_KERNEL_NODE_PARAMS node = {.func = axpy, .gridDimX = 2, .gridDimY = 1, .gridDimZ = 1,
+                                  .blockDimX = 256, .blockDimY = 1, .blockDimZ = 1,
+                                  .kernelParams = args};
+  CU_OK(cu.graph_create(&g.graph, 0));
+  CUgraphNode added;
+  CU_OK(cu.graph_add_kernel(&added, g.graph, NULL, 0, &node));
+  CU_OK(cu.graph_instantiate(&g.exec, g.graph, 0));
+  CU_OK(cu.graph_launch(g.exec, NULL));
+}
+
+/* y after `runs` launches of the graph. */
+static void graph_expect(int runs)
+{
+  float back[GRAPH_N];
+  CU_OK(cu.dtoh(back, g.y, sizeof back));
+  for (int i = 0; i < GRAPH_N; i++)
+    CHECK(back[i] == g.host_y[i] + (float)runs * 2.0f * g.host_x[i],
+          "graph result y[%d] = %g after %d runs", i, (double)back[i], runs);
+}
+
+/* After the resume: under translate the graph's real addresses are stale and its launch must be
+ * refused; under remap they are the same and it runs. */
+static void graph_after_resume(void)
+{
+  const char *policy = getenv("CUDAW_VMEM");
+  CUresult relaunch = cu.graph_launch(g.exec, NULL);
+  if (policy && strcmp(policy, "translate") == 0) {
+    CHECK(relaunch == CUDA_ERROR_NOT_PERMITTED, "a graph holding pre-checkpoint addresses was "
+          "not refused by cudaw under translate (CUresult %d)", relaunch);
+    graph_expect(1);
+    printf("driver graph: refused after the resume (CUresult %d), as it must be\n", relaunch);
+  } else {
+    CHECK(relaunch == CUDA_SUCCESS, "the graph did not run after the resume: %d", relaunch);
+    graph_expect(2);
+    printf("driver graph: ran again after the resume\n");
+  }
+  CU_OK(cu.exec_destroy(g.exec));
+  CU_OK(cu.graph_destroy(g.graph));
+  CU_OK(cu.free_(g.x));
+  CU_OK(cu.free_(g.y));
+  CU_OK(cu.unload(g.module));
 }
 
 /* A rectangle to device memory and back with cuMemcpy2D: the device address sits inside the
@@ -250,6 +336,12 @@ int main(int argc, char **argv)
   get(get_proc, "cuModuleUnload", &cu.unload);
   get(get_proc, "cuLaunchKernel", &cu.launch);
   get(get_proc, "cuMemcpy2D", &cu.copy2d);
+  get(get_proc, "cuGraphCreate", &cu.graph_create);
+  get(get_proc, "cuGraphAddKernelNode", &cu.graph_add_kernel);
+  get(get_proc, "cuGraphInstantiateWithFlags", &cu.graph_instantiate);
+  get(get_proc, "cuGraphLaunch", &cu.graph_launch);
+  get(get_proc, "cuGraphDestroy", &cu.graph_destroy);
+  get(get_proc, "cuGraphExecDestroy", &cu.exec_destroy);
 
   CU_OK(cu.init(0));
   CUcontext context;
@@ -299,6 +391,11 @@ int main(int argc, char **argv)
   CHECK(vmm_pattern);
   for (size_t j = 0; j < mapped; j++) vmm_pattern[j] = (unsigned char)(j * 29 + 5);
   CU_OK(cu.htod(range_base, vmm_pattern, mapped));
+
+  if (cubin) {
+    graph_build(cubin);
+    graph_expect(1);
+  }
 
   pthread_t thread;
   CHECK(pthread_create(&thread, NULL, worker, context) == 0);
@@ -360,7 +457,10 @@ int main(int argc, char **argv)
   CU_OK(cu.address_free(range_base, 2 * mapped));
   free(vmm_back);
   free(vmm_pattern);
-  if (cubin) launch_from_cubin(cubin);
+  if (cubin) {
+    graph_after_resume();
+    launch_from_cubin(cubin);
+  }
   printf("driver layer: %" PRIu64 " bytes checkpointed, %zu bytes given back while paused, "
          "%ld calls held at %ld\n", image, free_paused - free_before, held, held);
   return 0;

@@ -373,6 +373,44 @@ static CUresult emu_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsig
                                  (cudaStream_t)stream));
 }
 
+/* ---- graphs: the emu's runtime graphs (emu_graph.c) under the driver's names ---- */
+
+static CUresult emu_cuGraphCreate(CUgraph *graph, unsigned int flags) {
+  return from_runtime(cudaGraphCreate((cudaGraph_t *)graph, flags));
+}
+
+static CUresult emu_cuGraphAddKernelNode(CUgraphNode *node, CUgraph graph,
+                                         const CUgraphNode *dependencies, size_t count,
+                                         const CUDA_KERNEL_NODE_PARAMS *p) {
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  struct cudaKernelNodeParams params = {
+      .func = p->func ? (void *)p->func : (void *)p->kern,
+      .gridDim = {p->gridDimX, p->gridDimY, p->gridDimZ},
+      .blockDim = {p->blockDimX, p->blockDimY, p->blockDimZ},
+      .sharedMemBytes = p->sharedMemBytes, .kernelParams = p->kernelParams, .extra = p->extra};
+  return from_runtime(cudaGraphAddKernelNode((cudaGraphNode_t *)node, (cudaGraph_t)graph,
+                                             (const cudaGraphNode_t *)dependencies, count,
+                                             &params));
+}
+
+static CUresult emu_cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph,
+                                                unsigned long long flags) {
+  return from_runtime(cudaGraphInstantiateWithFlags((cudaGraphExec_t *)exec, (cudaGraph_t)graph,
+                                                    flags));
+}
+
+static CUresult emu_cuGraphLaunch(CUgraphExec exec, CUstream stream) {
+  return from_runtime(cudaGraphLaunch((cudaGraphExec_t)exec, (cudaStream_t)stream));
+}
+
+static CUresult emu_cuGraphDestroy(CUgraph graph) {
+  return from_runtime(cudaGraphDestroy((cudaGraph_t)graph));
+}
+
+static CUresult emu_cuGraphExecDestroy(CUgraphExec exec) {
+  return from_runtime(cudaGraphExecDestroy((cudaGraphExec_t)exec));
+}
+
 /* The emu has no device image: it describes the parameters a test declared
  * (cudaw_emu_set_kernel_param_sizes), and no others. */
 static CUresult emu_cuFuncGetParamInfo(CUfunction func, size_t index, size_t *offset,
@@ -432,7 +470,8 @@ E(cuMemUnmap); E(cuMemSetAccess); E(cuPointerGetAttribute); E(cuMemGetAddressRan
 E(cuMemcpyDtoD); E(cuMemcpyHtoDAsync); E(cuMemcpyDtoHAsync); E(cuMemcpyDtoDAsync);
 E(cuMemsetD8); E(cuMemsetD8Async); E(cuFuncGetParamInfo); E(cuGetErrorName);
 E(cuModuleLoadData); E(cuModuleGetFunction); E(cuModuleUnload); E(cuLaunchKernel);
-E(cuFuncGetName); E(cuMemcpy2D);
+E(cuFuncGetName); E(cuMemcpy2D); E(cuGraphCreate); E(cuGraphAddKernelNode);
+E(cuGraphInstantiateWithFlags); E(cuGraphLaunch); E(cuGraphDestroy); E(cuGraphExecDestroy);
 E(cuGetErrorString);
 
 static const struct entry *const entries[] = {
@@ -449,7 +488,9 @@ static const struct entry *const entries[] = {
     &entry_cuMemcpyDtoDAsync, &entry_cuMemsetD8, &entry_cuMemsetD8Async,
     &entry_cuFuncGetParamInfo, &entry_cuGetErrorName, &entry_cuGetErrorString,
     &entry_cuModuleLoadData, &entry_cuModuleGetFunction, &entry_cuModuleUnload,
-    &entry_cuLaunchKernel, &entry_cuFuncGetName, &entry_cuMemcpy2D,
+    &entry_cuLaunchKernel, &entry_cuFuncGetName, &entry_cuMemcpy2D, &entry_cuGraphCreate,
+    &entry_cuGraphAddKernelNode, &entry_cuGraphInstantiateWithFlags, &entry_cuGraphLaunch,
+    &entry_cuGraphDestroy, &entry_cuGraphExecDestroy,
 };
 
 cudaError_t emu_get_driver_entry_point(const char *symbol, void **func,

@@ -1,0 +1,211 @@
+/* Graphs built through the driver (XLA's command buffers, a static runtime's graphs): kernel
+ * nodes get translated arguments like launches, and graphs that hold translated (real) addresses
+ * are refused, not run with stale ones, once a checkpoint moved device memory under
+ * CUDAW_VMEM=translate. The bookkeeping is the runtime's (kparam_graphs.c); under remap every
+ * mark is a no-op. Listed in gen/api.d/driver.conf. */
+#include "shim_driver.h"
+
+#define ENTER(name)                                            \
+  shim_real_fn real = shim_drv_enter_counted(SHIM_DRV_##name); \
+  if (!real) return shim_drv_missing_counted(SHIM_DRV_##name)
+#define REAL(name) ((__typeof__(&name))real)
+
+/* A node's kernel: its function, or the library kernel it names. */
+static CUfunction node_function(const CUDA_KERNEL_NODE_PARAMS *p)
+{
+  return p->func ? p->func : (CUfunction)p->kern;
+}
+
+/* *copy = *p with translated arguments; release frame afterwards. */
+static CUresult prepare_node(const CUDA_KERNEL_NODE_PARAMS *p, CUDA_KERNEL_NODE_PARAMS *copy,
+                             struct shim_drv_frame *frame)
+{
+  *copy = *p;
+  CUresult result = shim_drv_prepare(node_function(p), p->kernelParams,
+                                     p->kernelParams ? NULL : p->extra, frame);
+  copy->kernelParams = frame->args;
+  copy->extra = p->kernelParams ? p->extra : frame->extra;
+  return result;
+}
+
+SHIM_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                             const CUgraphNode *dependencies,
+                                             size_t numDependencies,
+                                             const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+  ENTER(cuGraphAddKernelNode_v2);
+  CUresult result;
+  if (!nodeParams || !shim_kparam_active()) {
+    result = REAL(cuGraphAddKernelNode_v2)(phGraphNode, hGraph, dependencies, numDependencies,
+                                           nodeParams);
+  } else {
+    CUDA_KERNEL_NODE_PARAMS copy;
+    struct shim_drv_frame frame;
+    result = prepare_node(nodeParams, &copy, &frame);
+    if (result == CUDA_SUCCESS)
+      result = REAL(cuGraphAddKernelNode_v2)(phGraphNode, hGraph, dependencies, numDependencies,
+                                             &copy);
+    shim_drv_frame_release(&frame);
+    if (result == CUDA_SUCCESS) {
+      shim_kparam_graph_mark(hGraph);
+      if (phGraphNode) shim_kparam_node_mark(*phGraphNode, hGraph);
+    }
+  }
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hNode,
+                                                   const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+  ENTER(cuGraphKernelNodeSetParams_v2);
+  CUresult result;
+  if (!nodeParams || !shim_kparam_active()) {
+    result = REAL(cuGraphKernelNodeSetParams_v2)(hNode, nodeParams);
+  } else {
+    CUDA_KERNEL_NODE_PARAMS copy;
+    struct shim_drv_frame frame;
+    result = prepare_node(nodeParams, &copy, &frame);
+    if (result == CUDA_SUCCESS) result = REAL(cuGraphKernelNodeSetParams_v2)(hNode, &copy);
+    shim_drv_frame_release(&frame);
+    const void *graph = shim_kparam_node_graph(hNode);
+    if (result == CUDA_SUCCESS && graph) shim_kparam_graph_mark(graph);
+  }
+  shim_gate_leave();
+  return result;
+}
+
+/* The exec was marked when instantiated from a marked graph, or is marked now: its node holds
+ * translated addresses from here on. */
+SHIM_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                       const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+  ENTER(cuGraphExecKernelNodeSetParams_v2);
+  CUresult result;
+  if (!nodeParams || !shim_kparam_active()) {
+    result = REAL(cuGraphExecKernelNodeSetParams_v2)(hGraphExec, hNode, nodeParams);
+  } else {
+    CUDA_KERNEL_NODE_PARAMS copy;
+    struct shim_drv_frame frame;
+    result = prepare_node(nodeParams, &copy, &frame);
+    if (result == CUDA_SUCCESS)
+      result = REAL(cuGraphExecKernelNodeSetParams_v2)(hGraphExec, hNode, &copy);
+    shim_drv_frame_release(&frame);
+    if (result == CUDA_SUCCESS) shim_kparam_graph_mark(hGraphExec);
+  }
+  shim_gate_leave();
+  return result;
+}
+
+/* ---- staleness after a relocation ---- */
+
+static CUresult stale(void)
+{
+  return CUDA_ERROR_NOT_PERMITTED; /* kparam_graphs.c has logged why */
+}
+
+#define INSTANTIATE(name, params, ...)                                                   \
+  SHIM_EXPORT CUresult name params                                                       \
+  {                                                                                      \
+    ENTER(name);                                                                         \
+    CUresult result;                                                                     \
+    if (shim_kparam_graph_stale(hGraph)) {                                               \
+      result = stale();                                                                  \
+    } else {                                                                             \
+      result = REAL(name)(phGraphExec, hGraph, __VA_ARGS__);                             \
+      if (result == CUDA_SUCCESS && phGraphExec) shim_kparam_exec_mark(*phGraphExec, hGraph); \
+    }                                                                                    \
+    shim_gate_leave();                                                                   \
+    return result;                                                                       \
+  }
+
+INSTANTIATE(cuGraphInstantiateWithFlags,
+            (CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags), flags)
+INSTANTIATE(cuGraphInstantiateWithParams,
+            (CUgraphExec *phGraphExec, CUgraph hGraph,
+             CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams), instantiateParams)
+INSTANTIATE(cuGraphInstantiateWithParams_ptsz,
+            (CUgraphExec *phGraphExec, CUgraph hGraph,
+             CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams), instantiateParams)
+
+#define GRAPH_LAUNCH(name)                                                               \
+  SHIM_EXPORT CUresult name(CUgraphExec hGraphExec, CUstream hStream)                    \
+  {                                                                                      \
+    ENTER(name);                                                                         \
+    CUresult result = shim_kparam_exec_stale(hGraphExec) ? stale()                       \
+                                                         : REAL(name)(hGraphExec, hStream); \
+    shim_gate_leave();                                                                   \
+    return result;                                                                       \
+  }
+
+GRAPH_LAUNCH(cuGraphLaunch)
+GRAPH_LAUNCH(cuGraphLaunch_ptsz)
+
+/* Kernels launched during a capture were translated on their way in. */
+#define END_CAPTURE(name)                                                                \
+  SHIM_EXPORT CUresult name(CUstream hStream, CUgraph *phGraph)                          \
+  {                                                                                      \
+    ENTER(name);                                                                         \
+    CUresult result = REAL(name)(hStream, phGraph);                                      \
+    if (result == CUDA_SUCCESS && phGraph) shim_kparam_graph_mark(*phGraph);             \
+    shim_gate_leave();                                                                   \
+    return result;                                                                       \
+  }
+
+END_CAPTURE(cuStreamEndCapture)
+END_CAPTURE(cuStreamEndCapture_ptsz)
+
+SHIM_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
+{
+  ENTER(cuGraphClone);
+  CUresult result = REAL(cuGraphClone)(phGraphClone, originalGraph);
+  if (result == CUDA_SUCCESS && phGraphClone)
+    shim_kparam_graph_inherit(*phGraphClone, originalGraph);
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                              const CUgraphNode *dependencies,
+                                              size_t numDependencies, CUgraph childGraph)
+{
+  ENTER(cuGraphAddChildGraphNode);
+  CUresult result = REAL(cuGraphAddChildGraphNode)(phGraphNode, hGraph, dependencies,
+                                                   numDependencies, childGraph);
+  if (result == CUDA_SUCCESS) shim_kparam_graph_inherit(hGraph, childGraph);
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
+                                          CUgraphExecUpdateResultInfo *resultInfo)
+{
+  ENTER(cuGraphExecUpdate_v2);
+  CUresult result;
+  if (shim_kparam_graph_stale(hGraph)) {
+    result = stale();
+  } else {
+    result = REAL(cuGraphExecUpdate_v2)(hGraphExec, hGraph, resultInfo);
+    if (result == CUDA_SUCCESS) shim_kparam_exec_mark(hGraphExec, hGraph);
+  }
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
+{
+  ENTER(cuGraphDestroy);
+  shim_kparam_graph_forget(hGraph);
+  CUresult result = REAL(cuGraphDestroy)(hGraph);
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
+{
+  ENTER(cuGraphExecDestroy);
+  shim_kparam_graph_forget(hGraphExec);
+  CUresult result = REAL(cuGraphExecDestroy)(hGraphExec);
+  shim_gate_leave();
+  return result;
+}

@@ -19,6 +19,7 @@ shim_real_fn shim_drv_real_table[SHIM_DRV_COUNT];
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static int load_status = -ENOENT;
+static atomic_int loaded; /* load_status == 0, published */
 
 /* Open addressing, real entry point -> id + 1 (0: empty). Written once under load_once, then
  * read without a lock. Distinct exports may share an entry point (aliases): the first one wins,
@@ -102,6 +103,7 @@ static void load(void)
   shim_info("driver layer: forwarding to %s (%u of %u functions present)", path,
             SHIM_DRV_COUNT - missing, SHIM_DRV_COUNT);
   load_status = 0;
+  atomic_store_explicit(&loaded, 1, memory_order_release);
 out:
   shim_depth--;
 }
@@ -110,6 +112,11 @@ int shim_drv_load(void)
 {
   pthread_once(&load_once, load);
   return load_status;
+}
+
+int shim_drv_loaded(void)
+{
+  return atomic_load_explicit(&loaded, memory_order_acquire);
 }
 
 shim_real_fn shim_drv_resolve(enum shim_drv_id id)

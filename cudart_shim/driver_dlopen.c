@@ -68,6 +68,12 @@ static void *route(const char *file, int mode, const void *caller)
     /* cudaw's own calls (shim_depth > 0: NVML loaded for status, the real runtime's) get the
      * real driver: a library cudaw uses must never wait at cudaw's own gate during a pause. */
     if (shim_depth == 0 && !from_real_runtime(caller)) {
+      /* RTLD_NOLOAD asks whether the driver is loaded: answer for the real one, load nothing. */
+      if ((mode & RTLD_NOLOAD) && !shim_drv_loaded()) {
+        void *real = shim_real_dlopen(file, mode);
+        if (!real) return NULL;
+        dlclose(real);
+      }
       shim_depth++;
       int loaded = shim_drv_load() == 0;
       shim_depth--;

@@ -147,6 +147,8 @@ void *shim_drv_wrap(void *real, const char *symbol);
 
 /* Load the real driver once (driver.c): 0, or -ENOENT when there is none. */
 int shim_drv_load(void);
+/* Nonzero once the real driver is loaded (never loads it). */
+int shim_drv_loaded(void);
 
 /* How many distinct driver functions the program obtained that cudaw does not wrap. */
 unsigned shim_drv_unwrapped_count(void);

@@ -304,7 +304,12 @@ int main(int argc, char **argv)
   int expect_bypass = argc > 3 && strcmp(argv[3], "--expect-bypass") == 0;
   const char *cubin = argc > 3 && !expect_bypass ? argv[3] : NULL;
 
+  /* Asking whether the driver is loaded must not load it (nothing has opened it yet). */
+  CHECK(dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD) == NULL,
+        "dlopen(libcuda.so.1, RTLD_NOLOAD) answered before anything loaded the driver");
   void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  CHECK(!driver || dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD) == driver,
+        "dlopen(libcuda.so.1, RTLD_NOLOAD) after the driver loaded is not the same handle");
   void *proc = driver ? dlsym(driver, "cuGetProcAddress_v2") : NULL;
   if (expect_bypass) {
     CHECK(!defined_by_cudaw(proc), "CUDAW_DRIVER=0, yet dlopen(libcuda.so.1) answered with cudaw");

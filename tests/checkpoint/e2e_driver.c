@@ -6,7 +6,9 @@
  * (cuMemCreate/cuMemMap, as XLA and PyTorch's expandable segments do) must be named by handles of
  * cudaw's, a checkpoint must hold its driver calls (progress stops), move both kinds of memory into
  * the image and give them back to the device, and resume must restore every byte at the same
- * addresses, after which the program's handles still unmap and release.
+ * addresses, after which the program's handles still unmap and release. A function of a driver
+ * newer than cudaw (the emu's cuEmuNewerFunction) is handed out as it is, and status must then
+ * say that the pause does not hold everything (ungated_functions).
  * With a cubin (driver_kernels.cu), after the resume it loads it with cuModuleLoadData and launches
  * its kernels with cuLaunchKernel on its virtual memory: the emulated device runs the host
  * implementations below on whatever addresses arrive, so an untranslated virtual pointer (under
@@ -348,6 +350,15 @@ int main(int argc, char **argv)
   get(get_proc, "cuGraphDestroy", &cu.graph_destroy);
   get(get_proc, "cuGraphExecDestroy", &cu.exec_destroy);
 
+  /* A function cudaw does not know: the driver's own, counted as not held. */
+  void *newer = NULL;
+  CUdriverProcAddressQueryResult found;
+  CU_OK(get_proc("cuEmuNewerFunction", &newer, 12000, 0, &found));
+  CHECK(newer && !defined_by_cudaw(newer), "an unknown driver function was not handed out as is");
+  int answer = 0;
+  CU_OK(((CUresult(*)(int *))newer)(&answer));
+  CHECK(answer == 42);
+
   CU_OK(cu.init(0));
   CUcontext context;
   CU_OK(cu.retain(&context, 0));
@@ -414,6 +425,12 @@ int main(int argc, char **argv)
   CHECK(e2e_wait_state("paused", 10), "not paused");
   e2e_ask("status", reply, sizeof reply);
   uint64_t image = field(reply, "image_bytes");
+  CHECK(field(reply, "ungated_functions") == 1, "status does not count the driver function "
+        "cudaw does not hold: %s", reply);
+  char said[4096];
+  CHECK(e2e_run_ctl(argv[1], "status", (long)getpid(), said, sizeof said) == 0 &&
+            strstr(said, "NOT fully held"), "cudaw-ctl status does not say the pause is partial: %s",
+        said);
   CHECK(image >= sizes[0] + sizes[1] + sizes[2] + mapped, "image holds %" PRIu64 " bytes: "
         "driver allocations or the program's mappings were not checkpointed (%s)", image, reply);
   e2e_emu_mem_info(&free_paused, &total);

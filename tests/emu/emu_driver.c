@@ -474,7 +474,18 @@ E(cuFuncGetName); E(cuMemcpy2D); E(cuGraphCreate); E(cuGraphAddKernelNode);
 E(cuGraphInstantiateWithFlags); E(cuGraphLaunch); E(cuGraphDestroy); E(cuGraphExecDestroy);
 E(cuGetErrorString);
 
+/* A function of a driver newer than cudaw's toolkit: not in cuda.h, so cudaw has no wrapper for
+ * it and must say so (status: ungated_functions). Returns 42. */
+static CUresult emu_cuEmuNewerFunction(int *value) {
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  *value = 42;
+  return CUDA_SUCCESS;
+}
+static const struct entry entry_cuEmuNewerFunction = {"cuEmuNewerFunction",
+                                                      (void (*)(void))emu_cuEmuNewerFunction};
+
 static const struct entry *const entries[] = {
+    &entry_cuEmuNewerFunction,
     &entry_cuInit, &entry_cuDriverGetVersion, &entry_cuDeviceGetCount, &entry_cuDeviceGet,
     &entry_cuDeviceGetAttribute, &entry_cuDevicePrimaryCtxRetain, &entry_cuDevicePrimaryCtxRelease,
     &entry_cuDevicePrimaryCtxGetState,

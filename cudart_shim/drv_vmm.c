@@ -93,6 +93,17 @@ static struct handle *lookup(CUmemGenericAllocationHandle value)
   return set_find(h) == SIZE_MAX ? NULL : h;
 }
 
+/* A handle that is not cudaw's is the driver's own (cuMemRetainAllocationHandle of memory cudaw
+ * did not map for the program, e.g. vmem's): calls on it go to the driver unchanged. The ones
+ * retained on vmem's memory are remembered, so that exporting one is named (NCCL registers user
+ * buffers that way): a checkpoint would release that memory under the importing process. */
+#define VMEM_RETAINED_MAX 64
+static struct {
+  CUmemGenericAllocationHandle handle;
+  const void *address;
+} vmem_retained[VMEM_RETAINED_MAX];
+static unsigned vmem_retained_next;
+
 static void forget(struct handle *h)
 {
   size_t i = set_find(h);
@@ -160,6 +171,7 @@ SHIM_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
   CUresult result = CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&lock);
   struct handle *h = lookup(handle);
+  if (!h) result = REAL(cuMemRelease)(handle);
   if (h && h->refs > 0) {
     /* cudaw holds one real reference while the program holds any (cuMemRetainAllocationHandle
      * adds program references only). The driver keeps mapped memory until its last unmap. */
@@ -180,6 +192,7 @@ SHIM_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   pthread_mutex_lock(&lock);
   struct handle *h = lookup(handle);
   struct mapping *m = h ? calloc(1, sizeof *m) : NULL;
+  if (!h) result = REAL(cuMemMap)(ptr, size, offset, handle, flags);
   if (h && !m) result = CUDA_ERROR_OUT_OF_MEMORY;
   if (m) {
     result = REAL(cuMemMap)(ptr, size, offset, h->real, flags);
@@ -282,6 +295,11 @@ SHIM_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h
   } else {
     /* Not mapped through cudaw (e.g. by the real runtime): the driver's own handle. */
     result = REAL(cuMemRetainAllocationHandle)(handle, addr);
+    if (result == CUDA_SUCCESS && vmem_in_range(addr)) {
+      unsigned slot = vmem_retained_next++ % VMEM_RETAINED_MAX;
+      vmem_retained[slot].handle = *handle;
+      vmem_retained[slot].address = addr;
+    }
   }
   pthread_mutex_unlock(&lock);
   shim_gate_leave();
@@ -311,7 +329,16 @@ SHIM_EXPORT CUresult cuMemExportToShareableHandle(void *shareableHandle,
   CUresult result = CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&lock);
   struct handle *h = lookup(handle);
-  if (h) {
+  if (!h) {
+    result = REAL(cuMemExportToShareableHandle)(shareableHandle, handle, handleType, flags);
+    for (unsigned i = 0; result == CUDA_SUCCESS && i < VMEM_RETAINED_MAX; i++)
+      if (vmem_retained[i].address && vmem_retained[i].handle == handle) {
+        shim_warn("cuMemExportToShareableHandle: cudaw's virtual memory at %p was exported to "
+                  "another process; a checkpoint of this program releases it under that process "
+                  "(pause both together, or use CUDAW_VMEM=off)", vmem_retained[i].address);
+        break;
+      }
+  } else {
     result = REAL(cuMemExportToShareableHandle)(shareableHandle, h->real, handleType, flags);
     if (result == CUDA_SUCCESS) h->shared = 1;
   }

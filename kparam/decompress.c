@@ -6,13 +6,22 @@
 #include <stdlib.h>
 #include <zstd.h>
 
-/* Reject sizes that would make a corrupt header allocate gigabytes. */
+/* Reject sizes that would make a corrupt header allocate gigabytes: an absolute bound, and one
+ * by compression ratio. LZ4 cannot exceed 255:1; zstd could in theory (RLE blocks), but cubins
+ * and PTX compress far below 1024:1, and a claim above that comes from a corrupt header (the
+ * fuzzer found a 2 GiB claim in a few bytes). A rejected entry only leaves its kernels opaque. */
 #define MAX_DECOMPRESSED_BYTES ((size_t)1 << 31)
+#define MAX_LZ4_RATIO 255u
+#define MAX_ZSTD_RATIO 1024u
+
+static int plausible(size_t want, size_t payload, unsigned ratio) {
+  return want > 0 && want < MAX_DECOMPRESSED_BYTES && want / ratio <= payload + 64;
+}
 
 static int lz4_block(const struct fatbin_entry *e, const uint8_t **out, size_t *out_size,
                      void **owned) {
   size_t want = (size_t)e->decompressed_size;
-  if (want == 0 || want > MAX_DECOMPRESSED_BYTES || e->payload_size > INT32_MAX ||
+  if (!plausible(want, (size_t)e->payload_size, MAX_LZ4_RATIO) || e->payload_size > INT32_MAX ||
       want > INT32_MAX)
     return -EBADMSG;
   char *buffer = malloc(want);
@@ -33,7 +42,7 @@ static int zstd_frame(const struct fatbin_entry *e, const uint8_t **out, size_t 
   unsigned long long frame = ZSTD_getFrameContentSize(e->payload, e->payload_size);
   size_t want = (size_t)e->decompressed_size;
   if (frame != ZSTD_CONTENTSIZE_UNKNOWN && frame != ZSTD_CONTENTSIZE_ERROR) want = (size_t)frame;
-  if (want == 0 || want > MAX_DECOMPRESSED_BYTES) return -EBADMSG;
+  if (!plausible(want, (size_t)e->payload_size, MAX_ZSTD_RATIO)) return -EBADMSG;
   void *buffer = malloc(want);
   if (!buffer) return -ENOMEM;
   size_t got = ZSTD_decompress(buffer, want, e->payload, e->payload_size);

@@ -4,6 +4,7 @@
  * corrupted too. */
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 
 #include "kparam.h"
 #include "elf_section.h"
@@ -100,6 +101,32 @@ int main(int argc, char **argv) {
   memcpy(bad_entry + 16 + 8, &huge, 8);
   CHECK(parse(bad_entry, size) == -EBADMSG, "entry past its container");
   CHECK(strstr(last_warning, "offset 16") != NULL, "names the entry offset");
+
+  /* Regression (found by the fuzzer): a zstd frame of a few bytes whose header claims 2 GiB of
+   * content made the parser allocate 2 GiB. With the address space capped below that, the claim
+   * must be refused as corrupt, not attempted (under the cap the attempt reports "out of
+   * memory"; without it, it allocates 2 GiB). */
+  unsigned char claim[1024];
+  memcpy(claim, container, size);
+  uint64_t zstd_flags = 0x8011;
+  memcpy(claim + 16 + 40, &zstd_flags, 8);
+  static const unsigned char frame[] = {0x28, 0xb5, 0x2f, 0xfd, 0xa0, 0x00, 0x00, 0x00, 0x80,
+                                        0x01, 0x00, 0x00};
+  memcpy(claim + 16 + 80, frame, sizeof frame);
+  struct rlimit saved, capped;
+  CHECK(getrlimit(RLIMIT_AS, &saved) == 0);
+  capped = saved;
+  capped.rlim_cur = (rlim_t)1 << 30;
+  int limited = saved.rlim_cur == RLIM_INFINITY || saved.rlim_cur > capped.rlim_cur;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  limited = 0; /* the sanitizer's shadow memory alone is far above the cap */
+#endif
+  if (limited) limited = setrlimit(RLIMIT_AS, &capped) == 0;
+  int claimed = parse(claim, size);
+  if (limited) CHECK(setrlimit(RLIMIT_AS, &saved) == 0);
+  CHECK(claimed == -EBADMSG && strstr(last_warning, "corrupt zstd payload"),
+        "a 2 GiB zstd claim in %zu bytes was attempted, not refused: %d, '%s'", size, claimed,
+        last_warning);
 
   truncate_everywhere(container, size, 1);
   flip_everything(container, size, 1);

@@ -5,6 +5,8 @@
  * mark is a no-op. Listed in gen/api.d/driver.conf. */
 #include "shim_driver.h"
 
+#include <string.h>
+
 #define ENTER(name)                                            \
   shim_real_fn real = shim_drv_enter_counted(SHIM_DRV_##name); \
   if (!real) return shim_drv_missing_counted(SHIM_DRV_##name)
@@ -96,6 +98,70 @@ SHIM_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, C
   shim_gate_leave();
   return result;
 }
+
+/* ---- generic nodes (cuGraphAddNode & co.): kernel nodes as above, others unchanged ---- */
+
+static int kernel_node(const CUgraphNodeParams *p)
+{
+  return p && p->type == CU_GRAPH_NODE_TYPE_KERNEL && shim_kparam_active();
+}
+
+/* *copy = *p with the kernel's arguments translated (CUDA_KERNEL_NODE_PARAMS_v3 has the layout
+ * of _v2). Release frame afterwards. */
+static CUresult prepare_generic(const CUgraphNodeParams *p, CUgraphNodeParams *copy,
+                                struct shim_drv_frame *frame)
+{
+  *copy = *p;
+  CUDA_KERNEL_NODE_PARAMS kernel, translated;
+  _Static_assert(sizeof kernel == sizeof p->kernel, "kernel node parameters v2 and v3 differ");
+  memcpy(&kernel, &p->kernel, sizeof kernel);
+  CUresult result = prepare_node(&kernel, &translated, frame);
+  memcpy(&copy->kernel, &translated, sizeof translated);
+  return result;
+}
+
+#define GENERIC_NODE(name, params, args, graph_expr)                                     \
+  SHIM_EXPORT CUresult name params                                                       \
+  {                                                                                      \
+    ENTER(name);                                                                         \
+    CUresult result;                                                                     \
+    if (!kernel_node(nodeParams)) {                                                      \
+      result = REAL(name) args;                                                          \
+    } else {                                                                             \
+      CUgraphNodeParams copy, *original = nodeParams;                                    \
+      struct shim_drv_frame frame;                                                       \
+      result = prepare_generic(original, &copy, &frame);                                 \
+      nodeParams = &copy;                                                                \
+      if (result == CUDA_SUCCESS) result = REAL(name) args;                              \
+      nodeParams = original;                                                             \
+      shim_drv_frame_release(&frame);                                                    \
+      const void *marked = graph_expr;                                                   \
+      if (result == CUDA_SUCCESS && marked) shim_kparam_graph_mark(marked);              \
+    }                                                                                    \
+    shim_gate_leave();                                                                   \
+    return result;                                                                       \
+  }
+
+GENERIC_NODE(cuGraphAddNode_v2,
+             (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+              const CUgraphEdgeData *dependencyData, size_t numDependencies,
+              CUgraphNodeParams *nodeParams),
+             (phGraphNode, hGraph, dependencies, dependencyData, numDependencies, nodeParams),
+             (phGraphNode && result == CUDA_SUCCESS
+                  ? (shim_kparam_node_mark(*phGraphNode, hGraph), (const void *)hGraph)
+                  : NULL))
+GENERIC_NODE(cuGraphAddNode,
+             (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+              size_t numDependencies, CUgraphNodeParams *nodeParams),
+             (phGraphNode, hGraph, dependencies, numDependencies, nodeParams),
+             (phGraphNode && result == CUDA_SUCCESS
+                  ? (shim_kparam_node_mark(*phGraphNode, hGraph), (const void *)hGraph)
+                  : NULL))
+GENERIC_NODE(cuGraphNodeSetParams, (CUgraphNode hNode, CUgraphNodeParams *nodeParams),
+             (hNode, nodeParams), shim_kparam_node_graph(hNode))
+GENERIC_NODE(cuGraphExecNodeSetParams,
+             (CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams),
+             (hGraphExec, hNode, nodeParams), (const void *)hGraphExec)
 
 /* ---- staleness after a relocation ---- */
 

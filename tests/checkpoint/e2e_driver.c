@@ -75,6 +75,8 @@ static struct {
   CUresult (*graph_create)(CUgraph *, unsigned);
   CUresult (*graph_add_kernel)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
                                const CUDA_KERNEL_NODE_PARAMS *);
+  CUresult (*graph_add_node)(CUgraphNode *, CUgraph, const CUgraphNode *, const CUgraphEdgeData *,
+                             size_t, CUgraphNodeParams *);
   CUresult (*graph_instantiate)(CUgraphExec *, CUgraph, unsigned long long);
   CUresult (*graph_launch)(CUgraphExec, CUstream);
   CUresult (*graph_destroy)(CUgraph);
@@ -131,7 +133,8 @@ static uint64_t field(const char *reply, const char *name)
   return strtoull(at + strlen(key), NULL, 10);
 }
 
-/* A driver graph: one axpy node over x and y (N floats), built and run before the checkpoint. */
+/* A driver graph: two axpy nodes over x and y (N floats), one added with cuGraphAddKernelNode and
+ * one with the generic cuGraphAddNode, built and run before the checkpoint. */
 enum { GRAPH_N = 512 };
 static struct {
   CUmodule module;
@@ -169,8 +172,11 @@ static void graph_build(const char *cubin)
                                   .blockDimX = 256, .blockDimY = 1, .blockDimZ = 1,
                                   .kernelParams = args};
   CU_OK(cu.graph_create(&g.graph, 0));
-  CUgraphNode added;
+  CUgraphNode added, generic;
   CU_OK(cu.graph_add_kernel(&added, g.graph, NULL, 0, &node));
+  CUgraphNodeParams second = {.type = CU_GRAPH_NODE_TYPE_KERNEL};
+  memcpy(&second.kernel, &node, sizeof node);
+  CU_OK(cu.graph_add_node(&generic, g.graph, &added, NULL, 1, &second));
   CU_OK(cu.graph_instantiate(&g.exec, g.graph, 0));
   CU_OK(cu.graph_launch(g.exec, NULL));
 }
@@ -181,7 +187,7 @@ static void graph_expect(int runs)
   float back[GRAPH_N];
   CU_OK(cu.dtoh(back, g.y, sizeof back));
   for (int i = 0; i < GRAPH_N; i++)
-    CHECK(back[i] == g.host_y[i] + (float)runs * 2.0f * g.host_x[i],
+    CHECK(back[i] == g.host_y[i] + (float)runs * 4.0f * g.host_x[i], /* two nodes a run */
           "graph result y[%d] = %g after %d runs", i, (double)back[i], runs);
 }
 
@@ -345,6 +351,7 @@ int main(int argc, char **argv)
   get(get_proc, "cuMemcpy2D", &cu.copy2d);
   get(get_proc, "cuGraphCreate", &cu.graph_create);
   get(get_proc, "cuGraphAddKernelNode", &cu.graph_add_kernel);
+  get(get_proc, "cuGraphAddNode", &cu.graph_add_node);
   get(get_proc, "cuGraphInstantiateWithFlags", &cu.graph_instantiate);
   get(get_proc, "cuGraphLaunch", &cu.graph_launch);
   get(get_proc, "cuGraphDestroy", &cu.graph_destroy);

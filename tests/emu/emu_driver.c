@@ -393,6 +393,24 @@ static CUresult emu_cuGraphAddKernelNode(CUgraphNode *node, CUgraph graph,
                                              &params));
 }
 
+/* Kernel nodes only, like the emu's cudaGraphAddNode. */
+static CUresult emu_cuGraphAddNode(CUgraphNode *node, CUgraph graph,
+                                   const CUgraphNode *dependencies, const CUgraphEdgeData *edges,
+                                   size_t count, CUgraphNodeParams *p) {
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  if (p->type != CU_GRAPH_NODE_TYPE_KERNEL) return CUDA_ERROR_NOT_SUPPORTED;
+  const CUDA_KERNEL_NODE_PARAMS_v3 *k = &p->kernel;
+  struct cudaGraphNodeParams params = {.type = cudaGraphNodeTypeKernel};
+  params.kernel = (struct cudaKernelNodeParamsV2){
+      .func = k->func ? (void *)k->func : (void *)k->kern,
+      .gridDim = {k->gridDimX, k->gridDimY, k->gridDimZ},
+      .blockDim = {k->blockDimX, k->blockDimY, k->blockDimZ},
+      .sharedMemBytes = k->sharedMemBytes, .kernelParams = k->kernelParams, .extra = k->extra};
+  return from_runtime(cudaGraphAddNode((cudaGraphNode_t *)node, (cudaGraph_t)graph,
+                                       (const cudaGraphNode_t *)dependencies,
+                                       (const cudaGraphEdgeData *)edges, count, &params));
+}
+
 static CUresult emu_cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph,
                                                 unsigned long long flags) {
   return from_runtime(cudaGraphInstantiateWithFlags((cudaGraphExec_t *)exec, (cudaGraph_t)graph,
@@ -471,7 +489,7 @@ E(cuMemcpyDtoD); E(cuMemcpyHtoDAsync); E(cuMemcpyDtoHAsync); E(cuMemcpyDtoDAsync
 E(cuMemsetD8); E(cuMemsetD8Async); E(cuFuncGetParamInfo); E(cuGetErrorName);
 E(cuModuleLoadData); E(cuModuleGetFunction); E(cuModuleUnload); E(cuLaunchKernel);
 E(cuFuncGetName); E(cuMemcpy2D); E(cuGraphCreate); E(cuGraphAddKernelNode);
-E(cuGraphInstantiateWithFlags); E(cuGraphLaunch); E(cuGraphDestroy); E(cuGraphExecDestroy);
+E(cuGraphInstantiateWithFlags); E(cuGraphLaunch); E(cuGraphAddNode); E(cuGraphDestroy); E(cuGraphExecDestroy);
 E(cuGetErrorString);
 
 /* A function of a driver newer than cudaw's toolkit: not in cuda.h, so cudaw has no wrapper for
@@ -501,7 +519,7 @@ static const struct entry *const entries[] = {
     &entry_cuModuleLoadData, &entry_cuModuleGetFunction, &entry_cuModuleUnload,
     &entry_cuLaunchKernel, &entry_cuFuncGetName, &entry_cuMemcpy2D, &entry_cuGraphCreate,
     &entry_cuGraphAddKernelNode, &entry_cuGraphInstantiateWithFlags, &entry_cuGraphLaunch,
-    &entry_cuGraphDestroy, &entry_cuGraphExecDestroy,
+    &entry_cuGraphDestroy, &entry_cuGraphExecDestroy, &entry_cuGraphAddNode,
 };
 
 cudaError_t emu_get_driver_entry_point(const char *symbol, void **func,

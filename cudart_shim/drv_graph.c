@@ -20,7 +20,7 @@ static CUfunction node_function(const CUDA_KERNEL_NODE_PARAMS *p)
 
 /* *copy = *p with translated arguments; release frame afterwards. */
 static CUresult prepare_node(const CUDA_KERNEL_NODE_PARAMS *p, CUDA_KERNEL_NODE_PARAMS *copy,
-                             struct shim_drv_frame *frame)
+                             struct shim_kparam_frame *frame)
 {
   *copy = *p;
   CUresult result = shim_drv_prepare(node_function(p), p->kernelParams,
@@ -42,12 +42,12 @@ SHIM_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph h
                                            nodeParams);
   } else {
     CUDA_KERNEL_NODE_PARAMS copy;
-    struct shim_drv_frame frame;
+    struct shim_kparam_frame frame;
     result = prepare_node(nodeParams, &copy, &frame);
     if (result == CUDA_SUCCESS)
       result = REAL(cuGraphAddKernelNode_v2)(phGraphNode, hGraph, dependencies, numDependencies,
                                              &copy);
-    shim_drv_frame_release(&frame);
+    shim_kparam_frame_release(&frame);
     if (result == CUDA_SUCCESS) {
       shim_kparam_graph_mark(hGraph);
       if (phGraphNode) shim_kparam_node_mark(*phGraphNode, hGraph);
@@ -66,10 +66,10 @@ SHIM_EXPORT CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hNode,
     result = REAL(cuGraphKernelNodeSetParams_v2)(hNode, nodeParams);
   } else {
     CUDA_KERNEL_NODE_PARAMS copy;
-    struct shim_drv_frame frame;
+    struct shim_kparam_frame frame;
     result = prepare_node(nodeParams, &copy, &frame);
     if (result == CUDA_SUCCESS) result = REAL(cuGraphKernelNodeSetParams_v2)(hNode, &copy);
-    shim_drv_frame_release(&frame);
+    shim_kparam_frame_release(&frame);
     const void *graph = shim_kparam_node_graph(hNode);
     if (result == CUDA_SUCCESS && graph) shim_kparam_graph_mark(graph);
   }
@@ -88,11 +88,11 @@ SHIM_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, C
     result = REAL(cuGraphExecKernelNodeSetParams_v2)(hGraphExec, hNode, nodeParams);
   } else {
     CUDA_KERNEL_NODE_PARAMS copy;
-    struct shim_drv_frame frame;
+    struct shim_kparam_frame frame;
     result = prepare_node(nodeParams, &copy, &frame);
     if (result == CUDA_SUCCESS)
       result = REAL(cuGraphExecKernelNodeSetParams_v2)(hGraphExec, hNode, &copy);
-    shim_drv_frame_release(&frame);
+    shim_kparam_frame_release(&frame);
     if (result == CUDA_SUCCESS) shim_kparam_graph_mark(hGraphExec);
   }
   shim_gate_leave();
@@ -109,7 +109,7 @@ static int kernel_node(const CUgraphNodeParams *p)
 /* *copy = *p with the kernel's arguments translated (CUDA_KERNEL_NODE_PARAMS_v3 has the layout
  * of _v2). Release frame afterwards. */
 static CUresult prepare_generic(const CUgraphNodeParams *p, CUgraphNodeParams *copy,
-                                struct shim_drv_frame *frame)
+                                struct shim_kparam_frame *frame)
 {
   *copy = *p;
   CUDA_KERNEL_NODE_PARAMS kernel, translated;
@@ -129,12 +129,12 @@ static CUresult prepare_generic(const CUgraphNodeParams *p, CUgraphNodeParams *c
       result = REAL(name) args;                                                          \
     } else {                                                                             \
       CUgraphNodeParams copy, *original = nodeParams;                                    \
-      struct shim_drv_frame frame;                                                       \
+      struct shim_kparam_frame frame;                                                       \
       result = prepare_generic(original, &copy, &frame);                                 \
       nodeParams = &copy;                                                                \
       if (result == CUDA_SUCCESS) result = REAL(name) args;                              \
       nodeParams = original;                                                             \
-      shim_drv_frame_release(&frame);                                                    \
+      shim_kparam_frame_release(&frame);                                                    \
       const void *marked = graph_expr;                                                   \
       if (result == CUDA_SUCCESS && marked) shim_kparam_graph_mark(marked);              \
     }                                                                                    \

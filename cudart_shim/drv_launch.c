@@ -13,7 +13,6 @@
 
 #include "kparam.h"
 #include "shim_kparam.h"
-#include "vmem.h"
 
 #define ENTER(name)                                            \
   shim_real_fn real = shim_drv_enter_counted(SHIM_DRV_##name); \
@@ -135,206 +134,76 @@ SHIM_EXPORT CUresult cuLibraryUnload(CUlibrary library)
   return result;
 }
 
-/* A CUkernel's library and name, for the CUfunction cuKernelGetFunction later gives for it. */
-struct kernel_name {
-  CUkernel kernel;
-  CUlibrary library;
-  char *name;
-};
-static pthread_mutex_t names_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct kernel_name *names;
-static size_t name_count, name_capacity;
-
-static void remember_name(CUkernel kernel, CUlibrary library, const char *name)
-{
-  pthread_mutex_lock(&names_lock);
-  size_t i = 0;
-  while (i < name_count && names[i].kernel != kernel) i++;
-  if (i == name_count && name_count == name_capacity) {
-    size_t capacity = name_capacity ? 2 * name_capacity : 64;
-    struct kernel_name *grown = realloc(names, capacity * sizeof *grown);
-    if (grown) names = grown, name_capacity = capacity;
-  }
-  char *copy = strdup(name);
-  if (i < name_capacity && copy) {
-    if (i < name_count) free(names[i].name);
-    else name_count++;
-    names[i] = (struct kernel_name){kernel, library, copy};
-  } else {
-    free(copy);
-  }
-  pthread_mutex_unlock(&names_lock);
-}
-
 SHIM_EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
 {
   ENTER(cuLibraryGetKernel);
   CUresult result = REAL(cuLibraryGetKernel)(pKernel, library, name);
-  if (result == CUDA_SUCCESS && pKernel && *pKernel && name) {
+  if (result == CUDA_SUCCESS && pKernel && *pKernel && name)
     record_function(*pKernel, library, name);
-    remember_name(*pKernel, library, name);
-  }
-  shim_gate_leave();
-  return result;
-}
-
-SHIM_EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
-{
-  ENTER(cuKernelGetFunction);
-  CUresult result = REAL(cuKernelGetFunction)(pFunc, kernel);
-  if (result == CUDA_SUCCESS && pFunc && *pFunc) {
-    pthread_mutex_lock(&names_lock);
-    for (size_t i = 0; i < name_count; i++)
-      if (names[i].kernel == kernel) {
-        record_function(*pFunc, names[i].library, names[i].name);
-        break;
-      }
-    pthread_mutex_unlock(&names_lock);
-  }
   shim_gate_leave();
   return result;
 }
 
 /* ---- kernels cudaw has no image for: the driver's own parameter layout ---------------------- */
 
-/* A static runtime may load its fatbins by ways cudaw does not see. For such a kernel the driver
- * still knows each parameter's offset and size (cuFuncGetParamInfo): under translate, every
- * 8-byte-aligned word of every parameter that holds an address in cudaw's virtual range is
- * translated, like kparam's conservative scan of an aggregate. */
-struct driver_layout {
-  CUfunction function;
-  unsigned count;        /* parameters; 0 when the driver cannot tell */
-  size_t *offset, *size; /* count entries each */
-  struct driver_layout *next;
-};
+/* Functions the driver could not describe, asked once each. */
+#define UNDESCRIBED_MAX 256
+static pthread_mutex_t undescribed_lock = PTHREAD_MUTEX_INITIALIZER;
+static const void *undescribed[UNDESCRIBED_MAX];
+static unsigned undescribed_count;
 
-static pthread_mutex_t layouts_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct driver_layout *layouts;
-
-static const struct driver_layout *driver_layout(CUfunction f)
+/* A static runtime may load its fatbins by ways cudaw does not see, and a CUfunction from
+ * cuKernelGetFunction names no image either. The driver still knows each parameter's offset and
+ * size (cuFuncGetParamInfo) and the kernel's name: kparam builds a plan from them (kinds from a
+ * mangled name, every aligned word of the rest scanned). Called by shim_kparam_prepare for a
+ * handle without a plan under translate; 0 when a plan was registered. */
+int shim_drv_learn_layout(const void *function)
 {
-  pthread_mutex_lock(&layouts_lock);
-  struct driver_layout *l = layouts;
-  while (l && l->function != f) l = l->next;
-  if (!l && (l = calloc(1, sizeof *l))) {
-    l->function = f;
-    size_t offset, size, capacity = 0;
-    while (SHIM_DRV_REAL(cuFuncGetParamInfo)(f, l->count, &offset, &size) == CUDA_SUCCESS) {
-      if (l->count == capacity) {
-        capacity = capacity ? 2 * capacity : 16;
-        size_t *o = realloc(l->offset, capacity * sizeof *o);
-        if (o) l->offset = o;
-        size_t *s = o ? realloc(l->size, capacity * sizeof *s) : NULL;
-        if (!s) {
-          l->count = 0;
-          break;
-        }
-        l->size = s;
-      }
-      l->offset[l->count] = offset;
-      l->size[l->count++] = size;
+  CUfunction f = (CUfunction)function;
+  pthread_mutex_lock(&undescribed_lock);
+  int asked = 0;
+  for (unsigned i = 0; i < undescribed_count && !asked; i++) asked = undescribed[i] == function;
+  pthread_mutex_unlock(&undescribed_lock);
+  if (asked || !shim_drv_loaded()) return -ENOENT;
+  uint32_t *offsets = NULL, *sizes = NULL;
+  uint32_t count = 0, capacity = 0;
+  size_t offset, size;
+  int rc = 0;
+  while (rc == 0 && SHIM_DRV_REAL(cuFuncGetParamInfo)(f, count, &offset, &size) == CUDA_SUCCESS) {
+    if (count == capacity) {
+      capacity = capacity ? 2 * capacity : 16;
+      uint32_t *o = realloc(offsets, capacity * sizeof *o);
+      if (o) offsets = o;
+      uint32_t *z = o ? realloc(sizes, capacity * sizeof *z) : NULL;
+      if (z) sizes = z;
+      if (!o || !z) rc = -ENOMEM;
     }
-    const char *name = NULL;
-    if (SHIM_DRV_REAL(cuFuncGetName)(&name, f) != CUDA_SUCCESS || !name) name = "(unnamed)";
-    if (l->count)
-      shim_info("kparam: kernel %s: no image seen; %u parameters from the driver, every aligned "
-                "word checked for virtual pointers", name, l->count);
-    else
-      shim_warn("kparam: kernel %s: no layout from its image or the driver: its arguments are "
-                "passed untranslated (CUDAW_VMEM=translate; use remap where the device has VMM)",
-                name);
-    l->next = layouts;
-    layouts = l;
+    if (rc == 0) offsets[count] = (uint32_t)offset, sizes[count++] = (uint32_t)size;
   }
-  pthread_mutex_unlock(&layouts_lock);
-  return l;
-}
-
-/* Translate the aligned words of the len bytes at p that starts at packed offset base, in place. */
-static void translate_words(unsigned char *p, size_t len, size_t base)
-{
-  for (size_t k = (8 - base % 8) % 8; k + 8 <= len; k += 8) {
-    uint64_t word;
-    memcpy(&word, p + k, 8);
-    if (!vmem_in_range((const void *)(uintptr_t)word)) continue;
-    void *real = vmem_translate((const void *)(uintptr_t)word);
-    if (!real) continue; /* not backed: left for the device to reject */
-    word = (uint64_t)(uintptr_t)real;
-    memcpy(p + k, &word, 8);
+  const char *name = NULL;
+  if (SHIM_DRV_REAL(cuFuncGetName)(&name, f) != CUDA_SUCCESS || !name) name = "";
+  if (rc == 0 && count) rc = kparam_register_kernel_layout(function, name, count, offsets, sizes);
+  else if (rc == 0) rc = -ENOENT;
+  free(offsets);
+  free(sizes);
+  if (rc == 0) {
+    shim_info("kparam: kernel %s: no image seen; %u parameters from the driver", name, count);
+    return 0;
   }
-}
-
-/* Arguments for a launch of a kernel without a plan: a translated copy of params (and of the
- * packed buffer of extra), in one heap block the caller frees. */
-static CUresult prepare_by_driver(CUfunction f, void **params, void **extra,
-                                  struct shim_drv_frame *frame)
-{
-  frame->args = params;
-  frame->extra = extra;
-  frame->heap = NULL;
-  const struct driver_layout *l = driver_layout(f);
-  if (!l || !l->count) return CUDA_SUCCESS;
-  if (params) {
-    size_t bytes = l->count * sizeof(void *);
-    for (unsigned i = 0; i < l->count; i++) bytes += (l->size[i] + 15) & ~(size_t)15;
-    unsigned char *heap = malloc(bytes);
-    if (!heap) return CUDA_ERROR_OUT_OF_MEMORY;
-    void **args = (void **)heap;
-    unsigned char *at = heap + l->count * sizeof(void *);
-    for (unsigned i = 0; i < l->count; i++) {
-      memcpy(at, params[i], l->size[i]);
-      translate_words(at, l->size[i], l->offset[i]);
-      args[i] = at;
-      at += (l->size[i] + 15) & ~(size_t)15;
-    }
-    frame->args = args;
-    frame->heap = heap;
-  } else if (extra) {
-    void *buffer = NULL;
-    size_t size = 0;
-    for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END && i < 8; i += 2) {
-      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) buffer = extra[i + 1];
-      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) size = *(size_t *)extra[i + 1];
-    }
-    if (!buffer || !size) return CUDA_SUCCESS;
-    unsigned char *copy = malloc(size + sizeof(size_t));
-    if (!copy) return CUDA_ERROR_OUT_OF_MEMORY;
-    memcpy(copy, buffer, size);
-    translate_words(copy, size, 0);
-    memcpy(copy + size, &size, sizeof size);
-    frame->heap = copy;
-    frame->extra_words[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
-    frame->extra_words[1] = copy;
-    frame->extra_words[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
-    frame->extra_words[3] = copy + size;
-    frame->extra_words[4] = CU_LAUNCH_PARAM_END;
-    frame->extra = frame->extra_words;
-  }
-  return CUDA_SUCCESS;
+  pthread_mutex_lock(&undescribed_lock);
+  if (undescribed_count < UNDESCRIBED_MAX) undescribed[undescribed_count++] = function;
+  pthread_mutex_unlock(&undescribed_lock);
+  return rc;
 }
 
 /* ---- launches ------------------------------------------------------------------------------ */
 
 CUresult shim_drv_prepare(CUfunction f, void **params, void **extra,
-                          struct shim_drv_frame *frame)
+                          struct shim_kparam_frame *frame)
 {
-  frame->heap = NULL;
-  frame->kparam.heap = NULL;
-  const struct kparam_plan *plan = kparam_plan_for_kernel(f);
-  if (shim_translate_end && (!plan || plan->source == KPARAM_SOURCE_OPAQUE))
-    return prepare_by_driver(f, params, extra, frame);
-  int rc = shim_kparam_prepare(f, SHIM_KPARAM_HANDLE, params, extra, &frame->kparam);
-  frame->args = frame->kparam.args;
-  frame->extra = frame->kparam.extra;
+  int rc = shim_kparam_prepare(f, SHIM_KPARAM_HANDLE, params, extra, frame);
   if (rc == 0) return CUDA_SUCCESS;
   return rc == -ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
-}
-
-void shim_drv_frame_release(struct shim_drv_frame *frame)
-{
-  free(frame->heap);
-  frame->heap = NULL;
-  shim_kparam_frame_release(&frame->kparam);
 }
 
 #define LAUNCH_BODY(name, call_params, call_args)                                        \
@@ -343,14 +212,14 @@ void shim_drv_frame_release(struct shim_drv_frame *frame)
   if (!shim_kparam_active()) {                                                           \
     result = REAL(name) call_args;                                                       \
   } else {                                                                               \
-    struct shim_drv_frame frame;                                                         \
+    struct shim_kparam_frame frame;                                                      \
     result = shim_drv_prepare(f, kernelParams, extra, &frame);                           \
     if (result == CUDA_SUCCESS) {                                                        \
       void **translated_params = frame.args, **translated_extra = frame.extra;           \
       (void)translated_extra;                                                            \
       result = REAL(name) call_params;                                                   \
     }                                                                                    \
-    shim_drv_frame_release(&frame);                                                      \
+    shim_kparam_frame_release(&frame);                                                   \
   }                                                                                      \
   shim_gate_leave();                                                                     \
   return result

@@ -44,7 +44,7 @@ static struct mapping *mappings;
 
 /* The set of live handle records, so that a handle the program passes is checked before use. */
 static struct handle **handles;
-static size_t handle_slots, handle_count;
+static size_t handle_slots, handle_count, handle_used; /* used: live + tombstones */
 
 static size_t slot_of(const struct handle *h, size_t slots)
 {
@@ -56,8 +56,12 @@ static size_t slot_of(const struct handle *h, size_t slots)
 
 static int set_insert(struct handle *h)
 {
-  if ((handle_count + 1) * 2 > handle_slots) {
-    size_t slots = handle_slots ? handle_slots * 2 : 256;
+  /* Rehash (dropping tombstones) before probe chains fill up: programs that create and release
+   * handles all the time (PyTorch's expandable segments) would otherwise leave no empty slot. */
+  if ((handle_used + 1) * 2 > handle_slots) {
+    size_t slots = handle_slots && (handle_count + 1) * 4 <= handle_slots ? handle_slots
+                   : handle_slots                                        ? handle_slots * 2
+                                                                         : 256;
     struct handle **grown = calloc(slots, sizeof *grown);
     if (!grown) return -ENOMEM;
     for (size_t i = 0; i < handle_slots; i++) {
@@ -69,9 +73,11 @@ static int set_insert(struct handle *h)
     free(handles);
     handles = grown;
     handle_slots = slots;
+    handle_used = handle_count;
   }
   size_t i = slot_of(h, handle_slots);
   while (handles[i] && handles[i] != (struct handle *)1) i = (i + 1) & (handle_slots - 1);
+  if (!handles[i]) handle_used++;
   handles[i] = h;
   handle_count++;
   return 0;

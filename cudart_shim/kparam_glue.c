@@ -227,6 +227,12 @@ int shim_kparam_prepare(const void *func, enum shim_kparam_func how, void **args
   frame->extra = extra;
   frame->heap = NULL;
   const struct kparam_plan *plan = plan_of(func, how);
+  /* No image seen for a kernel handle (a driver function, a static runtime's kernel): the
+   * driver's own layout of it, once; the registration changes the generation, so the lookup is
+   * fresh. Host stub addresses are never handed to the driver. */
+  if ((!plan || plan->source == KPARAM_SOURCE_OPAQUE) && how == SHIM_KPARAM_HANDLE &&
+      shim_translate_end && shim_drv_learn_layout(func) == 0)
+    plan = plan_of(func, how);
   if (!plan || plan->source == KPARAM_SOURCE_OPAQUE) {
     report_untranslatable(func, plan);
     return 0;

@@ -149,6 +149,10 @@ void *shim_drv_wrap(void *real, const char *symbol);
 int shim_drv_load(void);
 /* Nonzero once the real driver is loaded (never loads it). */
 int shim_drv_loaded(void);
+/* A kernel handle without a plan: register with kparam the layout the driver reports for it
+ * (drv_launch.c). 0 when a plan was registered; each handle the driver cannot describe is asked
+ * once. */
+int shim_drv_learn_layout(const void *function);
 
 /* How many distinct driver functions the program obtained that cudaw does not wrap. */
 unsigned shim_drv_unwrapped_count(void);

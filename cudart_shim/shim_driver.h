@@ -63,20 +63,10 @@ CUresult shim_drv_missing_blocking(enum shim_drv_id id);
 
 /* ---- launch arguments (drv_launch.c) ------------------------------------------------------ */
 
-/* What to pass on for a launch (or a graph kernel node) of f, under the translate policy or
- * CUDAW_CHECK: kparam's plan when cudaw saw f's image, else the driver's own layout. */
-struct shim_drv_frame {
-  void **args, **extra;        /* what to pass on */
-  struct shim_kparam_frame kparam;
-  void *heap;                  /* the driver-layout copy */
-  void *extra_words[5];
-};
-
-/* Prepare the arguments: CUDA_SUCCESS, or the error to refuse the launch with (a bad pointer
- * under CUDAW_CHECK, out of memory). Release the frame in every case. */
+/* shim_kparam_prepare for a launch (or a graph kernel node) of f, its error as a CUresult: a bad
+ * pointer under CUDAW_CHECK or out of memory refuses the launch. Release the frame always. */
 CUresult shim_drv_prepare(CUfunction f, void **params, void **extra,
-                          struct shim_drv_frame *frame);
-void shim_drv_frame_release(struct shim_drv_frame *frame);
+                          struct shim_kparam_frame *frame);
 
 /* A device address argument: virtual -> real under translate, unchanged otherwise. */
 static inline CUdeviceptr shim_translate_address(CUdeviceptr address)

@@ -30,6 +30,7 @@ enum kparam_source {
   KPARAM_SOURCE_CUBIN_OTHER_ARCH = 2,/* .nv.info of a cubin for another arch (same layout) */
   KPARAM_SOURCE_PTX = 3,             /* the .entry parameter list of PTX text */
   KPARAM_SOURCE_HOST_STUB = 4,       /* machine code of the host launch stub (best effort) */
+  KPARAM_SOURCE_DRIVER = 5,          /* offsets and sizes the driver reports (no image seen) */
 };
 
 struct kparam_param {
@@ -104,6 +105,13 @@ int kparam_register_library(const void *lib_handle, const void *image, size_t si
  * Returns 0, -EINVAL, -ENOENT (unknown library) or -ENOMEM. */
 int kparam_register_library_kernel(const void *kernel_handle, const void *lib_handle,
                                    const char *name);
+
+/* A kernel handle whose image was never seen (a static runtime may load its fatbins by private
+ * paths), with each parameter's offset and size as the driver reports them (cuFuncGetParamInfo):
+ * its plan takes kinds from the name when it is mangled and scans every aligned word of the
+ * others. Replaces what the handle stood for. Returns 0, -EINVAL or -ENOMEM. */
+int kparam_register_kernel_layout(const void *kernel_handle, const char *name, uint32_t count,
+                                  const uint32_t *offsets, const uint32_t *sizes);
 
 /* cudaLibraryUnload: forget the library, its module and its kernels (plans become invalid). */
 void kparam_unregister_library(const void *lib_handle);

@@ -122,6 +122,7 @@ const char *kparam_source_name(enum kparam_source source) {
   case KPARAM_SOURCE_CUBIN_OTHER_ARCH: return "cubin-other-arch";
   case KPARAM_SOURCE_PTX: return "ptx";
   case KPARAM_SOURCE_HOST_STUB: return "host-stub";
+  case KPARAM_SOURCE_DRIVER: return "driver";
   default: return "opaque";
   }
 }

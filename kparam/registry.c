@@ -277,6 +277,37 @@ int kparam_register_library(const void *lib_handle, const void *image, size_t si
   return rc;
 }
 
+int kparam_register_kernel_layout(const void *kernel_handle, const char *name, uint32_t count,
+                                  const uint32_t *offsets, const uint32_t *sizes) {
+  if (!kernel_handle || !name || (count && (!offsets || !sizes))) return -EINVAL;
+  struct kparam_param stack_params[64], *params = stack_params;
+  if (count > 64 && !(params = malloc(count * sizeof *params))) return -ENOMEM;
+  uint32_t bytes = 0;
+  for (uint32_t i = 0; i < count; i++) {
+    params[i] = (struct kparam_param){i, offsets[i], sizes[i], KPARAM_KIND_UNKNOWN};
+    if (offsets[i] + sizes[i] > bytes) bytes = offsets[i] + sizes[i];
+  }
+  struct kparam_layout layout = {(char *)name, count, bytes, params};
+  struct kparam_plan *plan = plan_build(&layout, KPARAM_SOURCE_DRIVER, 0);
+  if (params != stack_params) free(params);
+  struct function *fn = plan ? function_new(NULL, NULL, name) : NULL;
+  if (!fn) {
+    plan_free(plan);
+    return -ENOMEM;
+  }
+  atomic_store(&fn->plan, plan);
+  write_lock();
+  struct function *old = hash_get(&functions_by_handle, key_of(kernel_handle));
+  int rc = hash_put(&functions_by_handle, key_of(kernel_handle), fn);
+  if (rc == 0 && old && !old->host_fun) { /* a library kernel or an earlier layout: ours */
+    old->retired_next = retired;
+    retired = old;
+  }
+  write_unlock();
+  if (rc) function_free(fn);
+  return rc;
+}
+
 int kparam_register_library_kernel(const void *kernel_handle, const void *lib_handle,
                                    const char *name) {
   if (!kernel_handle || !lib_handle || !name) return -EINVAL;

@@ -201,12 +201,73 @@ static int after_recreate(void)
   return rc;
 }
 
+/* ---- the contexts' stack memory ----------------------------------------------------------- */
+
+/* A context reserves local memory for every thread the device can hold at the stack limit
+ * (1 KiB a thread by default: 264 MiB on an H100, half of what a bare context costs). Nothing
+ * runs while paused, so the limit goes to 0 with the memory, and back to what it was before the
+ * memory is re-created. Measured on the H100: a paused PyTorch job kept 628 MiB, 264 MiB of it
+ * this reservation. Only devices whose primary context exists are touched (none is created). */
+#define STACK_DEVICES 64 /* devices past this keep their reservation */
+static struct {
+  size_t limit[STACK_DEVICES];
+  unsigned char saved[STACK_DEVICES];
+} stacks;
+
+/* Not fatal: where the runtime refuses, the reservation simply stays on the device. */
+static void release_stacks(void)
+{
+  int count = 0;
+  if (device_count(NULL, &count) != 0) return;
+  for (int device = 0; device < count && device < STACK_DEVICES; device++) {
+    size_t limit = 0;
+    if (stacks.saved[device] || !device_has_context(device) || use_device(device) != 0 ||
+        REAL_CALL(cudaDeviceGetLimit, &limit, cudaLimitStackSize) != 0 || limit == 0)
+      continue;
+    int rc = REAL_CALL(cudaDeviceSetLimit, cudaLimitStackSize, (size_t)0);
+    if (rc) {
+      shim_debug("checkpoint: device %d keeps its stack memory (%s)", device, strerror(-rc));
+      continue;
+    }
+    stacks.limit[device] = limit;
+    stacks.saved[device] = 1;
+    shim_debug("checkpoint: device %d: stack memory released (%zu bytes a thread)", device, limit);
+  }
+}
+
+/* All or nothing: a stack limit that cannot be set back (no memory) fails the resume before any
+ * memory is re-created, and the limits already set back go to 0 again. */
+static int restore_stacks(void)
+{
+  int rc = 0, failed = STACK_DEVICES;
+  for (int device = 0; device < STACK_DEVICES && rc == 0; device++) {
+    if (!stacks.saved[device]) continue;
+    rc = use_device(device);
+    if (rc == 0) rc = REAL_CALL(cudaDeviceSetLimit, cudaLimitStackSize, stacks.limit[device]);
+    if (rc) {
+      failed = device;
+      shim_error("checkpoint: device %d: the stack memory of its context (%zu bytes a thread) "
+                 "could not be re-created: %s", device, stacks.limit[device], strerror(-rc));
+    }
+  }
+  if (rc == 0) {
+    memset(&stacks, 0, sizeof stacks);
+    return 0;
+  }
+  for (int undo = 0; undo < failed; undo++)
+    if (stacks.saved[undo] && use_device(undo) == 0)
+      (void)REAL_CALL(cudaDeviceSetLimit, cudaLimitStackSize, (size_t)0);
+  return rc;
+}
+
 static int recreate_all(void *ctx, uint64_t *shortfall)
 {
   (void)ctx;
   *shortfall = 0;
+  int rc = restore_stacks();
+  if (rc) return rc;
   shim_depth++;
-  int rc = shim_vmem_running() ? vmem_recreate_all(shortfall) : 0;
+  rc = shim_vmem_running() ? vmem_recreate_all(shortfall) : 0;
   if (rc == 0) {
     uint64_t missing = 0;
     rc = shim_vmm_recreate_all(&missing);
@@ -217,6 +278,7 @@ static int recreate_all(void *ctx, uint64_t *shortfall)
   }
   shim_depth--;
   if (rc == 0 && shim_vmem_running()) rc = after_recreate();
+  if (rc) release_stacks();
   return rc;
 }
 
@@ -238,7 +300,10 @@ static int release_all(void *ctx)
   uint64_t shortfall = 0;
   int undo = rc && running ? vmem_recreate_all(&shortfall) : 0;
   shim_depth--;
-  if (rc == 0) return 0;
+  if (rc == 0) {
+    release_stacks();
+    return 0;
+  }
   if (undo == 0 && running) undo = after_recreate();
   if (undo)
     shim_error("checkpoint: releasing device memory failed (%s) and re-creating the part released "

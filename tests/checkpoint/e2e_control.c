@@ -57,12 +57,15 @@ static void expect_ctl(const char *command, long pid, int code, const char *frag
 static void run_shortfall(void)
 {
   make_data();
+  /* The context's stack reservation goes with the memory and comes back at its limit. */
+  CUDA_OK(cudaDeviceSetLimit(cudaLimitStackSize, 2048));
   size_t free_before, total;
   e2e_emu_mem_info(&free_before, &total);
   expect_reply("checkpoint", 1, "paused", NULL);
   size_t free_paused;
   e2e_emu_mem_info(&free_paused, &total);
-  CHECK(free_paused == total, "%zu bytes still held while paused", total - free_paused);
+  CHECK(free_paused == total, "%zu bytes still held while paused (the context's stack "
+        "reservation included)", total - free_paused);
 
   /* Another allocator takes all but 8 MiB: far less than the ~36 MiB the program had. */
   cudaError_t (*emu_malloc)(void **, size_t) =
@@ -86,6 +89,13 @@ static void run_shortfall(void)
   CHECK(emu_free(hog) == cudaSuccess);
   expect_ctl("resume", (long)getpid(), 0, "running: restored and verified");
   check_data("after the retried resume");
+  size_t stack = 0;
+  CUDA_OK(cudaDeviceGetLimit(&stack, cudaLimitStackSize));
+  CHECK(stack == 2048, "stack limit after the resume: %zu, not the program's 2048", stack);
+  size_t free_resumed;
+  e2e_emu_mem_info(&free_resumed, &total);
+  CHECK(free_resumed == free_before, "device memory in use after the resume differs from before "
+        "the checkpoint: %zu free, was %zu", free_resumed, free_before);
   /* And the cycle works again afterwards. */
   expect_reply("checkpoint", 1, "paused", NULL);
   expect_reply("resume", 1, "running", NULL);

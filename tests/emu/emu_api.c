@@ -96,6 +96,7 @@ static void test_device(void) {
 static void test_memory(void) {
   LOAD(cudaMalloc); LOAD(cudaFree); LOAD(cudaMemcpy); LOAD(cudaMemset); LOAD(cudaMemcpy2D);
   LOAD(cudaMallocPitch); LOAD(cudaGetLastError); LOAD(cudaPeekAtLastError); LOAD(cudaMemGetInfo);
+  LOAD(cudaDeviceGetLimit); LOAD(cudaDeviceSetLimit);
   void *p_cudaMemcpy_ptds_raw = load("cudaMemcpy_ptds");
   __typeof__(&cudaMemcpy) p_cudaMemcpy_ptds;
   memcpy(&p_cudaMemcpy_ptds, &p_cudaMemcpy_ptds_raw, sizeof p_cudaMemcpy_ptds);
@@ -165,6 +166,8 @@ static void test_memory(void) {
   size_t free_bytes, total;
   CHECK_EQ(p_cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
   CHECK_EQ(total, 64 * MIB);
+  /* The context's stack reservation (1 KiB for each of 2048 resident threads) is in use. */
+  CHECK(free_bytes <= total - 2 * MIB);
   void *big;
   CHECK_EQ(p_cudaMalloc(&big, 65 * MIB), cudaErrorMemoryAllocation);
   CHECK_EQ(p_cudaMalloc(&big, 40 * MIB), cudaSuccess);
@@ -177,7 +180,19 @@ static void test_memory(void) {
   CHECK_EQ(p_cudaFree(again), cudaSuccess);
   CHECK_EQ(p_cudaFree(pitched), cudaSuccess);
   CHECK_EQ(p_cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
+  CHECK_EQ(free_bytes, total - 2 * MIB);
+
+  /* The stack limit reserves device memory for every resident thread; 0 gives it all back. */
+  size_t stack = 0;
+  CHECK_EQ(p_cudaDeviceGetLimit(&stack, cudaLimitStackSize), cudaSuccess);
+  CHECK_EQ(stack, 1024);
+  CHECK_EQ(p_cudaDeviceSetLimit(cudaLimitStackSize, 0), cudaSuccess);
+  CHECK_EQ(p_cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
   CHECK_EQ(free_bytes, total);
+  CHECK_EQ(p_cudaDeviceSetLimit(cudaLimitStackSize, 1u << 20), cudaErrorMemoryAllocation);
+  CHECK_EQ(p_cudaDeviceSetLimit(cudaLimitStackSize, 1024), cudaSuccess);
+  CHECK_EQ(p_cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
+  CHECK_EQ(free_bytes, total - 2 * MIB);
   p_cudaGetLastError();
 }
 

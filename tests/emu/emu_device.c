@@ -51,6 +51,7 @@ static void init_device(void) {
               options[0].meaning, options[0].default_value);
   }
   int err = emu_memory_init(memory_bytes);
+  if (err == 0) err = emu_limit_init();
   if (err)
     fprintf(stderr, "cudaw-emu: cannot reserve the device address space: %s\n", strerror(-err));
   fprintf(stderr, "cudaw-emu: emulated CUDA device (host memory, %zu MiB), not a GPU\n",

@@ -61,6 +61,9 @@ int emu_memory_free(void *ptr, unsigned kind_mask);
 int emu_memory_lookup(const void *ptr, struct emu_range *out);
 /* Bytes in use and the quota. */
 void emu_memory_info(size_t *used, size_t *quota);
+/* Charges delta bytes of device memory that no allocation stands for (a context's stack
+ * reservation); a negative delta gives them back. -ENOMEM when over the quota (nothing charged). */
+int emu_memory_charge(long long delta);
 /* Frees every allocation (cudaDeviceReset); symbols and VMM objects stay. */
 void emu_memory_reset(void);
 
@@ -93,6 +96,9 @@ int emu_vmm_release(uint64_t handle);
 int emu_vmm_map(uintptr_t addr, size_t size, size_t offset, uint64_t handle);
 int emu_vmm_set_access(uintptr_t addr, size_t size, bool read_write);
 int emu_vmm_unmap(uintptr_t addr, size_t size);
+
+/* ---- emu_limit.c: context limits; the stack's reservation is charged at init ---- */
+int emu_limit_init(void);
 
 /* ---- emu_vmem_api.c: held streams (cudaw_emu_hold_stream) ---- */
 /* Whether work on stream is held back: events recorded there do not complete until released. */

@@ -322,6 +322,15 @@ void emu_memory_info(size_t *used, size_t *quota) {
   pthread_mutex_unlock(&lock);
 }
 
+int emu_memory_charge(long long delta) {
+  pthread_mutex_lock(&lock);
+  int err = 0;
+  if (delta > 0 && (size_t)delta > quota_bytes - used_bytes) err = -ENOMEM;
+  else used_bytes += (size_t)delta; /* a negative delta wraps back down */
+  pthread_mutex_unlock(&lock);
+  return err;
+}
+
 void emu_memory_reset(void) {
   pthread_mutex_lock(&lock);
   for (size_t i = spaces.count; i-- > 0;) {

@@ -231,7 +231,8 @@ static void release_stacks(void)
     }
     stacks.limit[device] = limit;
     stacks.saved[device] = 1;
-    shim_debug("checkpoint: device %d: stack memory released (%zu bytes a thread)", device, limit);
+    shim_info("checkpoint: device %d: the context's stack memory released (limit %zu bytes a "
+              "thread, set back at resume)", device, limit);
   }
 }
 

@@ -31,9 +31,13 @@ for mode in eager graph compile async expandable; do
   esac
   env "${envs[@]}" "$PY" "$TRAIN" "${args[@]}" --record "$WORK/$mode.native" \
     > "$WORK/$mode.native.log" 2>&1 || { result "$mode native run" "FAILED (see $WORK/$mode.native.log)"; tail -5 "$WORK/$mode.native.log"; continue; }
-  env "${envs[@]}" CUDAW_LOG_FILE="$WORK/$mode.cudaw.cudawlog" "$CUDAW" run -- "$PY" "$TRAIN" "${args[@]}" \
+  env "${envs[@]}" CUDAW_LOG=info CUDAW_LOG_FILE="$WORK/$mode.cudaw.cudawlog" "$CUDAW" run -- "$PY" "$TRAIN" "${args[@]}" \
     --check "$WORK/$mode.native" > "$WORK/$mode.cudaw.log" 2>&1
-  if grep -q "^check: ok" "$WORK/$mode.cudaw.log"; then result "$mode under cudaw" ok
+  # Identical losses prove nothing unless cudaw virtualised the job under the policy asked for.
+  policy=${CUDAW_VMEM:-auto}; [ "$policy" = auto ] && policy="remap|translate"
+  if ! grep -qE "vmem: policy ($policy)," "$WORK/$mode.cudaw.cudawlog"; then
+    result "$mode under cudaw" "FAILED (cudaw's log shows no vmem under policy $policy)"
+  elif grep -q "^check: ok" "$WORK/$mode.cudaw.log"; then result "$mode under cudaw" ok
   else result "$mode under cudaw" "FAILED"; tail -8 "$WORK/$mode.cudaw.log"; tail -5 "$WORK/$mode.cudaw.cudawlog" 2>/dev/null; fi
 done
 

@@ -5,7 +5,8 @@
  *              attributes, each emulated device's own used memory);
  *   quota:     CUDAW_MEM_LIMIT holds per device (an allocation that fits device 0's share but not
  *              device 1's succeeds on 0, fails on 1), cudaMemGetInfo answers for the current one;
- *   peer:      cudaDeviceEnablePeerAccess / Disable and their errors; under remap a kernel on
+ *   peer:      cudaDeviceEnablePeerAccess / Disable and their errors, and the driver's
+ *              cuCtxEnablePeerAccess / Disable (as a static runtime calls them); under remap a kernel on
  *              device 1 reads device 0's memory only while peer access is enabled (the emulated
  *              device, like the driver, lets a device touch VMM memory only where cuMemSetAccess
  *              granted it: cudaw must grant device 1 every chunk of device 0, existing and later
@@ -17,6 +18,7 @@
  * usage: e2e_multi <cudaw-ctl> */
 #include "e2e_common.h"
 
+#include <cuda.h>
 #include <pthread.h>
 #include <signal.h>
 
@@ -275,6 +277,31 @@ static void peer_copies(const char *when)
   CUDA_OK(cudaFree(scratch1));
 }
 
+/* The same through the driver's calls on primary contexts (cudaw's wrappers, found as a program
+ * linked against libcuda finds them). */
+static void driver_peer_access(void)
+{
+  CUresult (*retain)(CUcontext *, CUdevice) =
+      (CUresult(*)(CUcontext *, CUdevice))dlsym(RTLD_DEFAULT, "cuDevicePrimaryCtxRetain");
+  CUresult (*set_current)(CUcontext) = (CUresult(*)(CUcontext))dlsym(RTLD_DEFAULT, "cuCtxSetCurrent");
+  CUresult (*enable)(CUcontext, unsigned) =
+      (CUresult(*)(CUcontext, unsigned))dlsym(RTLD_DEFAULT, "cuCtxEnablePeerAccess");
+  CUresult (*disable)(CUcontext) = (CUresult(*)(CUcontext))dlsym(RTLD_DEFAULT, "cuCtxDisablePeerAccess");
+  CHECK(retain && set_current && enable && disable, "cudaw exports the driver's peer calls");
+  CUcontext context0, context1;
+  CHECK(retain(&context0, 0) == CUDA_SUCCESS && retain(&context1, 1) == CUDA_SUCCESS);
+  CHECK(set_current(context1) == CUDA_SUCCESS);
+  CUresult r = enable(context0, 0);
+  CHECK(r == CUDA_SUCCESS, "cuCtxEnablePeerAccess: %d", (int)r);
+  r = enable(context0, 0);
+  CHECK(r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, "cuCtxEnablePeerAccess twice: %d", (int)r);
+  if (remap) expect_kernel(1, A0, 1, "peer access enabled through the driver");
+  peer_copies("peer access enabled through the driver");
+  CHECK(set_current(context1) == CUDA_SUCCESS);
+  CHECK(disable(context0) == CUDA_SUCCESS);
+  if (remap) expect_kernel(1, A0, 0, "peer access disabled through the driver");
+}
+
 static void test_peer(void)
 {
   int can = 0;
@@ -314,6 +341,7 @@ static void test_peer(void)
   cudaGetLastError();
   if (remap) expect_kernel(1, A0, 0, "after disabling peer access");
   peer_copies("after disabling peer access");
+  driver_peer_access();
   CUDA_OK(cudaSetDevice(1));
   CUDA_OK(cudaDeviceEnablePeerAccess(0, 0)); /* on for the checkpoint */
 }

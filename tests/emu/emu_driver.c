@@ -102,6 +102,35 @@ static CUresult emu_cuCtxGetDevice(CUdevice *device) {
   return CUDA_SUCCESS;
 }
 
+/* Peer access between primary contexts: the runtime's, for the current device. */
+static CUresult peer_result(cudaError_t error) {
+  switch (error) {
+  case cudaSuccess: return CUDA_SUCCESS;
+  case cudaErrorPeerAccessAlreadyEnabled: return CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+  case cudaErrorPeerAccessNotEnabled: return CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
+  case cudaErrorInvalidDevice: return CUDA_ERROR_INVALID_DEVICE;
+  default: return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+static int context_device(CUcontext context) {
+  for (int device = 0; device < emu_device_count(); device++)
+    if (context == PRIMARY_CONTEXT_OF(device)) return device;
+  return -1;
+}
+
+static CUresult emu_cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
+  int device = context_device(peer);
+  if (device < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  return peer_result(cudaDeviceEnablePeerAccess(device, flags));
+}
+
+static CUresult emu_cuCtxDisablePeerAccess(CUcontext peer) {
+  int device = context_device(peer);
+  if (device < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  return peer_result(cudaDeviceDisablePeerAccess(device));
+}
+
 static CUresult emu_cuCtxSynchronize(void) { return CUDA_SUCCESS; }
 
 static CUresult emu_cuStreamSynchronize(CUstream stream) { return check_stream(stream); }
@@ -509,6 +538,7 @@ E(cuInit); E(cuDriverGetVersion); E(cuDeviceGetCount); E(cuDeviceGet); E(cuDevic
 E(cuDevicePrimaryCtxRetain); E(cuDevicePrimaryCtxRelease); E(cuDevicePrimaryCtxGetState);
 E(cuCtxGetCurrent);
 E(cuCtxSetCurrent); E(cuCtxGetDevice); E(cuCtxSynchronize); E(cuStreamSynchronize);
+E(cuCtxEnablePeerAccess); E(cuCtxDisablePeerAccess);
 E(cuMemGetInfo); E(cuMemAlloc); E(cuMemFree); E(cuMemGetAllocationGranularity);
 E(cuMemAddressReserve); E(cuMemAddressFree); E(cuMemCreate); E(cuMemRelease); E(cuMemMap);
 E(cuMemUnmap); E(cuMemSetAccess); E(cuPointerGetAttribute); E(cuMemGetAddressRange); E(cuMemcpyHtoD); E(cuMemcpyDtoH);
@@ -535,6 +565,7 @@ static const struct entry *const entries[] = {
     &entry_cuDeviceGetAttribute, &entry_cuDevicePrimaryCtxRetain, &entry_cuDevicePrimaryCtxRelease,
     &entry_cuDevicePrimaryCtxGetState,
     &entry_cuCtxGetCurrent, &entry_cuCtxSetCurrent, &entry_cuCtxGetDevice,
+    &entry_cuCtxEnablePeerAccess, &entry_cuCtxDisablePeerAccess,
     &entry_cuCtxSynchronize, &entry_cuStreamSynchronize, &entry_cuMemGetInfo, &entry_cuMemAlloc,
     &entry_cuMemFree, &entry_cuMemGetAllocationGranularity, &entry_cuMemAddressReserve,
     &entry_cuMemAddressFree, &entry_cuMemCreate, &entry_cuMemRelease, &entry_cuMemMap,

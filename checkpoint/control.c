@@ -132,6 +132,13 @@ static void format_status(char *buf, size_t len) {
          ",\"image_regions\":%" PRIu64 ",\"image_pinned_bytes\":%" PRIu64,
          (long)getpid(), (unsigned)geteuid(), ckpt_state_name(ckpt_state()),
          transition_image_bytes(), transition_image_regions(), transition_image_registered());
+  /* Per device: the image's bytes that came from it, and what the process still holds there. */
+  uint64_t image_bytes[64];
+  int image_devices = transition_image_device_bytes(image_bytes, 64);
+  append(buf, len, &used, ",\"image_device_bytes\":[");
+  for (int d = 0; d < image_devices; d++)
+    append(buf, len, &used, "%s%" PRIu64, d ? "," : "", image_bytes[d]);
+  append(buf, len, &used, "]");
   append(buf, len, &used, ",\"held_bytes\":[");
   int devices = 0;
   const struct ckpt_host_ops *ops = ckpt_rt.ops;

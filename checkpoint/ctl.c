@@ -108,6 +108,24 @@ static double json_number(const char *json, const char *key) {
   return json_get(json, key, value, sizeof value) ? strtod(value, NULL) : 0.0;
 }
 
+/* The numbers of the flat array "key":[a,b,...] (null reads as -1); how many, at most max. */
+static int json_numbers(const char *json, const char *key, double *out, int max) {
+  char pattern[64];
+  snprintf(pattern, sizeof pattern, "\"%s\":[", key);
+  const char *p = strstr(json, pattern);
+  if (!p) return 0;
+  p += strlen(pattern);
+  int n = 0;
+  while (*p && *p != ']' && n < max) {
+    char *end;
+    double value = strncmp(p, "null", 4) == 0 ? (end = (char *)p + 4, -1.0) : strtod(p, &end);
+    if (end == p) break;
+    out[n++] = value;
+    p = *end == ',' ? end + 1 : end;
+  }
+  return n;
+}
+
 static bool json_true(const char *json, const char *key) {
   char value[8];
   return json_get(json, key, value, sizeof value) && strcmp(value, "true") == 0;
@@ -242,6 +260,17 @@ static void print_status(pid_t pid, const char *reply) {
   ckpt_format_bytes((uint64_t)json_number(reply, "image_bytes"), bytes, sizeof bytes);
   printf("pid %ld: %s; host image %s in %.0f regions", (long)pid, state, bytes,
          json_number(reply, "image_regions"));
+  double per_device[64];
+  int devices = json_numbers(reply, "image_device_bytes", per_device, 64);
+  if (devices > 1) { /* a program on several devices: what each of them gave */
+    printf(" (");
+    for (int d = 0; d < devices; d++) {
+      char device_bytes[32];
+      ckpt_format_bytes((uint64_t)per_device[d], device_bytes, sizeof device_bytes);
+      printf("%sdevice %d: %s", d ? ", " : "", d, device_bytes);
+    }
+    printf(")");
+  }
   if (json_number(reply, "managed_moved") > 0) {
     char moved[32];
     ckpt_format_bytes((uint64_t)json_number(reply, "managed_moved_bytes"), moved, sizeof moved);

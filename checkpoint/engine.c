@@ -245,6 +245,18 @@ void engine_free(struct engine *e) {
 uint64_t engine_image_bytes(const struct engine *e) { return e->image_bytes; }
 uint64_t engine_image_regions(const struct engine *e) { return e->image_count; }
 
+int engine_image_device_bytes(const struct engine *e, uint64_t *bytes, int max_devices) {
+  int devices = 0;
+  for (int d = 0; d < max_devices; d++) bytes[d] = 0;
+  for (size_t i = 0; i < e->image_count; i++) {
+    int d = e->image[i].region.device;
+    if (d < 0 || d >= max_devices) continue;
+    bytes[d] += e->image[i].region.size;
+    if (d + 1 > devices) devices = d + 1;
+  }
+  return devices;
+}
+
 uint8_t *engine_image_data(struct engine *e, size_t index, uint64_t *size) {
   if (index >= e->image_count) return NULL;
   *size = e->image[index].region.size;

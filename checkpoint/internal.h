@@ -72,6 +72,9 @@ uint64_t engine_image_registered(struct engine *engine);
 void engine_drop_image(struct engine *engine);
 uint64_t engine_image_bytes(const struct engine *engine);
 uint64_t engine_image_regions(const struct engine *engine);
+/* bytes[d] = the image's bytes that came from device d (its regions there), for d < max_devices;
+ * returns 1 + the highest device that has any (0 for an empty image). */
+int engine_image_device_bytes(const struct engine *engine, uint64_t *bytes, int max_devices);
 void engine_free(struct engine *engine);
 /* The device was reset: its pinned staging buffers are gone with the context. Forget them
  * without freeing; the next transition pins new ones. Only while no transition runs. */
@@ -121,6 +124,8 @@ int transition_submit_with(enum ckpt_op op, double requested_at, const struct tr
 void transition_paused_info(struct transition_paused *out);
 void transition_forget_after_fork(void);
 uint64_t transition_image_bytes(void);
+/* engine_image_device_bytes of the current image (0 devices while none is complete). */
+int transition_image_device_bytes(uint64_t *bytes, int max_devices);
 uint64_t transition_image_registered(void); /* bytes of the image page-locked (pinned) */
 /* For tests: the engine (only touch it while no transition runs). */
 struct engine *transition_engine(void);

@@ -401,6 +401,14 @@ uint64_t transition_image_bytes(void) {
   return bytes;
 }
 
+int transition_image_device_bytes(uint64_t *bytes, int max_devices) {
+  pthread_mutex_lock(&tr.lock);
+  int devices = tr.engine && !tr.pending && !tr.dropping
+                    ? engine_image_device_bytes(tr.engine, bytes, max_devices) : 0;
+  pthread_mutex_unlock(&tr.lock);
+  return devices;
+}
+
 uint64_t transition_image_registered(void) {
   pthread_mutex_lock(&tr.lock);
   uint64_t bytes = tr.engine ? engine_image_registered(tr.engine) : 0;

@@ -21,6 +21,12 @@ int shim_vmem_start(void);
  * again. -EXDEV (nothing done) when other devices hold vmem memory too. Call inside the gate. */
 int shim_vmem_device_reset(int device);
 
+/* The program enabled (or disabled) `device`'s access to `peer`'s memory: record it and, under
+ * remap, open (or close) vmem's memory of peer to device now and at every later start of vmem
+ * (vmem_peer_access). 0, or -errno when vmem could not change the access (the record stands).
+ * Call inside the gate. */
+int shim_vmem_peer_access(int device, int peer, int enable);
+
 /* Forget the blocks and events of pending stream-ordered frees (their context is going away). */
 void shim_vmem_forget_frees(void);
 

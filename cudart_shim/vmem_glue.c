@@ -26,6 +26,24 @@ int shim_vmem_check_all;
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int started;
 static int vmem_status = -ENODEV; /* 0 once vmem runs; else why it does not */
+/* Peer access the program enabled (bit p of peers[d]: device d may access device p's memory),
+ * under start_lock: a program may enable it before its first allocation starts vmem, and vmem
+ * starts over after a cudaDeviceReset, so the shim keeps the record and hands it to each start. */
+#define SHIM_MAX_PEERS 64
+static uint64_t peers[SHIM_MAX_PEERS];
+
+/* Hand the recorded peer access to a freshly started vmem (start_lock held). */
+static void apply_peers(void)
+{
+  for (int d = 0; d < SHIM_MAX_PEERS; d++)
+    for (int p = 0; p < SHIM_MAX_PEERS; p++)
+      if (peers[d] >> p & 1) {
+        int rc = vmem_peer_access(d, p, 1);
+        if (rc)
+          shim_warn("vmem: device %d cannot be given access to device %d's memory: %s", d, p,
+                    strerror(-rc));
+      }
+}
 
 static int parse_policy(const char *text, enum vmem_policy *policy)
 {
@@ -186,6 +204,7 @@ static void start(void)
             policy_name(vmem_policy()), (unsigned long)base, (unsigned long)(base + size),
             (unsigned long)(size >> 30), (unsigned long)(vmem_granule() >> 10));
   vmem_status = 0;
+  apply_peers();
   ckpt_prepare_early(); /* a context exists now: the checkpoint's staging can be pinned */
 out:
   shim_depth--;
@@ -203,10 +222,28 @@ int shim_vmem_start(void)
   return vmem_status;
 }
 
+int shim_vmem_peer_access(int device, int peer, int enable)
+{
+  if (device < 0 || peer < 0 || device >= SHIM_MAX_PEERS || peer >= SHIM_MAX_PEERS) return -EINVAL;
+  int rc = 0;
+  pthread_mutex_lock(&start_lock);
+  if (enable) peers[device] |= 1ull << peer;
+  else peers[device] &= ~(1ull << peer);
+  if (atomic_load_explicit(&started, memory_order_relaxed) && vmem_status == 0) {
+    shim_depth++;
+    rc = vmem_peer_access(device, peer, enable);
+    shim_depth--;
+  }
+  pthread_mutex_unlock(&start_lock);
+  return rc;
+}
+
 int shim_vmem_device_reset(int device)
 {
   int rc = 0;
   pthread_mutex_lock(&start_lock);
+  /* The reset destroys the device's context and the peer access it had enabled. */
+  if (device >= 0 && device < SHIM_MAX_PEERS) peers[device] = 0;
   if (atomic_load_explicit(&started, memory_order_relaxed) && vmem_status == 0) {
     struct vmem_stats all, here;
     if (vmem_get_stats(-1, &all) == 0 && vmem_get_stats(device, &here) == 0 &&

@@ -24,7 +24,7 @@ int vmem_backing_create(struct chunk *c) {
   if (rc) return rc;
   rc = p->map(s->ctx, c->vaddr, c->backed, handle);
   if (rc) goto release;
-  rc = p->set_access(s->ctx, c->vaddr, c->backed, c->device);
+  rc = vmem_grant_access(c->vaddr, c->backed, c->device);
   if (rc) goto unmap;
   c->handle = handle;
   c->real = c->vaddr;

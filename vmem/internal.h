@@ -45,6 +45,7 @@ struct chunk {
 struct device_state {
   uint64_t held, requested, allocations, chunks;
   uint64_t charged; /* memory vmem does not back but counts against the quota */
+  uint64_t peers;   /* remap: other devices given access to this device's chunks (bit each) */
   struct chunk *open_arenas;
   uint32_t arenas, empty_arenas;
 };
@@ -99,6 +100,10 @@ int vmem_walk(int (*cb)(struct chunk *c, void *arg), void *arg);
 int vmem_backing_create(struct chunk *c);
 int vmem_backing_destroy(struct chunk *c);
 
+/* peer.c: make a freshly mapped range of owner's memory accessible to owner and to every device
+ * that enabled peer access to it (vmem_peer_access). 0 or -errno; on error the caller unmaps. */
+int vmem_grant_access(uintptr_t vaddr, uint64_t bytes, int owner);
+
 /* slab.c: one physical allocation for a run of 2 or more adjacent released chunks of one device
  * (each chunk's vaddr + backed is the next one's vaddr): created, mapped and made accessible
  * whole; on success every chunk is resident in it. 0 or -errno, nothing held on error. */
@@ -108,6 +113,7 @@ int vmem_slab_create(struct chunk **chunks, size_t count);
  * give it back. The last member to leave unmaps and releases the slab. */
 void vmem_slab_leave(struct chunk *c, bool freed);
 uint64_t vmem_slab_bytes(const struct chunk *c); /* 0 when not in a slab */
+uintptr_t vmem_slab_vaddr(const struct chunk *c); /* the slab's start; c must be in one */
 
 /* arena.c: small allocations inside one chunk. */
 int vmem_arena_init(struct chunk *c);   /* c->va_bytes set; -ENOMEM */

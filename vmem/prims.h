@@ -36,8 +36,11 @@ struct vmem_prims {
    * falls back to one call per map when a range of several is refused). */
   int (*unmap)(void *ctx, uint64_t addr, uint64_t size);
   /* Make the mapped range (one map or several adjacent whole ones) readable and writable from
-   * device. */
+   * device; other devices' access is unchanged. */
   int (*set_access)(void *ctx, uint64_t addr, uint64_t size, int device);
+  /* Take that access away from device (other devices keep theirs). Optional: NULL where access is
+   * never revoked (vmem then reports -ENOSYS for disabling peer access). */
+  int (*revoke_access)(void *ctx, uint64_t addr, uint64_t size, int device);
 
   /* --- plain device memory (used under the translate policy) --- */
   /* Allocate size bytes on device at an address of the device's choosing (256-byte aligned at

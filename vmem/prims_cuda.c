@@ -193,6 +193,16 @@ static int set_access(void *ctx, uint64_t addr, uint64_t size, int device) {
   return from_driver(rt.set_access(addr, size, &desc, 1));
 }
 
+static int revoke_access(void *ctx, uint64_t addr, uint64_t size, int device) {
+  (void)ctx;
+  CUmemAccessDesc desc;
+  memset(&desc, 0, sizeof(desc));
+  desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  desc.location.id = device;
+  desc.flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  return from_driver(rt.set_access(addr, size, &desc, 1));
+}
+
 static int dev_malloc(void *ctx, int device, uint64_t size, uint64_t *real) {
   (void)ctx;
   int previous;
@@ -223,6 +233,7 @@ static const struct vmem_prims cuda_prims = {
     .map = map,
     .unmap = unmap,
     .set_access = set_access,
+    .revoke_access = revoke_access,
     .dev_malloc = dev_malloc,
     .dev_free = dev_free,
 };

@@ -22,6 +22,7 @@ struct slab {
 };
 
 uint64_t vmem_slab_bytes(const struct chunk *c) { return c->slab ? c->slab->bytes : 0; }
+uintptr_t vmem_slab_vaddr(const struct chunk *c) { return c->slab->vaddr; }
 
 int vmem_slab_create(struct chunk **chunks, size_t count) {
   struct vmem_space *s = &vmem_space;
@@ -37,7 +38,7 @@ int vmem_slab_create(struct chunk **chunks, size_t count) {
   if (rc) goto free_slab;
   rc = p->map(s->ctx, slab->vaddr, slab->bytes, slab->handle);
   if (rc) goto release;
-  rc = p->set_access(s->ctx, slab->vaddr, slab->bytes, chunks[0]->device);
+  rc = vmem_grant_access(slab->vaddr, slab->bytes, chunks[0]->device);
   if (rc) goto unmap;
   for (size_t i = 0; i < count; i++) {
     chunks[i]->slab = slab;

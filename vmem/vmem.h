@@ -139,6 +139,18 @@ int vmem_release_all(void);
  * stopped (freeing that much device memory lets a retry succeed, fragmentation aside). */
 int vmem_recreate_all(uint64_t *shortfall_bytes);
 
+/* Peer access (cudaDeviceEnablePeerAccess / Disable with `device` current): under remap, physical
+ * memory mapped with the VMM calls is accessible only to the devices cuMemSetAccess names (the
+ * driver does not extend a context's peer access to it, as it does for cudaMalloc memory), so
+ * enabling gives `device` access to every chunk of `peer` now, to every chunk created later and to
+ * every chunk re-created by vmem_recreate_all; disabling takes it away again. Under translate
+ * nothing changes (plain device memory follows the runtime's peer access). Idempotent. -EINVAL
+ * for bad or equal devices or before init; a device error (-EIO, ...) leaves the access as it
+ * was; -ENOSYS for disabling where the primitives cannot revoke. */
+int vmem_peer_access(int device, int peer, int enable);
+/* Whether `device` has access to `peer`'s chunks through vmem_peer_access (0 or 1). */
+int vmem_peer_enabled(int device, int peer);
+
 /* For cudaMemGetInfo: total = min(device total, mem_limit); free = total minus what this process
  * holds through vmem (released memory included: it will come back), never more than the device
  * has free right now. */

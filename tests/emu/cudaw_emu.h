@@ -20,6 +20,7 @@ struct cudaw_emu_launch {
   size_t shared_mem;
   cudaStream_t stream;
   const char *name; /* mangled device name, e.g. "_Z4vaddPKfS0_Pfi" */
+  int device;       /* the device it runs on (the launching thread's current one) */
 };
 
 /* A host implementation of a kernel. args is exactly the runtime's void **args: args[i] points
@@ -46,6 +47,13 @@ typedef void (*cudaw_emu_kernel_fn)(const struct cudaw_emu_launch *launch, void 
         for (uint3 thread_idx = {0, 0, 0}; thread_idx.z < (launch)->block.z; thread_idx.z++)  \
           for (thread_idx.y = 0; thread_idx.y < (launch)->block.y; thread_idx.y++)            \
             for (thread_idx.x = 0; thread_idx.x < (launch)->block.x; thread_idx.x++)
+
+/* Whether the kernel of `launch` may touch [ptr, ptr + size) from its device: 0, or -EFAULT for
+ * memory its device cannot reach (another device's memory without peer access, VMM memory that
+ * cuMemSetAccess did not open to it, freed or unknown memory). After -EFAULT the launch returns
+ * cudaErrorIllegalAddress, as a GPU reports an illegal address. Host kernels that want the
+ * device's access rules call it before touching an argument's memory. */
+int cudaw_emu_access(const struct cudaw_emu_launch *launch, const void *ptr, size_t size);
 
 /* Registers (or replaces) the host implementation for a mangled kernel name; takes precedence
  * over a dlsym-found one. Returns 0, or -EINVAL for a NULL name or function, -ENOMEM. */

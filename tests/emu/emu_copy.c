@@ -131,7 +131,7 @@ EMU_EXPORT cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
   emu_init();
   if (!free_bytes || !total_bytes) return emu_result(cudaErrorInvalidValue);
   size_t used, quota;
-  emu_memory_info(&used, &quota);
+  emu_memory_info(emu_current_device(), &used, &quota);
   *free_bytes = quota - used;
   *total_bytes = quota;
   return cudaSuccess;
@@ -142,7 +142,8 @@ cudaError_t emu_prefetch(const void *ptr, size_t count, struct cudaMemLocation l
   emu_init();
   (void)flags;
   if (emu_stream_check(stream)) return emu_result(cudaErrorInvalidResourceHandle);
-  if (location.type == cudaMemLocationTypeDevice && location.id != 0)
+  if (location.type == cudaMemLocationTypeDevice &&
+      (location.id < 0 || location.id >= emu_device_count()))
     return emu_result(cudaErrorInvalidDevice);
   if (location.type != cudaMemLocationTypeDevice && location.type != cudaMemLocationTypeHost &&
       location.type != cudaMemLocationTypeHostNuma && location.type != cudaMemLocationTypeHostNumaCurrent)
@@ -207,6 +208,7 @@ EMU_EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *at
   if (emu_memory_lookup(ptr, &range) == 0) {
     bool managed = range.kind == EMU_SPACE_MANAGED;
     attributes->type = managed ? cudaMemoryTypeManaged : cudaMemoryTypeDevice;
+    attributes->device = range.device;
     attributes->devicePointer = (void *)ptr;
     attributes->hostPointer = managed ? (void *)ptr : NULL;
   } else if (emu_host_lookup(ptr, &base, &size) == 0) {
@@ -243,10 +245,18 @@ EMU_EXPORT cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *s
   return emu_memcpy2d(dst, dpitch, src, spitch, width, height, kind, stream);
 }
 
+/* Runs on the destination device: it reads the source directly where it enabled peer access to
+ * the source device, else the copy is staged (each side touched by its own device). */
 EMU_EXPORT cudaError_t cudaMemcpyPeerAsync(void *dst, int dst_device, const void *src,
                                            int src_device, size_t count, cudaStream_t stream) {
-  if (dst_device != 0 || src_device != 0) return emu_result(cudaErrorInvalidDevice);
-  return emu_memcpy2d(dst, count, src, count, count, 1, cudaMemcpyDeviceToDevice, stream);
+  emu_init();
+  int devices = emu_device_count();
+  if (dst_device < 0 || dst_device >= devices || src_device < 0 || src_device >= devices)
+    return emu_result(cudaErrorInvalidDevice);
+  if (emu_stream_check(stream)) return emu_result(cudaErrorInvalidResourceHandle);
+  int err = emu_memory_copy2d_on(dst_device, dst, count, EMU_SIDE_DEVICE, src, count,
+                                 EMU_SIDE_DEVICE, count, 1);
+  return emu_result(emu_error_from_errno(err));
 }
 
 EMU_EXPORT cudaError_t cudaMemcpyPeer(void *dst, int dst_device, const void *src, int src_device,

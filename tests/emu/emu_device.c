@@ -1,8 +1,10 @@
-/* emu_device.c: one-time initialisation, the CUDAW_EMU_* options and the device, version and
- * attribute queries of the one emulated device. */
+/* emu_device.c: one-time initialisation, the CUDAW_EMU_* options, the emulated devices (how many,
+ * which one is current for each thread, peer access between them) and their version and attribute
+ * queries. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,11 +19,16 @@
 static const struct option {
   const char *name, *default_value, *meaning;
 } options[] = {
-    {"CUDAW_EMU_MEM", "4G", "emulated device memory in bytes, optional K/M/G suffix"},
+    {"CUDAW_EMU_MEM", "4G", "memory of each emulated device in bytes, optional K/M/G suffix"},
+    {"CUDAW_EMU_DEVICES", "1", "number of emulated devices (1-8)"},
 };
 
 static size_t memory_bytes = DEFAULT_MEMORY_BYTES;
+static int devices = 1;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static _Thread_local int current_device;
+/* peer_access[d] bit p: device d enabled access to p's memory. Read without the lock. */
+static _Atomic unsigned peer_access[EMU_MAX_DEVICES];
 
 /* Parses "123", "64K", "512M", "4G"; 0 on error. */
 static size_t parse_size(const char *text) {
@@ -41,21 +48,35 @@ static size_t parse_size(const char *text) {
   return (size_t)(value << shift);
 }
 
+static void ignoring(const struct option *option, const char *text) {
+  fprintf(stderr, "cudaw-emu: ignoring %s=%s (%s; default %s)\n", option->name, text,
+          option->meaning, option->default_value);
+}
+
 static void init_device(void) {
   const char *text = getenv(options[0].name);
   if (text && *text) {
     size_t parsed = parse_size(text);
     if (parsed) memory_bytes = parsed;
-    else
-      fprintf(stderr, "cudaw-emu: ignoring %s=%s (%s; default %s)\n", options[0].name, text,
-              options[0].meaning, options[0].default_value);
+    else ignoring(&options[0], text);
   }
-  int err = emu_memory_init(memory_bytes);
-  if (err == 0) err = emu_limit_init();
+  text = getenv(options[1].name);
+  if (text && *text) {
+    char *end;
+    long count = strtol(text, &end, 10);
+    if (*end == '\0' && count >= 1 && count <= EMU_MAX_DEVICES) devices = (int)count;
+    else ignoring(&options[1], text);
+  }
+  int err = emu_memory_init(memory_bytes, devices);
+  if (err == 0) err = emu_limit_init(devices);
   if (err)
     fprintf(stderr, "cudaw-emu: cannot reserve the device address space: %s\n", strerror(-err));
-  fprintf(stderr, "cudaw-emu: emulated CUDA device (host memory, %zu MiB), not a GPU\n",
-          memory_bytes >> 20);
+  if (devices == 1)
+    fprintf(stderr, "cudaw-emu: emulated CUDA device (host memory, %zu MiB), not a GPU\n",
+            memory_bytes >> 20);
+  else
+    fprintf(stderr, "cudaw-emu: %d emulated CUDA devices (host memory, %zu MiB each), not GPUs\n",
+            devices, memory_bytes >> 20);
 }
 
 void emu_init(void) { pthread_once(&init_once, init_device); }
@@ -69,27 +90,47 @@ size_t emu_option_memory_bytes(void) {
 
 EMU_EXPORT int cudaw_emu_is_emulated(void) { return 1; }
 
+int emu_device_count(void) {
+  emu_init();
+  return devices;
+}
+
+int emu_current_device(void) { return current_device; }
+
+int emu_set_current_device(int device) {
+  emu_init();
+  if (device < 0 || device >= devices) return -EINVAL;
+  current_device = device;
+  return 0;
+}
+
+bool emu_peer_enabled(int device, int peer) {
+  return device >= 0 && device < EMU_MAX_DEVICES && peer >= 0 && peer < EMU_MAX_DEVICES &&
+         (atomic_load(&peer_access[device]) >> peer & 1u);
+}
+
 static cudaError_t check_device(int device) {
-  return device == 0 ? cudaSuccess : cudaErrorInvalidDevice;
+  emu_init();
+  return device >= 0 && device < devices ? cudaSuccess : cudaErrorInvalidDevice;
 }
 
 EMU_EXPORT cudaError_t cudaGetDeviceCount(int *count) {
   emu_init();
   if (!count) return emu_result(cudaErrorInvalidValue);
-  *count = 1;
+  *count = devices;
   return cudaSuccess;
 }
 
 EMU_EXPORT cudaError_t cudaGetDevice(int *device) {
   emu_init();
   if (!device) return emu_result(cudaErrorInvalidValue);
-  *device = 0;
+  *device = current_device;
   return cudaSuccess;
 }
 
 EMU_EXPORT cudaError_t cudaSetDevice(int device) {
   emu_init();
-  return emu_result(check_device(device));
+  return emu_result(emu_set_current_device(device) ? cudaErrorInvalidDevice : cudaSuccess);
 }
 
 EMU_EXPORT cudaError_t cudaSetDeviceFlags(unsigned int flags) {
@@ -103,18 +144,45 @@ EMU_EXPORT cudaError_t cudaDeviceSynchronize(void) {
   return cudaSuccess;
 }
 
+/* The current device's memory goes, and with its context the peer access it enabled. */
 EMU_EXPORT cudaError_t cudaDeviceReset(void) {
   emu_init();
-  emu_memory_reset();
+  emu_memory_reset(current_device);
+  atomic_store(&peer_access[current_device], 0u);
   cudaGetLastError();
   return cudaSuccess;
 }
 
+/* Every pair of distinct emulated devices can reach each other (as over NVLink). */
 EMU_EXPORT cudaError_t cudaDeviceCanAccessPeer(int *can_access, int device, int peer_device) {
   emu_init();
   if (!can_access) return emu_result(cudaErrorInvalidValue);
   if (check_device(device) || check_device(peer_device)) return emu_result(cudaErrorInvalidDevice);
-  *can_access = 0; /* a single device has no peers */
+  *can_access = device != peer_device;
+  return cudaSuccess;
+}
+
+/* The runtime's errors: an invalid or the current device is cudaErrorInvalidDevice, flags other
+ * than 0 cudaErrorInvalidValue, enabling twice cudaErrorPeerAccessAlreadyEnabled, disabling what
+ * is not enabled cudaErrorPeerAccessNotEnabled. */
+EMU_EXPORT cudaError_t cudaDeviceEnablePeerAccess(int peer_device, unsigned int flags) {
+  emu_init();
+  if (check_device(peer_device) || peer_device == current_device)
+    return emu_result(cudaErrorInvalidDevice);
+  if (flags) return emu_result(cudaErrorInvalidValue);
+  unsigned bit = 1u << peer_device;
+  if (atomic_fetch_or(&peer_access[current_device], bit) & bit)
+    return emu_result(cudaErrorPeerAccessAlreadyEnabled);
+  return cudaSuccess;
+}
+
+EMU_EXPORT cudaError_t cudaDeviceDisablePeerAccess(int peer_device) {
+  emu_init();
+  if (check_device(peer_device) || peer_device == current_device)
+    return emu_result(cudaErrorInvalidDevice);
+  unsigned bit = 1u << peer_device;
+  if (!(atomic_fetch_and(&peer_access[current_device], ~bit) & bit))
+    return emu_result(cudaErrorPeerAccessNotEnabled);
   return cudaSuccess;
 }
 
@@ -137,6 +205,8 @@ EMU_EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int 
   memset(prop, 0, sizeof *prop);
   snprintf(prop->name, sizeof prop->name, "%s", DEVICE_NAME);
   memcpy(prop->uuid.bytes, "cudaw-emu-device", sizeof prop->uuid.bytes);
+  prop->uuid.bytes[15] = (char)(prop->uuid.bytes[15] + device); /* device 0 keeps the old one */
+  prop->pciBusID = device;
   prop->totalGlobalMem = memory_bytes;
   prop->sharedMemPerBlock = 48 << 10;
   prop->regsPerBlock = 65536;

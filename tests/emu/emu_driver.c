@@ -10,13 +10,19 @@
 #include "delta_hash.h"
 #include "emu_internal.h"
 
-static char primary_context_storage;
-#define PRIMARY_CONTEXT ((CUcontext)(void *)&primary_context_storage)
+/* One primary context per device; making one current makes its device the thread's current one,
+ * as the runtime's cudaSetDevice does (the runtime and the driver share it, as in CUDA). */
+static char primary_context_storage[EMU_MAX_DEVICES];
+#define PRIMARY_CONTEXT_OF(device) ((CUcontext)(void *)&primary_context_storage[(device)])
+#define PRIMARY_CONTEXT PRIMARY_CONTEXT_OF(emu_current_device())
+
+static bool valid_device(CUdevice device) { return device >= 0 && device < emu_device_count(); }
 
 static CUresult result_from_errno(int negative_errno) {
   switch (negative_errno) {
   case 0: return CUDA_SUCCESS;
   case -ENOMEM: return CUDA_ERROR_OUT_OF_MEMORY;
+  case -EFAULT: return CUDA_ERROR_ILLEGAL_ADDRESS;
   default: return CUDA_ERROR_INVALID_VALUE;
   }
 }
@@ -38,37 +44,37 @@ static CUresult emu_cuDriverGetVersion(int *version) {
 
 static CUresult emu_cuDeviceGetCount(int *count) {
   if (!count) return CUDA_ERROR_INVALID_VALUE;
-  *count = 1;
+  *count = emu_device_count();
   return CUDA_SUCCESS;
 }
 
 static CUresult emu_cuDeviceGet(CUdevice *device, int ordinal) {
   if (!device) return CUDA_ERROR_INVALID_VALUE;
-  if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
-  *device = 0;
+  if (!valid_device(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
+  *device = ordinal;
   return CUDA_SUCCESS;
 }
 
 static CUresult emu_cuDeviceGetAttribute(int *value, CUdevice_attribute attribute, CUdevice device) {
   if (!value) return CUDA_ERROR_INVALID_VALUE;
-  if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_device(device)) return CUDA_ERROR_INVALID_DEVICE;
   return emu_device_attribute((int)attribute, value) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
 static CUresult emu_cuDevicePrimaryCtxRetain(CUcontext *context, CUdevice device) {
   if (!context) return CUDA_ERROR_INVALID_VALUE;
-  if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
-  *context = PRIMARY_CONTEXT;
+  if (!valid_device(device)) return CUDA_ERROR_INVALID_DEVICE;
+  *context = PRIMARY_CONTEXT_OF(device);
   return CUDA_SUCCESS;
 }
 
 static CUresult emu_cuDevicePrimaryCtxRelease(CUdevice device) {
-  return device == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+  return valid_device(device) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
 static CUresult emu_cuDevicePrimaryCtxGetState(CUdevice device, unsigned int *flags, int *active) {
   if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
-  if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_device(device)) return CUDA_ERROR_INVALID_DEVICE;
   *flags = 0;
   *active = 1; /* the emu's one context exists from the start */
   return CUDA_SUCCESS;
@@ -81,13 +87,48 @@ static CUresult emu_cuCtxGetCurrent(CUcontext *context) {
 }
 
 static CUresult emu_cuCtxSetCurrent(CUcontext context) {
-  return !context || context == PRIMARY_CONTEXT ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+  if (!context) return CUDA_SUCCESS;
+  for (int device = 0; device < emu_device_count(); device++)
+    if (context == PRIMARY_CONTEXT_OF(device)) {
+      emu_set_current_device(device);
+      return CUDA_SUCCESS;
+    }
+  return CUDA_ERROR_INVALID_CONTEXT;
 }
 
 static CUresult emu_cuCtxGetDevice(CUdevice *device) {
   if (!device) return CUDA_ERROR_INVALID_VALUE;
-  *device = 0;
+  *device = emu_current_device();
   return CUDA_SUCCESS;
+}
+
+/* Peer access between primary contexts: the runtime's, for the current device. */
+static CUresult peer_result(cudaError_t error) {
+  switch (error) {
+  case cudaSuccess: return CUDA_SUCCESS;
+  case cudaErrorPeerAccessAlreadyEnabled: return CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+  case cudaErrorPeerAccessNotEnabled: return CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
+  case cudaErrorInvalidDevice: return CUDA_ERROR_INVALID_DEVICE;
+  default: return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+static int context_device(CUcontext context) {
+  for (int device = 0; device < emu_device_count(); device++)
+    if (context == PRIMARY_CONTEXT_OF(device)) return device;
+  return -1;
+}
+
+static CUresult emu_cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
+  int device = context_device(peer);
+  if (device < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  return peer_result(cudaDeviceEnablePeerAccess(device, flags));
+}
+
+static CUresult emu_cuCtxDisablePeerAccess(CUcontext peer) {
+  int device = context_device(peer);
+  if (device < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  return peer_result(cudaDeviceDisablePeerAccess(device));
 }
 
 static CUresult emu_cuCtxSynchronize(void) { return CUDA_SUCCESS; }
@@ -97,7 +138,7 @@ static CUresult emu_cuStreamSynchronize(CUstream stream) { return check_stream(s
 static CUresult emu_cuMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
   if (!free_bytes || !total_bytes) return CUDA_ERROR_INVALID_VALUE;
   size_t used, quota;
-  emu_memory_info(&used, &quota);
+  emu_memory_info(emu_current_device(), &used, &quota);
   *free_bytes = quota - used;
   *total_bytes = quota;
   return CUDA_SUCCESS;
@@ -147,10 +188,10 @@ static CUresult emu_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t siz
                                 const CUmemAllocationProp *prop, unsigned long long flags) {
   if (!handle || !prop || flags) return CUDA_ERROR_INVALID_VALUE;
   if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;
-  if (prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE && prop->location.id != 0)
-    return CUDA_ERROR_INVALID_DEVICE;
+  int device = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? prop->location.id : 0;
+  if (!valid_device(device)) return CUDA_ERROR_INVALID_DEVICE;
   uint64_t created;
-  int err = emu_vmm_create(size, &created);
+  int err = emu_vmm_create(device, size, &created);
   if (!err) *handle = created;
   return result_from_errno(err);
 }
@@ -172,15 +213,19 @@ static CUresult emu_cuMemUnmap(CUdeviceptr ptr, size_t size) {
 static CUresult emu_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
                                    size_t count) {
   if (!desc || !count) return CUDA_ERROR_INVALID_VALUE;
-  bool read_write = false;
+  unsigned changed = 0, readable = 0;
   for (size_t i = 0; i < count; i++) {
-    if (desc[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE && desc[i].location.id != 0)
-      return CUDA_ERROR_INVALID_DEVICE;
+    if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE) continue; /* no host access */
+    if (!valid_device(desc[i].location.id)) return CUDA_ERROR_INVALID_DEVICE;
+    unsigned bit = 1u << desc[i].location.id;
+    changed |= bit;
     if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE ||
         desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READ)
-      read_write = true; /* read-only is emulated as read-write */
+      readable |= bit; /* read-only is emulated as read-write */
+    else if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE)
+      return CUDA_ERROR_INVALID_VALUE;
   }
-  return result_from_errno(emu_vmm_set_access((uintptr_t)ptr, size, read_write));
+  return result_from_errno(emu_vmm_set_access((uintptr_t)ptr, size, changed, readable));
 }
 
 /* ---- pointers, copies, memsets ---- */
@@ -194,10 +239,12 @@ static CUresult emu_cuPointerGetAttribute(void *data, CUpointer_attribute attrib
   size_t host_size;
   bool device = emu_memory_lookup(address, &range) == 0;
   if (!device && emu_host_lookup(address, &host_base, &host_size)) return CUDA_ERROR_INVALID_VALUE;
-  if (!device) range = (struct emu_range){host_base, host_size, EMU_SPACE_DEVICE, false};
+  if (!device) range = (struct emu_range){host_base, host_size, EMU_SPACE_DEVICE, false, 0, 0};
   bool managed = device && range.kind == EMU_SPACE_MANAGED;
   switch (attribute) {
-  case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = PRIMARY_CONTEXT; return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_CONTEXT:
+    *(CUcontext *)data = PRIMARY_CONTEXT_OF(device ? range.device : emu_current_device());
+    return CUDA_SUCCESS;
   case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
     *(unsigned *)data = device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
     return CUDA_SUCCESS;
@@ -207,7 +254,9 @@ static CUresult emu_cuPointerGetAttribute(void *data, CUpointer_attribute attrib
     *(void **)data = (void *)address;
     return CUDA_SUCCESS;
   case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(unsigned *)data = managed; return CUDA_SUCCESS;
-  case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = 0; return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+    *(int *)data = device ? range.device : emu_current_device();
+    return CUDA_SUCCESS;
   case CU_POINTER_ATTRIBUTE_BUFFER_ID: *(unsigned long long *)data = range.base; return CUDA_SUCCESS;
   case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(CUdeviceptr *)data = range.base; return CUDA_SUCCESS;
   case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data = range.size; return CUDA_SUCCESS;
@@ -323,6 +372,11 @@ static CUresult delta_launch(CUfunction function, unsigned grid_x, unsigned grid
   const struct ckpt_delta_piece *table = *(const struct ckpt_delta_piece **)params[0];
   unsigned long long count = *(const unsigned long long *)params[1];
   uint64_t *sums = *(uint64_t **)params[2];
+  /* The kernel runs on the current device, which must reach every piece (as on a GPU). */
+  for (unsigned long long i = 0; i < count; i++)
+    if (emu_memory_kernel_access(emu_current_device(), (const void *)(uintptr_t)table[i].address,
+                                 table[i].bytes))
+      return CUDA_ERROR_ILLEGAL_ADDRESS;
   for (unsigned long long i = 0; i < count; i++)
     sums[i] = ckpt_delta_hash((const void *)(uintptr_t)table[i].address, table[i].bytes);
   return CUDA_SUCCESS;
@@ -337,6 +391,7 @@ static CUresult from_runtime(cudaError_t error) {
   case cudaErrorMemoryAllocation: return CUDA_ERROR_OUT_OF_MEMORY;
   case cudaErrorInvalidResourceHandle: return CUDA_ERROR_INVALID_HANDLE;
   case cudaErrorInvalidConfiguration: return CUDA_ERROR_INVALID_VALUE;
+  case cudaErrorIllegalAddress: return CUDA_ERROR_ILLEGAL_ADDRESS;
   default: return CUDA_ERROR_NOT_FOUND;
   }
 }
@@ -453,6 +508,7 @@ static CUresult emu_cuGetErrorName(CUresult error, const char **text) {
   case CUDA_ERROR_INVALID_CONTEXT: *text = "CUDA_ERROR_INVALID_CONTEXT"; return CUDA_SUCCESS;
   case CUDA_ERROR_INVALID_HANDLE: *text = "CUDA_ERROR_INVALID_HANDLE"; return CUDA_SUCCESS;
   case CUDA_ERROR_NOT_SUPPORTED: *text = "CUDA_ERROR_NOT_SUPPORTED"; return CUDA_SUCCESS;
+  case CUDA_ERROR_ILLEGAL_ADDRESS: *text = "CUDA_ERROR_ILLEGAL_ADDRESS"; return CUDA_SUCCESS;
   default: *text = NULL; return CUDA_ERROR_INVALID_VALUE;
   }
 }
@@ -482,6 +538,7 @@ E(cuInit); E(cuDriverGetVersion); E(cuDeviceGetCount); E(cuDeviceGet); E(cuDevic
 E(cuDevicePrimaryCtxRetain); E(cuDevicePrimaryCtxRelease); E(cuDevicePrimaryCtxGetState);
 E(cuCtxGetCurrent);
 E(cuCtxSetCurrent); E(cuCtxGetDevice); E(cuCtxSynchronize); E(cuStreamSynchronize);
+E(cuCtxEnablePeerAccess); E(cuCtxDisablePeerAccess);
 E(cuMemGetInfo); E(cuMemAlloc); E(cuMemFree); E(cuMemGetAllocationGranularity);
 E(cuMemAddressReserve); E(cuMemAddressFree); E(cuMemCreate); E(cuMemRelease); E(cuMemMap);
 E(cuMemUnmap); E(cuMemSetAccess); E(cuPointerGetAttribute); E(cuMemGetAddressRange); E(cuMemcpyHtoD); E(cuMemcpyDtoH);
@@ -508,6 +565,7 @@ static const struct entry *const entries[] = {
     &entry_cuDeviceGetAttribute, &entry_cuDevicePrimaryCtxRetain, &entry_cuDevicePrimaryCtxRelease,
     &entry_cuDevicePrimaryCtxGetState,
     &entry_cuCtxGetCurrent, &entry_cuCtxSetCurrent, &entry_cuCtxGetDevice,
+    &entry_cuCtxEnablePeerAccess, &entry_cuCtxDisablePeerAccess,
     &entry_cuCtxSynchronize, &entry_cuStreamSynchronize, &entry_cuMemGetInfo, &entry_cuMemAlloc,
     &entry_cuMemFree, &entry_cuMemGetAllocationGranularity, &entry_cuMemAddressReserve,
     &entry_cuMemAddressFree, &entry_cuMemCreate, &entry_cuMemRelease, &entry_cuMemMap,

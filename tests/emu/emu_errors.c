@@ -18,6 +18,7 @@ cudaError_t emu_error_from_errno(int negative_errno) {
   case -EEXIST: return cudaErrorHostMemoryAlreadyRegistered;
   case -EBADF: return cudaErrorInvalidResourceHandle;
   case -ENOSYS: return cudaErrorNotSupported;
+  case -EFAULT: return cudaErrorIllegalAddress; /* memory the device cannot reach */
   default: return cudaErrorInvalidValue;
   }
 }

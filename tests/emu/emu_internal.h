@@ -19,10 +19,22 @@
 
 /* ---- emu_init.c: options, one-time init, per-thread last error ---- */
 
-/* Initialises the device once (thread-safe, idempotent); announces the emu on stderr. */
+/* Initialises the devices once (thread-safe, idempotent); announces the emu on stderr. */
 void emu_init(void);
-/* The emulated device memory size (CUDAW_EMU_MEM). */
+/* The memory size of each emulated device (CUDAW_EMU_MEM). */
 size_t emu_option_memory_bytes(void);
+
+#define EMU_MAX_DEVICES 8
+/* The number of emulated devices (CUDAW_EMU_DEVICES), each with its own memory and context. */
+int emu_device_count(void);
+/* The calling thread's current device (cudaSetDevice, cuCtxSetCurrent); 0 until it sets one. */
+int emu_current_device(void);
+/* 0, or -EINVAL for a device that does not exist. */
+int emu_set_current_device(int device);
+/* Whether `device` enabled peer access to `peer`'s memory (cudaDeviceEnablePeerAccess while
+ * `device` was current): its kernels may then touch cudaMalloc memory of `peer`, and copies
+ * between the two run device to device. */
+bool emu_peer_enabled(int device, int peer);
 /* Records err as the calling thread's last error unless it is cudaSuccess; returns err. */
 cudaError_t emu_result(cudaError_t err);
 /* The value of a device attribute (runtime and driver numbering agree); -EINVAL if unknown. */
@@ -44,36 +56,52 @@ struct emu_range {
   uintptr_t base;
   size_t size;
   enum emu_space_kind kind;
-  bool mapped; /* inside a VMM reservation */
+  bool mapped;     /* inside a VMM reservation */
+  int device;      /* the device whose memory it is */
+  unsigned access; /* mapped: the devices cuMemSetAccess made it accessible to (bit per device) */
 };
 
 /* Which memory a copy's side must be: cudaMemcpyKind split into its two halves. */
 enum emu_side { EMU_SIDE_ANY, EMU_SIDE_HOST, EMU_SIDE_DEVICE };
 
-int emu_memory_init(size_t quota);
-/* Allocates size bytes (0 < size) of zeroed device memory at a never-before-used address (until
- * the region wraps). -ENOMEM when over quota or out of address space. */
+/* quota: bytes per device. */
+int emu_memory_init(size_t quota, int devices);
+/* Allocates size bytes (0 < size) of zeroed memory of the current device at a never-before-used
+ * address (until the region wraps). -ENOMEM when over its quota or out of address space. */
 int emu_memory_alloc(size_t size, enum emu_space_kind kind, void **out);
 /* Frees an allocation of one of the kinds in kind_mask (bit per emu_space_kind) given its start.
  * -EINVAL for NULL-free callers must handle, an unknown or interior pointer, another kind. */
 int emu_memory_free(void *ptr, unsigned kind_mask);
 /* The valid device memory containing ptr: -ENOENT when ptr is no device memory. */
 int emu_memory_lookup(const void *ptr, struct emu_range *out);
-/* Bytes in use and the quota. */
-void emu_memory_info(size_t *used, size_t *quota);
-/* Charges delta bytes of device memory that no allocation stands for (a context's stack
+/* Bytes of device's memory in use and its quota. */
+void emu_memory_info(int device, size_t *used, size_t *quota);
+/* Charges delta bytes of device's memory that no allocation stands for (a context's stack
  * reservation); a negative delta gives them back. -ENOMEM when over the quota (nothing charged). */
-int emu_memory_charge(long long delta);
-/* Frees every allocation (cudaDeviceReset); symbols and VMM objects stay. */
-void emu_memory_reset(void);
+int emu_memory_charge(int device, long long delta);
+/* Frees every allocation of device (cudaDeviceReset); symbols and VMM objects stay. */
+void emu_memory_reset(int device);
 
 /* Copies a width x height rectangle between pitched buffers, after checking that each side is the
- * memory its enum emu_side says and that device-side spans lie inside valid device memory.
- * -EINVAL on any violation (nothing copied). */
+ * memory its enum emu_side says and that device-side spans lie inside valid device memory, which
+ * the device running the copy (the current one) can reach: VMM memory must be accessible
+ * (cuMemSetAccess) to the device that touches it, which is the running device when the memory is
+ * its own or it enabled peer access to its owner, else the owner (the copy is staged through the
+ * host, as the runtime does between devices without peer access). -EINVAL on any violation, -EFAULT
+ * for memory the device cannot reach (nothing copied). */
 int emu_memory_copy2d(void *dst, size_t dpitch, enum emu_side dst_side, const void *src,
                       size_t spitch, enum emu_side src_side, size_t width, size_t height);
-/* Sets a width x height rectangle of device memory to value; -EINVAL unless valid device memory. */
+/* The same, run by `device` instead of the current one (cudaMemcpyPeer runs on the destination). */
+int emu_memory_copy2d_on(int device, void *dst, size_t dpitch, enum emu_side dst_side,
+                         const void *src, size_t spitch, enum emu_side src_side, size_t width,
+                         size_t height);
+/* Sets a width x height rectangle of device memory to value; -EINVAL unless valid device memory,
+ * -EFAULT when the current device cannot reach it. */
 int emu_memory_set2d(void *dst, size_t pitch, int value, size_t width, size_t height);
+/* 0 when a kernel running on `device` may touch [ptr, ptr+size): VMM memory accessible to device,
+ * cudaMalloc memory of device or of a peer it enabled access to, managed memory and variables;
+ * -EFAULT otherwise (what the real device reports as an illegal address). */
+int emu_memory_kernel_access(int device, const void *ptr, size_t size);
 /* 0 when [ptr, ptr+size) is valid device memory of the given kinds (mask), else -EINVAL. */
 int emu_memory_check(const void *ptr, size_t size, unsigned kind_mask);
 
@@ -91,14 +119,16 @@ int emu_host_lookup(const void *ptr, uintptr_t *base, size_t *size);
 /* ---- VMM (emu_memory.c): reservations, memfd-backed physical handles, mappings ---- */
 int emu_vmm_reserve(size_t size, size_t alignment, uintptr_t hint, uintptr_t *out);
 int emu_vmm_free(uintptr_t addr, size_t size);
-int emu_vmm_create(size_t size, uint64_t *handle);
+int emu_vmm_create(int device, size_t size, uint64_t *handle);
 int emu_vmm_release(uint64_t handle);
 int emu_vmm_map(uintptr_t addr, size_t size, size_t offset, uint64_t handle);
-int emu_vmm_set_access(uintptr_t addr, size_t size, bool read_write);
+/* The devices in `changed` (bit per device) get access if they are in `readable`, lose it if not;
+ * others keep theirs. */
+int emu_vmm_set_access(uintptr_t addr, size_t size, unsigned changed, unsigned readable);
 int emu_vmm_unmap(uintptr_t addr, size_t size);
 
 /* ---- emu_limit.c: context limits; the stack's reservation is charged at init ---- */
-int emu_limit_init(void);
+int emu_limit_init(int devices);
 
 /* ---- emu_vmem_api.c: held streams (cudaw_emu_hold_stream) ---- */
 /* Whether work on stream is held back: events recorded there do not complete until released. */

@@ -320,6 +320,17 @@ static bool valid_dimensions(dim3 grid, dim3 block) {
          threads <= 1024 && block.x <= 1024 && block.y <= 1024 && block.z <= 64;
 }
 
+/* Set by cudaw_emu_access while the calling thread's kernel runs: it touched unreachable memory. */
+static _Thread_local bool launch_faulted;
+
+EMU_EXPORT int cudaw_emu_access(const struct cudaw_emu_launch *launch, const void *ptr,
+                                size_t size) {
+  if (!launch) return -EINVAL;
+  int err = emu_memory_kernel_access(launch->device, ptr, size);
+  if (err) launch_faulted = true;
+  return err;
+}
+
 cudaError_t emu_launch(const void *func, dim3 grid, dim3 block, void **args, size_t shared_mem,
                        cudaStream_t stream) {
   emu_init();
@@ -330,14 +341,16 @@ cudaError_t emu_launch(const void *func, dim3 grid, dim3 block, void **args, siz
   cudaw_emu_kernel_fn fn = k ? implementation_of(k) : NULL;
   bool report = k && !fn && !k->missing_reported;
   if (report) k->missing_reported = true;
-  struct cudaw_emu_launch launch = {grid, block, shared_mem, stream, k ? k->name : NULL};
+  struct cudaw_emu_launch launch = {grid, block, shared_mem, stream, k ? k->name : NULL,
+                                    emu_current_device()};
   pthread_mutex_unlock(&lock);
   if (report)
     fprintf(stderr, "cudaw-emu: no host implementation for kernel %s (export %s%s or call "
             "cudaw_emu_register_kernel)\n", launch.name, CUDAW_EMU_KERNEL_PREFIX, launch.name);
   if (!fn) return emu_result(cudaErrorInvalidDeviceFunction);
+  launch_faulted = false;
   fn(&launch, args);
-  return cudaSuccess;
+  return launch_faulted ? emu_result(cudaErrorIllegalAddress) : cudaSuccess;
 }
 
 EMU_EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid, dim3 block, void **args,

@@ -1,7 +1,9 @@
-/* emu_memory.c: the emulated device's memory. Device memory lives in one large PROT_NONE host
- * region so device pointers are recognisable; allocations are handed out bump-pointer style and
- * never reused until the region wraps; freed memory is PROT_NONE again so use-after-free faults.
- * Also page-locked/registered host ranges and VMM (memfd-backed physical memory). One mutex. */
+/* emu_memory.c: the emulated devices' memory. Device memory lives in one large PROT_NONE host
+ * region so device pointers are recognisable (one unified address space for every device, as with
+ * UVA); allocations are handed out bump-pointer style and never reused until the region wraps;
+ * freed memory is PROT_NONE again so use-after-free faults. Each allocation, physical handle and
+ * mapping knows its device; each device has its own quota. Also page-locked/registered host ranges
+ * and VMM (memfd-backed physical memory, per-device access). One mutex. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -28,13 +30,15 @@ struct space {
   size_t charged; /* bytes counted against the quota */
   enum emu_space_kind kind;
   bool external; /* a VMM reservation mmapped outside the region */
+  int device;
 };
 
 struct mapping {
   uintptr_t base;
   size_t size;
   uint64_t handle;
-  bool accessible;
+  unsigned access; /* devices that may touch it (bit per device); host-accessible when non-zero */
+  int device;      /* the physical memory's */
 };
 
 struct host_range {
@@ -46,11 +50,12 @@ struct host_range {
 struct physical {
   int fd; /* -1 once released */
   size_t size;
+  int device;
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static uintptr_t region_base, region_end, cursor;
-static size_t quota_bytes, used_bytes;
+static size_t quota_bytes, used_bytes[EMU_MAX_DEVICES];
 static struct sorted_vector spaces = {.element_size = sizeof(struct space)};
 static struct sorted_vector mappings = {.element_size = sizeof(struct mapping)};
 static struct sorted_vector hosts = {.element_size = sizeof(struct host_range)};
@@ -113,8 +118,9 @@ static void make_inaccessible(uintptr_t base, size_t size) {
        -1, 0);
 }
 
-int emu_memory_init(size_t quota) {
-  size_t region = quota > REGION_MIN_BYTES / 4 ? align_up(quota * 4, PAGE) : REGION_MIN_BYTES;
+int emu_memory_init(size_t quota, int devices) {
+  size_t all = quota * (size_t)devices;
+  size_t region = all > REGION_MIN_BYTES / 4 ? align_up(all * 4, PAGE) : REGION_MIN_BYTES;
   void *base = mmap(NULL, region, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (base == MAP_FAILED) return -errno;
   /* Device addresses start 2 MiB-aligned, like the real ones. */
@@ -158,10 +164,11 @@ static int place(size_t span, size_t alignment, uintptr_t *out) {
 int emu_memory_alloc(size_t size, enum emu_space_kind kind, void **out) {
   if (size == 0 || size > ((size_t)1 << 46)) return size ? -ENOMEM : -EINVAL;
   size_t rounded = align_up(size, PAGE);
+  int device = emu_current_device();
   pthread_mutex_lock(&lock);
   int err = -ENOMEM;
   uintptr_t base;
-  if (rounded > quota_bytes - used_bytes) goto out;
+  if (rounded > quota_bytes - used_bytes[device]) goto out;
   /* One guard page after each allocation makes small overruns fault in host kernels too. */
   if ((err = place(rounded + PAGE, rounded >= EMU_VMM_GRANULARITY ? EMU_VMM_GRANULARITY : PAGE,
                    &base)) != 0)
@@ -172,12 +179,12 @@ int emu_memory_alloc(size_t size, enum emu_space_kind kind, void **out) {
     goto out;
   }
   struct space s = {.base = base, .size = size, .span = rounded + PAGE, .charged = rounded,
-                    .kind = kind};
+                    .kind = kind, .device = device};
   if ((err = insert_sorted(&spaces, &s)) != 0) {
     make_inaccessible(base, rounded);
     goto out;
   }
-  used_bytes += rounded;
+  used_bytes[device] += rounded;
   *out = (void *)base;
 out:
   pthread_mutex_unlock(&lock);
@@ -193,7 +200,7 @@ int emu_memory_free(void *ptr, unsigned kind_mask) {
     if (s->base == (uintptr_t)ptr && s->kind != EMU_SPACE_RESERVED &&
         (kind_mask & EMU_KIND_BIT(s->kind))) {
       make_inaccessible(s->base, s->charged);
-      used_bytes -= s->charged;
+      used_bytes[s->device] -= s->charged;
       remove_at(&spaces, (size_t)index);
       err = 0;
     }
@@ -209,25 +216,30 @@ static int lookup_locked(uintptr_t address, struct emu_range *out) {
   struct space *s = space_at((size_t)index);
   if (address - s->base >= s->size) return -ENOENT;
   if (s->kind != EMU_SPACE_RESERVED) {
-    *out = (struct emu_range){s->base, s->size, s->kind, false};
+    *out = (struct emu_range){s->base, s->size, s->kind, false, s->device, 0};
     return 0;
   }
   long first = find_at_or_before(&mappings, address);
   if (first < 0) return -ENOENT;
   struct mapping *m = mapping_at((size_t)first);
-  if (address - m->base >= m->size || !m->accessible) return -ENOENT;
+  if (address - m->base >= m->size || !m->access) return -ENOENT;
+  /* A run of adjacent mappings of one device with the same access reads as one range. */
   uintptr_t start = m->base, end = m->base + m->size;
   for (long i = first - 1; i >= 0; i--) {
     struct mapping *prev = mapping_at((size_t)i);
-    if (prev->base + prev->size != start || !prev->accessible || prev->base < s->base) break;
+    if (prev->base + prev->size != start || prev->access != m->access ||
+        prev->device != m->device || prev->base < s->base)
+      break;
     start = prev->base;
   }
   for (size_t i = (size_t)first + 1; i < mappings.count; i++) {
     struct mapping *next = mapping_at(i);
-    if (next->base != end || !next->accessible || end >= s->base + s->size) break;
+    if (next->base != end || next->access != m->access || next->device != m->device ||
+        end >= s->base + s->size)
+      break;
     end += next->size;
   }
-  *out = (struct emu_range){start, end - start, EMU_SPACE_RESERVED, true};
+  *out = (struct emu_range){start, end - start, EMU_SPACE_RESERVED, true, m->device, m->access};
   return 0;
 }
 
@@ -259,14 +271,24 @@ static int host_lookup_locked(uintptr_t address, uintptr_t *base, size_t *size) 
   return 0;
 }
 
-/* Checks one side of a copy: extent bytes from ptr. */
-static int check_side(const void *ptr, size_t extent, enum emu_side side) {
+/* Whether a copy run by `device` reaches the memory of range (see emu_memory_copy2d). */
+static bool copy_reaches(const struct emu_range *range, int device) {
+  if (!range->mapped) return true; /* cudaMalloc memory: the runtime stages where it must */
+  int toucher = range->device == device || emu_peer_enabled(device, range->device)
+                    ? device : range->device;
+  return range->access & (1u << toucher);
+}
+
+/* Checks one side of a copy run by device: extent bytes from ptr. */
+static int check_side(const void *ptr, size_t extent, enum emu_side side, int device) {
   if (extent == 0) return 0;
   if (!ptr) return -EINVAL;
   uintptr_t address = (uintptr_t)ptr;
   struct emu_range range;
-  if (lookup_locked(address, &range) == 0)
-    return range_inside(range.base, range.size, address, extent) ? 0 : -EINVAL;
+  if (lookup_locked(address, &range) == 0) {
+    if (!range_inside(range.base, range.size, address, extent)) return -EINVAL;
+    return copy_reaches(&range, device) ? 0 : -EFAULT;
+  }
   if (is_device_address(address)) return -EINVAL; /* freed, never allocated, or unmapped */
   if (side != EMU_SIDE_DEVICE) return 0;
   /* Page-locked and registered host memory is device-accessible (unified addressing). */
@@ -283,9 +305,16 @@ static size_t extent_2d(size_t pitch, size_t width, size_t height) {
 
 int emu_memory_copy2d(void *dst, size_t dpitch, enum emu_side dst_side, const void *src,
                       size_t spitch, enum emu_side src_side, size_t width, size_t height) {
+  return emu_memory_copy2d_on(emu_current_device(), dst, dpitch, dst_side, src, spitch, src_side,
+                              width, height);
+}
+
+int emu_memory_copy2d_on(int device, void *dst, size_t dpitch, enum emu_side dst_side,
+                         const void *src, size_t spitch, enum emu_side src_side, size_t width,
+                         size_t height) {
   pthread_mutex_lock(&lock);
-  int err = check_side(dst, extent_2d(dpitch, width, height), dst_side);
-  if (!err) err = check_side(src, extent_2d(spitch, width, height), src_side);
+  int err = check_side(dst, extent_2d(dpitch, width, height), dst_side, device);
+  if (!err) err = check_side(src, extent_2d(spitch, width, height), src_side, device);
   if (!err && width && height) {
     for (size_t row = 0; row < height; row++)
       memmove((char *)dst + row * dpitch, (const char *)src + row * spitch, width);
@@ -295,8 +324,9 @@ int emu_memory_copy2d(void *dst, size_t dpitch, enum emu_side dst_side, const vo
 }
 
 int emu_memory_set2d(void *dst, size_t pitch, int value, size_t width, size_t height) {
+  int device = emu_current_device();
   pthread_mutex_lock(&lock);
-  int err = check_side(dst, extent_2d(pitch, width, height), EMU_SIDE_DEVICE);
+  int err = check_side(dst, extent_2d(pitch, width, height), EMU_SIDE_DEVICE, device);
   if (!err && width && height) {
     for (size_t row = 0; row < height; row++) memset((char *)dst + row * pitch, value, width);
   }
@@ -315,29 +345,45 @@ int emu_memory_check(const void *ptr, size_t size, unsigned kind_mask) {
   return err;
 }
 
-void emu_memory_info(size_t *used, size_t *quota) {
+int emu_memory_kernel_access(int device, const void *ptr, size_t size) {
   pthread_mutex_lock(&lock);
-  *used = used_bytes;
-  *quota = quota_bytes;
-  pthread_mutex_unlock(&lock);
-}
-
-int emu_memory_charge(long long delta) {
-  pthread_mutex_lock(&lock);
-  int err = 0;
-  if (delta > 0 && (size_t)delta > quota_bytes - used_bytes) err = -ENOMEM;
-  else used_bytes += (size_t)delta; /* a negative delta wraps back down */
+  struct emu_range range;
+  int err = -EFAULT;
+  if (lookup_locked((uintptr_t)ptr, &range) == 0 &&
+      range_inside(range.base, range.size, (uintptr_t)ptr, size)) {
+    if (range.mapped)
+      err = range.access & (1u << device) ? 0 : -EFAULT;
+    else if (range.kind != EMU_SPACE_DEVICE || range.device == device ||
+             emu_peer_enabled(device, range.device))
+      err = 0;
+  }
   pthread_mutex_unlock(&lock);
   return err;
 }
 
-void emu_memory_reset(void) {
+void emu_memory_info(int device, size_t *used, size_t *quota) {
+  pthread_mutex_lock(&lock);
+  *used = used_bytes[device];
+  *quota = quota_bytes;
+  pthread_mutex_unlock(&lock);
+}
+
+int emu_memory_charge(int device, long long delta) {
+  pthread_mutex_lock(&lock);
+  int err = 0;
+  if (delta > 0 && (size_t)delta > quota_bytes - used_bytes[device]) err = -ENOMEM;
+  else used_bytes[device] += (size_t)delta; /* a negative delta wraps back down */
+  pthread_mutex_unlock(&lock);
+  return err;
+}
+
+void emu_memory_reset(int device) {
   pthread_mutex_lock(&lock);
   for (size_t i = spaces.count; i-- > 0;) {
     struct space *s = space_at(i);
-    if (s->kind == EMU_SPACE_DEVICE || s->kind == EMU_SPACE_MANAGED) {
+    if ((s->kind == EMU_SPACE_DEVICE || s->kind == EMU_SPACE_MANAGED) && s->device == device) {
       make_inaccessible(s->base, s->charged);
-      used_bytes -= s->charged;
+      used_bytes[device] -= s->charged;
       remove_at(&spaces, i);
     }
   }
@@ -477,11 +523,11 @@ int emu_vmm_free(uintptr_t address, size_t size) {
   return err;
 }
 
-int emu_vmm_create(size_t size, uint64_t *handle) {
+int emu_vmm_create(int device, size_t size, uint64_t *handle) {
   if (!size || size % EMU_VMM_GRANULARITY) return -EINVAL;
   pthread_mutex_lock(&lock);
   int err = -ENOMEM, fd = -1;
-  if (size > quota_bytes - used_bytes) goto out;
+  if (size > quota_bytes - used_bytes[device]) goto out;
   if (physical_count == physical_capacity) {
     size_t capacity = physical_capacity ? physical_capacity * 2 : 64;
     struct physical *grown = realloc(physicals, capacity * sizeof *grown);
@@ -494,9 +540,9 @@ int emu_vmm_create(size_t size, uint64_t *handle) {
     if (fd >= 0) close(fd);
     goto out;
   }
-  physicals[physical_count] = (struct physical){fd, size};
+  physicals[physical_count] = (struct physical){fd, size, device};
   *handle = ++physical_count; /* handles are never reused */
-  used_bytes += size;
+  used_bytes[device] += size;
   err = 0;
 out:
   pthread_mutex_unlock(&lock);
@@ -514,7 +560,7 @@ int emu_vmm_release(uint64_t handle) {
   if (p) {
     close(p->fd); /* live mappings keep the pages until unmapped, as on the real device */
     p->fd = -1;
-    used_bytes -= p->size;
+    used_bytes[p->device] -= p->size;
   }
   pthread_mutex_unlock(&lock);
   return p ? 0 : -EINVAL;
@@ -557,22 +603,29 @@ int emu_vmm_map(uintptr_t address, size_t size, size_t offset, uint64_t handle) 
     err = -errno;
     goto out;
   }
-  struct mapping m = {address, size, handle, false};
+  struct mapping m = {address, size, handle, 0, p->device};
   if ((err = insert_sorted(&mappings, &m)) != 0) make_inaccessible(address, size);
 out:
   pthread_mutex_unlock(&lock);
   return err;
 }
 
-int emu_vmm_set_access(uintptr_t address, size_t size, bool read_write) {
+int emu_vmm_set_access(uintptr_t address, size_t size, unsigned changed, unsigned readable) {
   pthread_mutex_lock(&lock);
   int err = -EINVAL;
   size_t first, last;
   mappings_overlapping(address, size, &first, &last);
-  if (size && mappings_tile(address, size, first, last) &&
-      mprotect((void *)address, size, read_write ? PROT_READ | PROT_WRITE : PROT_NONE) == 0) {
-    for (size_t i = first; i < last; i++) mapping_at(i)->accessible = read_write;
+  if (size && mappings_tile(address, size, first, last)) {
     err = 0;
+    /* The host sees a mapping while any device may: kernels run on the host. */
+    for (size_t i = first; i < last && !err; i++) {
+      struct mapping *m = mapping_at(i);
+      unsigned access = (m->access & ~changed) | (readable & changed);
+      if (mprotect((void *)m->base, m->size, access ? PROT_READ | PROT_WRITE : PROT_NONE) != 0)
+        err = -errno;
+      else
+        m->access = access;
+    }
   }
   pthread_mutex_unlock(&lock);
   return err;

@@ -214,8 +214,8 @@ static int default_pool;
 EMU_EXPORT cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int device) {
   emu_init();
   if (!pool) return emu_result(cudaErrorInvalidValue);
-  if (device != 0) return emu_result(cudaErrorInvalidDevice);
-  *pool = (cudaMemPool_t)&default_pool;
+  if (device < 0 || device >= emu_device_count()) return emu_result(cudaErrorInvalidDevice);
+  *pool = (cudaMemPool_t)&default_pool; /* one pool serves every device: allocations are plain */
   return cudaSuccess;
 }
 

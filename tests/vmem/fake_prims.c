@@ -200,6 +200,12 @@ static int set_access(void *ctx, uint64_t addr, uint64_t size, int device) {
   return mprotect((void *)(uintptr_t)addr, size, PROT_READ | PROT_WRITE) ? -EINVAL : 0;
 }
 
+/* The host keeps its access (tests read "device" memory directly); only the call is counted. */
+static int revoke_access(void *ctx, uint64_t addr, uint64_t size, int device) {
+  (void)addr, (void)size, (void)device;
+  return enter(ctx, FAKE_SET_ACCESS);
+}
+
 static int dev_malloc(void *ctx, int device, uint64_t size, uint64_t *real) {
   struct fake *f = ctx;
   int rc = enter(f, FAKE_DEV_MALLOC);
@@ -238,7 +244,7 @@ static const struct vmem_prims ops = {
     .granularity = granularity,   .va_reserve = va_reserve, .va_free = va_free,
     .phys_create = phys_create,   .phys_release = phys_release, .map = map,
     .unmap = unmap,               .set_access = set_access, .dev_malloc = dev_malloc,
-    .dev_free = dev_free,
+    .dev_free = dev_free,         .revoke_access = revoke_access,
 };
 
 const struct vmem_prims *fake_prims(void) { return &ops; }

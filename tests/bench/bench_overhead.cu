@@ -28,6 +28,14 @@ __global__ void empty_struct64(Args64 s) {}
 CUDAW_EMU_KERNEL(_Z6empty4PfS_S_S_) { (void)launch, (void)args; }
 CUDAW_EMU_KERNEL(_Z14empty_struct646Args64) { (void)launch, (void)args; }
 
+// BENCH_ONLY=<substring>: only the metrics whose names contain it; BENCH_BATCHES=<n> batches of
+// each (31): for profiling one call.
+static bool wanted(const char *name)
+{
+  const char *only = getenv("BENCH_ONLY");
+  return !only || strstr(name, only);
+}
+
 template <class F> static double per_call_ns(int batches, int calls, F body)
 {
   std::vector<double> v;
@@ -41,6 +49,11 @@ template <class F> static double per_call_ns(int batches, int calls, F body)
   return v[v.size() / 2];
 }
 
+template <class F> static void metric(const char *name, int batches, int calls, F body)
+{
+  if (wanted(name)) printf("metric %s %.2f ns\n", name, per_call_ns(batches, calls, body));
+}
+
 typedef CUresult (*launch_kernel_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                                      unsigned, unsigned, CUstream, void **, void **);
 
@@ -52,50 +65,50 @@ int main()
            "cudaw with CUDAW_REAL_CUDART pointing at it)\n");
     return 77;
   }
-  const int batches = 31, calls = 20000;
+  const int batches = getenv("BENCH_BATCHES") ? atoi(getenv("BENCH_BATCHES")) : 31, calls = 20000;
   float *p[4];
   for (auto &x : p) CUDA_CHECK(cudaMalloc(&x, 256));
   Args64 s = {p[0], p[1], p[2], p[3], 1, 2, 3, 4.0, 5.0};
   int dev = -1;
-  printf("metric cudaGetDevice %.2f ns\n", per_call_ns(batches, calls, [&](int n) {
+  metric("cudaGetDevice", batches, calls, [&](int n) {
     for (int i = 0; i < n; i++) cudaGetDevice(&dev);
-  }));
+  });
 
   int *pinned;
   CUDA_CHECK(cudaMallocHost(&pinned, 4));
   *pinned = 7;
-  printf("metric memcpy_h2d_4B_pinned %.2f ns\n", per_call_ns(batches, calls, [&](int n) {
+  metric("memcpy_h2d_4B_pinned", batches, calls, [&](int n) {
     for (int i = 0; i < n; i++) CUDA_CHECK(cudaMemcpy(p[0], pinned, 4, cudaMemcpyHostToDevice));
-  }));
+  });
 
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreate(&stream));
-  printf("metric mallocasync_freeasync_4KiB %.2f ns\n", per_call_ns(batches, calls / 4, [&](int n) {
+  metric("mallocasync_freeasync_4KiB", batches, calls / 4, [&](int n) {
     void *q;
     for (int i = 0; i < n; i++) {
       CUDA_CHECK(cudaMallocAsync(&q, 4096, stream));
       CUDA_CHECK(cudaFreeAsync(q, stream));
     }
     CUDA_CHECK(cudaStreamSynchronize(stream));
-  }));
+  });
 
-  printf("metric launch_empty_4ptr %.2f ns\n", per_call_ns(batches, calls, [&](int n) {
+  metric("launch_empty_4ptr", batches, calls, [&](int n) {
     for (int i = 0; i < n; i++) empty4<<<1, 32>>>(p[0], p[1], p[2], p[3]);
-  }));
-  printf("metric launch_empty_struct64 %.2f ns\n", per_call_ns(batches, calls, [&](int n) {
+  });
+  metric("launch_empty_struct64", batches, calls, [&](int n) {
     for (int i = 0; i < n; i++) empty_struct64<<<1, 32>>>(s);
-  }));
+  });
   void *args4[] = {&p[0], &p[1], &p[2], &p[3]};
   void *args64[] = {&s};
-  printf("metric cudaLaunchKernel_empty_4ptr %.2f ns\n", per_call_ns(batches, calls, [&](int n) {
+  metric("cudaLaunchKernel_empty_4ptr", batches, calls, [&](int n) {
     for (int i = 0; i < n; i++)
       CUDA_CHECK(cudaLaunchKernel((const void *)empty4, dim3(1), dim3(32), args4, 0, nullptr));
-  }));
-  printf("metric cudaLaunchKernel_empty_struct64 %.2f ns\n", per_call_ns(batches, calls, [&](int n) {
+  });
+  metric("cudaLaunchKernel_empty_struct64", batches, calls, [&](int n) {
     for (int i = 0; i < n; i++)
       CUDA_CHECK(cudaLaunchKernel((const void *)empty_struct64, dim3(1), dim3(32), args64, 0,
                                   nullptr));
-  }));
+  });
   CUDA_CHECK(cudaGetLastError());
 
   void *fn = nullptr;
@@ -110,14 +123,14 @@ int main()
   cudaFunction_t f4, f64;
   CUDA_CHECK(cudaGetFuncBySymbol(&f4, (const void *)empty4));
   CUDA_CHECK(cudaGetFuncBySymbol(&f64, (const void *)empty_struct64));
-  auto driver_launches = [&](cudaFunction_t f, void **args) {
-    return per_call_ns(batches, calls, [&](int n) {
+  auto driver_launches = [&](const char *name, cudaFunction_t f, void **args) {
+    metric(name, batches, calls, [&](int n) {
       for (int i = 0; i < n; i++)
         if (launch_kernel((CUfunction)f, 1, 1, 1, 32, 1, 1, 0, nullptr, args, nullptr)) abort();
     });
   };
-  printf("metric cuLaunchKernel_empty_4ptr %.2f ns\n", driver_launches(f4, args4));
-  printf("metric cuLaunchKernel_empty_struct64 %.2f ns\n", driver_launches(f64, args64));
+  driver_launches("cuLaunchKernel_empty_4ptr", f4, args4);
+  driver_launches("cuLaunchKernel_empty_struct64", f64, args64);
   CUDA_CHECK(cudaStreamDestroy(stream));
   CUDA_CHECK(cudaFreeHost(pinned));
   for (auto x : p) CUDA_CHECK(cudaFree(x));

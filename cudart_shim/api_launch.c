@@ -26,23 +26,30 @@ static cudaError_t refused(int rc)
   return shim_set_last_error(rc == -EFAULT ? cudaErrorInvalidValue : cudaErrorMemoryAllocation);
 }
 
-/* The six-argument launches: (func, grid, block, args, shared memory, stream). */
+/* The six-argument launches: (func, grid, block, args, shared memory, stream). The translated
+ * path is a function of its own, so that the fast path's frame does not hold the argument copy. */
 #define LAUNCH6(name, func_type, how)                                                            \
+  static __attribute__((noinline)) cudaError_t name##_prepared(                                \
+      __typeof__(&name) forward, func_type func, dim3 grid, dim3 block, void **args,            \
+      size_t shared_mem, cudaStream_t stream)                                                  \
+  {                                                                                            \
+    struct shim_kparam_frame frame;                                                            \
+    int rc = shim_kparam_prepare((const void *)func, how, args, NULL, &frame);                 \
+    cudaError_t result =                                                                       \
+        rc ? refused(rc) : forward(func, grid, block, frame.args, shared_mem, stream);         \
+    shim_kparam_frame_release(&frame);                                                         \
+    return result;                                                                             \
+  }                                                                                            \
   SHIM_EXPORT cudaError_t name(func_type func, dim3 grid, dim3 block, void **args,             \
                                size_t shared_mem, cudaStream_t stream)                        \
   {                                                                                            \
     shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_##name);                                       \
     if (!real) return shim_missing(SHIM_FN_##name);                                            \
     __typeof__(&name) forward = (__typeof__(&name))real;                                       \
-    cudaError_t result;                                                                        \
-    if (SHIM_LIKELY(!shim_kparam_active())) {                                                  \
-      result = forward(func, grid, block, args, shared_mem, stream);                           \
-    } else {                                                                                   \
-      struct shim_kparam_frame frame;                                                          \
-      int rc = shim_kparam_prepare((const void *)func, how, args, NULL, &frame);               \
-      result = rc ? refused(rc) : forward(func, grid, block, frame.args, shared_mem, stream);  \
-      shim_kparam_frame_release(&frame);                                                       \
-    }                                                                                          \
+    cudaError_t result =                                                                       \
+        SHIM_LIKELY(!shim_kparam_active())                                                     \
+            ? forward(func, grid, block, args, shared_mem, stream)                             \
+            : name##_prepared(forward, func, grid, block, args, shared_mem, stream);           \
     shim_gate_leave();                                                                         \
     return result;                                                                             \
   }
@@ -55,20 +62,24 @@ LAUNCH6(cudaLaunchCooperativeKernel, const void *, SHIM_KPARAM_HOST_FUN_OR_HANDL
 LAUNCH6(cudaLaunchCooperativeKernel_ptsz, const void *, SHIM_KPARAM_HOST_FUN_OR_HANDLE)
 
 #define LAUNCH_EX(name)                                                                         \
+  static __attribute__((noinline)) cudaError_t name##_prepared(                                \
+      __typeof__(&name) forward, const cudaLaunchConfig_t *config, const void *func,           \
+      void **args)                                                                             \
+  {                                                                                            \
+    struct shim_kparam_frame frame;                                                            \
+    int rc = shim_kparam_prepare(func, SHIM_KPARAM_HOST_FUN_OR_HANDLE, args, NULL, &frame);    \
+    cudaError_t result = rc ? refused(rc) : forward(config, func, frame.args);                 \
+    shim_kparam_frame_release(&frame);                                                         \
+    return result;                                                                             \
+  }                                                                                            \
   SHIM_EXPORT cudaError_t name(const cudaLaunchConfig_t *config, const void *func, void **args)\
   {                                                                                            \
     shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_##name);                                       \
     if (!real) return shim_missing(SHIM_FN_##name);                                            \
     __typeof__(&name) forward = (__typeof__(&name))real;                                       \
-    cudaError_t result;                                                                        \
-    if (SHIM_LIKELY(!shim_kparam_active())) {                                                  \
-      result = forward(config, func, args);                                                    \
-    } else {                                                                                   \
-      struct shim_kparam_frame frame;                                                          \
-      int rc = shim_kparam_prepare(func, SHIM_KPARAM_HOST_FUN_OR_HANDLE, args, NULL, &frame);  \
-      result = rc ? refused(rc) : forward(config, func, frame.args);                           \
-      shim_kparam_frame_release(&frame);                                                       \
-    }                                                                                          \
+    cudaError_t result = SHIM_LIKELY(!shim_kparam_active())                                    \
+                             ? forward(config, func, args)                                     \
+                             : name##_prepared(forward, config, func, args);                   \
     shim_gate_leave();                                                                         \
     return result;                                                                             \
   }

@@ -206,82 +206,84 @@ CUresult shim_drv_prepare(CUfunction f, void **params, void **extra,
   return rc == -ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
 }
 
-#define LAUNCH_BODY(name, call_params, call_args)                                        \
-  ENTER(name);                                                                           \
-  CUresult result;                                                                       \
-  if (!shim_kparam_active()) {                                                           \
-    result = REAL(name) call_args;                                                       \
-  } else {                                                                               \
-    struct shim_kparam_frame frame;                                                      \
-    result = shim_drv_prepare(f, kernelParams, extra, &frame);                           \
-    if (result == CUDA_SUCCESS) {                                                        \
-      void **translated_params = frame.args, **translated_extra = frame.extra;           \
-      (void)translated_extra;                                                            \
-      result = REAL(name) call_params;                                                   \
-    }                                                                                    \
-    shim_kparam_frame_release(&frame);                                                   \
-  }                                                                                      \
-  shim_gate_leave();                                                                     \
+/* A launch's translated path is a function of its own (name##_prepared: the real entry point,
+ * the launch's parameters, then `extra`, NULL for cooperative launches), so that the fast path's
+ * frame does not hold the argument copy. */
+#define LAUNCH_PREPARED(name, call_translated, ...)                                            \
+  static __attribute__((noinline)) CUresult name##_prepared(__typeof__(&name) forward,         \
+                                                            __VA_ARGS__, void **extra)         \
+  {                                                                                            \
+    struct shim_kparam_frame frame;                                                            \
+    CUresult result = shim_drv_prepare(f, kernelParams, extra, &frame);                        \
+    if (result == CUDA_SUCCESS) {                                                              \
+      void **translated_params = frame.args, **translated_extra = frame.extra;                 \
+      (void)translated_extra;                                                                  \
+      result = forward call_translated;                                                        \
+    }                                                                                          \
+    shim_kparam_frame_release(&frame);                                                         \
+    return result;                                                                             \
+  }
+
+#define LAUNCH_BODY(name, call_args, ...)                                                 \
+  ENTER(name);                                                                            \
+  CUresult result = SHIM_LIKELY(!shim_kparam_active())                                    \
+                        ? REAL(name) call_args                                            \
+                        : name##_prepared(REAL(name), __VA_ARGS__);                       \
+  shim_gate_leave();                                                                      \
   return result
 
+#define GRID_PARAMS                                                                           \
+  unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, \
+      unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes,            \
+      CUstream hStream
 #define GRID gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream
 
-SHIM_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
-                                    unsigned int gridDimZ, unsigned int blockDimX,
-                                    unsigned int blockDimY, unsigned int blockDimZ,
-                                    unsigned int sharedMemBytes, CUstream hStream,
-                                    void **kernelParams, void **extra)
+LAUNCH_PREPARED(cuLaunchKernel, (f, GRID, translated_params, translated_extra), CUfunction f,
+                GRID_PARAMS, void **kernelParams)
+LAUNCH_PREPARED(cuLaunchKernel_ptsz, (f, GRID, translated_params, translated_extra),
+                CUfunction f, GRID_PARAMS, void **kernelParams)
+LAUNCH_PREPARED(cuLaunchKernelEx, (config, f, translated_params, translated_extra),
+                const CUlaunchConfig *config, CUfunction f, void **kernelParams)
+LAUNCH_PREPARED(cuLaunchKernelEx_ptsz, (config, f, translated_params, translated_extra),
+                const CUlaunchConfig *config, CUfunction f, void **kernelParams)
+LAUNCH_PREPARED(cuLaunchCooperativeKernel, (f, GRID, translated_params), CUfunction f,
+                GRID_PARAMS, void **kernelParams)
+LAUNCH_PREPARED(cuLaunchCooperativeKernel_ptsz, (f, GRID, translated_params), CUfunction f,
+                GRID_PARAMS, void **kernelParams)
+
+SHIM_EXPORT CUresult cuLaunchKernel(CUfunction f, GRID_PARAMS, void **kernelParams, void **extra)
 {
-  LAUNCH_BODY(cuLaunchKernel, (f, GRID, translated_params, translated_extra),
-              (f, GRID, kernelParams, extra));
+  LAUNCH_BODY(cuLaunchKernel, (f, GRID, kernelParams, extra), f, GRID, kernelParams, extra);
 }
 
-SHIM_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX,
-                                         unsigned int gridDimY, unsigned int gridDimZ,
-                                         unsigned int blockDimX, unsigned int blockDimY,
-                                         unsigned int blockDimZ, unsigned int sharedMemBytes,
-                                         CUstream hStream, void **kernelParams, void **extra)
+SHIM_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, GRID_PARAMS, void **kernelParams,
+                                         void **extra)
 {
-  LAUNCH_BODY(cuLaunchKernel_ptsz, (f, GRID, translated_params, translated_extra),
-              (f, GRID, kernelParams, extra));
+  LAUNCH_BODY(cuLaunchKernel_ptsz, (f, GRID, kernelParams, extra), f, GRID, kernelParams, extra);
 }
 
 SHIM_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
                                       void **kernelParams, void **extra)
 {
-  LAUNCH_BODY(cuLaunchKernelEx, (config, f, translated_params, translated_extra),
-              (config, f, kernelParams, extra));
+  LAUNCH_BODY(cuLaunchKernelEx, (config, f, kernelParams, extra), config, f, kernelParams, extra);
 }
 
 SHIM_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f,
                                            void **kernelParams, void **extra)
 {
-  LAUNCH_BODY(cuLaunchKernelEx_ptsz, (config, f, translated_params, translated_extra),
-              (config, f, kernelParams, extra));
+  LAUNCH_BODY(cuLaunchKernelEx_ptsz, (config, f, kernelParams, extra), config, f, kernelParams,
+              extra);
 }
 
 /* Cooperative launches take no `extra`. */
-SHIM_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX,
-                                               unsigned int gridDimY, unsigned int gridDimZ,
-                                               unsigned int blockDimX, unsigned int blockDimY,
-                                               unsigned int blockDimZ,
-                                               unsigned int sharedMemBytes, CUstream hStream,
-                                               void **kernelParams)
+SHIM_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, GRID_PARAMS, void **kernelParams)
 {
-  void **extra = NULL;
-  LAUNCH_BODY(cuLaunchCooperativeKernel, (f, GRID, translated_params),
-              (f, GRID, kernelParams));
+  LAUNCH_BODY(cuLaunchCooperativeKernel, (f, GRID, kernelParams), f, GRID, kernelParams, NULL);
 }
 
-SHIM_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX,
-                                                    unsigned int gridDimY, unsigned int gridDimZ,
-                                                    unsigned int blockDimX,
-                                                    unsigned int blockDimY,
-                                                    unsigned int blockDimZ,
-                                                    unsigned int sharedMemBytes,
-                                                    CUstream hStream, void **kernelParams)
+SHIM_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, GRID_PARAMS,
+                                                    void **kernelParams)
 {
-  void **extra = NULL;
-  LAUNCH_BODY(cuLaunchCooperativeKernel_ptsz, (f, GRID, translated_params),
-              (f, GRID, kernelParams));
+  LAUNCH_BODY(cuLaunchCooperativeKernel_ptsz, (f, GRID, kernelParams), f, GRID, kernelParams,
+              NULL);
 }

@@ -19,6 +19,7 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static void init_body(void)
 {
   shim_depth++;
+  shim_gate_setup(1); /* membarrier registration is cheapest while the process has one thread */
   shim_log_open();
   shim_init_error = shim_real_load();
   int invalid;

@@ -156,7 +156,7 @@ static void check_word(struct word_context *ctx, const void *p)
                check_kind_name(report.kind));
 }
 
-static int translate_word(void *opaque, uint64_t *word)
+SHIM_ALWAYS_INLINE int translate_word(void *opaque, uint64_t *word)
 {
   struct word_context *ctx = opaque;
   const void *p = (const void *)(uintptr_t)*word;
@@ -186,7 +186,8 @@ static int prepare_args(const struct kparam_plan *plan, void **args, struct word
     scratch = (char *)frame->heap + argv_bytes;
     scratch_size = plan->scratch_bytes;
   }
-  int rc = kparam_translate_args(plan, args, argv, scratch, scratch_size, translate_word, ctx);
+  int rc = kparam_translate_args_inline(plan, args, argv, scratch, scratch_size, translate_word,
+                                        ctx);
   if (rc < 0) return rc;
   if (rc > 0) frame->args = argv;
   return 0;
@@ -250,6 +251,6 @@ int shim_kparam_prepare(const void *func, enum shim_kparam_func how, void **args
 
 void shim_kparam_frame_release(struct shim_kparam_frame *frame)
 {
-  free(frame->heap);
+  if (SHIM_UNLIKELY(frame->heap != NULL)) free(frame->heap);
   frame->heap = NULL;
 }

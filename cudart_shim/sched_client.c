@@ -253,14 +253,13 @@ static void learn_device(int device)
  * meanwhile; come back through the gate. */
 static int wait_answer(void)
 {
-  atomic_fetch_sub_explicit(&shim_gate_inflight, 1, memory_order_seq_cst);
+  int stepped_out = shim_gate_step_out();
   pthread_mutex_lock(&client.reply_lock);
   while (!client.reply_ready) pthread_cond_wait(&client.reply_cond, &client.reply_lock);
   client.reply_ready = false;
   int status = client.reply_status;
   pthread_mutex_unlock(&client.reply_lock);
-  atomic_fetch_add_explicit(&shim_gate_inflight, 1, memory_order_seq_cst);
-  if (atomic_load_explicit(&shim_gate_closed, memory_order_seq_cst)) shim_gate_enter_slow();
+  shim_gate_step_in(stepped_out);
   return status;
 }
 

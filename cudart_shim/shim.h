@@ -50,31 +50,73 @@ void shim_init(void);
 
 /* ---- the API gate (gate.c) ----------------------------------------------------------------- */
 
+/* The gate must cost next to nothing while open, from any number of threads. Each thread that
+ * makes a counted call gets a slot of its own (its own cache line) whose in_flight flag it sets
+ * and clears with plain stores; the closer sets shim_gate_closed, forces a full barrier on every
+ * running thread of the process (membarrier, the expensive side of an asymmetric fence) and waits
+ * for every slot's flag to drop. A thread that saw the gate open therefore had its flag visible to
+ * the closer before the closer looked. Where membarrier is unavailable the fast path fences
+ * itself (a sequentially consistent store, still on its own line). */
+
+#define SHIM_ALWAYS_INLINE static inline __attribute__((always_inline))
+
+struct shim_gate_slot {
+  atomic_int in_flight;       /* 1 while the owner is inside a counted (outermost) call */
+  int fenced;                 /* fence the flag's store here: no membarrier for this process */
+  struct shim_gate_slot *all; /* the next slot ever made (the list the closer walks) */
+  struct shim_gate_slot *spare; /* the next free slot (under the gate's lock) */
+  bool in_use;                /* owned by a live thread (under the gate's lock) */
+} __attribute__((aligned(64)));
+
 /* Nonzero while a pause holds API calls. Read by every call and by the trampolines (asm). */
 extern atomic_int shim_gate_closed;
-/* API calls in flight (outermost calls only; blocking calls are not counted). */
-extern atomic_long shim_gate_inflight;
 /* Per-thread nesting depth of API calls: calls from inside cudaw pass the gate untouched. */
 extern SHIM_TLS unsigned shim_depth;
+/* This thread's slot; NULL until its first counted call. */
+extern SHIM_TLS struct shim_gate_slot *shim_gate_self;
 
-void shim_gate_wait_open(void);       /* block while the gate is closed; touches no counter */
-void shim_gate_enter_slow(void);      /* a counted call met a closed gate: uncount, wait, recount */
+/* Decide how the fast path is fenced, before the first counted call: with use_membarrier,
+ * register with membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) where the kernel allows it;
+ * otherwise (or when it does not) every call fences itself. Only the first call decides (shim_init
+ * calls it with 1; tests may call it first). Returns 1 when membarrier is in use. */
+int shim_gate_setup(int use_membarrier);
 
-/* Enter an API call of either layer (runtime or driver): initialise if needed, count the call in
+/* The first counted call of a thread: initialise cudaw if needed, give the thread a slot (freed
+ * when the thread exits). Returns the slot. */
+struct shim_gate_slot *shim_gate_register(void);
+
+void shim_gate_wait_open(void);       /* block while the gate is closed; touches no flag */
+/* A counted call met a closed gate: drop the flag, wait, raise it again. */
+void shim_gate_enter_slow(struct shim_gate_slot *slot);
+
+/* Raise this thread's flag, then look at the gate. The compiler barrier keeps the two in order;
+ * the processor may still let the load pass the store, which the closer's membarrier covers. */
+SHIM_ALWAYS_INLINE void shim_gate_mark(struct shim_gate_slot *slot)
+{
+  if (SHIM_LIKELY(!slot->fenced)) {
+    atomic_store_explicit(&slot->in_flight, 1, memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst);
+  } else {
+    atomic_store_explicit(&slot->in_flight, 1, memory_order_seq_cst);
+  }
+  if (SHIM_UNLIKELY(atomic_load_explicit(&shim_gate_closed, memory_order_relaxed)))
+    shim_gate_enter_slow(slot);
+}
+
+/* Enter an API call of either layer (runtime or driver): initialise if needed, mark the call in
  * flight, wait while the gate is closed. Only the outermost call of a thread is gated and
  * counted: a runtime call that reaches the driver layer, or cudaw's own calls, pass untouched. */
-static inline void shim_gate_in(void)
+SHIM_ALWAYS_INLINE void shim_gate_in(void)
 {
   if (SHIM_LIKELY(shim_depth++ == 0)) {
-    if (SHIM_UNLIKELY(!atomic_load_explicit(&shim_ready, memory_order_acquire))) shim_init();
-    atomic_fetch_add_explicit(&shim_gate_inflight, 1, memory_order_seq_cst);
-    if (SHIM_UNLIKELY(atomic_load_explicit(&shim_gate_closed, memory_order_seq_cst)))
-      shim_gate_enter_slow();
+    struct shim_gate_slot *slot = shim_gate_self;
+    if (SHIM_UNLIKELY(!slot)) slot = shim_gate_register();
+    shim_gate_mark(slot);
   }
 }
 
-/* The same for calls that may block (synchronisations): not counted in flight. */
-static inline void shim_gate_in_blocking(void)
+/* The same for calls that may block (synchronisations): not marked in flight. */
+SHIM_ALWAYS_INLINE void shim_gate_in_blocking(void)
 {
   if (SHIM_LIKELY(shim_depth++ == 0)) {
     if (SHIM_UNLIKELY(!atomic_load_explicit(&shim_ready, memory_order_acquire))) shim_init();
@@ -85,37 +127,46 @@ static inline void shim_gate_in_blocking(void)
 
 /* Enter a runtime API call (shim_gate_in). Returns the real entry point (NULL if missing: call
  * shim_missing). */
-static inline shim_real_fn shim_gate_enter(enum shim_fn_id id)
+SHIM_ALWAYS_INLINE shim_real_fn shim_gate_enter(enum shim_fn_id id)
 {
   shim_gate_in();
   return shim_real_table[id];
 }
 
-static inline void shim_gate_leave(void)
+/* Release: what the call did is visible to a closer that sees the flag drop. */
+SHIM_ALWAYS_INLINE void shim_gate_leave(void)
 {
   if (SHIM_LIKELY(--shim_depth == 0))
-    atomic_fetch_sub_explicit(&shim_gate_inflight, 1, memory_order_release);
+    atomic_store_explicit(&shim_gate_self->in_flight, 0, memory_order_release);
 }
 
 /* Blocking calls (synchronisations) wait while the gate is closed but are not counted in
  * flight, so a pause never waits for a thread that waits for the device or for another thread. */
-static inline shim_real_fn shim_gate_enter_blocking(enum shim_fn_id id)
+SHIM_ALWAYS_INLINE shim_real_fn shim_gate_enter_blocking(enum shim_fn_id id)
 {
   shim_gate_in_blocking();
   return shim_real_table[id];
 }
 
-static inline void shim_gate_leave_blocking(void)
+SHIM_ALWAYS_INLINE void shim_gate_leave_blocking(void)
 {
   --shim_depth;
 }
 
+/* Inside a counted call that is about to wait for something outside the process (cudawd's
+ * answer): stop counting as in flight, so that a pause may proceed meanwhile. Returns what to
+ * pass to shim_gate_step_in, which counts the call again, through the gate. */
+int shim_gate_step_out(void);
+void shim_gate_step_in(int stepped_out);
+
 /* Close the gate: new calls block at entry; wait up to timeout_ns for calls in flight to
- * finish. Returns 0, or -ETIMEDOUT (the gate is then open again and nothing changed). Must be
- * called from a thread that is not inside an API call. */
+ * finish. Returns 0, -ETIMEDOUT (the gate is then open again and nothing changed), or the
+ * -errno of a failed membarrier (likewise). Must be called from a thread that is not inside an API call. */
 int shim_gate_close(uint64_t timeout_ns);
 /* Reopen the gate and wake every blocked thread. */
 void shim_gate_open(void);
+/* Counted calls in flight now (a snapshot, for status and tests). */
+unsigned shim_gate_calls_in_flight(void);
 
 /* An API call whose real entry point is missing: leave the gate, log once, and return
  * cudaErrorNotSupported (or the initialisation error). */

@@ -338,6 +338,14 @@ static void describe_site(const void *where, char *out, size_t size)
   }
 }
 
+/* The allocation this thread's last ranged check found, valid while vmem_ended() == ended. */
+struct range_cache {
+  uintptr_t base;
+  uint64_t size; /* 0: nothing cached */
+  uint64_t ended;
+};
+static SHIM_TLS struct range_cache last_range;
+
 int shim_vmem_check_arg(enum shim_fn_id id, const void *p, uint64_t bytes, int ranged)
 {
   const char *fn = shim_fn_names[id];
@@ -366,14 +374,23 @@ int shim_vmem_check_arg(enum shim_fn_id id, const void *p, uint64_t bytes, int r
     return -EFAULT;
   }
   if (!ranged || bytes == 0) return 0;
-  struct vmem_info info;
-  if (vmem_lookup(p, &info) != 0) {
-    shim_warn("%s: %p is not inside any live allocation", fn, p);
-    return -EFAULT;
+  /* Copies go to the same allocation again and again: the last one this thread checked is
+   * remembered until any allocation ends, so that the check takes no lock. */
+  struct range_cache *cache = &last_range;
+  uint64_t ended = vmem_ended();
+  uint64_t offset = (uintptr_t)p - cache->base;
+  if (cache->size == 0 || cache->ended != ended || offset >= cache->size) {
+    struct vmem_info info;
+    if (vmem_lookup(p, &info) != 0) {
+      shim_warn("%s: %p is not inside any live allocation", fn, p);
+      return -EFAULT;
+    }
+    *cache = (struct range_cache){(uintptr_t)info.base, info.size, ended};
+    offset = info.offset;
   }
-  if (bytes > info.size - info.offset) {
+  if (bytes > cache->size - offset) {
     shim_warn("%s: %p + %" PRIu64 " bytes runs past the end of the allocation of %" PRIu64
-              " bytes at %p", fn, p, bytes, info.size, info.base);
+              " bytes at %p", fn, p, bytes, cache->size, (void *)cache->base);
     return -EFAULT;
   }
   return 0;

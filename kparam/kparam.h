@@ -7,9 +7,11 @@
 #ifndef CUDAW_KPARAM_H
 #define CUDAW_KPARAM_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -147,6 +149,46 @@ typedef int (*kparam_translate_fn)(void *ctx, uint64_t *word);
  * callback's error. */
 int kparam_translate_args(const struct kparam_plan *plan, void **args_in, void **args_out,
                           void *scratch, size_t scratch_size, kparam_translate_fn fn, void *ctx);
+
+/* The same, inline: on the launch path, where fn is a known function, the compiler inlines it
+ * into the loop (an indirect call per word costs as much as the translation itself). */
+static inline int kparam_translate_args_inline(const struct kparam_plan *plan, void **args_in,
+                                               void **args_out, void *scratch,
+                                               size_t scratch_size, kparam_translate_fn fn,
+                                               void *ctx) {
+  if (!plan || !fn || (plan->param_count && (!args_in || !args_out))) return -EINVAL;
+  if (plan->source == KPARAM_SOURCE_OPAQUE) return -ENOTSUP;
+  for (uint32_t i = 0; i < plan->param_count; i++) args_out[i] = args_in[i];
+  int replaced = 0;
+  size_t used = 0;
+  uint32_t copied_param = UINT32_MAX; /* the param whose copy is at the end of scratch */
+  for (uint32_t w = 0; w < plan->word_count; w++) {
+    const struct kparam_word *word = &plan->words[w];
+    const struct kparam_param *param = &plan->params[word->param];
+    const unsigned char *source = (const unsigned char *)args_out[word->param];
+    if (!source) return -EINVAL;
+    uint64_t value;
+    memcpy(&value, source + word->offset_in_param, sizeof value);
+    int rc = fn(ctx, &value);
+    if (rc < 0) return rc;
+    if (rc == 0) continue;
+    if (copied_param != word->param) { /* words come grouped by param, in order */
+      size_t bytes = (param->size + 7u) & ~(size_t)7u;
+      if (!scratch || scratch_size - used < bytes || used > scratch_size) return -ENOSPC;
+      unsigned char *copy = (unsigned char *)scratch + used;
+      if (param->size == sizeof value) /* a pointer: no call to memcpy */
+        memcpy(copy, args_in[word->param], sizeof value);
+      else
+        memcpy(copy, args_in[word->param], param->size);
+      args_out[word->param] = copy;
+      used += bytes;
+      copied_param = word->param;
+    }
+    memcpy((unsigned char *)args_out[word->param] + word->offset_in_param, &value, sizeof value);
+    replaced++;
+  }
+  return replaced;
+}
 
 /* Translate in place the packed parameter buffer of the `extra` launch form
  * (CU_LAUNCH_PARAM_BUFFER_POINTER); pass a copy. size must be >= plan->param_bytes. Returns the

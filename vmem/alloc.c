@@ -223,6 +223,7 @@ static int free_locked(uintptr_t p, const void *where) {
   uintptr_t base;
   uint64_t size;
   if (!vmem_find_allocation(p, &c, &base, &size) || base != p) return -EINVAL;
+  atomic_fetch_add_explicit(&vmem_fast.ended, 1, memory_order_release);
   struct device_state *d = &s->device[c->device];
   if (c->is_arena) {
     vmem_arena_give(c, p - c->vaddr);

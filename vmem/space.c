@@ -217,6 +217,7 @@ void vmem_fini(void) {
   pthread_mutex_lock(&s->lock);
   if (s->initialized) {
     atomic_store_explicit(&vmem_fast.size, 0, memory_order_release);
+    atomic_fetch_add_explicit(&vmem_fast.ended, 1, memory_order_release);
     vmem_chunk_destroy_all();
     release_reservation(s);
     free_tables(s);

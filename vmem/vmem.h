@@ -75,8 +75,15 @@ struct vmem_fast_path {
   _Atomic uint64_t size;  /* 0 until initialised: published last */
   unsigned shift;         /* log2(granule) */
   _Atomic uint64_t *delta; /* per granule: 0 = not backed, else (real - virtual) + 1 (even) */
+  _Atomic uint64_t ended;  /* allocations ended so far (freed, or all by vmem_fini) */
 };
 extern struct vmem_fast_path vmem_fast;
+
+/* How many allocations have ended. While it is unchanged, what vmem_lookup said about an
+ * allocation's extent still holds: callers may cache it (the shim's per-thread range checks). */
+static inline uint64_t vmem_ended(void) {
+  return atomic_load_explicit(&vmem_fast.ended, memory_order_acquire);
+}
 
 static inline int vmem_in_range(const void *p) {
   uint64_t off = (uint64_t)((uintptr_t)p - vmem_fast.base);

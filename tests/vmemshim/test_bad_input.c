@@ -1,6 +1,7 @@
 /* Description: bad input gets the real runtime's errors, never a crash: cudaFree of an interior,
  * unknown or already freed pointer, copies and memsets (1D, 2D, 3D, batched, graph-free paths)
- * running past an allocation's end, all cudaErrorInvalidValue and reported by cudaGetLastError.
+ * running past an allocation's end (also into a smaller allocation at a freed one's address),
+ * all cudaErrorInvalidValue and reported by cudaGetLastError.
  * With CUDAW_CHECK=1 a use after free is refused and logged with the allocation's size and the
  * call that freed it (the ctest regex checks the log line). */
 #include "vmemshim.h"
@@ -23,6 +24,20 @@ int main(int argc, char **argv)
   CUDA_OK(cudaMalloc(&c, 300));
   CUDA_OK(cudaFree(c));
   CUDA_FAILS(cudaFree(c), cudaErrorInvalidValue);
+
+  /* Regression (per-thread range-check cache): a check that passed for a freed allocation must
+   * not let a copy run past the end of a smaller one that took its place. */
+  if (vmem_expected()) {
+    void *big, *small;
+    CUDA_OK(cudaMalloc(&big, 4096));
+    CUDA_OK(cudaMemcpy(big, host, 4096, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaFree(big));
+    CUDA_OK(cudaMalloc(&small, 512));
+    CHECK(small == big, "vmem no longer reuses a freed slot at once (%p, %p): rewrite this check",
+          small, big);
+    CUDA_FAILS(cudaMemcpy(small, host, 4096, cudaMemcpyHostToDevice), cudaErrorInvalidValue);
+    CUDA_OK(cudaFree(small));
+  }
 
   /* Ranges past the end of an allocation, which vmem packs next to others. */
   CUDA_FAILS(cudaMemcpy(a, host, 1001, cudaMemcpyHostToDevice), cudaErrorInvalidValue);

@@ -183,24 +183,23 @@ static int unmap(void *ctx, uint64_t addr, uint64_t size) {
   return from_driver(rt.unmap(addr, size));
 }
 
-static int set_access(void *ctx, uint64_t addr, uint64_t size, int device) {
-  (void)ctx;
+static int access_for(uint64_t addr, uint64_t size, int device, CUmemAccess_flags flags) {
   CUmemAccessDesc desc;
   memset(&desc, 0, sizeof(desc));
   desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   desc.location.id = device;
-  desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  desc.flags = flags;
   return from_driver(rt.set_access(addr, size, &desc, 1));
+}
+
+static int set_access(void *ctx, uint64_t addr, uint64_t size, int device) {
+  (void)ctx;
+  return access_for(addr, size, device, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
 }
 
 static int revoke_access(void *ctx, uint64_t addr, uint64_t size, int device) {
   (void)ctx;
-  CUmemAccessDesc desc;
-  memset(&desc, 0, sizeof(desc));
-  desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  desc.location.id = device;
-  desc.flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
-  return from_driver(rt.set_access(addr, size, &desc, 1));
+  return access_for(addr, size, device, CU_MEM_ACCESS_FLAGS_PROT_NONE);
 }
 
 static int dev_malloc(void *ctx, int device, uint64_t size, uint64_t *real) {

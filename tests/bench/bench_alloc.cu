@@ -9,21 +9,10 @@
 #include <vector>
 
 #include "gpu_common.h"
+#include "per_call.h"
 
 typedef int (*mem_get_info_fn)(size_t *free_bytes, size_t *total_bytes);
 
-template <class F> static double per_call_ns(int batches, int calls, F body)
-{
-  std::vector<double> v;
-  for (int b = 0; b < batches; b++) {
-    auto t0 = std::chrono::steady_clock::now();
-    body(calls);
-    auto t1 = std::chrono::steady_clock::now();
-    v.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / calls);
-  }
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 static size_t driver_used(mem_get_info_fn info)
 {

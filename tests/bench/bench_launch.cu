@@ -11,6 +11,7 @@
 #include <cuda.h>
 
 #include "gpu_common.h"
+#include "per_call.h"
 
 __global__ void empty4(float *a, float *b, float *c, float *d) {}
 
@@ -18,18 +19,6 @@ struct Args64 { float *a, *b, *c, *d; int n, m; long long k; double x, y; }; // 
 static_assert(sizeof(Args64) == 64, "64-byte struct");
 __global__ void empty_struct64(Args64 s) {}
 
-template <class F> static double per_call_ns(int batches, int calls, F body)
-{
-  std::vector<double> v;
-  for (int b = 0; b < batches; b++) {
-    auto t0 = std::chrono::steady_clock::now();
-    body(calls);
-    auto t1 = std::chrono::steady_clock::now();
-    v.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / calls);
-  }
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 int main()
 {

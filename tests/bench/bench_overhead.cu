@@ -17,6 +17,7 @@
 
 #include "cudaw_emu.h"
 #include "gpu_common.h"
+#include "per_call.h"
 
 __global__ void empty4(float *a, float *b, float *c, float *d) {}
 
@@ -36,18 +37,6 @@ static bool wanted(const char *name)
   return !only || strstr(name, only);
 }
 
-template <class F> static double per_call_ns(int batches, int calls, F body)
-{
-  std::vector<double> v;
-  for (int b = 0; b < batches; b++) {
-    auto t0 = std::chrono::steady_clock::now();
-    body(calls);
-    auto t1 = std::chrono::steady_clock::now();
-    v.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / calls);
-  }
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 template <class F> static void metric(const char *name, int batches, int calls, F body)
 {

@@ -23,8 +23,16 @@ cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t 
 struct pending_free {
   void *ptr;
   cudaEvent_t event;
+  cudaStream_t stream;
   const void *where;
 };
+
+/* A created stream's handle names one stream; the default-stream handles name one per device
+ * or thread, so nothing is concluded from them. */
+static int names_one_stream(cudaStream_t stream)
+{
+  return stream != 0 && stream != cudaStreamLegacy && stream != cudaStreamPerThread;
+}
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct pending_free *pending;
@@ -61,12 +69,23 @@ void shim_vmem_reap_frees(int wait)
 {
   if (atomic_load_explicit(&pending_published, memory_order_acquire) == 0) return;
   pthread_mutex_lock(&lock);
+  /* Events on one stream complete in the order they were recorded: once one is found not ready,
+   * the later ones on its stream are kept without asking the driver (with many frees pending
+   * behind a long kernel, every allocation asked about each of them). */
+  enum { BUSY_STREAMS = 8 };
+  cudaStream_t busy[BUSY_STREAMS];
+  unsigned busy_count = 0;
   size_t kept = 0;
   for (size_t i = 0; i < pending_count; i++) {
     struct pending_free *f = &pending[i];
-    cudaError_t state = wait ? SHIM_REAL(cudaEventSynchronize)(f->event)
-                             : SHIM_REAL(cudaEventQuery)(f->event);
+    int known_busy = 0;
+    for (unsigned b = 0; b < busy_count && !known_busy; b++) known_busy = busy[b] == f->stream;
+    cudaError_t state = known_busy ? cudaErrorNotReady
+                        : wait     ? SHIM_REAL(cudaEventSynchronize)(f->event)
+                                   : SHIM_REAL(cudaEventQuery)(f->event);
     if (state == cudaErrorNotReady) {
+      if (!known_busy && busy_count < BUSY_STREAMS && names_one_stream(f->stream))
+        busy[busy_count++] = f->stream;
       pending[kept++] = *f;
       continue;
     }
@@ -117,7 +136,7 @@ static cudaError_t defer_free(void *vptr, cudaStream_t stream, const void *where
     keep_spare(event);
     goto out;
   }
-  pending[pending_count++] = (struct pending_free){vptr, event, where};
+  pending[pending_count++] = (struct pending_free){vptr, event, stream, where};
   atomic_store_explicit(&pending_published, pending_count, memory_order_release);
 out:
   pthread_mutex_unlock(&lock);

@@ -53,14 +53,7 @@ int main()
   CUDA_CHECK(cudaGetLastError());
 
   // The driver's cuLaunchKernel on the same kernels.
-  void *fn = nullptr;
-  cudaDriverEntryPointQueryResult found;
-  CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuLaunchKernel", &fn, 12000, cudaEnableDefault,
-                                              &found));
-  if (found != cudaDriverEntryPointSuccess || !fn) {
-    fprintf(stderr, "bench_launch: no cuLaunchKernel\n");
-    return 1;
-  }
+  void *fn = driver_entry("cuLaunchKernel", 12000);
   auto launch_kernel = reinterpret_cast<CUresult (*)(CUfunction, unsigned, unsigned, unsigned,
                                                      unsigned, unsigned, unsigned, unsigned,
                                                      CUstream, void **, void **)>(fn);

@@ -100,14 +100,7 @@ int main()
   });
   CUDA_CHECK(cudaGetLastError());
 
-  void *fn = nullptr;
-  cudaDriverEntryPointQueryResult found;
-  CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuLaunchKernel", &fn, 12000, cudaEnableDefault,
-                                              &found));
-  if (found != cudaDriverEntryPointSuccess || !fn) {
-    fprintf(stderr, "bench_overhead: no cuLaunchKernel\n");
-    return 1;
-  }
+  void *fn = driver_entry("cuLaunchKernel", 12000);
   launch_kernel_fn launch_kernel = (launch_kernel_fn)fn;
   cudaFunction_t f4, f64;
   CUDA_CHECK(cudaGetFuncBySymbol(&f4, (const void *)empty4));

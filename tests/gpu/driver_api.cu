@@ -24,19 +24,7 @@ extern "C" __global__ void copy_pair(Pair p)
   if (i < p.n) p.to[i] = p.from[i] * 2.0f;
 }
 
-template <class F> static F driver(const char *name)
-{
-  void *fn = nullptr;
-  cudaDriverEntryPointQueryResult found;
-  CUDA_CHECK(cudaGetDriverEntryPointByVersion(name, &fn, CUDA_VERSION, cudaEnableDefault, &found));
-  if (found != cudaDriverEntryPointSuccess || !fn) {
-    fprintf(stderr, "FAIL: no driver function %s\n", name);
-    exit(1);
-  }
-  return reinterpret_cast<F>(fn);
-}
-
-#define DRIVER(name) driver<decltype(&name)>(#name)
+#define DRIVER(name) reinterpret_cast<decltype(&name)>(driver_entry(#name, CUDA_VERSION))
 #define CU_CHECK(call)                                                                   \
   do {                                                                                   \
     CUresult r_ = (call);                                                                \

@@ -28,6 +28,20 @@ static inline void require_gpu(void)
   }
 }
 
+/* A driver function as PyTorch and NCCL get one (under cudaw: its driver layer's wrapper), at
+ * the given API version; exits 1 when the driver has none. */
+static inline void *driver_entry(const char *name, int version)
+{
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  CUDA_CHECK(cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &found));
+  if (found != cudaDriverEntryPointSuccess || !fn) {
+    fprintf(stderr, "FAIL: the driver has no %s\n", name);
+    exit(1);
+  }
+  return fn;
+}
+
 /* FNV-1a over bytes: results must be bit-identical, so any hash of the bytes will do. */
 static inline uint64_t checksum(const void *data, size_t n)
 {

@@ -32,6 +32,7 @@ struct image_region {
   uint8_t *data; /* mmap'd, region.size bytes (rounded up to pages) */
   size_t mapped;
   bool fresh; /* mapped for this checkpoint: no page of it is in memory yet */
+  bool untouched; /* fresh and registered with the filler: written only through it */
   uint64_t registered; /* bytes from the start registered for direct DMA, in REGISTER_PIECE steps */
   bool device_sums; /* sums are ckpt_delta_hash values taken on the device, else host XXH3-64 */
   uint64_t *sums; /* one per chunk */
@@ -41,6 +42,17 @@ struct image_region {
 struct engine {
   const struct ckpt_host_ops *ops;
   bool prefault; /* fault fresh image pages in while their DMA runs (CUDAW_CKPT_PREFAULT) */
+  bool fill; /* fill fresh pages through userfaultfd (CUDAW_CKPT_FILL=kernel) */
+  struct image_filler filler;
+  uint8_t *filling; /* the fresh mapping registered with the filler during a save, and its size */
+  uint64_t filling_bytes;
+  /* CUDAW_CKPT_SPARE: the memory of an image given up after a resume, lazily freed
+   * (MADV_FREE) and handed to the next checkpoint's fresh regions. Pages the kernel has not
+   * reclaimed meanwhile are written again without a fault or zeroing. */
+  bool keep_spare;
+  struct spare { uint8_t *data; size_t length; } *spares;
+  size_t spare_count;
+  _Atomic uint64_t spare_bytes; /* for status */
   bool keep_image; /* CUDAW_CKPT_KEEP_IMAGE: checksums on the device, for delta checkpoints */
   /* Registers the image for direct DMA while the program is paused (engine_register_image). */
   pthread_t registrar;
@@ -76,6 +88,7 @@ struct job {
   uint64_t chunk_count;
   _Atomic uint64_t next;
   _Atomic int failed;
+  _Atomic bool filler_failed; /* the next checkpoint copies into zeroed pages instead */
   pthread_mutex_t lock;
   int error;
   char reason[256];
@@ -95,6 +108,8 @@ struct engine *engine_new(const struct ckpt_host_ops *ops, void *ctx, const stru
   e->ops = ops;
   e->ctx = ctx;
   e->prefault = options->prefault;
+  e->fill = options->fill_kernel != 0;
+  e->keep_spare = options->spare != 0;
   e->keep_image = options->keep_image != 0;
   e->chunk_bytes = (size_t)options->staging_bytes;
   e->threads = (int)options->threads;
@@ -221,8 +236,46 @@ void engine_forget_pinned(struct engine *e) {
   atomic_store(&e->registered_bytes, 0);
 }
 
+/* Unmap the spare memory still unused. */
+static void drop_spares(struct engine *e) {
+  for (size_t i = 0; i < e->spare_count; i++) munmap(e->spares[i].data, e->spares[i].length);
+  free(e->spares);
+  e->spares = NULL;
+  e->spare_count = 0;
+  atomic_store(&e->spare_bytes, 0);
+}
+
+/* Up to `bytes` (a multiple of IMAGE_ALIGN) of spare memory at a huge-page boundary, NULL if
+ * no spare piece is that large. */
+static uint8_t *take_spare(struct engine *e, uint64_t bytes) {
+  for (size_t i = 0; i < e->spare_count; i++) {
+    struct spare *s = &e->spares[i];
+    if (s->length < bytes) continue;
+    uint8_t *data = s->data;
+    s->data += bytes;
+    s->length -= (size_t)bytes;
+    atomic_fetch_sub(&e->spare_bytes, bytes);
+    if (s->length == 0) e->spares[i] = e->spares[--e->spare_count];
+    return data;
+  }
+  return NULL;
+}
+
+/* Unregister the fresh mapping from the filler: from now on an unfilled page faults in as zeroes
+ * instead of waiting for a fill that will not come. */
+static void stop_filling(struct engine *e) {
+  if (!e->filling) return;
+  int rc = image_filler_unregister(&e->filler, e->filling, e->filling_bytes);
+  if (rc) ckpt_logf(CKPT_LOG_WARN, "userfaultfd: unregistering the host image failed: %s",
+                    strerror(-rc));
+  for (size_t i = 0; i < e->image_count; i++) e->image[i].untouched = false;
+  e->filling = NULL;
+  e->filling_bytes = 0;
+}
+
 void engine_drop_image(struct engine *e) {
   stop_registering(e);
+  stop_filling(e);
   for (size_t i = 0; i < e->image_count; i++) free_image_region(e, &e->image[i]);
   free(e->image);
   e->image = NULL;
@@ -230,9 +283,41 @@ void engine_drop_image(struct engine *e) {
   e->image_bytes = 0;
 }
 
+void engine_retire_image(struct engine *e) {
+  if (!e->keep_spare) {
+    engine_drop_image(e);
+    return;
+  }
+  stop_registering(e);
+  stop_filling(e);
+  struct spare *spares = realloc(e->spares, (e->spare_count + e->image_count + 1) * sizeof *spares);
+  if (spares) e->spares = spares;
+  for (size_t i = 0; spares && i < e->image_count; i++) {
+    struct image_region *r = &e->image[i];
+    if (r->registered) unregister_region(e, r);
+    /* Only huge-page-aligned slices of whole spans can be handed out again; the rest goes. */
+    if (r->data && ((uintptr_t)r->data % IMAGE_ALIGN || r->mapped % IMAGE_ALIGN)) {
+      free_image_region(e, r);
+      continue;
+    }
+    if (r->data) {
+      madvise(r->data, r->mapped, MADV_FREE);
+      e->spares[e->spare_count++] = (struct spare){r->data, r->mapped};
+      atomic_fetch_add(&e->spare_bytes, r->mapped);
+      r->data = NULL;
+    }
+    free_image_region(e, r);
+  }
+  engine_drop_image(e); /* what is left: the region table (all of it, if realloc failed) */
+}
+
+uint64_t engine_spare_bytes(struct engine *e) { return atomic_load(&e->spare_bytes); }
+
 void engine_free(struct engine *e) {
   if (!e) return;
   engine_drop_image(e);
+  drop_spares(e);
+  image_filler_close(&e->filler);
   for (int i = 0; e->streams && i < e->devices * e->slots; i++)
     if (e->streams[i]) e->ops->stream_destroy(e->ctx, e->streams[i]);
   for (int s = 0; e->staging && s < e->slots; s++)
@@ -300,14 +385,17 @@ static uint64_t host_memory_available(void) {
   return result;
 }
 
-/* Build the image for `list`: reuse a kept buffer whose region has the same id and size,
- * allocate the rest, free what is no longer needed. */
-static int build_image(struct engine *e, struct region_list *list, char *reason, size_t len) {
+/* Build the image for `list`: reuse a kept buffer whose region has the same id and size; give
+ * the rest spare memory (CUDAW_CKPT_SPARE: the last image's, and any kept region not reused),
+ * then one fresh mapping (with fill, registered with the filler). Nothing else is kept. */
+static int build_image(struct engine *e, struct region_list *list, bool fill,
+                       struct engine_stats *stats, char *reason, size_t len) {
   struct image_region *image = calloc(list->count ? list->count : 1, sizeof *image);
   if (!image) return -ENOMEM;
   uint64_t needed = 0, total = 0;
   for (size_t i = 0; i < list->count; i++) {
     image[i].region = list->items[i];
+    image[i].chunks = (list->items[i].size + e->chunk_bytes - 1) / e->chunk_bytes;
     total += list->items[i].size;
     for (size_t j = 0; j < e->image_count; j++) {
       struct image_region *old = &e->image[j];
@@ -325,40 +413,60 @@ static int build_image(struct engine *e, struct region_list *list, char *reason,
         break;
       }
     }
-    if (!image[i].data) needed += list->items[i].size;
+    if (!image[i].data) needed += image_span(list->items[i].size);
   }
-  engine_drop_image(e); /* what was not reused */
+  engine_retire_image(e); /* what was not reused: spare memory, or unmapped */
   e->image = image;
   e->image_count = list->count;
   e->image_bytes = total;
 
+  uint64_t spare = atomic_load(&e->spare_bytes);
   uint64_t available = host_memory_available();
-  if (needed > available) {
+  if (needed > spare && needed - spare > available) {
     char need[32], have[32];
-    ckpt_format_bytes(needed, need, sizeof need);
+    ckpt_format_bytes(needed - spare, need, sizeof need);
     ckpt_format_bytes(available, have, sizeof have);
     snprintf(reason, len, "host image needs %s more, only %s of host memory available", need, have);
     return -ENOMEM;
   }
+  uint64_t arena_bytes = 0;
   for (size_t i = 0; i < list->count; i++) {
     struct image_region *r = &image[i];
-    r->chunks = (r->region.size + e->chunk_bytes - 1) / e->chunk_bytes;
     if (r->data) continue;
-    r->mapped = (size_t)r->region.size;
-    r->data = mmap(NULL, r->mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (r->data == MAP_FAILED) {
-      r->data = NULL;
-      snprintf(reason, len, "host image: cannot map %" PRIu64 " bytes for region %" PRIu64,
-               r->region.size, r->region.id);
-      return -ENOMEM;
-    }
-    madvise(r->data, r->mapped, MADV_HUGEPAGE); /* fewer page faults on first touch */
     r->fresh = true;
-    r->sums = calloc(r->chunks, sizeof *r->sums);
-    if (!r->sums) {
+    if (!(r->sums = calloc(r->chunks ? r->chunks : 1, sizeof *r->sums))) {
       snprintf(reason, len, "host image: out of memory for checksums");
       return -ENOMEM;
     }
+    r->mapped = (size_t)image_span(r->region.size);
+    if ((r->data = take_spare(e, r->mapped)) != NULL) stats->spare_bytes += r->region.size;
+    else arena_bytes += r->mapped;
+  }
+  drop_spares(e);
+  uint8_t *arena = arena_bytes ? image_arena_map(arena_bytes) : NULL;
+  if (arena_bytes && !arena) {
+    char need[32];
+    ckpt_format_bytes(arena_bytes, need, sizeof need);
+    snprintf(reason, len, "host image: cannot map %s", need);
+    for (size_t i = 0; i < list->count; i++)
+      if (image[i].fresh && image[i].data == NULL) image[i].mapped = 0;
+    return -ENOMEM;
+  }
+  /* Chunks must start on pages for the filler; a chunk size that is no page multiple copies. */
+  bool filled = arena && fill && e->fill && e->chunk_bytes % 4096 == 0 &&
+                image_filler_open(&e->filler) == 0 &&
+                image_filler_register(&e->filler, arena, arena_bytes) == 0;
+  if (filled) {
+    e->filling = arena;
+    e->filling_bytes = arena_bytes;
+  }
+  uint64_t at = 0;
+  for (size_t i = 0; arena && i < list->count; i++) {
+    struct image_region *r = &image[i];
+    if (r->data) continue;
+    r->data = arena + at; /* each region unmaps its own slice */
+    at += r->mapped;
+    r->untouched = filled;
   }
   return 0;
 }
@@ -406,22 +514,33 @@ static void copy_streaming(uint8_t *dst, const uint8_t *src, size_t n) {
   memcpy(dst, src, n);
 }
 
+/* Write n bytes into the image at dst: through the filler where its pages are untouched
+ * (filler non-NULL), else a streaming copy. */
+static int image_write(struct image_filler *filler, uint8_t *dst, const uint8_t *src, size_t n) {
+  if (filler) return image_filler_copy(filler, dst, src, n);
+  copy_streaming(dst, src, n);
+  return 0;
+}
+
 /* Hash the source in cache-sized pieces and copy each piece while it is still in cache: the
- * source is read from memory once, the destination written once. Returns the source's XXH3-64. */
-static uint64_t hash_and_copy(XXH3_state_t *state, uint8_t *dst, const uint8_t *src, size_t n,
-                              struct engine_times *times) {
+ * source is read from memory once, the destination written once. Sets *sum to the source's
+ * XXH3-64; fails only where the filler does. */
+static int hash_and_copy(XXH3_state_t *state, struct image_filler *filler, uint8_t *dst,
+                         const uint8_t *src, size_t n, uint64_t *sum, struct engine_times *times) {
   XXH3_64bits_reset(state);
   double t0 = ckpt_now(), hashing = 0;
-  for (size_t done = 0; done < n; done += PIECE_BYTES) {
+  int rc = 0;
+  for (size_t done = 0; done < n && rc == 0; done += PIECE_BYTES) {
     size_t piece = n - done < PIECE_BYTES ? n - done : PIECE_BYTES;
     double t = ckpt_now();
     XXH3_64bits_update(state, src + done, piece);
     hashing += ckpt_now() - t;
-    copy_streaming(dst + done, src + done, piece);
+    rc = image_write(filler, dst + done, src + done, piece);
   }
   times->hash += hashing;
   times->copy += ckpt_now() - t0 - hashing;
-  return XXH3_64bits_digest(state);
+  *sum = XXH3_64bits_digest(state);
+  return rc;
 }
 
 static uint64_t hash_only(XXH3_state_t *state, const uint8_t *data, size_t n,
@@ -438,10 +557,12 @@ static bool direct(const struct image_region *r, uint64_t offset, size_t n) {
   return offset + n <= r->registered;
 }
 
-static void copy_timed(uint8_t *dst, const uint8_t *src, size_t n, struct engine_times *times) {
+static int copy_timed(struct image_filler *filler, uint8_t *dst, const uint8_t *src, size_t n,
+                      struct engine_times *times) {
   double t0 = ckpt_now();
-  copy_streaming(dst, src, n);
+  int rc = image_write(filler, dst, src, n);
   times->copy += ckpt_now() - t0;
+  return rc;
 }
 
 /* Fault the image pages of a fresh chunk in while its DMA runs, instead of inside the copy. */
@@ -484,13 +605,22 @@ static int complete_slot(struct worker *w, struct slot *slot, XXH3_state_t *stat
   if (job->save && !atomic_load(&job->failed)) {
     size_t n = (size_t)(r->region.size - offset < e->chunk_bytes ? r->region.size - offset
                                                                  : e->chunk_bytes);
+    struct image_filler *filler = r->untouched ? &e->filler : NULL;
+    const uint8_t *staging = e->staging[slot->staging];
     if (direct(r, offset, n)) { /* the DMA wrote the image itself */
       if (job->host_sums) r->sums[ref.chunk] = hash_only(state, r->data + offset, n, &w->times);
-    } else if (job->host_sums)
-      r->sums[ref.chunk] =
-          hash_and_copy(state, r->data + offset, e->staging[slot->staging], n, &w->times);
-    else
-      copy_timed(r->data + offset, e->staging[slot->staging], n, &w->times);
+    } else if (job->host_sums) {
+      rc = hash_and_copy(state, filler, r->data + offset, staging, n, &r->sums[ref.chunk],
+                         &w->times);
+    } else {
+      rc = copy_timed(filler, r->data + offset, staging, n, &w->times);
+    }
+    if (rc) {
+      job_fail(job, rc, "saving region %" PRIu64 " at offset %" PRIu64 ": filling the host "
+               "image through userfaultfd failed (%s)", r->region.id, offset, strerror(-rc));
+      atomic_store(&job->filler_failed, true);
+      return rc;
+    }
   }
   return 0;
 }
@@ -513,17 +643,23 @@ static int start_slot(struct worker *w, struct slot *slot, uint64_t index, XXH3_
   }
   int rc;
   bool straight = direct(r, offset, n);
+  double t0 = ckpt_now();
   if (job->save) {
     rc = e->ops->copy_d2h_async(e->ctx, straight ? r->data + offset : staging,
                                 r->region.vaddr + offset, n, stream);
-    if (rc == 0 && r->fresh && e->prefault && !straight) fault_in(r->data + offset, n, &w->times);
+    w->times.issue += ckpt_now() - t0;
+    if (rc == 0 && r->fresh && !r->untouched && e->prefault && !straight)
+      fault_in(r->data + offset, n, &w->times);
   } else if (r->device_sums) { /* checked on the device once restored (verify_restored) */
-    if (!straight) copy_timed(staging, r->data + offset, n, &w->times);
+    if (!straight) copy_timed(NULL, staging, r->data + offset, n, &w->times);
+    t0 = ckpt_now();
     rc = e->ops->copy_h2d_async(e->ctx, r->region.vaddr + offset,
                                 straight ? r->data + offset : staging, n, stream);
+    w->times.issue += ckpt_now() - t0;
   } else {
-    uint64_t sum = straight ? hash_only(state, r->data + offset, n, &w->times)
-                            : hash_and_copy(state, staging, r->data + offset, n, &w->times);
+    uint64_t sum;
+    if (straight) sum = hash_only(state, r->data + offset, n, &w->times);
+    else hash_and_copy(state, NULL, staging, r->data + offset, n, &sum, &w->times);
     if (sum != r->sums[ref.chunk]) {
       job_fail(job, -EBADMSG,
                "image corrupt: region %" PRIu64 " (vaddr 0x%" PRIx64 ", device %d) chunk at "
@@ -532,8 +668,10 @@ static int start_slot(struct worker *w, struct slot *slot, uint64_t index, XXH3_
                r->region.id, r->region.vaddr, r->region.device, offset, n, sum, r->sums[ref.chunk]);
       return -EBADMSG;
     }
+    t0 = ckpt_now();
     rc = e->ops->copy_h2d_async(e->ctx, r->region.vaddr + offset,
                                 straight ? r->data + offset : staging, n, stream);
+    w->times.issue += ckpt_now() - t0;
   }
   if (rc) {
     job_fail(job, rc, "%s region %" PRIu64 " (device %d) at offset %" PRIu64 ": %s",
@@ -656,8 +794,10 @@ static int run_job(struct engine *e, bool save, bool host_sums, struct chunk_ref
     stats->times.copy += workers[t].times.copy / started;
     stats->times.hash += workers[t].times.hash / started;
     stats->times.fault += workers[t].times.fault / started;
+    stats->times.issue += workers[t].times.issue / started;
   }
   stats->threads = started;
+  if (atomic_load(&job.filler_failed)) e->fill = false;
   if (job.error) {
     rc = job.error;
     snprintf(reason, len, "%s", job.reason);
@@ -765,10 +905,12 @@ int engine_save(struct engine *e, struct engine_stats *stats, char *reason, size
   struct region_list list = {0};
   *stats = (struct engine_stats){0};
   stop_registering(e);
+  double t0 = ckpt_now();
   int rc = e->ops->for_each_region(e->ctx, collect_region, &list);
   if (rc) {
     snprintf(reason, len, "listing device memory regions failed: %s", strerror(-rc));
-  } else if ((rc = build_image(e, &list, reason, len)) == 0) {
+  } else if ((rc = build_image(e, &list, true, stats, reason, len)) == 0) {
+    stats->image_seconds = ckpt_now() - t0;
     for (size_t i = 0; i < e->image_count && !rc; i++)
       if (e->image[i].chunks > UINT32_MAX || e->image_count > UINT32_MAX) {
         snprintf(reason, len, "region %" PRIu64 " has too many chunks", e->image[i].region.id);
@@ -804,6 +946,9 @@ int engine_save(struct engine *e, struct engine_stats *stats, char *reason, size
     }
     free(chunks);
     free(sums);
+    for (size_t i = 0; rc == 0 && i < e->image_count; i++)
+      if (e->image[i].untouched) stats->filled_bytes += e->image[i].region.size;
+    stop_filling(e);
     for (size_t i = 0; i < e->image_count; i++) e->image[i].fresh = false;
   }
   free(list.items);
@@ -840,7 +985,8 @@ int engine_image_region(struct engine *e, size_t index, struct engine_image_view
 int engine_image_create(struct engine *e, const struct ckpt_region *regions, size_t count,
                         char *reason, size_t len) {
   struct region_list list = {(struct ckpt_region *)regions, count, count};
-  int rc = build_image(e, &list, reason, len);
+  struct engine_stats stats = {0};
+  int rc = build_image(e, &list, false, &stats, reason, len); /* read() fills it: no filler */
   if (rc) engine_drop_image(e);
   return rc;
 }

@@ -33,6 +33,23 @@ void state_forget_after_fork(void);
 bool state_last(struct ckpt_result *out);
 const char *ckpt_op_name(int op);
 
+/* image_mem.c: the host image's memory. Fresh regions share one mapping, each at a huge-page
+ * boundary (IMAGE_ALIGN); an image_filler fills untouched pages of it from staging through
+ * userfaultfd without the kernel zeroing them first (see the file). */
+#define IMAGE_ALIGN (2u << 20)
+uint64_t image_span(uint64_t size); /* size rounded up to IMAGE_ALIGN */
+uint8_t *image_arena_map(uint64_t bytes); /* bytes: a multiple of IMAGE_ALIGN; NULL on failure */
+struct image_filler {
+  int fd;       /* the userfaultfd, 0 while not open */
+  bool refused; /* the kernel said no once: do not ask again */
+};
+int image_filler_open(struct image_filler *f);
+void image_filler_close(struct image_filler *f);
+int image_filler_register(struct image_filler *f, uint8_t *data, uint64_t bytes);
+int image_filler_unregister(struct image_filler *f, uint8_t *data, uint64_t bytes);
+/* Fill n bytes at dst (page-aligned, registered, never touched) from src. */
+int image_filler_copy(struct image_filler *f, uint8_t *dst, const uint8_t *src, size_t n);
+
 /* engine.c: the copy engine and the host image. */
 struct engine;
 /* Where a copy thread's time went, in seconds; engine_stats holds the average over threads. */
@@ -41,6 +58,7 @@ struct engine_times {
   double copy;  /* copying between staging and the image (first-touch faults included) */
   double hash;  /* checksums on the host */
   double fault; /* faulting fresh image pages in ahead of the copy, while the DMA runs */
+  double issue; /* in the driver calls that queue the copies */
 };
 struct engine_stats {
   uint64_t bytes;
@@ -50,6 +68,9 @@ struct engine_stats {
   int threads;
   double device_hash_seconds;
   uint64_t unchanged_bytes; /* delta: not copied, unchanged since the kept image */
+  uint64_t filled_bytes; /* saved into fresh pages through userfaultfd (no zeroing) */
+  double image_seconds; /* save: listing the regions and mapping the image */
+  uint64_t spare_bytes; /* save: written into an earlier image's memory (CUDAW_CKPT_SPARE) */
 };
 struct engine *engine_new(const struct ckpt_host_ops *ops, void *ctx, const struct ckpt_options *options);
 /* Learn the device count, size the stream table and pin the staging buffers still missing (in
@@ -70,6 +91,11 @@ void engine_register_image(struct engine *engine);
 uint64_t engine_image_registered(struct engine *engine);
 /* Free the image's memory (kept between cycles with keep_image). */
 void engine_drop_image(struct engine *engine);
+/* Give the image up. With CUDAW_CKPT_SPARE its memory stays mapped, lazily freed (MADV_FREE:
+ * the kernel may reclaim it at any time), for the next checkpoint's fresh regions; otherwise
+ * as engine_drop_image. */
+void engine_retire_image(struct engine *engine);
+uint64_t engine_spare_bytes(struct engine *engine); /* mapped, lazily freed, not in the image */
 uint64_t engine_image_bytes(const struct engine *engine);
 uint64_t engine_image_regions(const struct engine *engine);
 /* bytes[d] = the image's bytes that came from device d (its regions there), for d < max_devices;
@@ -127,6 +153,7 @@ uint64_t transition_image_bytes(void);
 /* engine_image_device_bytes of the current image (0 devices while none is complete). */
 int transition_image_device_bytes(uint64_t *bytes, int max_devices);
 uint64_t transition_image_registered(void); /* bytes of the image page-locked (pinned) */
+uint64_t transition_image_spare(void); /* an earlier image's memory kept for the next one */
 /* For tests: the engine (only touch it while no transition runs). */
 struct engine *transition_engine(void);
 uint64_t transition_image_regions(void);

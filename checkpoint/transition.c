@@ -66,9 +66,13 @@ static void result_from_stats(struct ckpt_result *r, const struct engine_stats *
   r->host_copy_seconds = stats->times.copy;
   r->hash_seconds = stats->times.hash;
   r->fault_seconds = stats->times.fault;
+  r->issue_seconds = stats->times.issue;
+  r->image_seconds = stats->image_seconds;
+  r->spare_bytes = stats->spare_bytes;
   r->device_hash_seconds = stats->device_hash_seconds;
   r->copy_threads = (uint32_t)stats->threads;
   r->unchanged_bytes = stats->unchanged_bytes;
+  r->filled_bytes = stats->filled_bytes;
 }
 
 static void pause_program(struct ckpt_result *r, double requested_at) {
@@ -318,7 +322,7 @@ static void *run(void *unused) {
       pthread_mutex_lock(&tr.lock);
       tr.dropping = true;
       pthread_mutex_unlock(&tr.lock);
-      engine_drop_image(tr.engine);
+      engine_retire_image(tr.engine);
       pthread_mutex_lock(&tr.lock);
       tr.dropping = tr.drop_image = false;
       pthread_mutex_unlock(&tr.lock);
@@ -412,6 +416,13 @@ int transition_image_device_bytes(uint64_t *bytes, int max_devices) {
 uint64_t transition_image_registered(void) {
   pthread_mutex_lock(&tr.lock);
   uint64_t bytes = tr.engine ? engine_image_registered(tr.engine) : 0;
+  pthread_mutex_unlock(&tr.lock);
+  return bytes;
+}
+
+uint64_t transition_image_spare(void) {
+  pthread_mutex_lock(&tr.lock);
+  uint64_t bytes = tr.engine ? engine_spare_bytes(tr.engine) : 0;
   pthread_mutex_unlock(&tr.lock);
   return bytes;
 }

@@ -93,7 +93,9 @@ struct transition {
   double bytes;
   double drain_ms, memory_ms, wait_ms, memcpy_ms, hash_ms, fault_ms, device_hash_ms, threads;
   double unchanged_bytes;
-  long rss_mib; // this process's resident memory right after the transition
+  long rss_mib;
+  double filled_bytes; // saved into fresh pages by the kernel (userfaultfd), never zeroed
+  double issue_ms, image_ms; // this process's resident memory right after the transition
 };
 
 static long rss_mib()
@@ -118,7 +120,8 @@ static transition run(const char *command)
           number(reply, "gate_ms"), number(reply, "bytes"), number(reply, "drain_ms"),
           number(reply, "memory_ms"), number(reply, "wait_ms"), number(reply, "memcpy_ms"),
           number(reply, "hash_ms"), number(reply, "fault_ms"), number(reply, "device_hash_ms"),
-          number(reply, "threads"), number(reply, "unchanged_bytes"), rss_mib()};
+          number(reply, "threads"), number(reply, "unchanged_bytes"), rss_mib(),
+          number(reply, "filled_bytes"), number(reply, "issue_ms"), number(reply, "image_ms")};
 }
 
 // Where one transition's time went: the engine's copy phase split per copy thread (on average:
@@ -126,14 +129,15 @@ static transition run(const char *command)
 // the device checksums, release/recreate of device memory, and this process's RSS after it.
 static std::string breakdown(const char *what, const transition &t)
 {
-  char line[512];
+  char line[600];
   snprintf(line, sizeof line,
            "  %-20s %7.3f s = gate+drain %6.1f ms, setup %6.1f ms, copy %7.1f ms [per thread of "
-           "%.0f: DMA wait %6.1f, memcpy %6.1f, hash %6.1f, fault %6.1f ms; device hash %5.1f ms], "
-           "%s %6.1f ms; RSS %ld MiB",
+           "%.0f: DMA wait %6.1f, memcpy %6.1f, hash %6.1f, fault %6.1f, issue %5.1f ms; image map "
+           "%5.1f ms, device hash %5.1f ms], %s %6.1f ms; RSS %ld MiB%s",
            what, t.total, t.gate_ms + t.drain_ms, t.setup_ms, t.copy * 1e3, t.threads, t.wait_ms,
-           t.memcpy_ms, t.hash_ms, t.fault_ms, t.device_hash_ms,
-           strstr(what, "checkpoint") ? "release" : "recreate", t.memory_ms, t.rss_mib);
+           t.memcpy_ms, t.hash_ms, t.fault_ms, t.issue_ms, t.image_ms, t.device_hash_ms,
+           strstr(what, "checkpoint") ? "release" : "recreate", t.memory_ms, t.rss_mib,
+           t.filled_bytes > 0 ? "; image pages filled by the kernel (no zeroing)" : "");
   return line;
 }
 

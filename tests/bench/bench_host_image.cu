@@ -9,6 +9,7 @@
 // usage: bench_host_image [GiB] [chunks]      (default 8 GiB, 2048 chunks)
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -17,7 +18,12 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <string>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <thread>
 #include <time.h>
 #include <unistd.h>
@@ -98,6 +104,9 @@ static void host_image(size_t bytes, int threads)
   print_file("/sys/kernel/mm/transparent_hugepage/defrag");
   print_file("/sys/kernel/mm/transparent_hugepage/khugepaged/defrag");
   print_file("/proc/sys/vm/nr_hugepages");
+  print_file("/proc/sys/vm/unprivileged_userfaultfd");
+  struct utsname u;
+  if (uname(&u) == 0) printf("%-52s %s\n", "kernel", u.release);
   char name[128];
   for (int huge = 1; huge >= 0; huge--)
     for (int t : {1, threads}) {
@@ -129,6 +138,90 @@ static void host_image(size_t bytes, int threads)
     snprintf(name, sizeof name, "copy into faulted pages, %s", huge ? "huge" : "4 KiB");
     report(name, bytes, parallel(bytes, threads, copy));
     munmap(p, bytes);
+  }
+  // The same copies from fewer threads: is the fault path contended, or memory bound?
+  for (int t : {4, 8}) {
+    char *p = fresh(bytes, 1);
+    std::atomic_int next{0};
+    auto copy = [&](size_t off, size_t n) {
+      thread_local int me = next++;
+      memcpy(p + off, sources[me % threads], n);
+    };
+    snprintf(name, sizeof name, "copy into fresh pages (faults inline), huge, %d threads", t);
+    report(name, bytes, parallel(bytes, t, copy));
+    munmap(p, bytes);
+  }
+  // Each thread its own mapping: faults of one mapping do not wait for another's.
+  {
+    size_t share = (bytes / threads + 2 * MIB - 1) / (2 * MIB) * (2 * MIB);
+    std::vector<char *> maps(threads);
+    for (auto &m : maps) m = fresh(share, 1);
+    std::vector<std::thread> pool;
+    double t0 = now();
+    for (int t = 0; t < threads; t++)
+      pool.emplace_back([&, t] {
+        for (size_t off = 0; off < share; off += 4 * MIB)
+          memcpy(maps[t] + off, sources[t], std::min(4 * MIB, share - off));
+      });
+    for (auto &th : pool) th.join();
+    report("copy into fresh pages, huge, one mapping per thread", share * threads, now() - t0);
+    for (auto m : maps) munmap(m, share);
+  }
+  // Memory bandwidth with no fault at all: write and copy within faulted pages.
+  {
+    char *p = fresh(bytes, 1);
+    parallel(bytes, threads, [&](size_t off, size_t n) { memset(p + off, 1, n); });
+    report("memset of faulted pages (write bandwidth)", bytes,
+           parallel(bytes, threads, [&](size_t off, size_t n) { memset(p + off, 2, n); }));
+    munmap(p, bytes);
+  }
+  // userfaultfd's UFFDIO_COPY: the kernel allocates each page and fills it from the source,
+  // without zeroing it first (4 KiB pages only).
+  {
+    long fd = syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | 1 /* UFFD_USER_MODE_ONLY */);
+    if (fd < 0) fd = syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+    struct uffdio_api api = {};
+    api.api = UFFD_API;
+    if (fd < 0 || ioctl((int)fd, UFFDIO_API, &api) != 0) {
+      printf("userfaultfd: not available (%s)\n", strerror(errno));
+    } else {
+      for (int t : {4, threads}) {
+        char *p = fresh(bytes, 0);
+        struct uffdio_register reg = {};
+        reg.range.start = (unsigned long)p;
+        reg.range.len = bytes;
+        reg.mode = UFFDIO_REGISTER_MODE_MISSING;
+        if (ioctl((int)fd, UFFDIO_REGISTER, &reg) != 0) {
+          printf("UFFDIO_REGISTER failed: %s\n", strerror(errno));
+          munmap(p, bytes);
+          break;
+        }
+        std::atomic_int next{0}, failures{0};
+        double s = parallel(bytes, t, [&](size_t off, size_t n) {
+          thread_local int me = next++;
+          for (size_t done = 0; done < n;) {
+            struct uffdio_copy c = {};
+            c.dst = (unsigned long)(p + off + done);
+            c.src = (unsigned long)(sources[me % threads] + done);
+            c.len = n - done;
+            c.mode = UFFDIO_COPY_MODE_DONTWAKE;
+            if (ioctl((int)fd, UFFDIO_COPY, &c) != 0 && c.copy <= 0) {
+              if (c.copy != -EAGAIN) { failures++; break; }
+              continue;
+            }
+            done += (size_t)c.copy;
+          }
+        });
+        char what[96];
+        snprintf(what, sizeof what, "UFFDIO_COPY into fresh pages (no zeroing), %d threads%s", t,
+                 failures ? " FAILED" : "");
+        report(what, bytes, s);
+        bool right = p[0] == 7 && p[bytes - 1] == 7;
+        if (!right) printf("UFFDIO_COPY: wrong contents\n");
+        munmap(p, bytes);
+      }
+      close((int)fd);
+    }
   }
   for (auto s : sources) free(s);
 

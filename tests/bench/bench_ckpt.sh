@@ -1,8 +1,9 @@
 #!/bin/sh
 # Run bench_ckpt under cudaw with its own run dir and the host image kept between checkpoints
-# (so that "repeated checkpoint" measures a warm image).
+# (so that "repeated checkpoint" measures a warm image; CUDAW_CKPT_KEEP_IMAGE=0 measures the
+# next checkpoint into the last image's spare memory instead).
 # usage: bench_ckpt.sh <cudaw libdir> <bench_ckpt> [GiB...]
 libdir=$1 bench=$2; shift 2
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
 lib=$(ls "$libdir"/libcudart.so.* | head -1)
-CUDAW_RUN_DIR=$dir CUDAW_CKPT_KEEP_IMAGE=1 LD_LIBRARY_PATH="$libdir" LD_PRELOAD="$lib" "$bench" "$@"
+CUDAW_RUN_DIR=$dir CUDAW_CKPT_KEEP_IMAGE=${CUDAW_CKPT_KEEP_IMAGE:-1} LD_LIBRARY_PATH="$libdir" LD_PRELOAD="$lib" "$bench" "$@"

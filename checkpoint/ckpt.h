@@ -139,7 +139,6 @@ struct ckpt_options {
   int register_image;        /* CUDAW_CKPT_REGISTER: page-lock the image while paused */
   int pin_early;             /* CUDAW_CKPT_PIN_EARLY: pin staging once the program has memory */
   int fill_kernel;           /* CUDAW_CKPT_FILL=kernel: fresh image pages filled by userfaultfd */
-  int spare;                 /* CUDAW_CKPT_SPARE: keep a given-up image's memory, lazily freed */
 };
 
 /* One row of the options table, for the shim's merged table and `cudaw-ctl --help`. */
@@ -180,7 +179,6 @@ struct ckpt_result {
   double fault_seconds;       /* faulting fresh image pages in while their DMA runs */
   double issue_seconds;       /* in the driver calls that queue the copies */
   double image_seconds;       /* checkpoint: listing the regions and mapping the image (whole) */
-  uint64_t spare_bytes;       /* checkpoint: bytes written into an earlier image's memory */
   double device_hash_seconds; /* checksums on the device (the whole pass, not per thread) */
   uint32_t copy_threads;
   uint64_t unchanged_bytes;   /* delta checkpoint: bytes found unchanged and not copied */

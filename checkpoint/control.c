@@ -101,13 +101,12 @@ int control_format_result(const struct ckpt_result *r, char *buf, size_t len) {
          "\"memory_ms\":%.3f,\"shortfall\":%" PRIu64 ",\"threads\":%u,\"wait_ms\":%.3f,"
          "\"memcpy_ms\":%.3f,\"hash_ms\":%.3f,\"fault_ms\":%.3f,\"device_hash_ms\":%.3f,"
          "\"unchanged_bytes\":%" PRIu64 ",\"filled_bytes\":%" PRIu64
-         ",\"issue_ms\":%.3f,\"image_ms\":%.3f,\"spare_bytes\":%" PRIu64,
+         ",\"issue_ms\":%.3f,\"image_ms\":%.3f",
          r->bytes, r->regions, r->total_seconds, rate, r->gate_seconds * 1e3,
          r->drain_seconds * 1e3, r->setup_seconds * 1e3, r->copy_seconds, r->memory_seconds * 1e3,
          r->shortfall, r->copy_threads, r->dma_wait_seconds * 1e3, r->host_copy_seconds * 1e3,
          r->hash_seconds * 1e3, r->fault_seconds * 1e3, r->device_hash_seconds * 1e3,
-         r->unchanged_bytes, r->filled_bytes, r->issue_seconds * 1e3, r->image_seconds * 1e3,
-         r->spare_bytes);
+         r->unchanged_bytes, r->filled_bytes, r->issue_seconds * 1e3, r->image_seconds * 1e3);
   append(buf, len, &used,
          ",\"released_all\":%s,\"driver_seconds\":%.6f,\"disk_bytes\":%" PRIu64
          ",\"disk_stored\":%" PRIu64 ",\"disk_seconds\":%.6f,\"disk_gbps\":%.3f}\n",
@@ -131,11 +130,9 @@ static void format_status(char *buf, size_t len) {
   transition_paused_info(&paused);
   append(buf, len, &used,
          "{\"ok\":true,\"pid\":%ld,\"uid\":%u,\"state\":\"%s\",\"image_bytes\":%" PRIu64
-         ",\"image_regions\":%" PRIu64 ",\"image_pinned_bytes\":%" PRIu64
-         ",\"image_spare_bytes\":%" PRIu64,
+         ",\"image_regions\":%" PRIu64 ",\"image_pinned_bytes\":%" PRIu64,
          (long)getpid(), (unsigned)geteuid(), ckpt_state_name(ckpt_state()),
-         transition_image_bytes(), transition_image_regions(), transition_image_registered(),
-         transition_image_spare());
+         transition_image_bytes(), transition_image_regions(), transition_image_registered());
   /* Per device: the image's bytes that came from it, and what the process still holds there. */
   uint64_t image_bytes[64];
   int image_devices = transition_image_device_bytes(image_bytes, 64);

@@ -46,13 +46,6 @@ struct engine {
   struct image_filler filler;
   uint8_t *filling; /* the fresh mapping registered with the filler during a save, and its size */
   uint64_t filling_bytes;
-  /* CUDAW_CKPT_SPARE: the memory of an image given up after a resume, lazily freed
-   * (MADV_FREE) and handed to the next checkpoint's fresh regions. Pages the kernel has not
-   * reclaimed meanwhile are written again without a fault or zeroing. */
-  bool keep_spare;
-  struct spare { uint8_t *data; size_t length; } *spares;
-  size_t spare_count;
-  _Atomic uint64_t spare_bytes; /* for status */
   bool keep_image; /* CUDAW_CKPT_KEEP_IMAGE: checksums on the device, for delta checkpoints */
   /* Registers the image for direct DMA while the program is paused (engine_register_image). */
   pthread_t registrar;
@@ -109,7 +102,6 @@ struct engine *engine_new(const struct ckpt_host_ops *ops, void *ctx, const stru
   e->ctx = ctx;
   e->prefault = options->prefault;
   e->fill = options->fill_kernel != 0;
-  e->keep_spare = options->spare != 0;
   e->keep_image = options->keep_image != 0;
   e->chunk_bytes = (size_t)options->staging_bytes;
   e->threads = (int)options->threads;
@@ -236,31 +228,6 @@ void engine_forget_pinned(struct engine *e) {
   atomic_store(&e->registered_bytes, 0);
 }
 
-/* Unmap the spare memory still unused. */
-static void drop_spares(struct engine *e) {
-  for (size_t i = 0; i < e->spare_count; i++) munmap(e->spares[i].data, e->spares[i].length);
-  free(e->spares);
-  e->spares = NULL;
-  e->spare_count = 0;
-  atomic_store(&e->spare_bytes, 0);
-}
-
-/* Up to `bytes` (a multiple of IMAGE_ALIGN) of spare memory at a huge-page boundary, NULL if
- * no spare piece is that large. */
-static uint8_t *take_spare(struct engine *e, uint64_t bytes) {
-  for (size_t i = 0; i < e->spare_count; i++) {
-    struct spare *s = &e->spares[i];
-    if (s->length < bytes) continue;
-    uint8_t *data = s->data;
-    s->data += bytes;
-    s->length -= (size_t)bytes;
-    atomic_fetch_sub(&e->spare_bytes, bytes);
-    if (s->length == 0) e->spares[i] = e->spares[--e->spare_count];
-    return data;
-  }
-  return NULL;
-}
-
 /* Unregister the fresh mapping from the filler: from now on an unfilled page faults in as zeroes
  * instead of waiting for a fill that will not come. */
 static void stop_filling(struct engine *e) {
@@ -283,40 +250,9 @@ void engine_drop_image(struct engine *e) {
   e->image_bytes = 0;
 }
 
-void engine_retire_image(struct engine *e) {
-  if (!e->keep_spare) {
-    engine_drop_image(e);
-    return;
-  }
-  stop_registering(e);
-  stop_filling(e);
-  struct spare *spares = realloc(e->spares, (e->spare_count + e->image_count + 1) * sizeof *spares);
-  if (spares) e->spares = spares;
-  for (size_t i = 0; spares && i < e->image_count; i++) {
-    struct image_region *r = &e->image[i];
-    if (r->registered) unregister_region(e, r);
-    /* Only huge-page-aligned slices of whole spans can be handed out again; the rest goes. */
-    if (r->data && ((uintptr_t)r->data % IMAGE_ALIGN || r->mapped % IMAGE_ALIGN)) {
-      free_image_region(e, r);
-      continue;
-    }
-    if (r->data) {
-      madvise(r->data, r->mapped, MADV_FREE);
-      e->spares[e->spare_count++] = (struct spare){r->data, r->mapped};
-      atomic_fetch_add(&e->spare_bytes, r->mapped);
-      r->data = NULL;
-    }
-    free_image_region(e, r);
-  }
-  engine_drop_image(e); /* what is left: the region table (all of it, if realloc failed) */
-}
-
-uint64_t engine_spare_bytes(struct engine *e) { return atomic_load(&e->spare_bytes); }
-
 void engine_free(struct engine *e) {
   if (!e) return;
   engine_drop_image(e);
-  drop_spares(e);
   image_filler_close(&e->filler);
   for (int i = 0; e->streams && i < e->devices * e->slots; i++)
     if (e->streams[i]) e->ops->stream_destroy(e->ctx, e->streams[i]);
@@ -385,11 +321,11 @@ static uint64_t host_memory_available(void) {
   return result;
 }
 
-/* Build the image for `list`: reuse a kept buffer whose region has the same id and size; give
- * the rest spare memory (CUDAW_CKPT_SPARE: the last image's, and any kept region not reused),
- * then one fresh mapping (with fill, registered with the filler). Nothing else is kept. */
-static int build_image(struct engine *e, struct region_list *list, bool fill,
-                       struct engine_stats *stats, char *reason, size_t len) {
+/* Build the image for `list`: reuse a kept buffer whose region has the same id and size, map
+ * the rest as one fresh mapping (with fill, registered with the filler), free what is no longer
+ * needed. */
+static int build_image(struct engine *e, struct region_list *list, bool fill, char *reason,
+                       size_t len) {
   struct image_region *image = calloc(list->count ? list->count : 1, sizeof *image);
   if (!image) return -ENOMEM;
   uint64_t needed = 0, total = 0;
@@ -415,16 +351,15 @@ static int build_image(struct engine *e, struct region_list *list, bool fill,
     }
     if (!image[i].data) needed += image_span(list->items[i].size);
   }
-  engine_retire_image(e); /* what was not reused: spare memory, or unmapped */
+  engine_drop_image(e); /* what was not reused */
   e->image = image;
   e->image_count = list->count;
   e->image_bytes = total;
 
-  uint64_t spare = atomic_load(&e->spare_bytes);
   uint64_t available = host_memory_available();
-  if (needed > spare && needed - spare > available) {
+  if (needed > available) {
     char need[32], have[32];
-    ckpt_format_bytes(needed - spare, need, sizeof need);
+    ckpt_format_bytes(needed, need, sizeof need);
     ckpt_format_bytes(available, have, sizeof have);
     snprintf(reason, len, "host image needs %s more, only %s of host memory available", need, have);
     return -ENOMEM;
@@ -439,17 +374,13 @@ static int build_image(struct engine *e, struct region_list *list, bool fill,
       return -ENOMEM;
     }
     r->mapped = (size_t)image_span(r->region.size);
-    if ((r->data = take_spare(e, r->mapped)) != NULL) stats->spare_bytes += r->region.size;
-    else arena_bytes += r->mapped;
+    arena_bytes += r->mapped;
   }
-  drop_spares(e);
   uint8_t *arena = arena_bytes ? image_arena_map(arena_bytes) : NULL;
   if (arena_bytes && !arena) {
     char need[32];
     ckpt_format_bytes(arena_bytes, need, sizeof need);
     snprintf(reason, len, "host image: cannot map %s", need);
-    for (size_t i = 0; i < list->count; i++)
-      if (image[i].fresh && image[i].data == NULL) image[i].mapped = 0;
     return -ENOMEM;
   }
   /* Chunks must start on pages for the filler; a chunk size that is no page multiple copies. */
@@ -909,7 +840,7 @@ int engine_save(struct engine *e, struct engine_stats *stats, char *reason, size
   int rc = e->ops->for_each_region(e->ctx, collect_region, &list);
   if (rc) {
     snprintf(reason, len, "listing device memory regions failed: %s", strerror(-rc));
-  } else if ((rc = build_image(e, &list, true, stats, reason, len)) == 0) {
+  } else if ((rc = build_image(e, &list, true, reason, len)) == 0) {
     stats->image_seconds = ckpt_now() - t0;
     for (size_t i = 0; i < e->image_count && !rc; i++)
       if (e->image[i].chunks > UINT32_MAX || e->image_count > UINT32_MAX) {
@@ -985,8 +916,7 @@ int engine_image_region(struct engine *e, size_t index, struct engine_image_view
 int engine_image_create(struct engine *e, const struct ckpt_region *regions, size_t count,
                         char *reason, size_t len) {
   struct region_list list = {(struct ckpt_region *)regions, count, count};
-  struct engine_stats stats = {0};
-  int rc = build_image(e, &list, false, &stats, reason, len); /* read() fills it: no filler */
+  int rc = build_image(e, &list, false, reason, len); /* read() fills it: no filler */
   if (rc) engine_drop_image(e);
   return rc;
 }

@@ -70,7 +70,6 @@ struct engine_stats {
   uint64_t unchanged_bytes; /* delta: not copied, unchanged since the kept image */
   uint64_t filled_bytes; /* saved into fresh pages through userfaultfd (no zeroing) */
   double image_seconds; /* save: listing the regions and mapping the image */
-  uint64_t spare_bytes; /* save: written into an earlier image's memory (CUDAW_CKPT_SPARE) */
 };
 struct engine *engine_new(const struct ckpt_host_ops *ops, void *ctx, const struct ckpt_options *options);
 /* Learn the device count, size the stream table and pin the staging buffers still missing (in
@@ -91,11 +90,6 @@ void engine_register_image(struct engine *engine);
 uint64_t engine_image_registered(struct engine *engine);
 /* Free the image's memory (kept between cycles with keep_image). */
 void engine_drop_image(struct engine *engine);
-/* Give the image up. With CUDAW_CKPT_SPARE its memory stays mapped, lazily freed (MADV_FREE:
- * the kernel may reclaim it at any time), for the next checkpoint's fresh regions; otherwise
- * as engine_drop_image. */
-void engine_retire_image(struct engine *engine);
-uint64_t engine_spare_bytes(struct engine *engine); /* mapped, lazily freed, not in the image */
 uint64_t engine_image_bytes(const struct engine *engine);
 uint64_t engine_image_regions(const struct engine *engine);
 /* bytes[d] = the image's bytes that came from device d (its regions there), for d < max_devices;
@@ -153,7 +147,6 @@ uint64_t transition_image_bytes(void);
 /* engine_image_device_bytes of the current image (0 devices while none is complete). */
 int transition_image_device_bytes(uint64_t *bytes, int max_devices);
 uint64_t transition_image_registered(void); /* bytes of the image page-locked (pinned) */
-uint64_t transition_image_spare(void); /* an earlier image's memory kept for the next one */
 /* For tests: the engine (only touch it while no transition runs). */
 struct engine *transition_engine(void);
 uint64_t transition_image_regions(void);

@@ -46,12 +46,9 @@ static const struct ckpt_option_info table[] = {
      "1: page-lock the image while paused, so resume and kept-image checkpoints skip staging"},
     {"CUDAW_CKPT_PIN_EARLY", "1",
      "1: pin the staging buffers in the background once the program has device memory"},
-    {"CUDAW_CKPT_FILL", "kernel",
-     "kernel: a first checkpoint has the kernel fill fresh image pages from staging "
-     "(userfaultfd), skipping their zeroing; copy: copy into pages the kernel zeroed first"},
-    {"CUDAW_CKPT_SPARE", "1",
-     "1: after a resume that gives the image up (no KEEP_IMAGE), keep its memory lazily freed "
-     "(MADV_FREE, reclaimable by the kernel at any time) for the next checkpoint"},
+    {"CUDAW_CKPT_FILL", "copy",
+     "copy: copy into fresh image pages the kernel zeroed first (huge pages); kernel: the kernel "
+     "fills them from staging (userfaultfd, 4 KiB pages), skipping the zeroing"},
     {"CUDAW_CKPT_PREFAULT", "0",
      "1: fault fresh image pages in while their DMA runs (slower; shows the fault cost apart)"},
 };
@@ -164,12 +161,7 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
     if (strcmp(text, "0") == 0 || strcmp(text, "1") == 0) out->prefault = text[0] == '1';
     else rc = reject("CUDAW_CKPT_PREFAULT", text, error, error_len);
   }
-  out->spare = 1;
-  if ((text = getenv("CUDAW_CKPT_SPARE")) && *text) {
-    if (strcmp(text, "0") == 0 || strcmp(text, "1") == 0) out->spare = text[0] == '1';
-    else rc = reject("CUDAW_CKPT_SPARE", text, error, error_len);
-  }
-  out->fill_kernel = 1;
+  out->fill_kernel = 0;
   if ((text = getenv("CUDAW_CKPT_FILL")) && *text) {
     if (strcmp(text, "kernel") == 0 || strcmp(text, "copy") == 0) out->fill_kernel = text[0] == 'k';
     else rc = reject("CUDAW_CKPT_FILL", text, error, error_len);

@@ -68,7 +68,6 @@ static void result_from_stats(struct ckpt_result *r, const struct engine_stats *
   r->fault_seconds = stats->times.fault;
   r->issue_seconds = stats->times.issue;
   r->image_seconds = stats->image_seconds;
-  r->spare_bytes = stats->spare_bytes;
   r->device_hash_seconds = stats->device_hash_seconds;
   r->copy_threads = (uint32_t)stats->threads;
   r->unchanged_bytes = stats->unchanged_bytes;
@@ -322,7 +321,7 @@ static void *run(void *unused) {
       pthread_mutex_lock(&tr.lock);
       tr.dropping = true;
       pthread_mutex_unlock(&tr.lock);
-      engine_retire_image(tr.engine);
+      engine_drop_image(tr.engine);
       pthread_mutex_lock(&tr.lock);
       tr.dropping = tr.drop_image = false;
       pthread_mutex_unlock(&tr.lock);
@@ -416,13 +415,6 @@ int transition_image_device_bytes(uint64_t *bytes, int max_devices) {
 uint64_t transition_image_registered(void) {
   pthread_mutex_lock(&tr.lock);
   uint64_t bytes = tr.engine ? engine_image_registered(tr.engine) : 0;
-  pthread_mutex_unlock(&tr.lock);
-  return bytes;
-}
-
-uint64_t transition_image_spare(void) {
-  pthread_mutex_lock(&tr.lock);
-  uint64_t bytes = tr.engine ? engine_spare_bytes(tr.engine) : 0;
   pthread_mutex_unlock(&tr.lock);
   return bytes;
 }

@@ -365,8 +365,8 @@ int main(int argc, char **argv)
       transition r3 = run("resume");
       add(name + ": first checkpoint", bytes, c1.total, d2h);
       add(name + ": resume", bytes, r1.total, h2d);
-      // Without a kept image the next checkpoint writes into the last image's spare memory.
-      add(name + (kept ? ": repeated checkpoint (all changed)" : ": next checkpoint (spare memory)"),
+      // Without a kept image the next checkpoint is a first one again.
+      add(name + (kept ? ": repeated checkpoint (all changed)" : ": next checkpoint (image not kept)"),
           bytes, c2.total, d2h);
       add(name + ": repeated resume", bytes, r2.total, h2d);
       if (kept) add(name + ": delta checkpoint (10% changed)", bytes, c3.total, d2h);

@@ -112,69 +112,10 @@ static void fill_ways(void) {
   if (!available) fprintf(stderr, "note: userfaultfd refused here: only the copying fill ran\n");
 }
 
-/* CUDAW_CKPT_SPARE: an image given up after a resume keeps its memory for the next checkpoint,
- * which writes the program's new bytes into it; with the option off nothing is kept. */
-static void spare_memory(void) {
-  for (int spare = 0; spare <= 1; spare++) {
-    struct fake_host h;
-    fake_host_init(&h, 1);
-    const uint64_t chunk = 16384;
-    uint64_t total = 0;
-    for (int i = 0; i < 4; i++) {
-      fake_host_add_region(&h, 3 * chunk + 5 + (uint64_t)i, 0, 300 + (uint32_t)i);
-      total += h.regions[i].size;
-    }
-    struct ckpt_options options;
-    ckpt_options_from_env(&options, NULL, 0);
-    options.staging_bytes = chunk;
-    options.streams = 2;
-    options.threads = 1;
-    options.spare = spare;
-    struct engine *e = engine_new(&fake_host_ops, &h, &options);
-    h.gate_closed = true;
-    struct engine_stats stats;
-    char reason[256] = "";
-    uint64_t shortfall, offset;
-    CHECK_EQ(engine_save(e, &stats, reason, sizeof reason), 0);
-    CHECK_EQ(stats.spare_bytes, 0);
-    CHECK_EQ(fake_host_ops.release_all(&h), 0);
-    CHECK_EQ(fake_host_ops.recreate_all(&h, &shortfall), 0);
-    CHECK_EQ(engine_restore(e, &stats, reason, sizeof reason), 0);
-    engine_retire_image(e);
-    CHECK_EQ(engine_image_bytes(e), 0);
-    CHECK_EQ(engine_spare_bytes(e), spare ? 4 * image_span(3 * chunk + 8) : 0);
-    /* The program runs on and changes every byte; the next checkpoint must hold the new ones. */
-    for (size_t i = 0; i < h.region_count; i++) {
-      h.regions[i].seed += 17;
-      for (uint64_t o = 0; o < h.regions[i].size; o++) h.regions[i].memory[o] ^= 0x3c;
-    }
-    CHECK_EQ(engine_save(e, &stats, reason, sizeof reason), 0);
-    CHECK_EQ(stats.spare_bytes, spare ? total : 0);
-    CHECK_EQ(engine_spare_bytes(e), 0); /* used, nothing held beside the image */
-    for (size_t i = 0; i < h.region_count; i++) {
-      uint64_t size;
-      uint8_t *data = engine_image_data(e, i, &size);
-      CHECK(memcmp(data, h.regions[i].memory, size) == 0, "image holds the new bytes");
-    }
-    uint8_t *expected = malloc(h.regions[2].size);
-    memcpy(expected, h.regions[2].memory, h.regions[2].size);
-    CHECK_EQ(fake_host_ops.release_all(&h), 0);
-    CHECK_EQ(fake_host_ops.recreate_all(&h, &shortfall), 0);
-    CHECK_EQ(engine_restore(e, &stats, reason, sizeof reason), 0);
-    CHECK(memcmp(expected, h.regions[2].memory, h.regions[2].size) == 0, "new bytes restored");
-    free(expected);
-    (void)offset;
-    engine_free(e);
-    CHECK_EQ(h.violations, 0);
-    fake_host_free(&h);
-  }
-}
-
 int main(void) {
   alarm(60); /* a read waiting for a fill that never comes would hang: fail instead */
   engine_alone();
   fill_ways();
-  spare_memory();
 
   char dir[64];
   test_make_run_dir(dir, sizeof dir);

@@ -5,7 +5,8 @@
  * The parent checks the profile lines cudaw printed at exit: exact counts per phase, times that
  * fit inside the wall time and inside the child's own timing of its registrations, the status
  * JSON; and, without CUDAW_PROFILE, no profile lines but counts in status.
- * `startup_profile <cudaw> bench N K` prints the figures of one large run instead (no checks). */
+ * `startup_profile <cudaw> bench N K [fifo]` prints the figures of one large run instead (no
+ * checks); fifo unregisters in the order registered, the worst order for cudaw's lookups. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -50,7 +51,7 @@ static void *symbol(void *library, const char *name)
 
 /* The child: everything cudaw should count. Writes the ms its registrations took to timing_fd,
  * then the status reply. */
-static void child(const char *cudaw_path, int fatbins, int kernels, int timing_fd)
+static void child(const char *cudaw_path, int fatbins, int kernels, int fifo, int timing_fd)
 {
   void *cudaw = dlopen(cudaw_path, RTLD_NOW | RTLD_LOCAL);
   CHECK(cudaw, "%s", dlerror());
@@ -95,7 +96,7 @@ static void child(const char *cudaw_path, int fatbins, int kernels, int timing_f
   CHECK_EQ(e2e_ask_raw("status\n", 7, reply, sizeof reply), 0);
 
   start = now_ms();
-  for (int f = fatbins; f-- > 0;) unregister(handles[f]);
+  for (int i = 0; i < fatbins; i++) unregister(handles[fifo ? i : fatbins - 1 - i]);
   double unregistered = now_ms() - start;
   dprintf(timing_fd, "%.6f %.6f\n%s", registered, unregistered, reply);
   close(timing_fd);
@@ -108,7 +109,7 @@ struct run {
   char log[65536];
 };
 
-static void run_child(const char *cudaw_path, int fatbins, int kernels, int profile,
+static void run_child(const char *cudaw_path, int fatbins, int kernels, int profile, int fifo,
                       const char *dir, struct run *out)
 {
   char log_path[512];
@@ -125,7 +126,7 @@ static void run_child(const char *cudaw_path, int fatbins, int kernels, int prof
     setenv("CUDAW_LOG_FILE", log_path, 1);
     setenv("CUDAW_RUN_DIR", dir, 1);
     setenv("CUDAW_CKPT_PIN_EARLY", "0", 1);
-    child(cudaw_path, fatbins, kernels, timing[1]);
+    child(cudaw_path, fatbins, kernels, fifo, timing[1]);
   }
   close(timing[1]);
   FILE *in = fdopen(timing[0], "r");
@@ -190,7 +191,7 @@ static void check(const char *cudaw_path, const char *dir)
   enum { FATBINS = 300, KERNELS = 7 };
   struct run *run = calloc(1, sizeof *run);
   CHECK(run);
-  run_child(cudaw_path, FATBINS, KERNELS, 1, dir, run);
+  run_child(cudaw_path, FATBINS, KERNELS, 1, 0, dir, run);
   const char *log = run->log;
   double since_load = 0, own = 0, real = 0, both = 0;
   const char *summary = strstr(log, "start-up profile: ");
@@ -250,7 +251,7 @@ static void check(const char *cudaw_path, const char *dir)
          unregister.cudaw_ms, since_load);
 
   /* Without CUDAW_PROFILE: no lines, no times, but the counts. */
-  run_child(cudaw_path, 5, 2, 0, dir, run);
+  run_child(cudaw_path, 5, 2, 0, 0, dir, run);
   CHECK(!strstr(run->log, "start-up profile"), "profile printed without CUDAW_PROFILE:\n%s",
         run->log);
   CHECK(strstr(run->status, "\"startup\":{\"timed\":false"), "status: %s", run->status);
@@ -261,13 +262,14 @@ static void check(const char *cudaw_path, const char *dir)
   printf("startup profile: ok\n");
 }
 
-static void bench(const char *cudaw_path, const char *dir, int fatbins, int kernels)
+static void bench(const char *cudaw_path, const char *dir, int fatbins, int kernels, int fifo)
 {
   struct run *run = calloc(1, sizeof *run);
   CHECK(run);
-  run_child(cudaw_path, fatbins, kernels, 1, dir, run);
-  printf("%d fatbins x %d kernels: registration %.3f ms, unregistration %.3f ms "
-         "(the program's clock)\n", fatbins, kernels, run->registered_ms, run->unregistered_ms);
+  run_child(cudaw_path, fatbins, kernels, 1, fifo, dir, run);
+  printf("%d fatbins x %d kernels: registration %.3f ms, unregistration (%s) %.3f ms "
+         "(the program's clock)\n", fatbins, kernels, run->registered_ms,
+         fifo ? "same order" : "reverse order", run->unregistered_ms);
   for (const char *line = strstr(run->log, "start-up profile"); line;
        line = strstr(line + 1, "start-up profile")) {
     const char *end = strchr(line, '\n');
@@ -278,13 +280,14 @@ static void bench(const char *cudaw_path, const char *dir, int fatbins, int kern
 
 int main(int argc, char **argv)
 {
-  CHECK(argc == 2 || (argc == 5 && strcmp(argv[2], "bench") == 0),
-        "usage: startup_profile <cudaw> [bench <fatbins> <kernels>]");
+  CHECK(argc == 2 || ((argc == 5 || argc == 6) && strcmp(argv[2], "bench") == 0),
+        "usage: startup_profile <cudaw> [bench <fatbins> <kernels> [fifo]]");
   CHECK(getenv("CUDAW_REAL_CUDART"), "CUDAW_REAL_CUDART must name the emulated device");
   char dir[] = "/tmp/cudaw-startup-XXXXXX";
   CHECK(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
   if (argc == 2) check(argv[1], dir);
-  else bench(argv[1], dir, atoi(argv[3]), atoi(argv[4]));
+  else
+    bench(argv[1], dir, atoi(argv[3]), atoi(argv[4]), argc == 6 && strcmp(argv[5], "fifo") == 0);
   char path[600];
   snprintf(path, sizeof path, "%s/cudaw.log", dir);
   unlink(path);

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +70,9 @@ __attribute__((constructor(101))) static void note_load(void)
   loaded_boot_ns = clock_ns(CLOCK_BOOTTIME);
 }
 
+/* A forked child (a DataLoader worker) would print its parent's profile again at its exit. */
+static void forget_in_child(void) { atomic_store_explicit(&timed, 0, memory_order_relaxed); }
+
 int shim_profile_setup(void)
 {
   int invalid, on = cudaw_option_flag("CUDAW_PROFILE", &invalid);
@@ -77,6 +81,7 @@ int shim_profile_setup(void)
               cudaw_option("CUDAW_PROFILE"), on);
   cudaw_options_time(on);
   atomic_store_explicit(&timed, on, memory_order_relaxed);
+  if (on) pthread_atfork(NULL, NULL, forget_in_child);
   return on;
 }
 

@@ -120,6 +120,9 @@ struct ckpt_host_ops {
   /* Optional. Device memory the process still holds on `device` (context, ...) for status.
    * Must not create a context: -ENODEV where there is none. */
   int (*mem_held)(void *ctx, int device, uint64_t *bytes);
+  /* Optional. More members for status: writes `,"name":value...` (at most len bytes with the
+   * NUL) and returns its length, 0 for nothing. Called on the control thread, gate open or not. */
+  size_t (*status_extra)(void *ctx, char *buf, size_t len);
   /* Optional. Where the module's messages go (one line, no newline); NULL: stderr. */
   void (*log)(void *ctx, int level, const char *message);
 };

@@ -175,6 +175,10 @@ static void format_status(char *buf, size_t len) {
            rate, last.gate_seconds * 1e3, last.copy_seconds, last.setup_seconds * 1e3);
     append_string(buf, len, &used, "last_reason", last.reason);
   }
+  if (ops->status_extra) {
+    char extra[2048];
+    if (ops->status_extra(ckpt_rt.ctx, extra, sizeof extra)) append(buf, len, &used, "%s", extra);
+  }
   append(buf, len, &used, "}\n");
 }
 

@@ -59,6 +59,7 @@ struct engine {
   int slots; /* threads * slots_per_thread staging buffers, and streams per device */
   int devices;
   void **staging;  /* [slots], pinned by engine_prepare and kept */
+  _Atomic bool pin_cancel; /* stop pinning more of them (engine_cancel_pinning) */
   void **streams;  /* [devices * slots], created and destroyed by the workers in each job */
   struct image_region *image;
   size_t image_count;
@@ -120,9 +121,16 @@ struct pinner {
 static void *pin_slots(void *arg) {
   struct pinner *p = arg;
   struct engine *e = p->engine;
-  for (int s = p->first; s < p->first + p->count && !p->rc; s++)
-    if (!e->staging[s]) p->rc = e->ops->host_alloc_pinned(e->ctx, e->chunk_bytes, &e->staging[s]);
+  for (int s = p->first; s < p->first + p->count && !p->rc; s++) {
+    if (atomic_load_explicit(&e->pin_cancel, memory_order_relaxed)) p->rc = -ECANCELED;
+    else if (!e->staging[s])
+      p->rc = e->ops->host_alloc_pinned(e->ctx, e->chunk_bytes, &e->staging[s]);
+  }
   return NULL;
+}
+
+void engine_cancel_pinning(struct engine *e, bool cancel) {
+  atomic_store_explicit(&e->pin_cancel, cancel, memory_order_relaxed);
 }
 
 /* Pin the staging buffers still missing, one thread per copy thread's share: pinning is slow

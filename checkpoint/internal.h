@@ -76,6 +76,9 @@ struct engine *engine_new(const struct ckpt_host_ops *ops, void *ctx, const stru
  * parallel; kept from then on). Cheap after the first time; every job calls it too. Streams
  * exist only while a job runs. */
 int engine_prepare(struct engine *engine);
+/* With cancel, a running or later engine_prepare pins no further buffer (each pinner finishes the
+ * one it is pinning) and returns -ECANCELED; the buffers pinned so far are kept. Any thread. */
+void engine_cancel_pinning(struct engine *engine, bool cancel);
 /* Enumerate the regions and copy them into the image. Precondition: gate closed, drained. */
 int engine_save(struct engine *engine, struct engine_stats *stats, char *reason, size_t reason_len);
 /* Copy the image back, verifying every chunk's checksum before it is sent; a mismatch is

@@ -295,6 +295,7 @@ static void *run(void *unused) {
       int rc = engine_prepare(tr.engine);
       if (rc) ckpt_logf(CKPT_LOG_DEBUG, "pinning staging buffers ahead failed: %s", strerror(-rc));
       pthread_mutex_lock(&tr.lock);
+      engine_cancel_pinning(tr.engine, false); /* a transition still pending pins what it needs */
       tr.preparing = false;
       pthread_cond_broadcast(&tr.wake);
       continue;
@@ -351,6 +352,9 @@ void transition_stop(void) {
   if (!tr.started) return;
   pthread_mutex_lock(&tr.lock);
   tr.stopping = true;
+  /* The program is leaving: buffers pinned ahead would never be used. Waiting for all of them
+   * made a short program's exit wait for all 128 MiB (~70 ms at cudaHostAlloc's 1.8 GB/s). */
+  if (tr.preparing) engine_cancel_pinning(tr.engine, true);
   pthread_cond_broadcast(&tr.wake);
   pthread_mutex_unlock(&tr.lock);
   pthread_join(tr.thread, NULL); /* a pending transition finishes first */

@@ -3,6 +3,7 @@
  * The real runtime answers with the real driver's functions; cudaw hands back its own wrappers so
  * that those calls pass the gate too (driver.c). Listed in gen/api.d/driver.conf. */
 #include "shim_generated.h"
+#include "shim_profile.h"
 
 static cudaError_t wrap_result(cudaError_t result, const char *symbol, void **funcPtr)
 {
@@ -15,7 +16,13 @@ static cudaError_t wrap_result(cudaError_t result, const char *symbol, void **fu
   {                                                                                       \
     shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_##name);                                  \
     if (!real) return shim_missing(SHIM_FN_##name);                                       \
-    cudaError_t result = wrap_result(((__typeof__(&name))real) args, symbol, funcPtr);    \
+    struct shim_span span;                                                                \
+    shim_span_begin(&span);                                                               \
+    shim_span_real_begin(&span);                                                          \
+    cudaError_t result = ((__typeof__(&name))real) args;                                  \
+    shim_span_real_end(&span);                                                            \
+    result = wrap_result(result, symbol, funcPtr);                                        \
+    shim_span_end(&span, SHIM_PROFILE_ENTRY_POINT, 1);                                    \
     shim_gate_leave();                                                                    \
     return result;                                                                        \
   }

@@ -17,6 +17,7 @@
 #include "kparam.h"
 #include "shim_generated.h"
 #include "shim_kparam.h"
+#include "shim_profile.h"
 
 /* Declared only in nvcc's generated host code (crt/host_runtime.h). */
 void **__cudaRegisterFatBinary(void *fatCubin);
@@ -73,13 +74,18 @@ SHIM_EXPORT void **__cudaRegisterFatBinary(void *fatCubin)
 {
   shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN___cudaRegisterFatBinary);
   if (!real) return (shim_missing(SHIM_FN___cudaRegisterFatBinary), (void **)0);
+  struct shim_span span;
+  shim_span_begin(&span);
   shim_kparam_init();
+  shim_span_real_begin(&span);
   void **handle = ((__typeof__(&__cudaRegisterFatBinary))real)(fatCubin);
+  shim_span_real_end(&span);
   if (handle && fatCubin) {
     kparam_module_key key = kparam_register_fatbin(fatCubin);
     if (key) link_add(handle, key);
     else shim_warn("kparam: out of memory recording fatbin %p: its kernels stay opaque", fatCubin);
   }
+  shim_span_end(&span, SHIM_PROFILE_FATBIN, 1);
   shim_gate_leave();
   return handle;
 }
@@ -93,14 +99,19 @@ SHIM_EXPORT void __cudaRegisterFunction(void **fatCubinHandle, const char *hostF
     shim_missing(SHIM_FN___cudaRegisterFunction);
     return;
   }
+  struct shim_span span;
+  shim_span_begin(&span);
+  shim_span_real_begin(&span);
   ((__typeof__(&__cudaRegisterFunction))real)(fatCubinHandle, hostFun, deviceFun, deviceName,
                                               thread_limit, tid, bid, bDim, gDim, wSize);
+  shim_span_real_end(&span);
   kparam_module_key key = link_find(fatCubinHandle, false);
   const char *name = deviceName ? deviceName : deviceFun;
   if (key && hostFun && name) {
     int rc = kparam_register_function(key, hostFun, name);
     if (rc) shim_warn("kparam: kernel %s not recorded (%s): it stays opaque", name, strerror(-rc));
   }
+  shim_span_end(&span, SHIM_PROFILE_FUNCTION, 1);
   shim_gate_leave();
 }
 
@@ -111,9 +122,14 @@ SHIM_EXPORT void __cudaUnregisterFatBinary(void **fatCubinHandle)
     shim_missing(SHIM_FN___cudaUnregisterFatBinary);
     return;
   }
+  struct shim_span span;
+  shim_span_begin(&span);
   kparam_module_key key = link_find(fatCubinHandle, true);
+  shim_span_real_begin(&span);
   ((__typeof__(&__cudaUnregisterFatBinary))real)(fatCubinHandle);
+  shim_span_real_end(&span);
   kparam_unregister_fatbin(key);
+  shim_span_end(&span, SHIM_PROFILE_UNREGISTER, 1);
   shim_gate_leave();
 }
 
@@ -210,6 +226,8 @@ void shim_kparam_library_remove(const void *handle)
 
 void shim_kparam_library_copy(const void *handle, const void *code)
 {
+  struct shim_span span;
+  shim_span_begin(&span);
   const void *image = kparam_image_data(code);
   size_t size = kparam_image_extent(image);
   void *copy = size ? malloc(size) : NULL;
@@ -220,10 +238,13 @@ void shim_kparam_library_copy(const void *handle, const void *code)
     shim_warn("kparam: library %p: image %p not recorded (%s): its kernels stay opaque", handle,
               code, size ? "out of memory" : "unknown format");
   }
+  shim_span_end(&span, SHIM_PROFILE_MODULE, 1);
 }
 
 void shim_kparam_library_file(const void *handle, const char *path)
 {
+  struct shim_span span;
+  shim_span_begin(&span);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   struct stat st;
   void *image = MAP_FAILED;
@@ -232,6 +253,7 @@ void shim_kparam_library_file(const void *handle, const char *path)
   if (fd >= 0) close(fd);
   if (image != MAP_FAILED) shim_kparam_library_add(handle, image, (size_t)st.st_size, true);
   else shim_warn("kparam: library file %s not readable: its kernels stay opaque", path);
+  shim_span_end(&span, SHIM_PROFILE_MODULE, 1);
 }
 
 SHIM_EXPORT cudaError_t cudaLibraryLoadData(cudaLibrary_t *library, const void *code,
@@ -244,9 +266,14 @@ SHIM_EXPORT cudaError_t cudaLibraryLoadData(cudaLibrary_t *library, const void *
   shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaLibraryLoadData);
   if (!real) return shim_missing(SHIM_FN_cudaLibraryLoadData);
   shim_kparam_init();
+  struct shim_span span; /* the real load; the image recorded below counts the call */
+  shim_span_begin(&span);
+  shim_span_real_begin(&span);
   cudaError_t result = ((__typeof__(&cudaLibraryLoadData))real)(
       library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
       libraryOptionValues, numLibraryOptions);
+  shim_span_real_end(&span);
+  shim_span_end(&span, SHIM_PROFILE_MODULE, 0);
   if (result == cudaSuccess && library && code) shim_kparam_library_copy(*library, code);
   shim_gate_leave();
   return result;
@@ -262,9 +289,14 @@ SHIM_EXPORT cudaError_t cudaLibraryLoadFromFile(cudaLibrary_t *library, const ch
   shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaLibraryLoadFromFile);
   if (!real) return shim_missing(SHIM_FN_cudaLibraryLoadFromFile);
   shim_kparam_init();
+  struct shim_span span; /* the real load; the image recorded below counts the call */
+  shim_span_begin(&span);
+  shim_span_real_begin(&span);
   cudaError_t result = ((__typeof__(&cudaLibraryLoadFromFile))real)(
       library, fileName, jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
       libraryOptionValues, numLibraryOptions);
+  shim_span_real_end(&span);
+  shim_span_end(&span, SHIM_PROFILE_MODULE, 0);
   if (result == cudaSuccess && library && fileName) shim_kparam_library_file(*library, fileName);
   shim_gate_leave();
   return result;

@@ -17,6 +17,7 @@
 #include "delta_kernel_image.h"
 #include "shim_ckpt.h"
 #include "shim_generated.h"
+#include "shim_profile.h"
 #include "shim_texture.h"
 #include "shim_vmem.h"
 #include "shim_vmm.h"
@@ -395,7 +396,13 @@ static int stream_sync(void *ctx, void *stream)
 static int host_alloc_pinned(void *ctx, size_t n, void **host)
 {
   (void)ctx;
-  return REAL_CALL(cudaHostAlloc, host, n, cudaHostAllocPortable);
+  struct shim_span span; /* staging pinned early shows in the start-up profile */
+  shim_span_begin(&span);
+  shim_span_real_begin(&span);
+  int rc = REAL_CALL(cudaHostAlloc, host, n, cudaHostAllocPortable);
+  shim_span_real_end(&span);
+  shim_span_end(&span, SHIM_PROFILE_PINNING, 1);
+  return rc;
 }
 
 static int host_register(void *ctx, void *host, size_t n)
@@ -633,7 +640,8 @@ static int nvml_ready(void)
   pthread_mutex_lock(&nvml.lock);
   if (nvml.state == 0) {
     nvml.state = -1;
-    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    /* cudaw's own: glibc's dlopen, not the program's interposed one */
+    void *lib = shim_real_dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
     if (lib) {
       nvml.init = (int (*)(void))dlsym(lib, "nvmlInit_v2");
       nvml.by_pci_bus_id = (int (*)(const char *, nvml_device_t *))dlsym(
@@ -703,6 +711,12 @@ static int refuse_checkpoint(void *ctx, char *why, size_t len)
   return shim_texture_blocks_checkpoint(why, len);
 }
 
+static size_t status_extra(void *ctx, char *buf, size_t len)
+{
+  (void)ctx;
+  return shim_profile_json(buf, len);
+}
+
 static const struct ckpt_host_ops host_ops = {
   .gate_close = gate_close,
   .gate_open = gate_open,
@@ -725,6 +739,7 @@ static const struct ckpt_host_ops host_ops = {
   .unpark_other = unpark_other,
   .mem_held = mem_held,
   .refuse_checkpoint = refuse_checkpoint,
+  .status_extra = status_extra,
   .log = log_message,
 };
 
@@ -741,5 +756,8 @@ void shim_ckpt_start(void)
 __attribute__((destructor)) static void shim_ckpt_stop(void)
 {
   atomic_store(&exiting, 1);
+  struct shim_span span;
+  shim_span_begin(&span);
   ckpt_shutdown();
+  shim_span_end(&span, SHIM_PROFILE_EXIT, 1);
 }

@@ -14,6 +14,7 @@
 
 #include "options.h"
 #include "shim_driver.h"
+#include "shim_profile.h"
 
 shim_real_fn shim_drv_real_table[SHIM_DRV_COUNT];
 
@@ -86,8 +87,12 @@ static void *open_driver(char *path, size_t size)
 static void load(void)
 {
   shim_depth++;
+  struct shim_span span;
+  shim_span_begin(&span);
   char path[PATH_MAX] = SHIM_DRV_SONAME;
+  shim_span_real_begin(&span);
   void *handle = open_driver(path, sizeof path);
+  shim_span_real_end(&span);
   if (!handle) {
     shim_info("driver layer: no CUDA driver (%s) could be loaded; driver calls fail with "
               "CUDA_ERROR_NOT_INITIALIZED", SHIM_DRV_SONAME);
@@ -105,6 +110,7 @@ static void load(void)
   load_status = 0;
   atomic_store_explicit(&loaded, 1, memory_order_release);
 out:
+  shim_span_end(&span, SHIM_PROFILE_DRIVER, 1);
   shim_depth--;
 }
 
@@ -153,9 +159,20 @@ unsigned shim_drv_unwrapped_count(void)
   return count;
 }
 
+int shim_drv_enabled(void)
+{
+  static atomic_int answer; /* 0 unknown, 1 on, 2 off: read once, asked per entry-point query */
+  int known = atomic_load_explicit(&answer, memory_order_relaxed);
+  if (!known) {
+    known = strcmp(cudaw_option("CUDAW_DRIVER"), "0") != 0 ? 1 : 2;
+    atomic_store_explicit(&answer, known, memory_order_relaxed);
+  }
+  return known == 1;
+}
+
 void *shim_drv_wrap(void *real, const char *symbol)
 {
-  if (!real || strcmp(cudaw_option("CUDAW_DRIVER"), "0") == 0) return real;
+  if (!real || !shim_drv_enabled()) return real;
   if (shim_drv_load() != 0) return real;
   int id = map_find(real);
   if (id < 0) {
@@ -213,9 +230,14 @@ SHIM_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cud
 {
   shim_real_fn real = shim_drv_enter_counted(SHIM_DRV_cuGetProcAddress_v2);
   if (!real) return shim_drv_missing_counted(SHIM_DRV_cuGetProcAddress_v2);
+  struct shim_span span;
+  shim_span_begin(&span);
+  shim_span_real_begin(&span);
   CUresult result =
       ((__typeof__(&cuGetProcAddress_v2))real)(symbol, pfn, cudaVersion, flags, status);
+  shim_span_real_end(&span);
   if (result == CUDA_SUCCESS && pfn) *pfn = shim_drv_wrap(*pfn, symbol);
+  shim_span_end(&span, SHIM_PROFILE_ENTRY_POINT, 1);
   shim_gate_leave();
   return result;
 }
@@ -225,8 +247,13 @@ SHIM_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVe
 {
   shim_real_fn real = shim_drv_enter_counted(SHIM_DRV_cuGetProcAddress);
   if (!real) return shim_drv_missing_counted(SHIM_DRV_cuGetProcAddress);
+  struct shim_span span;
+  shim_span_begin(&span);
+  shim_span_real_begin(&span);
   CUresult result = ((__typeof__(&cuGetProcAddress))real)(symbol, pfn, cudaVersion, flags);
+  shim_span_real_end(&span);
   if (result == CUDA_SUCCESS && pfn) *pfn = shim_drv_wrap(*pfn, symbol);
+  shim_span_end(&span, SHIM_PROFILE_ENTRY_POINT, 1);
   shim_gate_leave();
   return result;
 }

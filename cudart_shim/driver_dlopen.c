@@ -10,8 +10,8 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "options.h"
 #include "shim.h"
+#include "shim_profile.h"
 
 typedef void *(*dlopen_fn)(const char *, int);
 
@@ -61,16 +61,25 @@ static void *self_handle(void)
   return shim_real_dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
 }
 
-static void *route(const char *file, int mode, const void *caller)
+/* The real dlopen, timed as the span's real part. */
+static void *real_dlopen(const char *file, int mode, struct shim_span *span)
 {
-  if (file && names_driver(file) && strcmp(cudaw_option("CUDAW_DRIVER"), "0") != 0) {
+  shim_span_real_begin(span);
+  void *handle = shim_real_dlopen(file, mode);
+  shim_span_real_end(span);
+  return handle;
+}
+
+static void *route(const char *file, int mode, const void *caller, struct shim_span *span)
+{
+  if (file && names_driver(file) && shim_drv_enabled()) {
     if (!atomic_load_explicit(&shim_ready, memory_order_acquire)) shim_init();
     /* cudaw's own calls (shim_depth > 0: NVML loaded for status, the real runtime's) get the
      * real driver: a library cudaw uses must never wait at cudaw's own gate during a pause. */
     if (shim_depth == 0 && !from_real_runtime(caller)) {
       /* RTLD_NOLOAD asks whether the driver is loaded: answer for the real one, load nothing. */
       if ((mode & RTLD_NOLOAD) && !shim_drv_loaded()) {
-        void *real = shim_real_dlopen(file, mode);
+        void *real = real_dlopen(file, mode, span);
         if (!real) return NULL;
         dlclose(real);
       }
@@ -86,7 +95,17 @@ static void *route(const char *file, int mode, const void *caller)
       }
     }
   }
-  return shim_real_dlopen(file, mode);
+  return real_dlopen(file, mode, span);
+}
+
+/* Every dlopen of the process passes here: a span of the start-up profile each. */
+static void *timed_route(const char *file, int mode, const void *caller)
+{
+  struct shim_span span;
+  shim_span_begin(&span);
+  void *handle = route(file, mode, caller, &span);
+  shim_span_end(&span, SHIM_PROFILE_DLOPEN, 1);
+  return handle;
 }
 
 SHIM_EXPORT void *cudaw_dlopen_2_34(const char *file, int mode);
@@ -96,7 +115,7 @@ int shim_drv_routing(void)
   static atomic_int answer; /* 0 unknown, 1 yes, 2 no */
   int known = atomic_load_explicit(&answer, memory_order_relaxed);
   if (known) return known == 1;
-  int yes = strcmp(cudaw_option("CUDAW_DRIVER"), "0") != 0 &&
+  int yes = shim_drv_enabled() &&
             dlvsym(RTLD_DEFAULT, "dlopen", "GLIBC_2.34") == (void *)cudaw_dlopen_2_34;
   atomic_store_explicit(&answer, yes ? 1 : 2, memory_order_relaxed);
   return yes;
@@ -107,10 +126,10 @@ __asm__(".symver cudaw_dlopen_2_2_5, dlopen@GLIBC_2.2.5");
 
 void *cudaw_dlopen_2_34(const char *file, int mode)
 {
-  return route(file, mode, __builtin_return_address(0));
+  return timed_route(file, mode, __builtin_return_address(0));
 }
 
 void *cudaw_dlopen_2_2_5(const char *file, int mode)
 {
-  return route(file, mode, __builtin_return_address(0));
+  return timed_route(file, mode, __builtin_return_address(0));
 }

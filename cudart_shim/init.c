@@ -9,6 +9,7 @@
 #include "options.h"
 #include "shim.h"
 #include "shim_ckpt.h"
+#include "shim_profile.h"
 #include "shim_sched.h"
 
 atomic_int shim_ready;
@@ -16,20 +17,35 @@ int shim_init_error;
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
+/* Run one start-up step as a span of its phase (cudaw's own work: it calls no real library). */
+#define TIMED(phase, step)                  \
+  do {                                      \
+    struct shim_span step_span;             \
+    shim_span_begin(&step_span);            \
+    step;                                   \
+    shim_span_end(&step_span, (phase), 1);  \
+  } while (0)
+
 static void init_body(void)
 {
   shim_depth++;
-  shim_gate_setup(1); /* membarrier registration is cheapest while the process has one thread */
   shim_log_open();
+  shim_profile_setup();
+  struct shim_span span;
+  shim_span_begin(&span);
+  shim_gate_setup(1); /* membarrier registration is cheapest while the process has one thread */
   shim_init_error = shim_real_load();
   int invalid;
   int static_check = cudaw_option_flag("CUDAW_STATIC_CHECK", &invalid);
   if (invalid)
     shim_warn("CUDAW_STATIC_CHECK=%s is not 0 or 1; using the default (%d)",
               cudaw_option("CUDAW_STATIC_CHECK"), static_check);
-  if (static_check) shim_check_static_runtime("/proc/self/exe");
-  if (shim_init_error == 0) shim_ckpt_start(); /* threads and a socket, no CUDA call */
-  if (shim_init_error == 0) shim_sched_start(); /* CUDAW_SHARE=1: join cudawd */
+  if (static_check) TIMED(SHIM_PROFILE_STATIC_CHECK, shim_check_static_runtime("/proc/self/exe"));
+  /* threads and a socket, no CUDA call */
+  if (shim_init_error == 0) TIMED(SHIM_PROFILE_CHECKPOINT, shim_ckpt_start());
+  /* CUDAW_SHARE=1: join cudawd */
+  if (shim_init_error == 0) TIMED(SHIM_PROFILE_SCHED, shim_sched_start());
+  shim_span_end(&span, SHIM_PROFILE_INIT, 1);
   shim_depth--;
   atomic_store_explicit(&shim_ready, 1, memory_order_release);
 }

@@ -36,9 +36,8 @@ void shim_log_open(void)
   if (!known) shim_warn("CUDAW_LOG=%s is not one of error, warn, info, debug; using warn", level);
 }
 
-void shim_logv(enum shim_log_level level, const char *fmt, va_list ap)
+static void write_line(enum shim_log_level level, const char *fmt, va_list ap)
 {
-  if ((int)level > shim_log_level) return;
   char line[1024];
   int n = snprintf(line, sizeof line, "cudaw[%d]: %s: ", (int)getpid(), level_names[level]);
   if (n < 0) return;
@@ -49,6 +48,19 @@ void shim_logv(enum shim_log_level level, const char *fmt, va_list ap)
   line[len++] = '\n';
   ssize_t ignored = write(log_fd, line, len);
   (void)ignored;
+}
+
+void shim_logv(enum shim_log_level level, const char *fmt, va_list ap)
+{
+  if ((int)level <= shim_log_level) write_line(level, fmt, ap);
+}
+
+void shim_log_always(enum shim_log_level level, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  write_line(level, fmt, ap);
+  va_end(ap);
 }
 
 void shim_log(enum shim_log_level level, const char *fmt, ...)

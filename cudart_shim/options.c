@@ -2,9 +2,12 @@
  * every variable, its default and its meaning stay in this one place. The checkpoint module keeps
  * its rows next to the code that parses them (ckpt_option_table); they are merged in here, so
  * that `cudaw options`, `cudaw-ctl --help` and the README print one table. */
+#define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ckpt.h"
 #include "options.h"
@@ -26,10 +29,30 @@ const struct cudaw_option cudaw_options[] = {
                        "use after free"},
   {"CUDAW_SHARE", "0", "1: share the GPU with other programs through cudawd (cudaw run --share "
                        "sets it)"},
+  {"CUDAW_PROFILE", "0", "1: time cudaw's start-up (loading, registrations, vmem's start) and "
+                         "print the profile at exit"},
 };
 const unsigned cudaw_option_count = sizeof cudaw_options / sizeof cudaw_options[0];
 
-const char *cudaw_option(const char *name)
+static atomic_uint_fast64_t lookups, lookup_ns;
+static atomic_int lookups_timed;
+
+void cudaw_options_time(int on) { atomic_store_explicit(&lookups_timed, on, memory_order_relaxed); }
+
+void cudaw_options_stats(uint64_t *count, uint64_t *ns)
+{
+  *count = atomic_load_explicit(&lookups, memory_order_relaxed);
+  *ns = atomic_load_explicit(&lookup_ns, memory_order_relaxed);
+}
+
+static uint64_t now_ns(void)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static const char *lookup(const char *name)
 {
   for (unsigned i = 0; i < cudaw_option_count; i++) {
     if (strcmp(cudaw_options[i].name, name) != 0) continue;
@@ -37,6 +60,16 @@ const char *cudaw_option(const char *name)
     return value && *value ? value : cudaw_options[i].fallback;
   }
   return NULL;
+}
+
+const char *cudaw_option(const char *name)
+{
+  atomic_fetch_add_explicit(&lookups, 1, memory_order_relaxed);
+  if (!atomic_load_explicit(&lookups_timed, memory_order_relaxed)) return lookup(name);
+  uint64_t start = now_ns();
+  const char *value = lookup(name);
+  atomic_fetch_add_explicit(&lookup_ns, now_ns() - start, memory_order_relaxed);
+  return value;
 }
 
 int cudaw_option_flag(const char *name, int *invalid)

@@ -3,6 +3,7 @@
 #ifndef CUDAW_OPTIONS_H
 #define CUDAW_OPTIONS_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 struct cudaw_option {
@@ -17,6 +18,11 @@ extern const unsigned cudaw_option_count;
 /* The option's value: the environment's if set and non-empty, else its default. NULL for a
  * name that is not in the table (a programming error, logged by the caller). */
 const char *cudaw_option(const char *name);
+
+/* Lookups made through cudaw_option, for the start-up profile: always counted, timed (ns) once
+ * cudaw_options_time(1) was called. */
+void cudaw_options_time(int on);
+void cudaw_options_stats(uint64_t *count, uint64_t *ns);
 
 /* A 0/1 option: 0 or 1 as given; the default for any other value, with *invalid set (the
  * caller logs it, naming the variable). */

@@ -12,6 +12,7 @@
 
 #include "options.h"
 #include "shim.h"
+#include "shim_profile.h"
 
 shim_real_fn shim_real_table[SHIM_FN_COUNT];
 
@@ -58,7 +59,7 @@ static void note_tried(struct tried *t, const char *path, const char *why)
   if (n > 0 && t->len + (size_t)n < sizeof t->text) t->len += (size_t)n;
 }
 
-static int try_open(const char *path, struct tried *t)
+static int try_open(const char *path, struct tried *t, struct shim_span *span)
 {
   if (!path || !*path) return -ENOENT;
   if (path[0] != '/') {
@@ -69,7 +70,9 @@ static int try_open(const char *path, struct tried *t)
     note_tried(t, path, "this is cudaw itself");
     return -ELOOP;
   }
+  shim_span_real_begin(span);
   void *h = shim_real_dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  shim_span_real_end(span);
   if (!h) {
     const char *err = dlerror();
     note_tried(t, path, err ? err : "dlopen failed");
@@ -90,20 +93,21 @@ static const char *const well_known[] = {
   "/usr/lib64/" SHIM_REAL_SONAME,
 };
 
-int shim_real_load(void)
+/* Open the first real runtime that loads (the span times its dlopen as the real part). */
+static int open_real(struct shim_span *span)
 {
   struct tried tried = {.len = 0};
   const char *chosen = cudaw_option("CUDAW_REAL_CUDART");
-  int rc = try_open(chosen, &tried);
+  int rc = try_open(chosen, &tried, span);
   if (rc && *chosen)
     shim_warn("CUDAW_REAL_CUDART cannot be used:%s; trying the usual locations", tried.text);
 #ifdef CUDAW_REAL_CUDART_BUILD
-  if (rc) rc = try_open(CUDAW_REAL_CUDART_BUILD, &tried);
+  if (rc) rc = try_open(CUDAW_REAL_CUDART_BUILD, &tried, span);
 #endif
   for (size_t i = 0; rc && i < sizeof well_known / sizeof well_known[0]; i++) {
     glob_t g;
     if (glob(well_known[i], 0, NULL, &g) != 0) continue;
-    for (size_t j = 0; rc && j < g.gl_pathc; j++) rc = try_open(g.gl_pathv[j], &tried);
+    for (size_t j = 0; rc && j < g.gl_pathc; j++) rc = try_open(g.gl_pathv[j], &tried, span);
     globfree(&g);
   }
   if (rc) {
@@ -112,11 +116,24 @@ int shim_real_load(void)
                "Tried:%s", SHIM_REAL_SONAME, tried.len ? tried.text : " (nothing)");
     return -ENOENT;
   }
+  return 0;
+}
+
+int shim_real_load(void)
+{
+  struct shim_span span;
+  shim_span_begin(&span);
+  int rc = open_real(&span);
+  if (rc) {
+    shim_span_end(&span, SHIM_PROFILE_RUNTIME, 1);
+    return rc;
+  }
   unsigned missing = 0;
   for (unsigned i = 0; i < SHIM_FN_COUNT; i++) {
     shim_real_table[i] = (shim_real_fn)shim_real_symbol(shim_fn_names[i]);
     missing += !shim_real_table[i];
   }
+  shim_span_end(&span, SHIM_PROFILE_RUNTIME, 1);
   shim_info("forwarding to %s (%u of %u functions present)", real_path, SHIM_FN_COUNT - missing,
             SHIM_FN_COUNT);
   return 0;

@@ -211,6 +211,8 @@ unsigned shim_drv_unwrapped_count(void);
 /* 1 when the driver layer sees the libraries' driver calls too: CUDAW_DRIVER is not 0 and
  * cudaw's dlopen is the one the process resolves (cudaw preloaded or linked by the program). */
 int shim_drv_routing(void);
+/* 1 unless CUDAW_DRIVER=0 (read once). */
+int shim_drv_enabled(void);
 
 /* glibc's own dlopen (cudaw exports one that routes libcuda.so.1 to itself). */
 void *shim_real_dlopen(const char *file, int mode);
@@ -226,6 +228,9 @@ void shim_log_open(void);
 void shim_logv(enum shim_log_level level, const char *fmt, va_list ap);
 __attribute__((format(printf, 2, 3))) void shim_log(enum shim_log_level level, const char *fmt,
                                                     ...);
+/* The same whatever CUDAW_LOG says (output the user asked for by another option). */
+__attribute__((format(printf, 2, 3))) void shim_log_always(enum shim_log_level level,
+                                                           const char *fmt, ...);
 #define shim_error(...) shim_log(SHIM_LOG_ERROR, __VA_ARGS__)
 #define shim_warn(...) shim_log(SHIM_LOG_WARN, __VA_ARGS__)
 #define shim_info(...) \

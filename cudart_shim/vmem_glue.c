@@ -16,6 +16,7 @@
 #include "options.h"
 #include "prims.h"
 #include "shim_generated.h"
+#include "shim_profile.h"
 #include "shim_sched.h"
 #include "shim_vmem.h"
 #include "vmem.h"
@@ -215,7 +216,10 @@ int shim_vmem_start(void)
   if (SHIM_LIKELY(atomic_load_explicit(&started, memory_order_acquire))) return vmem_status;
   pthread_mutex_lock(&start_lock);
   if (!atomic_load_explicit(&started, memory_order_relaxed)) {
+    struct shim_span span; /* the start-up profile's "vmem" row */
+    shim_span_begin(&span);
     start();
+    shim_span_end(&span, SHIM_PROFILE_VMEM, 1);
     atomic_store_explicit(&started, 1, memory_order_release);
   }
   pthread_mutex_unlock(&start_lock);

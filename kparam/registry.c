@@ -13,7 +13,6 @@
 #define MAX_PRELINKED 65536
 
 struct kparam_module {
-  struct kparam_module *next;
   const void *data;              /* container, cubin or PTX */
   size_t size;                   /* 0: find out from the headers */
   const void *const *prelinked;  /* version-2 wrappers: NULL-terminated containers */
@@ -21,13 +20,22 @@ struct kparam_module {
   bool opened;
   struct image **images;
   size_t image_count;
+  /* What unregistering must undo, so that it never walks the whole registry: a process exits
+   * unregistering thousands of modules (2,789 for PyTorch) with tens of thousands of kernels. */
+  struct function *functions;    /* every function made for it, live or retired */
+  const void *library;           /* its handle in `libraries`, NULL for a fatbin */
+  uint64_t *handles;             /* kernel handles ever mapped to one of its functions */
+  size_t handle_count, handle_capacity;
+  bool handles_lost;             /* out of memory recording one: search the whole map */
 };
 
 struct function {
   struct function *retired_next; /* on the retired list once replaced */
+  struct function *module_next;  /* the module's `functions` */
   const void *host_fun; /* NULL for library kernels */
   struct kparam_module *module;
   char *name;
+  bool retired;
   _Atomic(struct kparam_plan *) plan;
 };
 
@@ -44,7 +52,7 @@ static void write_unlock(void) {
 uint64_t kparam_registry_generation(void) {
   return atomic_load_explicit(&generation, memory_order_acquire);
 }
-static struct kparam_module *modules;
+static struct hash_map modules;               /* module -> module: the registered ones */
 static struct hash_map functions_by_host_fun; /* host_fun -> function */
 static struct hash_map functions_by_handle;   /* kernel or library-kernel handle -> function
                                                  (library kernels are owned here) */
@@ -88,9 +96,12 @@ kparam_module_key kparam_register_fatbin(const void *wrapper) {
     if (!module) return NULL;
   }
   write_lock();
-  module->next = modules;
-  modules = module;
+  int rc = hash_put(&modules, key_of(module), module);
   write_unlock();
+  if (rc) {
+    free(module);
+    return NULL;
+  }
   return module;
 }
 
@@ -207,6 +218,53 @@ static struct function *function_new(struct kparam_module *module, const void *h
   return fn;
 }
 
+/* Write lock held: fn (made for module) becomes one of its functions. */
+static void module_adopt(struct function *fn) {
+  if (!fn->module) return;
+  fn->module_next = fn->module->functions;
+  fn->module->functions = fn;
+}
+
+/* Write lock held: fn was replaced and goes on the retired list (see kparam.h). */
+static void retire(struct function *fn) {
+  fn->retired = true;
+  fn->retired_next = retired;
+  retired = fn;
+}
+
+/* Write lock held: kernel handle -> fn, remembered by fn's module for its unregistration. */
+static int put_handle(uint64_t handle, struct function *fn) {
+  int rc = hash_put(&functions_by_handle, handle, fn);
+  struct kparam_module *module = fn->module;
+  if (rc || !module) return rc;
+  if (module->handle_count == module->handle_capacity) {
+    size_t capacity = module->handle_capacity ? 2 * module->handle_capacity : 8;
+    uint64_t *grown = realloc(module->handles, capacity * sizeof *grown);
+    if (!grown) {
+      module->handles_lost = true;
+      return 0;
+    }
+    module->handles = grown;
+    module->handle_capacity = capacity;
+  }
+  module->handles[module->handle_count++] = handle;
+  return 0;
+}
+
+/* Write lock held: drop every kernel handle that stands for a function of module. */
+static void forget_module_handles(struct kparam_module *module) {
+  for (size_t i = 0; i < module->handle_count; i++) {
+    struct function *fn = hash_get(&functions_by_handle, module->handles[i]);
+    if (fn && fn->module == module) hash_remove(&functions_by_handle, module->handles[i]);
+  }
+  for (size_t i = 0; module->handles_lost && i < functions_by_handle.capacity; i++) {
+    struct function *fn;
+    while (functions_by_handle.keys[i] && (fn = functions_by_handle.values[i]) &&
+           fn->module == module)
+      hash_remove(&functions_by_handle, functions_by_handle.keys[i]);
+  }
+}
+
 static void function_free(struct function *fn) {
   if (!fn) return;
   plan_free(atomic_load(&fn->plan));
@@ -228,20 +286,24 @@ int kparam_register_function(kparam_module_key key, const void *host_fun, const 
   write_lock();
   struct function *old = hash_get(&functions_by_host_fun, key_of(host_fun));
   int rc = hash_put(&functions_by_host_fun, key_of(host_fun), fn);
-  if (rc == 0 && old) {
-    forget_handles_of(old);
-    old->retired_next = retired;
-    retired = old;
+  if (rc) {
+    write_unlock();
+    function_free(fn);
+    return rc;
   }
-  /* A __cudaGetKernel that came first. */
-  for (size_t i = 0; rc == 0 && i < pending_handles.capacity; i++)
+  module_adopt(fn);
+  if (old) {
+    forget_handles_of(old);
+    retire(old);
+  }
+  /* A __cudaGetKernel that came first (rare: the map is empty but for those). */
+  for (size_t i = 0; rc == 0 && pending_handles.count && i < pending_handles.capacity; i++)
     while (pending_handles.keys[i] && pending_handles.values[i] == host_fun) {
       uint64_t handle = pending_handles.keys[i];
       hash_remove(&pending_handles, handle);
-      rc = hash_put(&functions_by_handle, handle, fn);
+      rc = put_handle(handle, fn);
     }
   write_unlock();
-  if (rc && !old) function_free(fn);
   return rc;
 }
 
@@ -249,7 +311,7 @@ int kparam_register_kernel_handle(const void *kernel_handle, const void *host_fu
   if (!kernel_handle || !host_fun) return -EINVAL;
   write_lock();
   struct function *fn = hash_get(&functions_by_host_fun, key_of(host_fun));
-  int rc = fn ? hash_put(&functions_by_handle, key_of(kernel_handle), fn)
+  int rc = fn ? put_handle(key_of(kernel_handle), fn)
               : hash_put(&pending_handles, key_of(kernel_handle), (void *)host_fun);
   write_unlock();
   return rc;
@@ -269,9 +331,13 @@ int kparam_register_library(const void *lib_handle, const void *image, size_t si
     if (!module) return -ENOMEM;
     snprintf(module->label, sizeof module->label, "library %p (image %p)", lib_handle, image);
     write_lock();
-    module->next = modules;
-    modules = module;
+    if (hash_put(&modules, key_of(module), module) != 0) {
+      write_unlock();
+      free(module);
+      return -ENOMEM;
+    }
   }
+  module->library = lib_handle;
   int rc = hash_put(&libraries, key_of(lib_handle), module);
   write_unlock();
   return rc;
@@ -299,10 +365,7 @@ int kparam_register_kernel_layout(const void *kernel_handle, const char *name, u
   write_lock();
   struct function *old = hash_get(&functions_by_handle, key_of(kernel_handle));
   int rc = hash_put(&functions_by_handle, key_of(kernel_handle), fn);
-  if (rc == 0 && old && !old->host_fun) { /* a library kernel or an earlier layout: ours */
-    old->retired_next = retired;
-    retired = old;
-  }
+  if (rc == 0 && old && !old->host_fun) retire(old); /* a library kernel or an earlier layout */
   write_unlock();
   if (rc) function_free(fn);
   return rc;
@@ -317,13 +380,10 @@ int kparam_register_library_kernel(const void *kernel_handle, const void *lib_ha
   if (module) {
     struct function *fn = function_new(module, NULL, name);
     struct function *old = hash_get(&functions_by_handle, key_of(kernel_handle));
-    rc = fn ? hash_put(&functions_by_handle, key_of(kernel_handle), fn) : -ENOMEM;
-    if (rc == 0 && old && !old->host_fun) { /* library kernels are ours */
-      old->retired_next = retired;
-      retired = old;
-    } else if (rc) {
-      function_free(fn);
-    }
+    rc = fn ? put_handle(key_of(kernel_handle), fn) : -ENOMEM;
+    if (rc == 0) module_adopt(fn);
+    if (rc == 0 && old && !old->host_fun) retire(old); /* library kernels are ours */
+    else if (rc) function_free(fn);
   }
   write_unlock();
   return rc;
@@ -332,33 +392,21 @@ int kparam_register_library_kernel(const void *kernel_handle, const void *lib_ha
 void kparam_unregister_fatbin(kparam_module_key key) {
   if (!key) return;
   write_lock();
-  struct kparam_module **link = &modules;
-  while (*link && *link != key) link = &(*link)->next;
-  if (!*link) {
+  if (!hash_remove(&modules, key_of(key))) { /* not registered (any more) */
     write_unlock();
     return;
   }
-  *link = key->next;
-  for (size_t i = 0; i < functions_by_host_fun.capacity; i++) {
-    struct function *fn = functions_by_host_fun.values[i];
-    while (functions_by_host_fun.keys[i] && (fn = functions_by_host_fun.values[i]) &&
-           fn->module == key) {
-      hash_remove(&functions_by_host_fun, functions_by_host_fun.keys[i]);
-      forget_handles_of(fn);
-      function_free(fn);
-    }
+  forget_module_handles(key); /* while its functions still say which module they belong to */
+  /* Live functions; retired ones are freed from the retired list below. */
+  for (struct function *fn = key->functions, *next; fn; fn = next) {
+    next = fn->module_next;
+    if (fn->retired) continue;
+    if (fn->host_fun && hash_get(&functions_by_host_fun, key_of(fn->host_fun)) == fn)
+      hash_remove(&functions_by_host_fun, key_of(fn->host_fun));
+    function_free(fn);
   }
-  for (size_t i = 0; i < functions_by_handle.capacity; i++) {
-    struct function *fn;
-    while (functions_by_handle.keys[i] && (fn = functions_by_handle.values[i]) &&
-           fn->module == key) {
-      hash_remove(&functions_by_handle, functions_by_handle.keys[i]);
-      function_free(fn);
-    }
-  }
-  for (size_t i = 0; i < libraries.capacity; i++)
-    while (libraries.keys[i] && libraries.values[i] == key)
-      hash_remove(&libraries, libraries.keys[i]);
+  if (key->library && hash_get(&libraries, key_of(key->library)) == key)
+    hash_remove(&libraries, key_of(key->library));
   for (struct function **at = &retired; *at;) {
     struct function *fn = *at;
     if (fn->module == key) {
@@ -371,6 +419,7 @@ void kparam_unregister_fatbin(kparam_module_key key) {
   write_unlock();
   for (size_t i = 0; i < key->image_count; i++) image_close(key->images[i]);
   free(key->images);
+  free(key->handles);
   free(key);
 }
 

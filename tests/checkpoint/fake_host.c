@@ -346,6 +346,7 @@ static int stream_sync(void *ctx, void *stream) {
 
 static int host_alloc_pinned(void *ctx, size_t n, void **out) {
   struct fake_host *host = ctx;
+  if (host->pin_delay_us) usleep((useconds_t)host->pin_delay_us);
   void *p = malloc(n);
   if (!p) return -ENOMEM;
   memset(p, 0x5a, n);
@@ -357,6 +358,7 @@ static int host_alloc_pinned(void *ctx, size_t n, void **out) {
       host->pinned_live++;
       break;
     }
+  host->pin_calls++;
   pthread_mutex_unlock(&host->lock);
   *out = p;
   return 0;

@@ -39,9 +39,11 @@ struct fake_host {
   bool recreate_entered;
   bool device_hash;            /* offer device_hash (checksums "on the device") */
   int device_hash_calls;
+  int pin_delay_us;            /* host_alloc_pinned takes this long (pinning is slow on GPUs) */
   /* what happened */
   int gate_closes, gate_opens, release_calls, recreate_calls, copies;
   int pinned_live, streams_live, registered_live;
+  int pin_calls;               /* host_alloc_pinned calls that succeeded */
   int violations;
   char violation[256];
   int log_lines;

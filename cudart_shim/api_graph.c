@@ -254,20 +254,35 @@ INSTANTIATE(cudaGraphInstantiateWithParams_ptsz, instantiateParams)
 GRAPH_LAUNCH(cudaGraphLaunch)
 GRAPH_LAUNCH(cudaGraphLaunch_ptsz)
 
-/* Kernels launched during a capture were translated on their way in. */
-#define END_CAPTURE(name)                                                                       \
+/* Whether stream is being captured (active or invalidated), for the count of open captures
+ * (api_stream.c). */
+static int capturing(cudaStream_t stream)
+{
+  enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  return SHIM_REAL(cudaStreamIsCapturing) &&
+         SHIM_REAL(cudaStreamIsCapturing)(stream, &status) == cudaSuccess &&
+         status != cudaStreamCaptureStatusNone;
+}
+
+/* Kernels launched during a capture were translated on their way in. In a _ptsz call, stream 0
+ * is the calling thread's default stream. */
+#define END_CAPTURE(name, query_stream)                                                         \
   SHIM_EXPORT cudaError_t name(cudaStream_t stream, cudaGraph_t *pGraph)                       \
   {                                                                                            \
     shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_##name);                                       \
     if (!real) return shim_missing(SHIM_FN_##name);                                            \
+    int was_capturing = capturing(query_stream);                                               \
     cudaError_t result = ((__typeof__(&name))real)(stream, pGraph);                            \
+    if (was_capturing)                                                                         \
+      shim_capture_end(1, capturing(query_stream),                                             \
+                       result == cudaSuccess || result == cudaErrorStreamCaptureInvalidated);  \
     if (result == cudaSuccess && pGraph) shim_kparam_graph_mark(*pGraph);                     \
     shim_gate_leave();                                                                         \
     return result;                                                                             \
   }
 
-END_CAPTURE(cudaStreamEndCapture)
-END_CAPTURE(cudaStreamEndCapture_ptsz)
+END_CAPTURE(cudaStreamEndCapture, stream)
+END_CAPTURE(cudaStreamEndCapture_ptsz, stream ? stream : cudaStreamPerThread)
 
 SHIM_EXPORT cudaError_t cudaGraphClone(cudaGraph_t *pGraphClone, cudaGraph_t originalGraph)
 {

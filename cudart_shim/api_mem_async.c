@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "shim_generated.h"
 #include "shim_vmem.h"
@@ -22,8 +23,10 @@ cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t 
 
 struct pending_free {
   void *ptr;
+  uint64_t size;               /* the allocation's requested size */
   cudaEvent_t event;
   cudaStream_t stream;
+  unsigned streams_destroyed;  /* shim_streams_destroyed when freed: stream still names it */
   const void *where;
 };
 
@@ -109,9 +112,44 @@ int shim_vmem_free_pending(const void *vptr)
   return found;
 }
 
-/* Record the free of vptr on stream; vmem gets the block back once the stream passed here. */
-static cudaError_t defer_free(void *vptr, cudaStream_t stream, const void *where)
+/* An allocation of size on stream may take a block freed on the same stream and not yet given
+ * back: whatever the program enqueues on the stream after this allocation runs after the free,
+ * as with the runtime's own pools, so no event need be asked. Only for created streams (the
+ * default-stream handles name one stream per thread or device) that were not destroyed since
+ * (their handle may name a new stream), and only for the same size (the block is the program's
+ * again, as it was). The newest such block is taken. */
+static int reuse_freed(cudaStream_t stream, uint64_t size, void **ptr)
 {
+  if (!names_one_stream(stream) ||
+      atomic_load_explicit(&pending_published, memory_order_acquire) == 0)
+    return 0;
+  unsigned destroyed = atomic_load_explicit(&shim_streams_destroyed, memory_order_seq_cst);
+  pthread_mutex_lock(&lock);
+  size_t i = pending_count;
+  while (i > 0 && !(pending[i - 1].stream == stream && pending[i - 1].size == size &&
+                    pending[i - 1].streams_destroyed == destroyed))
+    i--;
+  int found = i > 0;
+  if (found) {
+    struct pending_free taken = pending[--i];
+    /* Keep the order of the rest: events on one stream complete in order (reap). */
+    memmove(&pending[i], &pending[i + 1], (pending_count - i - 1) * sizeof *pending);
+    pending_count--;
+    atomic_store_explicit(&pending_published, pending_count, memory_order_release);
+    keep_spare(taken.event); /* may still be pending: recording it again is allowed */
+    *ptr = taken.ptr;
+  }
+  pthread_mutex_unlock(&lock);
+  return found;
+}
+
+/* Record the free of vptr (size bytes) on stream; vmem gets the block back once the stream
+ * passed here. */
+static cudaError_t defer_free(void *vptr, uint64_t size, cudaStream_t stream, const void *where)
+{
+  /* Read before the event is recorded, so that a destroy of stream racing with this free makes
+   * the block's stream unknown, never the reverse. */
+  unsigned destroyed = atomic_load_explicit(&shim_streams_destroyed, memory_order_seq_cst);
   pthread_mutex_lock(&lock);
   cudaError_t result = cudaSuccess;
   cudaEvent_t event = NULL;
@@ -136,7 +174,7 @@ static cudaError_t defer_free(void *vptr, cudaStream_t stream, const void *where
     keep_spare(event);
     goto out;
   }
-  pending[pending_count++] = (struct pending_free){vptr, event, stream, where};
+  pending[pending_count++] = (struct pending_free){vptr, size, event, stream, destroyed, where};
   atomic_store_explicit(&pending_published, pending_count, memory_order_release);
 out:
   pthread_mutex_unlock(&lock);
@@ -149,7 +187,9 @@ static cudaError_t capturing(cudaStream_t stream, int *active)
 {
   enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   *active = 0;
-  if (!SHIM_REAL(cudaStreamIsCapturing)) return cudaSuccess;
+  /* No capture open: nothing to ask the driver (an invalid stream handle is then found by the
+   * free's event record, not here). */
+  if (!shim_capture_possible() || !SHIM_REAL(cudaStreamIsCapturing)) return cudaSuccess;
   cudaError_t result = SHIM_REAL(cudaStreamIsCapturing)(stream, &status);
   *active = result == cudaSuccess && status != cudaStreamCaptureStatusNone;
   return result;
@@ -174,6 +214,10 @@ cudaError_t shim_vmem_malloc_async(void **ptr, size_t size, cudaStream_t stream,
     }
     return result;
   }
+  /* Under translate without the driver layer, a late library may have stopped allocations
+   * (vmem_glue.c): only vmem decides then. */
+  if ((!shim_translate_end || shim_drv_routing()) && reuse_freed(stream, size, ptr))
+    return cudaSuccess;
   return shim_set_last_error(shim_vmem_alloc(ptr, size));
 }
 
@@ -199,7 +243,7 @@ cudaError_t shim_vmem_free_async(void *ptr, cudaStream_t stream, const void *whe
               "supported (allocate it inside the capture, or free it outside)", ptr);
     return shim_set_last_error(cudaErrorStreamCaptureUnsupported);
   }
-  return shim_set_last_error(defer_free(ptr, stream, where));
+  return shim_set_last_error(defer_free(ptr, info.size, stream, where));
 }
 
 /* ---- the real runtime's calls, shaped alike ---- */

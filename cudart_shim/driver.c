@@ -15,6 +15,7 @@
 #include "options.h"
 #include "shim_driver.h"
 #include "shim_profile.h"
+#include "shim_vmem.h"
 
 shim_real_fn shim_drv_real_table[SHIM_DRV_COUNT];
 
@@ -145,6 +146,8 @@ static void note_unwrapped(const void *real, const char *symbol)
   int first = i == unwrapped_count;
   if (first && unwrapped_count < UNWRAPPED_MAX) unwrapped[unwrapped_count++] = real;
   pthread_mutex_unlock(&unwrapped_lock);
+  /* It might begin a stream capture that cudaw would not count (api_stream.c). */
+  shim_capture_unseen();
   if (first)
     shim_warn("driver layer: %s is not a function cudaw knows (its driver is newer than the "
               "toolkit cudaw was built with): the program calls it without cudaw's gate, so a "

@@ -7,6 +7,8 @@
 
 #include <string.h>
 
+#include "shim_vmem.h"
+
 #define ENTER(name)                                            \
   shim_real_fn real = shim_drv_enter_counted(SHIM_DRV_##name); \
   if (!real) return shim_drv_missing_counted(SHIM_DRV_##name)
@@ -207,19 +209,33 @@ INSTANTIATE(cuGraphInstantiateWithParams_ptsz,
 GRAPH_LAUNCH(cuGraphLaunch)
 GRAPH_LAUNCH(cuGraphLaunch_ptsz)
 
+/* Whether hStream is being captured (active or invalidated), for the count of open captures
+ * (api_stream.c); is_capturing: the driver's query of the end call's variant. */
+static int capturing(__typeof__(&cuStreamIsCapturing) is_capturing, CUstream hStream)
+{
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return is_capturing && is_capturing(hStream, &status) == CUDA_SUCCESS &&
+         status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 /* Kernels launched during a capture were translated on their way in. */
-#define END_CAPTURE(name)                                                                \
+#define END_CAPTURE(name, is_capturing)                                                  \
   SHIM_EXPORT CUresult name(CUstream hStream, CUgraph *phGraph)                          \
   {                                                                                      \
     ENTER(name);                                                                         \
+    int was_capturing = capturing(SHIM_DRV_REAL(is_capturing), hStream);                 \
     CUresult result = REAL(name)(hStream, phGraph);                                      \
+    if (was_capturing)                                                                   \
+      shim_capture_end(1, capturing(SHIM_DRV_REAL(is_capturing), hStream),               \
+                       result == CUDA_SUCCESS ||                                         \
+                           result == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);             \
     if (result == CUDA_SUCCESS && phGraph) shim_kparam_graph_mark(*phGraph);             \
     shim_gate_leave();                                                                   \
     return result;                                                                       \
   }
 
-END_CAPTURE(cuStreamEndCapture)
-END_CAPTURE(cuStreamEndCapture_ptsz)
+END_CAPTURE(cuStreamEndCapture, cuStreamIsCapturing)
+END_CAPTURE(cuStreamEndCapture_ptsz, cuStreamIsCapturing_ptsz)
 
 SHIM_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
 {

@@ -4,6 +4,7 @@
 #ifndef CUDAW_SHIM_VMEM_H
 #define CUDAW_SHIM_VMEM_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -97,6 +98,38 @@ cudaError_t shim_vmem_malloc_async(void **ptr, size_t size, cudaStream_t stream,
                                    shim_real_alloc_async_fn real_alloc, void *pool);
 cudaError_t shim_vmem_free_async(void *ptr, cudaStream_t stream, const void *where,
                                  shim_real_free_async_fn real_free);
+
+/* ---- what the stream-ordered allocator knows about streams (api_stream.c, drv_stream.c) ---- */
+
+/* Stream captures begun through either layer and not known to have ended, plus one for good once
+ * a capture could have begun unseen (the program got a driver function cudaw does not wrap).
+ * Counted before the real begin call, so a thread that allocates on the stream afterwards sees
+ * it; a failed begin is taken back; an end counts only when the stream was capturing before the
+ * call, is not after it and the call ended the capture. Over-counting only costs checks. */
+extern atomic_uint shim_captures_open;
+
+/* Whether a stream may be under capture now, so that its capture status must be asked: a capture
+ * is counted open, or the libraries' driver calls do not pass cudaw (not routed), so a capture
+ * could have begun where cudaw cannot see it. */
+static inline int shim_capture_possible(void)
+{
+  return atomic_load_explicit(&shim_captures_open, memory_order_acquire) != 0 ||
+         !shim_drv_routing();
+}
+
+void shim_capture_begin(void);            /* before a real begin-capture call */
+void shim_capture_begin_failed(void);     /* it failed: nothing began */
+/* After a real end-capture call: was_capturing / capturing, the stream's state before and after
+ * (capturing or invalidated); ended, whether the call's result says the capture ended (success or
+ * "invalidated"). */
+void shim_capture_end(int was_capturing, int capturing, int ended);
+/* A capture may have begun without passing cudaw: keep asking from now on. */
+void shim_capture_unseen(void);
+
+/* Streams destroyed so far through either layer, counted before the real call: a stream handle
+ * saved under one count names the same stream while the count has not moved (a destroyed
+ * stream's handle may be given to a new stream). */
+extern atomic_uint shim_streams_destroyed;
 
 /* ---- stream-ordered frees (api_mem_async.c) ----------------------------------------------- */
 

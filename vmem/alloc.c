@@ -38,7 +38,9 @@ static int chunk_create(int device, uint64_t va_granules, uint64_t backed, bool 
                         struct chunk **out) {
   struct vmem_space *s = &vmem_space;
   struct device_state *d = &s->device[device];
-  if (s->mem_limit && d->held + d->charged + backed > s->mem_limit) return -ENOMEM;
+  /* Kept memory counts against the quota too, unless this chunk takes it. */
+  uint64_t kept = d->kept_bytes - (!arena && vmem_backing_kept(device, backed) ? backed : 0);
+  if (s->mem_limit && d->held + d->charged + kept + backed > s->mem_limit) return -ENOMEM;
   struct chunk *c = calloc(1, sizeof(*c));
   if (!c) return -ENOMEM;
   c->device = device;
@@ -75,14 +77,15 @@ static int chunk_create(int device, uint64_t va_granules, uint64_t backed, bool 
   return 0;
 }
 
-static int chunk_destroy(struct chunk *c) {
+/* retire: the program freed it (its memory may be kept for reuse, backing.c). */
+static int chunk_destroy(struct chunk *c, bool retire) {
   struct vmem_space *s = &vmem_space;
   struct device_state *d = &s->device[c->device];
   bool was_released = !c->resident, in_slab = c->slab != NULL;
   vmem_unpublish_delta(c);
   int rc = 0;
   if (in_slab) vmem_slab_leave(c, true); /* its range is given back with the slab */
-  else rc = vmem_backing_destroy(c);
+  else rc = retire ? vmem_backing_retire(c) : vmem_backing_destroy(c);
   if (rc) {
     vmem_publish(c);
     return rc;
@@ -104,7 +107,7 @@ static int chunk_destroy(struct chunk *c) {
 static int walk_destroy(struct chunk *c, void *arg) {
   (void)arg;
   struct device_state *d = &vmem_space.device[c->device];
-  if (chunk_destroy(c) != 0) { /* the device refused; forget it anyway */
+  if (chunk_destroy(c, false) != 0) { /* the device refused; forget it anyway */
     vmem_forget(c);
     if (c->is_arena && c->in_open) open_remove(d, c);
     chunk_free_memory(c);
@@ -138,7 +141,7 @@ static int alloc_small(int device, uint64_t size, uintptr_t *addr) {
 static int arena_emptied(struct chunk *c) {
   struct device_state *d = &vmem_space.device[c->device];
   d->empty_arenas++;
-  if (d->empty_arenas > 1) return chunk_destroy(c);
+  if (d->empty_arenas > 1) return chunk_destroy(c, false);
   return 0;
 }
 
@@ -171,11 +174,14 @@ static int alloc_once(int device, uint64_t size, unsigned flags, void **vptr) {
 
 static int walk_trim(struct chunk *c, void *arg);
 
-/* Out of device memory or quota: give back the empty arenas kept for reuse and try again. */
+/* Out of device memory or quota: give back the empty arenas and the memory kept for reuse and
+ * try again. */
 static int alloc_locked(int device, uint64_t size, unsigned flags, void **vptr) {
   int rc = alloc_once(device, size, flags, vptr);
-  if (rc == -ENOMEM && vmem_space.device[device].empty_arenas) {
+  struct device_state *d = &vmem_space.device[device];
+  if (rc == -ENOMEM && (d->empty_arenas || d->kept_count)) {
     vmem_walk(walk_trim, NULL);
+    vmem_backing_drop_kept(-1);
     rc = alloc_once(device, size, flags, vptr);
   }
   return rc;
@@ -233,7 +239,7 @@ static int free_locked(uintptr_t p, const void *where) {
       if (rc) return rc;
     }
   } else {
-    int rc = chunk_destroy(c);
+    int rc = chunk_destroy(c, true);
     if (rc) return rc;
   }
   d->allocations--;
@@ -298,7 +304,7 @@ int vmem_get_stats(int device, struct vmem_stats *stats) {
 
 static int walk_trim(struct chunk *c, void *arg) {
   (void)arg;
-  if (c->is_arena && c->free_units == c->units) return chunk_destroy(c);
+  if (c->is_arena && c->free_units == c->units) return chunk_destroy(c, false);
   return 0;
 }
 
@@ -306,6 +312,7 @@ int vmem_trim(void) {
   struct vmem_space *s = &vmem_space;
   pthread_mutex_lock(&s->lock);
   int rc = s->initialized ? vmem_walk(walk_trim, NULL) : -EINVAL;
+  if (rc == 0) vmem_backing_drop_kept(-1);
   pthread_mutex_unlock(&s->lock);
   return rc;
 }

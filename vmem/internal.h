@@ -11,6 +11,9 @@
 #include "vmem.h"
 
 #define VMEM_MAX_DEVICES 64
+/* translate: freed chunks' device memory kept per device, and the largest one kept (backing.c) */
+#define VMEM_KEPT_MAX 4
+#define VMEM_KEPT_MAX_BYTES (16ull << 20)
 #define VMEM_MIN_ALIGN 256u
 #define VMEM_UNIT 512u /* arenas hand out multiples of this (cudaMalloc's own rounding) */
 #define VMEM_NATIVE_ROUND 512u /* cudaMalloc's own rounding, used for translate's large chunks */
@@ -48,6 +51,11 @@ struct device_state {
   uint64_t peers;   /* remap: other devices given access to this device's chunks (bit each) */
   struct chunk *open_arenas;
   uint32_t arenas, empty_arenas;
+  /* translate: device memory of freed chunks kept for the next chunk of the same size
+   * (backing.c); counted against the quota, free for mem_info. */
+  struct kept_memory { uint64_t real, bytes; } kept[VMEM_KEPT_MAX];
+  uint32_t kept_count;
+  uint64_t kept_bytes;
 };
 
 struct extent {
@@ -99,6 +107,14 @@ int vmem_walk(int (*cb)(struct chunk *c, void *arg), void *arg);
 /* backing.c: device memory of one chunk under the current policy. */
 int vmem_backing_create(struct chunk *c);
 int vmem_backing_destroy(struct chunk *c);
+/* The chunk's memory is no longer wanted (its allocation was freed, the device is idle there):
+ * under translate kept for the next chunk of its size on its device when small enough and room
+ * is left, else destroyed. Lock held. */
+int vmem_backing_retire(struct chunk *c);
+/* Whether creating a chunk of `backed` bytes on device would take kept memory. Lock held. */
+bool vmem_backing_kept(int device, uint64_t backed);
+/* Give the kept memory of device (every device: -1) back to the device. Lock held. */
+void vmem_backing_drop_kept(int device);
 
 /* peer.c: make a freshly mapped range of owner's memory accessible to owner and to every device
  * that enabled peer access to it (vmem_peer_access). 0 or -errno; on error the caller unmaps. */

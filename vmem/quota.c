@@ -58,13 +58,14 @@ int vmem_mem_info(int device, uint64_t *free_bytes, uint64_t *total_bytes) {
     uint64_t device_free, device_total;
     rc = s->prims->mem_info(s->ctx, device, &device_free, &device_total);
     if (rc == 0) {
-      /* An empty arena kept for reuse is ours to hand out: free for this process. */
+      /* An empty arena or freed memory kept for reuse is ours to hand out: free for this
+       * process. */
       uint64_t kept = (uint64_t)s->device[device].empty_arenas * s->granule;
       uint64_t total = device_total;
       uint64_t held = s->device[device].held - kept + s->device[device].charged;
       if (s->mem_limit && s->mem_limit < total) total = s->mem_limit;
       uint64_t free_view = total > held ? total - held : 0;
-      device_free += kept;
+      device_free += kept + s->device[device].kept_bytes;
       *free_bytes = free_view < device_free ? free_view : device_free;
       *total_bytes = total;
     }
@@ -81,9 +82,9 @@ static int charge_once(int device, uint64_t bytes, bool *could_trim) {
   if (s->initialized && device >= 0 && device < s->devices) {
     struct device_state *d = &s->device[device];
     rc = 0;
-    if (s->mem_limit && d->held + d->charged + bytes > s->mem_limit) rc = -ENOMEM;
+    if (s->mem_limit && d->held + d->charged + d->kept_bytes + bytes > s->mem_limit) rc = -ENOMEM;
     else d->charged += bytes;
-    *could_trim = d->empty_arenas != 0;
+    *could_trim = d->empty_arenas != 0 || d->kept_count != 0;
   }
   pthread_mutex_unlock(&s->lock);
   return rc;

@@ -113,7 +113,8 @@ int vmem_release_all(void) {
   struct chunk_array a = {.resident = true};
   pthread_mutex_lock(&s->lock);
   if (!s->initialized) first_error = -EINVAL;
-  else if ((first_error = vmem_walk(gather, &a)) == 0) {
+  else vmem_backing_drop_kept(-1); /* a pause gives the device back all it can */
+  if (first_error == 0 && (first_error = vmem_walk(gather, &a)) == 0) {
     for (size_t i = 0; i < a.count;) {
       size_t end = s->policy == VMEM_REMAP ? run_end(a.items, a.count, i, SIZE_MAX, UINT64_MAX)
                                            : i + 1;

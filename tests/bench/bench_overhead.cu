@@ -1,9 +1,9 @@
 // Benchmark: cudaw's own cost per call, without a GPU. The calls bench_launch and bench_alloc time
 // on the device (cudaGetDevice, a 4-byte pinned host-to-device cudaMemcpy, cudaMallocAsync +
-// cudaFreeAsync of 4 KiB, empty launches with four pointers and with a 64-byte struct through
-// <<<...>>>, cudaLaunchKernel and the driver's cuLaunchKernel) run against the emulated device,
-// whose calls are cheap, so that the difference between a run on the emu alone and one through
-// cudaw + emu is what cudaw adds. Driven by compare_runs (the `bench_overhead_run` target):
+// cudaFreeAsync of 4 KiB, cudaMalloc + cudaFree of 2 MiB, empty launches with four pointers and
+// with a 64-byte struct through <<<...>>>, cudaLaunchKernel and the driver's cuLaunchKernel) run
+// against the emulated device, whose calls are cheap, so that the difference between a run on the
+// emu alone and one through cudaw + emu is what cudaw adds. Driven by compare_runs (the `bench_overhead_run` target):
 //   compare_runs 9 build/lib --native-env LD_PRELOAD=<emu> --env CUDAW_REAL_CUDART=<emu>
 //                --env CUDAW_REAL_CUDA=<emu> --env CUDAW_VMEM=translate -- bench_overhead
 // Prints `metric <name> <ns> ns`, the median over batches; exits 77 if the emu is not loaded.
@@ -79,6 +79,14 @@ int main()
       CUDA_CHECK(cudaFreeAsync(q, stream));
     }
     CUDA_CHECK(cudaStreamSynchronize(stream));
+  });
+
+  metric("malloc_free_2MiB", batches, calls / 20, [&](int n) {
+    void *q;
+    for (int i = 0; i < n; i++) {
+      CUDA_CHECK(cudaMalloc(&q, 2 << 20));
+      CUDA_CHECK(cudaFree(q));
+    }
   });
 
   metric("launch_empty_4ptr", batches, calls, [&](int n) {

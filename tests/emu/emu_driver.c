@@ -430,6 +430,23 @@ static CUresult emu_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsig
 
 /* ---- graphs: the emu's runtime graphs (emu_graph.c) under the driver's names ---- */
 
+static CUresult emu_cuStreamBeginCapture(CUstream stream, CUstreamCaptureMode mode) {
+  (void)mode;
+  return from_runtime(emu_begin_capture((cudaStream_t)stream));
+}
+
+static CUresult emu_cuStreamEndCapture(CUstream stream, CUgraph *graph) {
+  return from_runtime(emu_end_capture((cudaStream_t)stream, (cudaGraph_t *)graph));
+}
+
+static CUresult emu_cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus *status) {
+  if (!status) return CUDA_ERROR_INVALID_VALUE;
+  enum cudaStreamCaptureStatus runtime_status = cudaStreamCaptureStatusNone;
+  CUresult rc = from_runtime(emu_is_capturing((cudaStream_t)stream, &runtime_status));
+  if (rc == CUDA_SUCCESS) *status = (CUstreamCaptureStatus)runtime_status;
+  return rc;
+}
+
 static CUresult emu_cuGraphCreate(CUgraph *graph, unsigned int flags) {
   return from_runtime(cudaGraphCreate((cudaGraph_t *)graph, flags));
 }
@@ -547,7 +564,7 @@ E(cuMemsetD8); E(cuMemsetD8Async); E(cuFuncGetParamInfo); E(cuGetErrorName);
 E(cuModuleLoadData); E(cuModuleGetFunction); E(cuModuleUnload); E(cuLaunchKernel);
 E(cuFuncGetName); E(cuMemcpy2D); E(cuGraphCreate); E(cuGraphAddKernelNode);
 E(cuGraphInstantiateWithFlags); E(cuGraphLaunch); E(cuGraphAddNode); E(cuGraphDestroy); E(cuGraphExecDestroy);
-E(cuGetErrorString);
+E(cuGetErrorString); E(cuStreamBeginCapture); E(cuStreamEndCapture); E(cuStreamIsCapturing);
 
 /* A function of a driver newer than cudaw's toolkit: not in cuda.h, so cudaw has no wrapper for
  * it and must say so (status: ungated_functions). Returns 42. */
@@ -578,6 +595,7 @@ static const struct entry *const entries[] = {
     &entry_cuLaunchKernel, &entry_cuFuncGetName, &entry_cuMemcpy2D, &entry_cuGraphCreate,
     &entry_cuGraphAddKernelNode, &entry_cuGraphInstantiateWithFlags, &entry_cuGraphLaunch,
     &entry_cuGraphDestroy, &entry_cuGraphExecDestroy, &entry_cuGraphAddNode,
+    &entry_cuStreamBeginCapture, &entry_cuStreamEndCapture, &entry_cuStreamIsCapturing,
 };
 
 cudaError_t emu_get_driver_entry_point(const char *symbol, void **func,

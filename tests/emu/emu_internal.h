@@ -134,6 +134,11 @@ int emu_limit_init(int devices);
 /* Whether work on stream is held back: events recorded there do not complete until released. */
 bool emu_stream_held(cudaStream_t stream);
 void emu_stream_release(cudaStream_t stream);
+/* Stream capture, its status only (the driver's calls share it). */
+bool emu_stream_capturing(cudaStream_t stream);
+cudaError_t emu_begin_capture(cudaStream_t stream);
+cudaError_t emu_end_capture(cudaStream_t stream, cudaGraph_t *graph);
+cudaError_t emu_is_capturing(cudaStream_t stream, enum cudaStreamCaptureStatus *status);
 
 /* ---- emu_stream.c ---- */
 /* 0 when stream is a default stream or a live created one, else -EBADF. */

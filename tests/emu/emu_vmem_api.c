@@ -1,9 +1,10 @@
 /* emu_vmem_api.c: the emulated entry points cudaw's vmem glue needs beyond the basics: 3D copies
  * and memsets between linear buffers, batched copies, CUDA arrays (host buffers behind an opaque
- * handle), the default memory pool, stream capture status, and held streams (events recorded on a
+ * handle), the default memory pool, stream capture (its status only), and held streams (events recorded on a
  * held stream stay incomplete), so stream-ordered frees can be tested. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,22 +60,79 @@ EMU_EXPORT int cudaw_emu_hold_stream(cudaStream_t stream, int hold) {
   return err;
 }
 
-static cudaError_t is_capturing(cudaStream_t stream, enum cudaStreamCaptureStatus *status) {
+/* ---- stream capture: only its status (nothing captured runs or lands in the graph) ---- */
+
+#define MAX_CAPTURING 16
+static cudaStream_t capturing[MAX_CAPTURING]; /* under held_lock */
+static atomic_ulong capture_queries;
+
+/* How many times the capture status was asked (runtime and driver): cudaw asks only while a
+ * capture may be open. */
+EMU_EXPORT unsigned long cudaw_emu_capture_queries(void) { return atomic_load(&capture_queries); }
+
+bool emu_stream_capturing(cudaStream_t stream) {
+  pthread_mutex_lock(&held_lock);
+  bool found = false;
+  for (int i = 0; i < MAX_CAPTURING && !found; i++) found = capturing[i] == stream && stream;
+  pthread_mutex_unlock(&held_lock);
+  return found;
+}
+
+cudaError_t emu_begin_capture(cudaStream_t stream) {
   emu_init();
+  if (!stream || stream == cudaStreamLegacy) return emu_result(cudaErrorStreamCaptureUnsupported);
+  if (emu_stream_check(stream)) return emu_result(cudaErrorInvalidResourceHandle);
+  if (emu_stream_capturing(stream)) return emu_result(cudaErrorIllegalState);
+  cudaError_t err = cudaErrorMemoryAllocation;
+  pthread_mutex_lock(&held_lock);
+  for (int i = 0; i < MAX_CAPTURING && err; i++)
+    if (!capturing[i]) {
+      capturing[i] = stream;
+      err = cudaSuccess;
+    }
+  pthread_mutex_unlock(&held_lock);
+  return emu_result(err);
+}
+
+cudaError_t emu_end_capture(cudaStream_t stream, cudaGraph_t *graph) {
+  emu_init();
+  if (!graph) return emu_result(cudaErrorInvalidValue);
+  if (!emu_stream_capturing(stream)) return emu_result(cudaErrorIllegalState);
+  pthread_mutex_lock(&held_lock);
+  for (int i = 0; i < MAX_CAPTURING; i++)
+    if (capturing[i] == stream) capturing[i] = NULL;
+  pthread_mutex_unlock(&held_lock);
+  return cudaGraphCreate(graph, 0);
+}
+
+EMU_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t stream,
+                                              enum cudaStreamCaptureMode mode) {
+  (void)mode;
+  return emu_begin_capture(stream);
+}
+
+EMU_EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph) {
+  return emu_end_capture(stream, graph);
+}
+
+cudaError_t emu_is_capturing(cudaStream_t stream, enum cudaStreamCaptureStatus *status) {
+  emu_init();
+  atomic_fetch_add(&capture_queries, 1);
   if (!status) return emu_result(cudaErrorInvalidValue);
   if (emu_stream_check(stream)) return emu_result(cudaErrorInvalidResourceHandle);
-  *status = cudaStreamCaptureStatusNone; /* the emu does not capture */
+  *status = emu_stream_capturing(stream) ? cudaStreamCaptureStatusActive
+                                         : cudaStreamCaptureStatusNone;
   return cudaSuccess;
 }
 
 EMU_EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t stream,
                                              enum cudaStreamCaptureStatus *status) {
-  return is_capturing(stream, status);
+  return emu_is_capturing(stream, status);
 }
 
 EMU_EXPORT cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream,
                                                   enum cudaStreamCaptureStatus *status) {
-  return is_capturing(stream ? stream : cudaStreamPerThread, status);
+  return emu_is_capturing(stream ? stream : cudaStreamPerThread, status);
 }
 
 /* ---- 3D copies and memsets (linear memory only) ---- */

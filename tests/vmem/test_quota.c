@@ -69,12 +69,13 @@ static void quota(enum vmem_policy policy) {
   CHECK_EQ(vmem_alloc(0, 2 * MiB, VMEM_ALLOC_DEDICATED, &p[n]), 0); /* exactly up to the limit */
   CHECK_EQ(vmem_alloc(0, 2 * MiB, VMEM_ALLOC_DEDICATED, &p[n + 1]), -ENOMEM);
   CHECK_EQ(vmem_free(p[n], NULL), 0);
-  CHECK_EQ(fake_used(f, 0), used0 + 2 * MiB);
+  uint64_t kept = policy == VMEM_TRANSLATE ? 2 * MiB : 0; /* freed memory kept for reuse */
+  CHECK_EQ(fake_used(f, 0), used0 + 2 * MiB + kept);
   CHECK_EQ(vmem_mem_info(0, &free_bytes, &total), 0);
   CHECK_EQ(total, 64 * MiB);
   CHECK_EQ(free_bytes, 64 * MiB - 62 * MiB);
   CHECK_EQ(vmem_free(small, NULL), 0);
-  CHECK_EQ(fake_used(f, 0), used0 + 2 * MiB); /* its empty arena is kept for reuse ... */
+  CHECK_EQ(fake_used(f, 0), used0 + 2 * MiB + kept); /* its empty arena is kept for reuse ... */
   CHECK_EQ(vmem_trim(), 0);
   CHECK_EQ(fake_used(f, 0), used0);            /* ... until trimmed */
 
@@ -124,8 +125,52 @@ static void exhaustion(enum vmem_policy policy) {
   stop(f);
 }
 
+/* translate: a freed chunk's memory (up to 16 MiB, 4 per device) is kept for the next chunk of
+ * its size, taken without a device call; it counts against the quota but as free in mem_info,
+ * and goes back when an allocation needs the room, on trim and on release. */
+static void kept_memory(void) {
+  struct fake *f = start((struct setup){.policy = VMEM_TRANSLATE, .device_bytes = GiB,
+                                        .mem_limit = 16 * MiB});
+  void *a, *b;
+  CHECK_EQ(vmem_alloc(0, 2 * MiB, 0, &a), 0);
+  uint64_t mallocs = fake_calls(f, FAKE_DEV_MALLOC), frees = fake_calls(f, FAKE_DEV_FREE);
+  uint64_t used = fake_used(f, 0);
+  CHECK_EQ(vmem_free(a, NULL), 0);
+  CHECK_EQ(fake_used(f, 0), used);
+  CHECK_EQ(fake_calls(f, FAKE_DEV_FREE), frees);
+  uint64_t free_bytes, total;
+  CHECK_EQ(vmem_mem_info(0, &free_bytes, &total), 0);
+  CHECK_EQ(free_bytes, 16 * MiB);
+  CHECK_EQ(vmem_alloc(0, 2 * MiB, 0, &b), 0);
+  CHECK_EQ(fake_calls(f, FAKE_DEV_MALLOC), mallocs);
+  CHECK(vmem_translate(b) != NULL, "a chunk on kept memory translates");
+  CHECK_EQ(vmem_free(b, NULL), 0);
+  CHECK(vmem_translate(b) == NULL, "a freed chunk does not translate while its memory is kept");
+  /* Fits the quota only without the kept memory: the kept memory goes, the allocation succeeds. */
+  CHECK_EQ(vmem_alloc(0, 15 * MiB, 0, &a), 0);
+  CHECK_EQ(fake_calls(f, FAKE_DEV_FREE), frees + 1);
+  CHECK_EQ(vmem_free(a, NULL), 0);
+  CHECK_EQ(fake_used(f, 0), 15 * MiB); /* kept: up to 16 MiB */
+  CHECK_EQ(vmem_release_all(), 0);
+  CHECK_EQ(fake_used(f, 0), 0); /* a pause gives it back */
+  /* At most 4 kept per device; bigger than 16 MiB never. */
+  void *p[5];
+  for (int i = 0; i < 5; i++) CHECK_EQ(vmem_alloc(0, 2 * MiB + 512 * i, 0, &p[i]), 0);
+  for (int i = 0; i < 5; i++) CHECK_EQ(vmem_free(p[i], NULL), 0);
+  CHECK_EQ(fake_used(f, 0), 4 * 2 * MiB + 512 * (0 + 1 + 2 + 3));
+  CHECK_EQ(vmem_trim(), 0);
+  CHECK_EQ(fake_used(f, 0), 0);
+  stop(f);
+  f = start((struct setup){.policy = VMEM_TRANSLATE, .device_bytes = GiB});
+  CHECK_EQ(vmem_alloc(0, 17 * MiB, 0, &a), 0);
+  CHECK_EQ(vmem_free(a, NULL), 0);
+  CHECK_EQ(fake_used(f, 0), 0);
+  stop(f);
+}
+
 int main(void) {
   parsing();
+  kept_memory();
   quota(VMEM_TRANSLATE);
   quota(VMEM_REMAP);
   exhaustion(VMEM_TRANSLATE);

@@ -1,0 +1,79 @@
+/* What the stream-ordered allocator (api_mem_async.c) must know about streams without asking the
+ * driver on every allocation: whether any stream capture may be open (then a stream's capture
+ * status is asked), and whether a stream was destroyed (then a saved handle may name a new
+ * stream). The runtime's begin-capture calls and cudaStreamDestroy are counted here, the
+ * driver's in drv_stream.c, the end of a capture where it is overridden (api_graph.c,
+ * drv_graph.c). Listed in gen/api.d/vmem.conf. */
+#include "shim_generated.h"
+#include "shim_vmem.h"
+
+cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, enum cudaStreamCaptureMode mode);
+cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cudaGraph_t graph,
+                                               const cudaGraphNode_t *dependencies,
+                                               const cudaGraphEdgeData *dependencyData,
+                                               size_t numDependencies,
+                                               enum cudaStreamCaptureMode mode);
+
+atomic_uint shim_captures_open;
+atomic_uint shim_streams_destroyed;
+
+void shim_capture_begin(void)
+{
+  atomic_fetch_add_explicit(&shim_captures_open, 1, memory_order_seq_cst);
+}
+
+void shim_capture_begin_failed(void)
+{
+  atomic_fetch_sub_explicit(&shim_captures_open, 1, memory_order_seq_cst);
+}
+
+void shim_capture_end(int was_capturing, int capturing, int ended)
+{
+  if (was_capturing && !capturing && ended)
+    atomic_fetch_sub_explicit(&shim_captures_open, 1, memory_order_seq_cst);
+}
+
+void shim_capture_unseen(void)
+{
+  static atomic_int done;
+  if (atomic_exchange(&done, 1) == 0) shim_capture_begin(); /* never ended */
+}
+
+/* ---- exported ---- */
+
+#define BEGIN_CAPTURE(name, params, args)                                                      \
+  SHIM_EXPORT cudaError_t name params                                                          \
+  {                                                                                            \
+    shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_##name);                                       \
+    if (!real) return shim_missing(SHIM_FN_##name);                                            \
+    shim_capture_begin();                                                                      \
+    cudaError_t result = ((__typeof__(&name))real) args;                                       \
+    if (result != cudaSuccess) shim_capture_begin_failed();                                    \
+    shim_gate_leave();                                                                         \
+    return result;                                                                             \
+  }
+
+BEGIN_CAPTURE(cudaStreamBeginCapture, (cudaStream_t stream, enum cudaStreamCaptureMode mode),
+              (stream, mode))
+BEGIN_CAPTURE(cudaStreamBeginCapture_ptsz,
+              (cudaStream_t stream, enum cudaStreamCaptureMode mode), (stream, mode))
+BEGIN_CAPTURE(cudaStreamBeginCaptureToGraph,
+              (cudaStream_t stream, cudaGraph_t graph, const cudaGraphNode_t *dependencies,
+               const cudaGraphEdgeData *dependencyData, size_t numDependencies,
+               enum cudaStreamCaptureMode mode),
+              (stream, graph, dependencies, dependencyData, numDependencies, mode))
+BEGIN_CAPTURE(cudaStreamBeginCaptureToGraph_ptsz,
+              (cudaStream_t stream, cudaGraph_t graph, const cudaGraphNode_t *dependencies,
+               const cudaGraphEdgeData *dependencyData, size_t numDependencies,
+               enum cudaStreamCaptureMode mode),
+              (stream, graph, dependencies, dependencyData, numDependencies, mode))
+
+SHIM_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaStreamDestroy);
+  if (!real) return shim_missing(SHIM_FN_cudaStreamDestroy);
+  atomic_fetch_add_explicit(&shim_streams_destroyed, 1, memory_order_seq_cst);
+  cudaError_t result = ((__typeof__(&cudaStreamDestroy))real)(stream);
+  shim_gate_leave();
+  return result;
+}

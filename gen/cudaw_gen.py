@@ -570,7 +570,7 @@ def main():
         f.write("  local:\n    *;\n};\n")
         if driver:
             # The driver layer's exports under a node of their own: callers linked against libcuda
-            # bind unversioned, to any node. dlopen (cudart_shim/driver_dlopen.c) is defined under
+            # bind unversioned, to any node. dlopen (cudart_shim/driver/dlopen.c) is defined under
             # glibc's two version names with .symver, so that versioned references bind to it.
             f.write("%s {\n  global:\n" % DRIVER_NODE)
             f.writelines("    %s;\n" % n for n in driver)

@@ -1,5 +1,5 @@
 /* Description: graphs holding translated kernel arguments are refused after a relocation
- * (cudart_shim/kparam_graphs.c, linked directly: the checkpoint glue that calls
+ * (cudart_shim/glue/kparam_graphs.c, linked directly: the checkpoint glue that calls
  * shim_kparam_relocated is not in this tree yet). Checks: nothing is stale under remap; under
  * translate a marked graph, its execs, clones and parents become stale after
  * shim_kparam_relocated, graphs built afterwards do not, destroyed handles are forgotten. */

@@ -185,7 +185,7 @@ static void start(void)
   if (vmem_policy() == VMEM_TRANSLATE) {
     struct bypass_scan scan = {"", 0};
     /* With the driver layer routing libcuda to cudaw, those libraries' launches are translated
-     * like the program's (drv_launch.c): only without it must they be kept from virtual memory. */
+     * like the program's (driver/launch.c): only without it must they be kept from virtual memory. */
     if (!shim_drv_routing()) dl_iterate_phdr(find_bypassing, &scan);
     if (scan.name[0]) {
       vmem_fini();

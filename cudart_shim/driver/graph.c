@@ -1,7 +1,7 @@
 /* Graphs built through the driver (XLA's command buffers, a static runtime's graphs): kernel
  * nodes get translated arguments like launches, and graphs that hold translated (real) addresses
  * are refused, not run with stale ones, once a checkpoint moved device memory under
- * CUDAW_VMEM=translate. The bookkeeping is the runtime's (kparam_graphs.c); under remap every
+ * CUDAW_VMEM=translate. The bookkeeping is the runtime's (glue/kparam_graphs.c); under remap every
  * mark is a no-op. Listed in gen/api.d/driver.conf. */
 #include "shim_driver.h"
 
@@ -169,7 +169,7 @@ GENERIC_NODE(cuGraphExecNodeSetParams,
 
 static CUresult stale(void)
 {
-  return CUDA_ERROR_NOT_PERMITTED; /* kparam_graphs.c has logged why */
+  return CUDA_ERROR_NOT_PERMITTED; /* glue/kparam_graphs.c has logged why */
 }
 
 #define INSTANTIATE(name, params, ...)                                                   \
@@ -210,7 +210,7 @@ GRAPH_LAUNCH(cuGraphLaunch)
 GRAPH_LAUNCH(cuGraphLaunch_ptsz)
 
 /* Whether hStream is being captured (active or invalidated), for the count of open captures
- * (api_stream.c); is_capturing: the driver's query of the end call's variant. */
+ * (runtime/stream.c); is_capturing: the driver's query of the end call's variant. */
 static int capturing(__typeof__(&cuStreamIsCapturing) is_capturing, CUstream hStream)
 {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;

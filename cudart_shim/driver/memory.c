@@ -206,7 +206,7 @@ SHIM_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsig
   return result;
 }
 
-/* ---- stream-ordered allocation: the runtime's logic (api_mem_async.c), driver calls for the
+/* ---- stream-ordered allocation: the runtime's logic (runtime/mem_async.c), driver calls for the
  * streams under capture and for memory outside vmem ---- */
 
 static cudaError_t real_alloc_async(void **ptr, size_t size, void *pool, cudaStream_t stream)

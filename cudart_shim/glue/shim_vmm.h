@@ -1,4 +1,4 @@
-/* The program's own virtual memory management (cuMemCreate/cuMemMap & co., drv_vmm.c): XLA,
+/* The program's own virtual memory management (cuMemCreate/cuMemMap & co., driver/vmm.c): XLA,
  * PyTorch's expandable segments and NCCL map physical memory into address ranges they reserved
  * themselves. cudaw records every handle and mapping, hands the program handles of its own (the
  * physical allocation behind one changes across a checkpoint), and lets the checkpoint save,

@@ -1,4 +1,4 @@
-/* The library's side of GPU sharing (sched_client.c): with CUDAW_SHARE=1 the program joins
+/* The library's side of GPU sharing (glue/sched.c): with CUDAW_SHARE=1 the program joins
  * cudawd on <run dir>/cudawd.sock, asks it before its device memory grows, and pauses or resumes
  * when cudawd says so. Without a cudawd the program runs unshared. */
 #ifndef CUDAW_SHIM_SCHED_H

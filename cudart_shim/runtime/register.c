@@ -160,7 +160,7 @@ SHIM_EXPORT cudaError_t cudaGetKernel(cudaKernel_t *kernelPtr, const void *entry
   return result;
 }
 
-/* The CUfunction behind a kernel: launched through the driver's cuLaunchKernel (drv_launch.c),
+/* The CUfunction behind a kernel: launched through the driver's cuLaunchKernel (driver/launch.c),
  * it needs the layout of the kernel it stands for. */
 SHIM_EXPORT cudaError_t cudaGetFuncBySymbol(cudaFunction_t *functionPtr, const void *symbolPtr)
 {

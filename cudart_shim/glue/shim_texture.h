@@ -1,4 +1,4 @@
-/* Texture objects over vmem memory (api_texture.c), for the checkpoint glue and device reset. */
+/* Texture objects over vmem memory (runtime/texture.c), for the checkpoint glue and device reset. */
 #ifndef CUDAW_SHIM_TEXTURE_H
 #define CUDAW_SHIM_TEXTURE_H
 

@@ -1,6 +1,6 @@
 /* CUDA arrays are opaque device memory the real runtime lays out (texture tiling), so vmem cannot
  * back them; they are passed through and tracked with their format, extent and flags
- * (mem_registry.c), so that the checkpoint glue can copy their contents out and back. */
+ * (glue/mem_registry.c), so that the checkpoint glue can copy their contents out and back. */
 #include "shim_generated.h"
 #include "shim_vmem.h"
 #include "vmem.h"

@@ -1,7 +1,7 @@
 /* The driver layer's share of what the stream-ordered allocator knows about streams
- * (api_stream.c): captures begun through the driver and destroyed streams are counted, so that
+ * (runtime/stream.c): captures begun through the driver and destroyed streams are counted, so that
  * an allocation asks a stream's capture status only while a capture may be open. The end of a
- * capture is counted in drv_graph.c. Listed in gen/api.d/driver.conf. */
+ * capture is counted in driver/graph.c. Listed in gen/api.d/driver.conf. */
 #include "shim_driver.h"
 
 #include "shim_vmem.h"

@@ -215,7 +215,7 @@ cudaError_t shim_vmem_malloc_async(void **ptr, size_t size, cudaStream_t stream,
     return result;
   }
   /* Under translate without the driver layer, a late library may have stopped allocations
-   * (vmem_glue.c): only vmem decides then. */
+   * (glue/vmem.c): only vmem decides then. */
   if ((!shim_translate_end || shim_drv_routing()) && reuse_freed(stream, size, ptr))
     return cudaSuccess;
   return shim_set_last_error(shim_vmem_alloc(ptr, size));

@@ -59,7 +59,7 @@ void shim_kparam_init(void);
 /* A library or module (cudaLibrary_t, CUlibrary, CUmodule) and its image, which cudaw owns from
  * now on (malloc'd, or mmap'd when mapped): kernels later registered against handle get their
  * layouts from it. On failure the image is freed and a warning says the kernels stay opaque.
- * Remove forgets the handle and frees its image. (api_register.c) */
+ * Remove forgets the handle and frees its image. (runtime/register.c) */
 void shim_kparam_library_add(const void *handle, void *image, size_t size, bool mapped);
 void shim_kparam_library_remove(const void *handle);
 /* The same with a copy of the image at code (fatbin, wrapper, cubin or PTX; size from its
@@ -67,7 +67,7 @@ void shim_kparam_library_remove(const void *handle);
 void shim_kparam_library_copy(const void *handle, const void *code);
 void shim_kparam_library_file(const void *handle, const char *path);
 
-/* ---- graphs and relocation (kparam_graphs.c) ------------------------------------------------ */
+/* ---- graphs and relocation (glue/kparam_graphs.c) ------------------------------------------------ */
 
 /* After a checkpoint/resume re-created device memory: under translate, real addresses may have
  * changed, so graphs holding translated (real) kernel arguments become stale; their launches and

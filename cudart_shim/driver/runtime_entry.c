@@ -1,7 +1,7 @@
 /* The runtime's doors to the driver: cudaGetDriverEntryPoint(ByVersion) hand out driver entry
  * points (PyTorch's expandable segments, NCCL and others call cuMemCreate & co. through them).
  * The real runtime answers with the real driver's functions; cudaw hands back its own wrappers so
- * that those calls pass the gate too (driver.c). Listed in gen/api.d/driver.conf. */
+ * that those calls pass the gate too (proc_address.c). Listed in gen/api.d/driver.conf. */
 #include "shim_generated.h"
 #include "shim_profile.h"
 

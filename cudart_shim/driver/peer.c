@@ -1,7 +1,7 @@
 /* Peer access through the driver: cuCtxEnablePeerAccess / cuCtxDisablePeerAccess (a static
  * runtime's cudaDeviceEnablePeerAccess, NCCL's P2P transport, JAX) open the peer context's
  * cudaMalloc-like memory to the current context. vmem's memory is mapped with the VMM calls, which
- * that does not reach, so vmem opens it itself, as for the runtime's call (api_device.c). vmem's
+ * that does not reach, so vmem opens it itself, as for the runtime's call (runtime/device.c). vmem's
  * memory lives in primary contexts; the access it grants is per device. Listed in
  * gen/api.d/driver.conf. */
 #include "shim_driver.h"

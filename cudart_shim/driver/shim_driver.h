@@ -2,8 +2,8 @@
  * as the runtime's, so that programs that reach the GPU through the driver API (a static CUDA
  * runtime, CuPy, JAX, NVIDIA's libraries, Triton) are held, virtualised and checkpointed too.
  * Programs reach the wrappers three ways: by symbol (linked against libcuda, cudaw preloaded),
- * through dlopen("libcuda.so.1") (driver_dlopen.c returns cudaw itself) and through
- * cuGetProcAddress / cudaGetDriverEntryPoint (driver.c maps each real entry point to its wrapper).
+ * through dlopen("libcuda.so.1") (driver/dlopen.c returns cudaw itself) and through
+ * cuGetProcAddress / cudaGetDriverEntryPoint (proc_address.c maps each real entry point to its wrapper).
  *
  * Driver translation units see cuda.h's internal view (__CUDA_API_VERSION_INTERNAL): every export
  * is declared under its own name (cuMemAlloc with 32-bit sizes beside cuMemAlloc_v2, the _ptds and
@@ -61,7 +61,7 @@ CUresult shim_drv_missing_blocking(enum shim_drv_id id);
 /* The real driver's `name` (an export name such as cuMemAlloc_v2), typed; NULL when missing. */
 #define SHIM_DRV_REAL(name) ((__typeof__(&name))shim_drv_resolve(SHIM_DRV_##name))
 
-/* ---- launch arguments (drv_launch.c) ------------------------------------------------------ */
+/* ---- launch arguments (driver/launch.c) ------------------------------------------------------ */
 
 /* shim_kparam_prepare for a launch (or a graph kernel node) of f, its error as a CUresult: a bad
  * pointer under CUDAW_CHECK or out of memory refuses the launch. Release the frame always. */

@@ -1,7 +1,7 @@
 /* Hand-written graph overrides: kernel nodes get translated arguments like launches (the real
  * runtime copies them when the node is added or set), and graphs holding translated arguments
  * are tracked so that they are refused, not run with stale real addresses, after a checkpoint
- * moved device memory (kparam_graphs.c). Listed in gen/api.d/kparam.conf. */
+ * moved device memory (glue/kparam_graphs.c). Listed in gen/api.d/kparam.conf. */
 #include <errno.h>
 
 #include "shim_generated.h"
@@ -255,7 +255,7 @@ GRAPH_LAUNCH(cudaGraphLaunch)
 GRAPH_LAUNCH(cudaGraphLaunch_ptsz)
 
 /* Whether stream is being captured (active or invalidated), for the count of open captures
- * (api_stream.c). */
+ * (runtime/stream.c). */
 static int capturing(cudaStream_t stream)
 {
   enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;

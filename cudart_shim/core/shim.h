@@ -189,7 +189,7 @@ static inline const void *shim_translate_ptr(const void *p)
 }
 #define shim_translate_in(p) ((__typeof__(p))shim_translate_ptr(p))
 
-/* ---- the driver layer (driver.c, driver_dlopen.c) ------------------------------------------ */
+/* ---- the driver layer (driver.c, driver/dlopen.c) ------------------------------------------ */
 
 /* cudaw's wrapper for a real driver entry point that cuGetProcAddress or cudaGetDriverEntryPoint
  * returned for `symbol`: the program then calls through the gate. A function cudaw does not wrap
@@ -201,7 +201,7 @@ int shim_drv_load(void);
 /* Nonzero once the real driver is loaded (never loads it). */
 int shim_drv_loaded(void);
 /* A kernel handle without a plan: register with kparam the layout the driver reports for it
- * (drv_launch.c). 0 when a plan was registered; each handle the driver cannot describe is asked
+ * (driver/launch.c). 0 when a plan was registered; each handle the driver cannot describe is asked
  * once. */
 int shim_drv_learn_layout(const void *function);
 

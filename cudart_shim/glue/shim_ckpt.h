@@ -1,4 +1,4 @@
-/* The library's use of the checkpoint module (ckpt_glue.c). */
+/* The library's use of the checkpoint module (glue/checkpoint.c). */
 #ifndef CUDAW_SHIM_CKPT_H
 #define CUDAW_SHIM_CKPT_H
 

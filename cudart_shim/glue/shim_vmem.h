@@ -1,6 +1,6 @@
 /* The library's use of vmem: lazy start, argument checks, stream-ordered frees, the registry of
  * memory that is not vmem's (managed, pinned host, arrays) and the error conversion at the API
- * edge. Implemented in vmem_glue.c, api_mem_async.c and mem_registry.c. */
+ * edge. Implemented in glue/vmem.c, runtime/mem_async.c and glue/mem_registry.c. */
 #ifndef CUDAW_SHIM_VMEM_H
 #define CUDAW_SHIM_VMEM_H
 
@@ -44,7 +44,7 @@ cudaError_t shim_error_from_errno(int rc);
  * reports it as the runtime would (last_error.c). Returns error. */
 cudaError_t shim_set_last_error(cudaError_t error);
 
-/* ---- argument checks (vmem_glue.c) -------------------------------------------------------- */
+/* ---- argument checks (glue/vmem.c) -------------------------------------------------------- */
 
 /* Nonzero with CUDAW_CHECK=1: every virtual pointer argument is validated. */
 extern int shim_vmem_check_all;
@@ -71,7 +71,7 @@ cudaError_t shim_vmem_alloc(void **ptr, uint64_t size);
 /* The same on a given device (the driver layer: the current context's device). */
 cudaError_t shim_vmem_alloc_on(int device, void **ptr, uint64_t size);
 
-/* ---- what the runtime's and the driver's allocation calls share (api_memory.c) ------------- */
+/* ---- what the runtime's and the driver's allocation calls share (runtime/memory.c) ------------- */
 
 /* Free a vmem allocation as cudaFree does: wait for the device, reap stream frees, free. */
 cudaError_t shim_vmem_free_synced(void *vptr, const void *where);
@@ -88,7 +88,7 @@ cudaError_t shim_vmem_mem_info(size_t *free_bytes, size_t *total_bytes);
 cudaError_t shim_mem_track_managed(void *ptr, size_t size, unsigned flags, uint64_t charged,
                                    cudaError_t (*undo)(void *));
 
-/* ---- stream-ordered allocation (api_mem_async.c), shared with the driver layer ----------- */
+/* ---- stream-ordered allocation (runtime/mem_async.c), shared with the driver layer ----------- */
 
 /* The real call to use for streams under capture and when vmem does not run. */
 typedef cudaError_t (*shim_real_alloc_async_fn)(void **ptr, size_t size, void *pool,
@@ -99,7 +99,7 @@ cudaError_t shim_vmem_malloc_async(void **ptr, size_t size, cudaStream_t stream,
 cudaError_t shim_vmem_free_async(void *ptr, cudaStream_t stream, const void *where,
                                  shim_real_free_async_fn real_free);
 
-/* ---- what the stream-ordered allocator knows about streams (api_stream.c, drv_stream.c) ---- */
+/* ---- what the stream-ordered allocator knows about streams (runtime/stream.c, driver/stream.c) ---- */
 
 /* Stream captures begun through either layer and not known to have ended, plus one for good once
  * a capture could have begun unseen (the program got a driver function cudaw does not wrap).
@@ -131,7 +131,7 @@ void shim_capture_unseen(void);
  * stream's handle may be given to a new stream). */
 extern atomic_uint shim_streams_destroyed;
 
-/* ---- stream-ordered frees (api_mem_async.c) ----------------------------------------------- */
+/* ---- stream-ordered frees (runtime/mem_async.c) ----------------------------------------------- */
 
 /* Give back to vmem every block freed on a stream whose stream has passed the free (polled, no
  * waiting). wait: wait for all of them first (cudaFree, out of memory, before a checkpoint). */
@@ -140,7 +140,7 @@ void shim_vmem_reap_frees(int wait);
 /* 1 when vptr was freed with cudaFreeAsync and that free has not completed yet. */
 int shim_vmem_free_pending(const void *vptr);
 
-/* ---- memory that is not vmem's (mem_registry.c) ------------------------------------------- */
+/* ---- memory that is not vmem's (glue/mem_registry.c) ------------------------------------------- */
 
 enum shim_mem_kind {
   SHIM_MEM_MANAGED,     /* cudaMallocManaged */
@@ -155,7 +155,7 @@ enum shim_mem_kind {
 struct shim_mem_record {
   enum shim_mem_kind kind;
   void *handle;                   /* pointer or array handle */
-  uint64_t size;                  /* bytes (arrays: the device bytes they take, api_array.c) */
+  uint64_t size;                  /* bytes (arrays: the device bytes they take, runtime/array.c) */
   unsigned flags;                 /* the allocation's flags */
   int device;
   struct cudaChannelFormatDesc format; /* arrays only */

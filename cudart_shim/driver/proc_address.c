@@ -146,7 +146,7 @@ static void note_unwrapped(const void *real, const char *symbol)
   int first = i == unwrapped_count;
   if (first && unwrapped_count < UNWRAPPED_MAX) unwrapped[unwrapped_count++] = real;
   pthread_mutex_unlock(&unwrapped_lock);
-  /* It might begin a stream capture that cudaw would not count (api_stream.c). */
+  /* It might begin a stream capture that cudaw would not count (runtime/stream.c). */
   shim_capture_unseen();
   if (first)
     shim_warn("driver layer: %s is not a function cudaw knows (its driver is newer than the "

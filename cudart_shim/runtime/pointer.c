@@ -306,7 +306,7 @@ SHIM_EXPORT cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t hGraphE
   LEAVE();
 }
 
-/* Generic node parameters (cudaGraphAddNode and friends, in api_graph.c): memcpy and memset
+/* Generic node parameters (cudaGraphAddNode and friends, in runtime/graph.c): memcpy and memset
  * nodes are translated in a copy; every other kind goes through untouched. */
 int shim_vmem_node_params_in(enum shim_fn_id id, struct cudaGraphNodeParams *in,
                              struct cudaGraphNodeParams *copy, struct cudaGraphNodeParams **use)

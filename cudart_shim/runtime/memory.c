@@ -1,6 +1,6 @@
 /* Hand-written allocation overrides: device memory comes from vmem, so that it has a virtual
  * address that survives a checkpoint; managed and page-locked host memory go to the real runtime
- * and are tracked (mem_registry.c). When vmem does not run (CUDAW_VMEM=off, no device) device
+ * and are tracked (glue/mem_registry.c). When vmem does not run (CUDAW_VMEM=off, no device) device
  * allocations go to the real runtime unchanged. Listed in gen/api.d/vmem.conf. */
 #include <errno.h>
 #include <stdint.h>

@@ -160,7 +160,7 @@ static int collect_chunk(const struct vmem_chunk *chunk, void *arg)
   return 0;
 }
 
-/* The program's own mappings (drv_vmm.c) join the list as chunks at their real addresses. */
+/* The program's own mappings (driver/vmm.c) join the list as chunks at their real addresses. */
 static int collect_mapping(const struct shim_vmm_region *region, void *arg)
 {
   struct vmem_chunk chunk = {.vaddr = region->vaddr, .size = region->size,

@@ -45,5 +45,5 @@ shim_real_fn shim_trampoline_resolve(unsigned id)
   return real;
 }
 
-/* Set by vmem_glue.c when vmem runs its translate policy; empty otherwise. */
+/* Set by glue/vmem.c when vmem runs its translate policy; empty otherwise. */
 uintptr_t shim_translate_base, shim_translate_end;

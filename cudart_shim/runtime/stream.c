@@ -1,9 +1,9 @@
-/* What the stream-ordered allocator (api_mem_async.c) must know about streams without asking the
+/* What the stream-ordered allocator (runtime/mem_async.c) must know about streams without asking the
  * driver on every allocation: whether any stream capture may be open (then a stream's capture
  * status is asked), and whether a stream was destroyed (then a saved handle may name a new
  * stream). The runtime's begin-capture calls and cudaStreamDestroy are counted here, the
- * driver's in drv_stream.c, the end of a capture where it is overridden (api_graph.c,
- * drv_graph.c). Listed in gen/api.d/vmem.conf. */
+ * driver's in driver/stream.c, the end of a capture where it is overridden (runtime/graph.c,
+ * driver/graph.c). Listed in gen/api.d/vmem.conf. */
 #include "shim_generated.h"
 #include "shim_vmem.h"
 

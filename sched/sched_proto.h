@@ -1,5 +1,5 @@
 /* The protocol between cudawd, the programs that share a GPU through it (the library's
- * sched_client.c) and cudaw-ctl: fixed binary messages over a UNIX SOCK_SEQPACKET socket
+ * glue/sched.c) and cudaw-ctl: fixed binary messages over a UNIX SOCK_SEQPACKET socket
  * <run dir>/cudawd.sock, one struct per datagram, so that nothing read back needs a parser.
  * Both ends check the peer with SO_PEERCRED: only the same user (or root) may join or control. */
 #ifndef CUDAW_SCHED_PROTO_H

@@ -8,9 +8,7 @@
 
 #include "options.h"
 #include "shim.h"
-#include "shim_ckpt.h"
 #include "shim_profile.h"
-#include "shim_sched.h"
 
 atomic_int shim_ready;
 int shim_init_error;
@@ -25,6 +23,28 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
     step;                                   \
     shim_span_end(&step_span, (phase), 1);  \
   } while (0)
+
+/* The records SHIM_START_STEP put in their section, bounded by the linker. */
+extern const struct shim_start_step __start_cudaw_start_steps[], __stop_cudaw_start_steps[];
+
+/* Every start step once, lowest order first (a handful: a selection each round is enough). */
+static void run_start_steps(void)
+{
+  const struct shim_start_step *begin = __start_cudaw_start_steps, *end = __stop_cudaw_start_steps;
+  int last = -1;
+  for (;;) {
+    const struct shim_start_step *next = NULL;
+    for (const struct shim_start_step *s = begin; s < end; s++)
+      if (s->order > last && (!next || s->order < next->order)) next = s;
+    if (!next) return;
+    for (const struct shim_start_step *s = begin; s < end; s++) {
+      if (s->order != next->order) continue;
+      if (s->phase >= 0) TIMED((enum shim_profile_phase)s->phase, s->run());
+      else s->run();
+    }
+    last = next->order;
+  }
+}
 
 static void init_body(void)
 {
@@ -41,10 +61,7 @@ static void init_body(void)
     shim_warn("CUDAW_STATIC_CHECK=%s is not 0 or 1; using the default (%d)",
               cudaw_option("CUDAW_STATIC_CHECK"), static_check);
   if (static_check) TIMED(SHIM_PROFILE_STATIC_CHECK, shim_check_static_runtime("/proc/self/exe"));
-  /* threads and a socket, no CUDA call */
-  if (shim_init_error == 0) TIMED(SHIM_PROFILE_CHECKPOINT, shim_ckpt_start());
-  /* CUDAW_SHARE=1: join cudawd */
-  if (shim_init_error == 0) TIMED(SHIM_PROFILE_SCHED, shim_sched_start());
+  if (shim_init_error == 0) run_start_steps();
   shim_span_end(&span, SHIM_PROFILE_INIT, 1);
   shim_depth--;
   atomic_store_explicit(&shim_ready, 1, memory_order_release);

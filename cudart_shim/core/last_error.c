@@ -1,7 +1,6 @@
 /* The runtime's per-thread "last error" for errors cudaw returns itself: the real runtime never
  * saw them, so cudaGetLastError and cudaPeekAtLastError merge our record with the real one. */
 #include "shim_generated.h"
-#include "shim_vmem.h"
 
 static SHIM_TLS cudaError_t last_error;
 

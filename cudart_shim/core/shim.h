@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shim_drv_ids.h"
 #include "shim_fn_ids.h"
 
 #define SHIM_EXPORT __attribute__((visibility("default")))
@@ -47,6 +48,22 @@ extern int shim_init_error;
 /* Run initialisation once (pthread_once); safe from any thread, from the constructor and from
  * the first API call, whichever comes first. */
 void shim_init(void);
+
+/* A start step: work of a layer above the core that shim_init runs once the real runtime has
+ * loaded (starting the checkpoint module, joining cudawd, a layer offering a hook to another),
+ * in increasing order, timed as profile phase `phase` (-1: not timed). The core does not name
+ * them: each is a record in the section cudaw_start_steps, which init.c walks. */
+struct shim_start_step {
+  int order;
+  int phase;
+  void (*run)(void);
+};
+#define SHIM_START_STEP(order_, phase_, fn_)                                                    \
+  static const struct shim_start_step shim_start_step_##fn_                                    \
+      __attribute__((used, section("cudaw_start_steps"), aligned(sizeof(void *)))) = {         \
+          (order_), (phase_), (fn_)}
+/* The orders in use, lowest first: hooks before the modules that may call them. */
+enum { SHIM_START_HOOKS = 0, SHIM_START_CHECKPOINT = 10, SHIM_START_SCHED = 20 };
 
 /* ---- the API gate (gate.c) ----------------------------------------------------------------- */
 
@@ -189,24 +206,20 @@ static inline const void *shim_translate_ptr(const void *p)
 }
 #define shim_translate_in(p) ((__typeof__(p))shim_translate_ptr(p))
 
-/* ---- the driver layer (driver.c, driver/dlopen.c) ------------------------------------------ */
+/* ---- the real driver (real_driver.c) ----------------------------------------------------- */
 
-/* cudaw's wrapper for a real driver entry point that cuGetProcAddress or cudaGetDriverEntryPoint
- * returned for `symbol`: the program then calls through the gate. A function cudaw does not wrap
- * (newer than the toolkit cudaw was built with) is returned unchanged and logged once by name. */
-void *shim_drv_wrap(void *real, const char *symbol);
+/* The real driver's entry point for every export, indexed by enum shim_drv_id; NULL until the
+ * driver is loaded (shim_drv_load) and where it lacks the symbol. */
+extern shim_real_fn shim_drv_real_table[SHIM_DRV_COUNT];
+extern const char *const shim_drv_names[SHIM_DRV_COUNT];
 
-/* Load the real driver once (driver.c): 0, or -ENOENT when there is none. */
+/* Load the real driver once: CUDAW_REAL_CUDA, else libcuda.so.1 as the dynamic loader finds it
+ * (never cudaw itself). Returns 0, or -ENOENT (logged once) when there is none. */
 int shim_drv_load(void);
 /* Nonzero once the real driver is loaded (never loads it). */
 int shim_drv_loaded(void);
-/* A kernel handle without a plan: register with kparam the layout the driver reports for it
- * (driver/launch.c). 0 when a plan was registered; each handle the driver cannot describe is asked
- * once. */
-int shim_drv_learn_layout(const void *function);
-
-/* How many distinct driver functions the program obtained that cudaw does not wrap. */
-unsigned shim_drv_unwrapped_count(void);
+/* Load the driver if needed and return the real entry point of id (NULL if missing). */
+shim_real_fn shim_drv_resolve(enum shim_drv_id id);
 
 /* 1 when the driver layer sees the libraries' driver calls too: CUDAW_DRIVER is not 0 and
  * cudaw's dlopen is the one the process resolves (cudaw preloaded or linked by the program). */

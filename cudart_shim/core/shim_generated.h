@@ -15,4 +15,8 @@
  * (shim_depth > 0) calls go straight there, without the gate. */
 #define SHIM_REAL(name) ((__typeof__(&name))shim_real_table[SHIM_FN_##name])
 
+/* Record an error cudaw returns without the real runtime seeing it, so that cudaGetLastError
+ * reports it as the runtime would (core/last_error.c). Returns error. */
+cudaError_t shim_set_last_error(cudaError_t error);
+
 #endif

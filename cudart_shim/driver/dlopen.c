@@ -13,23 +13,6 @@
 #include "shim.h"
 #include "shim_profile.h"
 
-typedef void *(*dlopen_fn)(const char *, int);
-
-static _Atomic(dlopen_fn) glibc_dlopen;
-
-void *shim_real_dlopen(const char *file, int mode)
-{
-  dlopen_fn real = atomic_load_explicit(&glibc_dlopen, memory_order_acquire);
-  if (SHIM_UNLIKELY(!real)) {
-    real = (dlopen_fn)dlvsym(RTLD_NEXT, "dlopen", "GLIBC_2.34");
-    if (!real) real = (dlopen_fn)dlvsym(RTLD_NEXT, "dlopen", "GLIBC_2.2.5");
-    if (!real) real = (dlopen_fn)dlsym(RTLD_NEXT, "dlopen");
-    if (!real) return NULL;
-    atomic_store_explicit(&glibc_dlopen, real, memory_order_release);
-  }
-  return real(file, mode);
-}
-
 /* libcuda.so.1 or libcuda.so, with or without a directory. */
 static int names_driver(const char *file)
 {
@@ -110,16 +93,6 @@ static void *timed_route(const char *file, int mode, const void *caller)
 
 SHIM_EXPORT void *cudaw_dlopen_2_34(const char *file, int mode);
 
-int shim_drv_routing(void)
-{
-  static atomic_int answer; /* 0 unknown, 1 yes, 2 no */
-  int known = atomic_load_explicit(&answer, memory_order_relaxed);
-  if (known) return known == 1;
-  int yes = shim_drv_enabled() &&
-            dlvsym(RTLD_DEFAULT, "dlopen", "GLIBC_2.34") == (void *)cudaw_dlopen_2_34;
-  atomic_store_explicit(&answer, yes ? 1 : 2, memory_order_relaxed);
-  return yes;
-}
 SHIM_EXPORT void *cudaw_dlopen_2_2_5(const char *file, int mode);
 __asm__(".symver cudaw_dlopen_2_34, dlopen@@GLIBC_2.34");
 __asm__(".symver cudaw_dlopen_2_2_5, dlopen@GLIBC_2.2.5");

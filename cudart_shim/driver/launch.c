@@ -155,9 +155,9 @@ static unsigned undescribed_count;
 /* A static runtime may load its fatbins by ways cudaw does not see, and a CUfunction from
  * cuKernelGetFunction names no image either. The driver still knows each parameter's offset and
  * size (cuFuncGetParamInfo) and the kernel's name: kparam builds a plan from them (kinds from a
- * mangled name, every aligned word of the rest scanned). Called by shim_kparam_prepare for a
- * handle without a plan under translate; 0 when a plan was registered. */
-int shim_drv_learn_layout(const void *function)
+ * mangled name, every aligned word of the rest scanned). Offered to the kparam glue, which asks
+ * for a handle without a plan under translate; 0 when a plan was registered. */
+static int learn_layout(const void *function)
 {
   CUfunction f = (CUfunction)function;
   pthread_mutex_lock(&undescribed_lock);
@@ -195,6 +195,12 @@ int shim_drv_learn_layout(const void *function)
   pthread_mutex_unlock(&undescribed_lock);
   return rc;
 }
+
+static void offer_to_kparam(void)
+{
+  shim_kparam_use_layout_source(learn_layout);
+}
+SHIM_START_STEP(SHIM_START_HOOKS, -1, offer_to_kparam);
 
 /* ---- launches ------------------------------------------------------------------------------ */
 

@@ -1,29 +1,16 @@
-/* The driver layer's loading and lookup: the real libcuda.so.1 is opened once, lazily (a program
- * that never touches the driver does not load it because of cudaw), every export is resolved, and
- * a map from real entry points to cudaw's wrappers answers cuGetProcAddress and
- * cudaGetDriverEntryPoint, whose versioning rules (cuMemAlloc at 3020 is cuMemAlloc_v2, per-thread
- * flags give _ptsz variants) stay the real driver's. */
+/* The driver layer's entry points: once the real driver is loaded (core/real_driver.c), a map from
+ * its entry points to cudaw's wrappers answers cuGetProcAddress and cudaGetDriverEntryPoint, whose
+ * versioning rules (cuMemAlloc at 3020 is cuMemAlloc_v2, per-thread flags give _ptsz variants)
+ * stay the real driver's. */
 #define _GNU_SOURCE
-#include <dlfcn.h>
-#include <errno.h>
-#include <limits.h>
-#include <link.h>
 #include <pthread.h>
-#include <stdio.h>
-#include <string.h>
 
-#include "options.h"
+#include "shim_ckpt.h"
 #include "shim_driver.h"
 #include "shim_profile.h"
 #include "shim_vmem.h"
 
-shim_real_fn shim_drv_real_table[SHIM_DRV_COUNT];
-
-static pthread_once_t load_once = PTHREAD_ONCE_INIT;
-static int load_status = -ENOENT;
-static atomic_int loaded; /* load_status == 0, published */
-
-/* Open addressing, real entry point -> id + 1 (0: empty). Written once under load_once, then
+/* Open addressing, real entry point -> id + 1 (0: empty). Written once under map_once, then
  * read without a lock. Distinct exports may share an entry point (aliases): the first one wins,
  * and any wrapper of that entry point has its signature. */
 #define MAP_SIZE 2048u
@@ -60,126 +47,25 @@ static int map_find(const void *real)
   return -1;
 }
 
-static void *open_driver(char *path, size_t size)
-{
-  const char *chosen = cudaw_option("CUDAW_REAL_CUDA");
-  void *handle = NULL;
-  if (*chosen) {
-    if (chosen[0] != '/')
-      shim_warn("CUDAW_REAL_CUDA=%s is not an absolute path; using %s as the loader finds it",
-                chosen, SHIM_DRV_SONAME);
-    else if (!(handle = shim_real_dlopen(chosen, RTLD_NOW | RTLD_LOCAL)))
-      shim_warn("CUDAW_REAL_CUDA=%s cannot be loaded (%s); using %s as the loader finds it",
-                chosen, dlerror(), SHIM_DRV_SONAME);
-  }
-  if (!handle) handle = shim_real_dlopen(SHIM_DRV_SONAME, RTLD_NOW | RTLD_LOCAL);
-  if (handle && shim_is_self_handle(handle)) {
-    shim_error("the %s found first is cudaw itself; the driver layer is off. Set CUDAW_REAL_CUDA "
-               "to the real driver's absolute path", SHIM_DRV_SONAME);
-    dlclose(handle);
-    return NULL;
-  }
-  struct link_map *map = NULL;
-  if (handle && dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name)
-    snprintf(path, size, "%s", map->l_name);
-  return handle;
-}
+static pthread_once_t map_once = PTHREAD_ONCE_INIT;
 
-static void load(void)
+static void build_map(void)
 {
-  shim_depth++;
-  struct shim_span span;
-  shim_span_begin(&span);
-  char path[PATH_MAX] = SHIM_DRV_SONAME;
-  shim_span_real_begin(&span);
-  void *handle = open_driver(path, sizeof path);
-  shim_span_real_end(&span);
-  if (!handle) {
-    shim_info("driver layer: no CUDA driver (%s) could be loaded; driver calls fail with "
-              "CUDA_ERROR_NOT_INITIALIZED", SHIM_DRV_SONAME);
-    goto out;
-  }
-  unsigned missing = 0;
   for (unsigned id = 0; id < SHIM_DRV_COUNT; id++) {
-    shim_real_fn real = (shim_real_fn)dlsym(handle, shim_drv_names[id]);
+    shim_real_fn real = shim_drv_real_table[id];
     if (real) map_insert((const void *)real, id);
-    missing += !real;
-    __atomic_store_n(&shim_drv_real_table[id], real, __ATOMIC_RELEASE);
   }
-  shim_info("driver layer: forwarding to %s (%u of %u functions present)", path,
-            SHIM_DRV_COUNT - missing, SHIM_DRV_COUNT);
-  load_status = 0;
-  atomic_store_explicit(&loaded, 1, memory_order_release);
-out:
-  shim_span_end(&span, SHIM_PROFILE_DRIVER, 1);
-  shim_depth--;
-}
-
-int shim_drv_load(void)
-{
-  pthread_once(&load_once, load);
-  return load_status;
-}
-
-int shim_drv_loaded(void)
-{
-  return atomic_load_explicit(&loaded, memory_order_acquire);
-}
-
-shim_real_fn shim_drv_resolve(enum shim_drv_id id)
-{
-  shim_drv_load();
-  return __atomic_load_n(&shim_drv_real_table[id], __ATOMIC_ACQUIRE);
-}
-
-/* Functions the program obtained that cudaw does not wrap, logged once each. */
-#define UNWRAPPED_MAX 64
-static pthread_mutex_t unwrapped_lock = PTHREAD_MUTEX_INITIALIZER;
-static const void *unwrapped[UNWRAPPED_MAX];
-static unsigned unwrapped_count;
-
-static void note_unwrapped(const void *real, const char *symbol)
-{
-  pthread_mutex_lock(&unwrapped_lock);
-  unsigned i = 0;
-  while (i < unwrapped_count && unwrapped[i] != real) i++;
-  int first = i == unwrapped_count;
-  if (first && unwrapped_count < UNWRAPPED_MAX) unwrapped[unwrapped_count++] = real;
-  pthread_mutex_unlock(&unwrapped_lock);
-  /* It might begin a stream capture that cudaw would not count (runtime/stream.c). */
-  shim_capture_unseen();
-  if (first)
-    shim_warn("driver layer: %s is not a function cudaw knows (its driver is newer than the "
-              "toolkit cudaw was built with): the program calls it without cudaw's gate, so a "
-              "pause does not hold it", symbol ? symbol : "(unnamed)");
-}
-
-unsigned shim_drv_unwrapped_count(void)
-{
-  pthread_mutex_lock(&unwrapped_lock);
-  unsigned count = unwrapped_count;
-  pthread_mutex_unlock(&unwrapped_lock);
-  return count;
-}
-
-int shim_drv_enabled(void)
-{
-  static atomic_int answer; /* 0 unknown, 1 on, 2 off: read once, asked per entry-point query */
-  int known = atomic_load_explicit(&answer, memory_order_relaxed);
-  if (!known) {
-    known = strcmp(cudaw_option("CUDAW_DRIVER"), "0") != 0 ? 1 : 2;
-    atomic_store_explicit(&answer, known, memory_order_relaxed);
-  }
-  return known == 1;
 }
 
 void *shim_drv_wrap(void *real, const char *symbol)
 {
   if (!real || !shim_drv_enabled()) return real;
   if (shim_drv_load() != 0) return real;
+  pthread_once(&map_once, build_map);
   int id = map_find(real);
   if (id < 0) {
-    note_unwrapped(real, symbol);
+    shim_capture_unseen(); /* it might begin a stream capture that cudaw would not count */
+    shim_ckpt_note_ungated(real, symbol);
     return real;
   }
   return (void *)shim_drv_wrappers[id];
@@ -191,7 +77,7 @@ static atomic_uchar missing_logged[SHIM_DRV_COUNT];
 
 static CUresult report_missing(enum shim_drv_id id)
 {
-  if (load_status != 0) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!shim_drv_loaded()) return CUDA_ERROR_NOT_INITIALIZED;
   if (!atomic_exchange(&missing_logged[id], 1))
     shim_warn("%s is not in the real driver; returning CUDA_ERROR_NOT_SUPPORTED",
               shim_drv_names[id]);

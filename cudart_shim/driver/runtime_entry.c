@@ -2,6 +2,8 @@
  * points (PyTorch's expandable segments, NCCL and others call cuMemCreate & co. through them).
  * The real runtime answers with the real driver's functions; cudaw hands back its own wrappers so
  * that those calls pass the gate too (proc_address.c). Listed in gen/api.d/driver.conf. */
+#include "shim_driver.h"
+
 #include "shim_generated.h"
 #include "shim_profile.h"
 

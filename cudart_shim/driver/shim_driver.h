@@ -3,7 +3,8 @@
  * runtime, CuPy, JAX, NVIDIA's libraries, Triton) are held, virtualised and checkpointed too.
  * Programs reach the wrappers three ways: by symbol (linked against libcuda, cudaw preloaded),
  * through dlopen("libcuda.so.1") (driver/dlopen.c returns cudaw itself) and through
- * cuGetProcAddress / cudaGetDriverEntryPoint (proc_address.c maps each real entry point to its wrapper).
+ * cuGetProcAddress / cudaGetDriverEntryPoint (proc_address.c maps each real entry point to its
+ * wrapper).
  *
  * Driver translation units see cuda.h's internal view (__CUDA_API_VERSION_INTERNAL): every export
  * is declared under its own name (cuMemAlloc with 32-bit sizes beside cuMemAlloc_v2, the _ptds and
@@ -20,22 +21,16 @@
 #include <cudaProfiler.h>
 
 #include "shim.h"
-#include "shim_drv_ids.h"
 #include "shim_kparam.h"
 
-/* The real driver's entry point for every export, indexed by enum shim_drv_id; NULL until the
- * driver is loaded (shim_drv_load) and where it lacks the symbol. */
-extern shim_real_fn shim_drv_real_table[SHIM_DRV_COUNT];
-extern const char *const shim_drv_names[SHIM_DRV_COUNT];
 /* cudaw's own export for every id (generated wrapper or hand-written override). */
 extern const shim_real_fn shim_drv_wrappers[SHIM_DRV_COUNT];
 
-/* Load the real driver once: CUDAW_REAL_CUDA, else libcuda.so.1 as the dynamic loader finds it
- * (never cudaw itself). Returns 0, or -ENOENT (logged once) when there is none. */
-int shim_drv_load(void);
+/* cudaw's wrapper for a real driver entry point that cuGetProcAddress or cudaGetDriverEntryPoint
+ * returned for `symbol`: the program then calls through the gate. A function cudaw does not wrap
+ * (newer than the toolkit cudaw was built with) is returned unchanged and logged once by name. */
+void *shim_drv_wrap(void *real, const char *symbol);
 
-/* Load the driver if needed and return the real entry point of id (NULL if missing). */
-shim_real_fn shim_drv_resolve(enum shim_drv_id id);
 
 /* Enter a driver call through the gate (shim_gate_in / shim_gate_in_blocking). Returns the real
  * entry point; NULL when it is missing: return shim_drv_missing_*(id) then. */

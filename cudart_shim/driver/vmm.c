@@ -391,7 +391,7 @@ static int releasable(const struct mapping *m)
   return !m->handle->shared && m->handle->device >= 0;
 }
 
-int shim_vmm_for_each(int (*cb)(const struct shim_vmm_region *region, void *ctx), void *ctx)
+static int for_each(int (*cb)(const struct shim_vmm_region *region, void *ctx), void *ctx)
 {
   int rc = 0;
   pthread_mutex_lock(&lock);
@@ -404,16 +404,7 @@ int shim_vmm_for_each(int (*cb)(const struct shim_vmm_region *region, void *ctx)
   return rc;
 }
 
-int shim_vmm_contains(uint64_t vaddr, uint64_t size)
-{
-  pthread_mutex_lock(&lock);
-  struct mapping *m = mapping_at((CUdeviceptr)vaddr);
-  int inside = m && m->handle->real && vaddr + size <= m->va + m->size;
-  pthread_mutex_unlock(&lock);
-  return inside;
-}
-
-void shim_vmm_totals(uint64_t *mapped_bytes, uint64_t *kept_bytes)
+static void totals(uint64_t *mapped_bytes, uint64_t *kept_bytes)
 {
   *mapped_bytes = *kept_bytes = 0;
   pthread_mutex_lock(&lock);
@@ -467,7 +458,7 @@ static int release_locked(void)
   return -EIO;
 }
 
-int shim_vmm_release_all(void)
+static int release_all(void)
 {
   pthread_mutex_lock(&lock);
   int rc = release_locked();
@@ -516,10 +507,23 @@ static int recreate_locked(uint64_t *shortfall)
   return result == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
 }
 
-int shim_vmm_recreate_all(uint64_t *shortfall_bytes)
+static int recreate_all(uint64_t *shortfall_bytes)
 {
   pthread_mutex_lock(&lock);
   int rc = recreate_locked(shortfall_bytes);
   pthread_mutex_unlock(&lock);
   return rc;
 }
+
+static const struct shim_vmm_ops vmm_ops = {
+  .for_each = for_each,
+  .release_all = release_all,
+  .recreate_all = recreate_all,
+  .totals = totals,
+};
+
+static void offer_to_checkpoint(void)
+{
+  shim_ckpt_use_vmm(&vmm_ops);
+}
+SHIM_START_STEP(SHIM_START_HOOKS, -1, offer_to_checkpoint);

@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -28,6 +29,42 @@
 extern int shim_kparam_relocated(void) __attribute__((weak));
 
 static _Atomic int exiting; /* set by the destructor: the real runtime may be gone */
+
+/* The program's own VMM mappings: the driver layer keeps them (driver/vmm.c) and offers them here
+ * at start (shim_ckpt_use_vmm); without it there are none. */
+static _Atomic(const struct shim_vmm_ops *) vmm_ops;
+
+void shim_ckpt_use_vmm(const struct shim_vmm_ops *ops)
+{
+  atomic_store_explicit(&vmm_ops, ops, memory_order_release);
+}
+
+static const struct shim_vmm_ops *vmm(void)
+{
+  return atomic_load_explicit(&vmm_ops, memory_order_acquire);
+}
+
+static void vmm_totals(uint64_t *mapped_bytes, uint64_t *kept_bytes)
+{
+  *mapped_bytes = *kept_bytes = 0;
+  if (vmm()) vmm()->totals(mapped_bytes, kept_bytes);
+}
+
+static int vmm_for_each(int (*cb)(const struct shim_vmm_region *region, void *ctx), void *ctx)
+{
+  return vmm() ? vmm()->for_each(cb, ctx) : 0;
+}
+
+static int vmm_release_all(void)
+{
+  return vmm() ? vmm()->release_all() : 0;
+}
+
+static int vmm_recreate_all(uint64_t *shortfall_bytes)
+{
+  *shortfall_bytes = 0;
+  return vmm() ? vmm()->recreate_all(shortfall_bytes) : 0;
+}
 
 static int errno_from_cuda(cudaError_t error, const char *what)
 {
@@ -90,7 +127,7 @@ static int holds_memory(void)
 {
   if (shim_vmem_running()) return 1;
   uint64_t mapped, kept;
-  shim_vmm_totals(&mapped, &kept);
+  vmm_totals(&mapped, &kept);
   return mapped > kept;
 }
 
@@ -175,7 +212,7 @@ static int for_each_region(void *ctx, ckpt_region_visit_fn visit, void *visit_ct
   struct chunk_list list = {0};
   shim_depth++;
   int rc = shim_vmem_running() ? vmem_for_each(collect_chunk, &list) : 0;
-  if (rc == 0) rc = shim_vmm_for_each(collect_mapping, &list);
+  if (rc == 0) rc = vmm_for_each(collect_mapping, &list);
   shim_depth--;
   for (size_t i = 0; rc == 0 && i < list.count; i++) {
     /* The virtual address names the chunk: it stays the same from checkpoint to resume. */
@@ -272,7 +309,7 @@ static int recreate_all(void *ctx, uint64_t *shortfall)
   rc = shim_vmem_running() ? vmem_recreate_all(shortfall) : 0;
   if (rc == 0) {
     uint64_t missing = 0;
-    rc = shim_vmm_recreate_all(&missing);
+    rc = vmm_recreate_all(&missing);
     if (rc) {
       *shortfall = missing;
       if (shim_vmem_running()) vmem_release_all(); /* all or nothing */
@@ -291,14 +328,14 @@ static int release_all(void *ctx)
   (void)ctx;
   shim_depth++;
   uint64_t mapped, kept;
-  shim_vmm_totals(&mapped, &kept);
+  vmm_totals(&mapped, &kept);
   if (kept)
     shim_warn("checkpoint: %llu bytes the program mapped itself are shared with another process "
               "(exported or imported); they stay on the device while paused",
               (unsigned long long)kept);
   int running = shim_vmem_running();
   int rc = running ? vmem_release_all() : 0;
-  if (rc == 0) rc = shim_vmm_release_all(); /* on error it re-created its own part */
+  if (rc == 0) rc = vmm_release_all(); /* on error it re-created its own part */
   uint64_t shortfall = 0;
   int undo = rc && running ? vmem_recreate_all(&shortfall) : 0;
   shim_depth--;
@@ -576,6 +613,34 @@ static int prefetch_managed(const struct other_list *list, int to_host)
 
 static struct other_list parked; /* the managed allocations moved at the last checkpoint */
 
+/* Functions the program obtained that cudaw does not wrap, logged once each. */
+#define UNWRAPPED_MAX 64
+static pthread_mutex_t unwrapped_lock = PTHREAD_MUTEX_INITIALIZER;
+static const void *unwrapped[UNWRAPPED_MAX];
+static unsigned unwrapped_count;
+
+void shim_ckpt_note_ungated(const void *real, const char *symbol)
+{
+  pthread_mutex_lock(&unwrapped_lock);
+  unsigned i = 0;
+  while (i < unwrapped_count && unwrapped[i] != real) i++;
+  int first = i == unwrapped_count;
+  if (first && unwrapped_count < UNWRAPPED_MAX) unwrapped[unwrapped_count++] = real;
+  pthread_mutex_unlock(&unwrapped_lock);
+  if (first)
+    shim_warn("driver layer: %s is not a function cudaw knows (its driver is newer than the "
+              "toolkit cudaw was built with): the program calls it without cudaw's gate, so a "
+              "pause does not hold it", symbol ? symbol : "(unnamed)");
+}
+
+static unsigned ungated_count(void)
+{
+  pthread_mutex_lock(&unwrapped_lock);
+  unsigned count = unwrapped_count;
+  pthread_mutex_unlock(&unwrapped_lock);
+  return count;
+}
+
 static int park_other(void *ctx, struct ckpt_other_memory *held)
 {
   (void)ctx;
@@ -592,9 +657,9 @@ static int park_other(void *ctx, struct ckpt_other_memory *held)
     list.held.managed_allocations = list.held.managed_bytes = 0;
   }
   uint64_t mapped, shared;
-  shim_vmm_totals(&mapped, &shared);
+  vmm_totals(&mapped, &shared);
   list.held.kept_bytes += shared;
-  list.held.ungated_functions = shim_drv_unwrapped_count();
+  list.held.ungated_functions = ungated_count();
   if (list.held.ungated_functions)
     shim_warn("checkpoint: the program holds %llu driver functions that cudaw does not wrap "
               "(named earlier in the log): calls to them are not held by this pause",
@@ -743,11 +808,13 @@ static const struct ckpt_host_ops host_ops = {
   .log = log_message,
 };
 
-void shim_ckpt_start(void)
+/* Threads and a socket, no CUDA call. */
+static void start_checkpoint(void)
 {
   int rc = ckpt_init(&host_ops, NULL);
   if (rc && rc != -EALREADY) shim_warn("checkpoint: not available in this process");
 }
+SHIM_START_STEP(SHIM_START_CHECKPOINT, SHIM_PROFILE_CHECKPOINT, start_checkpoint);
 
 /* At exit: stop the control thread and the signal handler and wait for a transition under way.
  * The real runtime may already have torn itself down (its exit handlers run before ours), so

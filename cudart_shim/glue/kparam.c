@@ -221,6 +221,21 @@ static int prepare_extra(const struct kparam_plan *plan, void **extra, struct wo
   return 0;
 }
 
+/* Where a kernel handle without an image gets its layout: the driver layer offers its own
+ * (driver/launch.c: the driver's cuFuncGetParamInfo) at start; without it there is none. */
+static _Atomic(shim_kparam_layout_source_fn) layout_source;
+
+void shim_kparam_use_layout_source(shim_kparam_layout_source_fn learn)
+{
+  atomic_store_explicit(&layout_source, learn, memory_order_release);
+}
+
+static int learn_layout(const void *function)
+{
+  shim_kparam_layout_source_fn learn = atomic_load_explicit(&layout_source, memory_order_acquire);
+  return learn ? learn(function) : -ENOENT;
+}
+
 int shim_kparam_prepare(const void *func, enum shim_kparam_func how, void **args, void **extra,
                         struct shim_kparam_frame *frame)
 {
@@ -232,7 +247,7 @@ int shim_kparam_prepare(const void *func, enum shim_kparam_func how, void **args
    * driver's own layout of it, once; the registration changes the generation, so the lookup is
    * fresh. Host stub addresses are never handed to the driver. */
   if ((!plan || plan->source == KPARAM_SOURCE_OPAQUE) && how == SHIM_KPARAM_HANDLE &&
-      shim_translate_end && shim_drv_learn_layout(func) == 0)
+      shim_translate_end && learn_layout(func) == 0)
     plan = plan_of(func, how);
   if (!plan || plan->source == KPARAM_SOURCE_OPAQUE) {
     report_untranslatable(func, plan);

@@ -20,6 +20,7 @@
 #include "sched_proto.h"
 #include "shim.h"
 #include "shim_generated.h"
+#include "shim_profile.h"
 #include "shim_sched.h"
 #include "shim_vmem.h"
 #include "vmem.h"
@@ -203,7 +204,7 @@ static void *run(void *unused)
   return NULL;
 }
 
-void shim_sched_start(void)
+static void start_sched(void)
 {
   if (strcmp(cudaw_option("CUDAW_SHARE"), "1") != 0) return;
   struct ckpt_options options;
@@ -230,6 +231,7 @@ void shim_sched_start(void)
   }
   client.sharing = true;
 }
+SHIM_START_STEP(SHIM_START_SCHED, SHIM_PROFILE_SCHED, start_sched);
 
 /* ---- allocations --------------------------------------------------------------------------- */
 

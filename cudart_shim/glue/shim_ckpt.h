@@ -1,10 +1,12 @@
-/* The library's use of the checkpoint module (glue/checkpoint.c). */
+/* The library's use of the checkpoint module (glue/checkpoint.c). It starts the module (control
+ * thread, socket, signal handler) from a start step once the real runtime loaded, with the host
+ * operations over vmem and the real runtime; a failure is logged and leaves the program running
+ * without checkpointing. See shim_vmm.h for what the driver layer offers it. */
 #ifndef CUDAW_SHIM_CKPT_H
 #define CUDAW_SHIM_CKPT_H
 
-/* Start the checkpoint module (control thread, socket, signal handler) with the host operations
- * over vmem and the real runtime. Called once from shim_init after the real runtime loaded; makes
- * no CUDA call. A failure is logged and leaves the program running without checkpointing. */
-void shim_ckpt_start(void);
+/* The program obtained a driver function that cudaw does not wrap (real, named symbol): it runs
+ * without the gate, so a pause does not hold it. Logged once per function; status counts them. */
+void shim_ckpt_note_ungated(const void *real, const char *symbol);
 
 #endif

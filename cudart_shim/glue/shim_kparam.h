@@ -67,7 +67,7 @@ void shim_kparam_library_remove(const void *handle);
 void shim_kparam_library_copy(const void *handle, const void *code);
 void shim_kparam_library_file(const void *handle, const char *path);
 
-/* ---- graphs and relocation (glue/kparam_graphs.c) ------------------------------------------------ */
+/* ---- graphs and relocation (kparam_graphs.c) ------------------------------------------------ */
 
 /* After a checkpoint/resume re-created device memory: under translate, real addresses may have
  * changed, so graphs holding translated (real) kernel arguments become stale; their launches and
@@ -94,5 +94,11 @@ bool shim_kparam_graph_stale(const void *graph);
 bool shim_kparam_exec_stale(const void *exec);
 /* Forget a destroyed graph or exec (handles are reused). */
 void shim_kparam_graph_forget(const void *graph_or_exec);
+
+/* A kernel handle without a plan: register with kparam the layout the driver reports for it. 0
+ * when a plan was registered. The driver layer offers one at start (shim_kparam_prepare asks it
+ * under translate); learn must be safe from any thread. */
+typedef int (*shim_kparam_layout_source_fn)(const void *function);
+void shim_kparam_use_layout_source(shim_kparam_layout_source_fn learn);
 
 #endif

@@ -1,14 +1,11 @@
 /* The library's side of GPU sharing (glue/sched.c): with CUDAW_SHARE=1 the program joins
  * cudawd on <run dir>/cudawd.sock, asks it before its device memory grows, and pauses or resumes
- * when cudawd says so. Without a cudawd the program runs unshared. */
+ * when cudawd says so. Without a cudawd the program runs unshared. It joins from a start step,
+ * after the checkpoint module started (a thread and a socket, no CUDA call). */
 #ifndef CUDAW_SHIM_SCHED_H
 #define CUDAW_SHIM_SCHED_H
 
 #include <stdint.h>
-
-/* Join cudawd if CUDAW_SHARE=1 (a thread and a socket, no CUDA call). Called once from
- * shim_init after the checkpoint module started. */
-void shim_sched_start(void);
 
 /* Before vmem allocates `size` bytes on `device`: 0 to go ahead, after waiting (uncounted by the
  * gate, so that the program can be paused meanwhile) while the memory does not fit; -ENOMEM when

@@ -1,8 +1,26 @@
-/* Texture objects over vmem memory (runtime/texture.c), for the checkpoint glue and device reset. */
+/* Texture objects over vmem memory (glue/texture.c): tracked by the API layers that create them,
+ * read by the checkpoint glue and by device reset. */
 #ifndef CUDAW_SHIM_TEXTURE_H
 #define CUDAW_SHIM_TEXTURE_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+/* A live texture object over vmem memory: what the program gave, what the device got. */
+struct shim_texture_record {
+  cudaTextureObject_t handle;
+  void *virtual_ptr;
+  void *real_ptr;
+  uint64_t span;
+};
+
+/* Track a new texture object (0, or -ENOMEM); forget one into *out if given (0, or -ENOENT when it
+ * is not tracked); find one (0, or -ENOENT). */
+int shim_texture_track(const struct shim_texture_record *record);
+int shim_texture_untrack(cudaTextureObject_t handle, struct shim_texture_record *out);
+int shim_texture_find(cudaTextureObject_t handle, struct shim_texture_record *out);
 
 /* -ENOTSUP, with the reason in why, when a checkpoint must be refused: under translate a live
  * texture object reads vmem memory, which a resume moves. 0 otherwise. */

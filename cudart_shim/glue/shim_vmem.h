@@ -1,6 +1,6 @@
 /* The library's use of vmem: lazy start, argument checks, stream-ordered frees, the registry of
  * memory that is not vmem's (managed, pinned host, arrays) and the error conversion at the API
- * edge. Implemented in glue/vmem.c, runtime/mem_async.c and glue/mem_registry.c. */
+ * edge. Implemented in glue/: vmem.c, memory.c, mem_async.c, capture.c and mem_registry.c. */
 #ifndef CUDAW_SHIM_VMEM_H
 #define CUDAW_SHIM_VMEM_H
 
@@ -40,11 +40,8 @@ int shim_vmem_running(void);
 /* 0 / -errno from vmem or the shim -> the cudaError_t the real runtime would return. */
 cudaError_t shim_error_from_errno(int rc);
 
-/* Record an error cudaw returns without the real runtime seeing it, so that cudaGetLastError
- * reports it as the runtime would (last_error.c). Returns error. */
-cudaError_t shim_set_last_error(cudaError_t error);
 
-/* ---- argument checks (glue/vmem.c) -------------------------------------------------------- */
+/* ---- argument checks (vmem.c) ------------------------------------------------------------- */
 
 /* Nonzero with CUDAW_CHECK=1: every virtual pointer argument is validated. */
 extern int shim_vmem_check_all;
@@ -71,7 +68,7 @@ cudaError_t shim_vmem_alloc(void **ptr, uint64_t size);
 /* The same on a given device (the driver layer: the current context's device). */
 cudaError_t shim_vmem_alloc_on(int device, void **ptr, uint64_t size);
 
-/* ---- what the runtime's and the driver's allocation calls share (runtime/memory.c) ------------- */
+/* ---- what the runtime's and the driver's allocation calls share (memory.c) ---------------- */
 
 /* Free a vmem allocation as cudaFree does: wait for the device, reap stream frees, free. */
 cudaError_t shim_vmem_free_synced(void *vptr, const void *where);
@@ -88,7 +85,7 @@ cudaError_t shim_vmem_mem_info(size_t *free_bytes, size_t *total_bytes);
 cudaError_t shim_mem_track_managed(void *ptr, size_t size, unsigned flags, uint64_t charged,
                                    cudaError_t (*undo)(void *));
 
-/* ---- stream-ordered allocation (runtime/mem_async.c), shared with the driver layer ----------- */
+/* ---- stream-ordered allocation (mem_async.c), shared by both API layers -------------------- */
 
 /* The real call to use for streams under capture and when vmem does not run. */
 typedef cudaError_t (*shim_real_alloc_async_fn)(void **ptr, size_t size, void *pool,
@@ -99,7 +96,7 @@ cudaError_t shim_vmem_malloc_async(void **ptr, size_t size, cudaStream_t stream,
 cudaError_t shim_vmem_free_async(void *ptr, cudaStream_t stream, const void *where,
                                  shim_real_free_async_fn real_free);
 
-/* ---- what the stream-ordered allocator knows about streams (runtime/stream.c, driver/stream.c) ---- */
+/* ---- what the stream-ordered allocator knows about streams (capture.c) --------------------- */
 
 /* Stream captures begun through either layer and not known to have ended, plus one for good once
  * a capture could have begun unseen (the program got a driver function cudaw does not wrap).
@@ -131,7 +128,7 @@ void shim_capture_unseen(void);
  * stream's handle may be given to a new stream). */
 extern atomic_uint shim_streams_destroyed;
 
-/* ---- stream-ordered frees (runtime/mem_async.c) ----------------------------------------------- */
+/* ---- stream-ordered frees (mem_async.c) ---------------------------------------------------- */
 
 /* Give back to vmem every block freed on a stream whose stream has passed the free (polled, no
  * waiting). wait: wait for all of them first (cudaFree, out of memory, before a checkpoint). */
@@ -140,7 +137,7 @@ void shim_vmem_reap_frees(int wait);
 /* 1 when vptr was freed with cudaFreeAsync and that free has not completed yet. */
 int shim_vmem_free_pending(const void *vptr);
 
-/* ---- memory that is not vmem's (glue/mem_registry.c) ------------------------------------------- */
+/* ---- memory that is not vmem's (mem_registry.c) -------------------------------------------- */
 
 enum shim_mem_kind {
   SHIM_MEM_MANAGED,     /* cudaMallocManaged */
@@ -168,6 +165,13 @@ struct shim_mem_record {
  * handle is not tracked with that kind. */
 int shim_mem_track(const struct shim_mem_record *record);
 int shim_mem_untrack(enum shim_mem_kind kind, const void *handle, struct shim_mem_record *out);
+
+/* Track what the real runtime allocated (memory.c). result: its call's result (nothing is done
+ * unless it is cudaSuccess and handle is set). On failure give it back with undo and fail like a
+ * full device. charged: bytes already counted against the quota for it (kept in the record). */
+cudaError_t shim_mem_track_charged(cudaError_t result, enum shim_mem_kind kind, void *handle,
+                                   size_t size, unsigned flags, cudaError_t (*undo)(void *),
+                                   uint64_t charged);
 
 /* The tracked record whose pointer range contains p (not arrays). 0 or -ENOENT. */
 int shim_mem_find(const void *p, struct shim_mem_record *out);

@@ -1,9 +1,5 @@
-/* What the stream-ordered allocator (runtime/mem_async.c) must know about streams without asking the
- * driver on every allocation: whether any stream capture may be open (then a stream's capture
- * status is asked), and whether a stream was destroyed (then a saved handle may name a new
- * stream). The runtime's begin-capture calls and cudaStreamDestroy are counted here, the
- * driver's in driver/stream.c, the end of a capture where it is overridden (runtime/graph.c,
- * driver/graph.c). Listed in gen/api.d/vmem.conf. */
+/* The runtime's calls that begin a stream capture or destroy a stream, counted for the
+ * stream-ordered allocator (glue/capture.c) before the real call. Listed in gen/api.d/vmem.conf. */
 #include "shim_generated.h"
 #include "shim_vmem.h"
 
@@ -13,31 +9,6 @@ cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cudaGraph_t 
                                                const cudaGraphEdgeData *dependencyData,
                                                size_t numDependencies,
                                                enum cudaStreamCaptureMode mode);
-
-atomic_uint shim_captures_open;
-atomic_uint shim_streams_destroyed;
-
-void shim_capture_begin(void)
-{
-  atomic_fetch_add_explicit(&shim_captures_open, 1, memory_order_seq_cst);
-}
-
-void shim_capture_begin_failed(void)
-{
-  atomic_fetch_sub_explicit(&shim_captures_open, 1, memory_order_seq_cst);
-}
-
-void shim_capture_end(int was_capturing, int capturing, int ended)
-{
-  if (was_capturing && !capturing && ended)
-    atomic_fetch_sub_explicit(&shim_captures_open, 1, memory_order_seq_cst);
-}
-
-void shim_capture_unseen(void)
-{
-  static atomic_int done;
-  if (atomic_exchange(&done, 1) == 0) shim_capture_begin(); /* never ended */
-}
 
 /* ---- exported ---- */
 

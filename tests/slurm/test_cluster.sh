@@ -1,0 +1,110 @@
+#!/bin/sh
+# Description: the SPANK plugin in a real one-machine Slurm cluster (cluster.sh), on the emulated
+# device: srun --cudaw runs a program under cudaw (its log says so), a job without the option
+# is untouched and every job of a partition named in plugstack.conf runs under cudaw; --gres=shard:N of 4 shards limits the job to N/4 of the device's memory, as
+# cudaMemGetInfo shows; scontrol suspend frees the job's device memory before it stops (the
+# emulated device's usage file, read by this other process, shows it) and scontrol resume brings
+# it back with every byte verified.
+#   usage: test_cluster.sh BUILD_DIR SLURM_JOB LIBCUDAW_EMU        exit 0 / 1 / 77 (skipped)
+set -u
+build=$1 job=$2 emu=$3
+here=$(cd "$(dirname "$0")" && pwd)
+cluster=$here/cluster.sh
+
+reason=$(sh "$cluster" check) || { echo "skipped: $reason"; exit 77; }
+[ -f "$build/lib/spank_cudaw.so" ] || { echo "skipped: spank_cudaw.so not built"; exit 77; }
+
+dir=$(mktemp -d /tmp/cudaw-slurm.XXXXXX)
+chmod 0755 "$dir"
+cleanup() {
+  sh "$cluster" stop "$dir"
+  if [ "$status" -eq 0 ]; then rm -rf "$dir"; else echo "kept $dir (logs)"; fi
+}
+status=1
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+fail() { echo "FAIL: $*"; exit 1; }
+
+cat > "$dir/plugstack.conf" <<CONF
+required $build/lib/spank_cudaw.so libdir=$build/lib bindir=$build/bin gres_conf=$dir/gres.conf partitions=cudaw
+CONF
+sh "$cluster" start "$dir" "$dir/plugstack.conf" || fail "the cluster did not start"
+export SLURM_CONF="$dir/slurm.conf"
+# The job's environment (srun passes its own): the emulated device, 256 MiB, cudaw's log.
+export CUDAW_REAL_CUDART="$emu" CUDAW_EMU_MEM=256M CUDAW_LOG=info
+srun_job() { timeout 120 srun -N1 -n1 "$@"; }
+
+# 1. Untouched without an option; under cudaw with --cudaw.
+srun_job env > "$dir/plain.out" 2>&1 || fail "srun env: $(cat "$dir/plain.out")"
+! grep -q 'LD_PRELOAD=.*libcudart\|CUDAW_SUSPEND' "$dir/plain.out" ||
+  fail "a job without --cudaw got cudaw's environment"
+srun_job --cudaw "$job" 0 "$dir" > "$dir/cudaw.out" 2>&1 || fail "srun --cudaw: $(cat "$dir/cudaw.out")"
+grep -q '^cudaw\[[0-9]*\]: info: forwarding to' "$dir/cudaw.out" || fail "no cudaw log in the job's output: $(cat "$dir/cudaw.out")"
+grep -q 'cudaMemGetInfo total=268435456 ' "$dir/cudaw.out" ||
+  fail "the job did not see the emulated device: $(cat "$dir/cudaw.out")"
+echo "ok: srun --cudaw runs the job under cudaw: $(grep -m1 '^cudaw\[' "$dir/cudaw.out")"
+# plugstack.conf's partitions= puts every job of the partition under cudaw.
+srun_job -p cudaw env > "$dir/partition.out" 2>&1 || fail "srun -p cudaw: $(cat "$dir/partition.out")"
+grep -q 'CUDAW_SUSPEND=release' "$dir/partition.out" ||
+  fail "a job in partition cudaw (partitions=cudaw) is not under cudaw"
+echo "ok: partitions=cudaw: $(grep '^LD_PRELOAD=' "$dir/partition.out")"
+srun_job --cudaw-mem=100M --cudaw-vmem=translate "$job" 0 "$dir" > "$dir/mem.out" 2>&1 ||
+  fail "srun --cudaw-mem: $(cat "$dir/mem.out")"
+grep -q 'total=104857600 ' "$dir/mem.out" || fail "--cudaw-mem=100M: $(cat "$dir/mem.out")"
+echo "ok: --cudaw-mem=100M: $(grep total= "$dir/mem.out")"
+srun_job --cudaw-mem=lots "$job" 0 "$dir" > "$dir/bad.out" 2>&1 && fail "--cudaw-mem=lots was accepted"
+grep -q 'cudaw-mem=lots' "$dir/bad.out" || fail "--cudaw-mem=lots: no reason given: $(cat "$dir/bad.out")"
+echo "ok: --cudaw-mem=lots refused: $(grep -m1 'cudaw-mem=lots' "$dir/bad.out")"
+
+# 2. Shards: N of the GPU's 4 shards give N/4 of its memory.
+for n in 1 3; do
+  srun_job --cudaw --gres=shard:$n "$job" 0 "$dir" > "$dir/shard$n.out" 2>&1 ||
+    fail "srun --gres=shard:$n: $(cat "$dir/shard$n.out")"
+  want=$((268435456 / 4 * n))
+  grep -q "total=$want " "$dir/shard$n.out" ||
+    fail "shard:$n: expected total=$want: $(grep total= "$dir/shard$n.out")"
+  echo "ok: --gres=shard:$n of 4: $(grep total= "$dir/shard$n.out")"
+done
+
+# 3. Suspend releases the device memory, resume brings it back verified.
+used() { cut -d' ' -f1 "$dir/used"; }
+mkdir -p "$dir/suspend"
+CUDAW_EMU_USED_FILE="$dir/used" srun_job --cudaw -J cudaw-suspend "$job" 64 "$dir/suspend" \
+  > "$dir/suspend.out" 2>&1 &
+srun_pid=$!
+i=0
+while [ ! -e "$dir/suspend/ready" ]; do
+  i=$((i + 1)); [ $i -lt 600 ] || fail "the job did not start: $(cat "$dir/suspend.out")"
+  sleep 0.1
+done
+jobid=$(squeue -h -n cudaw-suspend -o %i)
+task=$(sed -n 's/^slurm_job: pid \([0-9]*\) holds.*/\1/p' "$dir/suspend.out")
+before=$(used)
+[ "$before" -ge $((64 << 20)) ] || fail "the job holds $before bytes before the suspend"
+start=$(date +%s.%N)
+scontrol suspend "$jobid" || fail "scontrol suspend $jobid"
+# Released before the stop: wait for the task to be stopped (state T), then read the usage.
+i=0
+while [ "$(ps -o stat= -p "$task" | cut -c1)" != T ]; do
+  i=$((i + 1)); [ $i -lt 100 ] || fail "the task was not stopped within 10 s"
+  sleep 0.1
+done
+stopped=$(date +%s.%N)
+during=$(used)
+echo "suspended: task $task stopped $(awk "BEGIN { printf \"%.2f\", $stopped - $start }") s after scontrol suspend;" \
+     "device memory in use $before -> $during bytes"
+[ "$during" -lt $((1 << 20)) ] || fail "the suspended job still holds $during bytes"
+scontrol resume "$jobid" || fail "scontrol resume $jobid"
+i=0
+while [ "$(used)" -lt $((64 << 20)) ]; do
+  i=$((i + 1)); [ $i -lt 100 ] || fail "device memory not back within 10 s of the resume"
+  sleep 0.1
+done
+echo "resumed: device memory in use $(used) bytes"
+touch "$dir/suspend/go"
+wait "$srun_pid" || fail "the suspended job failed: $(cat "$dir/suspend.out")"
+grep -q 'verified 64 MiB' "$dir/suspend.out" || fail "not verified: $(cat "$dir/suspend.out")"
+grep 'suspend:' "$dir/suspend.out"
+echo "ok: suspend released $(((before - during) >> 20)) MiB, resume verified 64 MiB"
+status=0

@@ -4,6 +4,7 @@
 # default, and cudaw), ports of its own.
 #   cluster.sh check                 say why a cluster cannot run here (exit 77), or nothing
 #   cluster.sh start DIR PLUGSTACK   write the configuration into DIR and start the daemons
+#                                    (CLUSTER_GPU_FILE: the GPU's device file, on a GPU machine)
 #   cluster.sh stop DIR              stop them (by the pids they wrote in DIR)
 # Clients then need SLURM_CONF=DIR/slurm.conf.
 set -eu
@@ -42,11 +43,14 @@ start() {
     --key-file="$dir/munge/munge.key" --pid-file="$dir/munge/munged.pid" \
     --log-file="$dir/munge/munged.log" --seed-file="$dir/munge/munged.seed"
   cpus=$(nproc)
-  : > "$dir/dev/nvidia0"
+  # CLUSTER_GPU_FILE=/dev/nvidia0 on a GPU machine; otherwise a stand-in file (slurmd only
+  # needs the path to exist to count the GPU).
+  gpu=${CLUSTER_GPU_FILE:-$dir/dev/nvidia0}
+  [ -n "${CLUSTER_GPU_FILE:-}" ] || : > "$gpu"
   cat > "$dir/gres.conf" <<CONF
 AutoDetect=off
-Name=gpu File=$dir/dev/nvidia0
-Name=shard Count=4 File=$dir/dev/nvidia0
+Name=gpu File=$gpu
+Name=shard Count=4 File=$gpu
 CONF
   cat > "$dir/slurm.conf" <<CONF
 ClusterName=cudawtest

@@ -1,7 +1,7 @@
 #!/bin/sh
 # A one-machine Slurm cluster in a folder, for the tests: its own munged, slurmctld and slurmd,
 # a generated slurm.conf and gres.conf (one emulated GPU with 4 shards; partitions debug, the
-# default, and cudaw), ports of its own.
+# default, cudaw, and gang: time-sliced every 5 s), ports of its own.
 #   cluster.sh check                 say why a cluster cannot run here (exit 77), or nothing
 #   cluster.sh start DIR PLUGSTACK   write the configuration into DIR and start the daemons
 #                                    (CLUSTER_GPU_FILE: the GPU's device file, on a GPU machine)
@@ -78,11 +78,15 @@ MpiDefault=none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 ReturnToService=2
+PreemptType=preempt/none
+PreemptMode=GANG
+SchedulerTimeSlice=5
 GresTypes=gpu,shard
 PlugStackConfig=$plugstack
 NodeName=$host CPUs=$cpus Gres=gpu:1,shard:4 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 PartitionName=cudaw Nodes=ALL MaxTime=INFINITE State=UP
+PartitionName=gang Nodes=ALL MaxTime=INFINITE State=UP OverSubscribe=FORCE:2
 CONF
   export SLURM_CONF="$dir/slurm.conf"
   /usr/sbin/slurmctld -c -f "$dir/slurm.conf"

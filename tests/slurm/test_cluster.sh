@@ -4,7 +4,8 @@
 # is untouched and every job of a partition named in plugstack.conf runs under cudaw; --gres=shard:N of 4 shards limits the job to N/4 of the device's memory, as
 # cudaMemGetInfo shows; scontrol suspend frees the job's device memory before it stops (the
 # emulated device's usage file, read by this other process, shows it) and scontrol resume brings
-# it back with every byte verified.
+# it back with every byte verified; gang scheduling of two jobs lets them take turns, each
+# holding no device memory while suspended, both verified.
 #   usage: test_cluster.sh BUILD_DIR SLURM_JOB LIBCUDAW_EMU        exit 0 / 1 / 77 (skipped)
 set -u
 build=$1 job=$2 emu=$3
@@ -107,4 +108,39 @@ wait "$srun_pid" || fail "the suspended job failed: $(cat "$dir/suspend.out")"
 grep -q 'verified 64 MiB' "$dir/suspend.out" || fail "not verified: $(cat "$dir/suspend.out")"
 grep 'suspend:' "$dir/suspend.out"
 echo "ok: suspend released $(((before - during) >> 20)) MiB, resume verified 64 MiB"
+
+# 4. Gang scheduling: two batch jobs that each want both CPUs take turns every 5 s (partition
+#    gang); the one suspended holds no device memory while the other runs, and both finish with
+#    their data verified.
+for j in 1 2; do
+  mkdir -p "$dir/gang$j"
+  CUDAW_EMU_USED_FILE="$dir/gang$j.used" sbatch -Q --cudaw -p gang -c "$(nproc)" -J "cudaw-gang$j" \
+    -o "$dir/gang$j.out" --wrap "$job 64 $dir/gang$j" || fail "sbatch gang job $j"
+done
+i=0
+until [ -e "$dir/gang1/ready" ] && [ -e "$dir/gang2/ready" ]; do
+  i=$((i + 1)); [ $i -lt 600 ] || fail "the gang jobs did not both start: $(cat "$dir"/gang?.out)"
+  sleep 0.1
+done
+gang_used() { cut -d' ' -f1 "$dir/gang$1.used"; }
+seen1=0 seen2=0 i=0
+while [ $i -lt 150 ] && [ $((seen1 * seen2)) -eq 0 ]; do  # up to 15 s: three turns
+  a=$(gang_used 1) b=$(gang_used 2)
+  [ "$a" -eq 0 ] && [ "$b" -ge $((64 << 20)) ] && seen1=1
+  [ "$b" -eq 0 ] && [ "$a" -ge $((64 << 20)) ] && seen2=1
+  i=$((i + 1)); sleep 0.1
+done
+[ $((seen1 * seen2)) -eq 1 ] || fail "gang: not seen each job released while the other ran ($seen1 $seen2)"
+touch "$dir/gang1/go" "$dir/gang2/go"
+i=0
+while [ -n "$(squeue -h -n cudaw-gang1,cudaw-gang2)" ]; do
+  i=$((i + 1)); [ $i -lt 300 ] || fail "the gang jobs did not finish within 30 s"
+  sleep 0.1
+done
+for j in 1 2; do
+  grep -q 'verified 64 MiB' "$dir/gang$j.out" || fail "gang job $j: $(cat "$dir/gang$j.out")"
+done
+echo "ok: gang scheduling: each job released its 64 MiB while the other ran; both verified" \
+     "($(grep -c 'suspend: 64.00 MiB released' "$dir/gang1.out") and" \
+     "$(grep -c 'suspend: 64.00 MiB released' "$dir/gang2.out") suspensions)"
 status=0

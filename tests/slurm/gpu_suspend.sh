@@ -21,8 +21,7 @@ nvidia-smi -L >/dev/null 2>&1 || { echo "skipped: no GPU"; exit 77; }
 "$PY" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null ||
   { echo "skipped: no PyTorch with CUDA"; exit 77; }
 
-# 1. Slurm from the carried .deb files; spank.h from libslurm-dev without installing it (its
-#    dependencies are every plugin's -dev package).
+# 1. Slurm from the carried .deb files.
 if ! command -v slurmd >/dev/null 2>&1 && [ ! -x /usr/sbin/slurmd ]; then
   ls "$debs"/slurmd_*.deb >/dev/null 2>&1 || { echo "FAIL: no Slurm and no .deb files in $debs"; exit 1; }
   echo "installing Slurm from $debs"
@@ -39,17 +38,19 @@ if ! command -v slurmd >/dev/null 2>&1 && [ ! -x /usr/sbin/slurmd ]; then
     > /tmp/cudaw-slurm-dpkg.log 2>&1 || { tail -20 /tmp/cudaw-slurm-dpkg.log; echo "FAIL: dpkg -i"; exit 1; }
   rm -f /usr/sbin/policy-rc.d
 fi
-slurm_include=""
-if [ ! -f /usr/include/slurm/spank.h ]; then
-  mkdir -p /tmp/cudaw-slurm-dev
-  dpkg-deb -x "$debs"/libslurm-dev_*.deb /tmp/cudaw-slurm-dev
-  slurm_include=-DSLURM_INCLUDE_DIR=/tmp/cudaw-slurm-dev/usr/include
-fi
-
-# 2. cudaw with the plugin.
+# 2. cudaw with the plugin, built as tests/gpu/device_run.sh builds it: the -dev packages the GPU
+#    machine lacks travel in .carry/debs and are unpacked into /tmp/deps, and spank.h comes from
+#    libslurm-dev unpacked there too (installing it would pull every Slurm plugin's -dev package).
+deps=/tmp/deps/usr
+mkdir -p /tmp/deps
+for f in "${DEBS:-$root/.carry/debs}"/*.deb; do [ -f "$f" ] && dpkg -x "$f" /tmp/deps; done
+[ -f /usr/include/slurm/spank.h ] || dpkg -x "$debs"/libslurm-dev_*.deb /tmp/deps
 if [ ! -f "$build/lib/spank_cudaw.so" ] || [ ! -x "$build/bin/cudaw" ]; then
+  echo "building cudaw in $build"
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUDAW_BUILD_TESTS=OFF \
-    $slurm_include > "$build.cmake.log" 2>&1 || { cat "$build.cmake.log"; exit 1; }
+    -DCMAKE_PREFIX_PATH=$deps -DCMAKE_INCLUDE_PATH=$deps/include \
+    -DCMAKE_LIBRARY_PATH=$deps/lib/x86_64-linux-gnu > "$build.cmake.log" 2>&1 ||
+    { tail -30 "$build.cmake.log"; exit 1; }
   cmake --build "$build" -j"$(nproc)" --target spank_cudaw cudaw cudaw_launcher cudawd cudaw_ctl \
     > "$build.build.log" 2>&1 || { tail -30 "$build.build.log"; exit 1; }
 fi

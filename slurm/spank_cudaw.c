@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -314,6 +315,13 @@ static void ensure_cudawd(const char *dir) {
   if (child < 0) return;
   if (child == 0) {
     if (setsid() < 0 || fork() != 0) _exit(0);
+    /* slurmstepd blocks signals in its threads and exec keeps the mask: without this, cudawd
+     * would ignore SIGTERM for good. */
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    for (int signal_number = 1; signal_number < NSIG; signal_number++)
+      if (signal_number != SIGKILL && signal_number != SIGSTOP) signal(signal_number, SIG_DFL);
     int null_fd = open("/dev/null", O_RDONLY), log_fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
     if (null_fd >= 0) dup2(null_fd, 0);
     if (log_fd >= 0) {

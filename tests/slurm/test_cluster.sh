@@ -1,7 +1,8 @@
 #!/bin/sh
 # Description: the SPANK plugin in a real one-machine Slurm cluster (cluster.sh), on the emulated
 # device: srun --cudaw runs a program under cudaw (its log says so), a job without the option
-# is untouched and every job of a partition named in plugstack.conf runs under cudaw; --gres=shard:N of 4 shards limits the job to N/4 of the device's memory, as
+# is untouched, every job of a partition named in plugstack.conf runs under cudaw, and
+# --cudaw-share starts cudawd and joins it; --gres=shard:N of 4 shards limits the job to N/4 of the device's memory, as
 # cudaMemGetInfo shows; scontrol suspend frees the job's device memory before it stops (the
 # emulated device's usage file, read by this other process, shows it) and scontrol resume brings
 # it back with every byte verified; gang scheduling of two jobs lets them take turns, each
@@ -18,6 +19,10 @@ reason=$(sh "$cluster" check) || { echo "skipped: $reason"; exit 77; }
 dir=$(mktemp -d /tmp/cudaw-slurm.XXXXXX)
 chmod 0755 "$dir"
 cleanup() {
+  # The cudawd that --cudaw-share started: the one whose run dir is ours.
+  for pid in $(pgrep -x cudawd); do
+    tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "CUDAW_RUN_DIR=$dir/run" && kill "$pid"
+  done
   sh "$cluster" stop "$dir"
   if [ "$status" -eq 0 ]; then rm -rf "$dir"; else echo "kept $dir (logs)"; fi
 }
@@ -57,6 +62,13 @@ echo "ok: --cudaw-mem=100M: $(grep total= "$dir/mem.out")"
 srun_job --cudaw-mem=lots "$job" 0 "$dir" > "$dir/bad.out" 2>&1 && fail "--cudaw-mem=lots was accepted"
 grep -q 'cudaw-mem=lots' "$dir/bad.out" || fail "--cudaw-mem=lots: no reason given: $(cat "$dir/bad.out")"
 echo "ok: --cudaw-mem=lots refused: $(grep -m1 'cudaw-mem=lots' "$dir/bad.out")"
+
+# --cudaw-share: the plugin starts the user's cudawd in the job's run dir and the job joins it.
+CUDAW_RUN_DIR="$dir/run" srun_job --cudaw-share "$job" 0 "$dir" > "$dir/share.out" 2>&1 ||
+  fail "srun --cudaw-share: $(cat "$dir/share.out")"
+grep -q "sched: joined cudawd on $dir/run/cudawd.sock" "$dir/share.out" ||
+  fail "--cudaw-share: the job did not join cudawd: $(cat "$dir/share.out")"
+echo "ok: --cudaw-share: $(grep -m1 'joined cudawd' "$dir/share.out")"
 
 # 2. Shards: N of the GPU's 4 shards give N/4 of its memory.
 for n in 1 3; do

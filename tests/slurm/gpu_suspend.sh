@@ -6,13 +6,13 @@
 # Slurm comes from the .deb files in SLURM_DEBS (default .carry/slurm-debs, fetched with
 # `apt-get download`) where it is not installed, since the GPU machine reaches no registry.
 #   usage: tests/slurm/gpu_suspend.sh [BUILD_DIR]      (default build-slurm-gpu; built if needed)
-#   GIB: ballast the job holds besides its model (default 8), STEPS (default 300)
+#   GIB: ballast the job holds besides its model (default 8), STEPS (default 200)
 #   exit 0 / 1 / 77 (no GPU, no PyTorch, not root)
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build-slurm-gpu}
 debs=${SLURM_DEBS:-$root/.carry/slurm-debs}
-GIB=${GIB:-8} STEPS=${STEPS:-300}
+GIB=${GIB:-8} STEPS=${STEPS:-200}
 train=$root/tests/sched/share_train.py
 PY=${PYTHON:-python3}
 

@@ -177,7 +177,7 @@ int signal_install(int signal_number, int notify_fd);
 struct suspend_event {
   uint64_t monotonic_ns;
   uint32_t signal_number; /* SIGTSTP or SIGCONT */
-  uint32_t unused;
+  uint32_t from_terminal; /* sent by the kernel (a terminal's Ctrl-Z), not by kill() */
 };
 /* Handlers for SIGTSTP and SIGCONT that write a suspend_event to fd (CUDAW_SUSPEND=release). */
 int signal_install_suspend(int fd);

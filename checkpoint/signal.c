@@ -111,8 +111,9 @@ void signal_restore(void) {
 
 /* Suspend mode (CUDAW_SUSPEND=release; suspend.c does the work): SIGTSTP and SIGCONT each write
  * one event record to suspend.c's pipe. SIGTSTP's default action (stop) is not chained: the job
- * keeps running until the SIGSTOP that Slurm sends after it, so the release can run meanwhile.
- * A handler the program installed itself is still called. */
+ * keeps running until the SIGSTOP that Slurm sends after it, so the release can run meanwhile
+ * (suspend.c stops the process itself after a terminal's Ctrl-Z). A handler the program
+ * installed itself is still called. */
 static const int suspend_signals[] = {SIGTSTP, SIGCONT};
 static struct sigaction suspend_previous[2];
 static bool suspend_installed[2];
@@ -122,8 +123,9 @@ static void on_suspend_signal(int signal_number, siginfo_t *info, void *ucontext
   int saved_errno = errno;
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
+  /* The terminal's Ctrl-Z comes from the kernel; Slurm's SIGTSTP from slurmstepd's kill(). */
   struct suspend_event event = {(uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec,
-                                (uint32_t)signal_number, 0};
+                                (uint32_t)signal_number, info && info->si_code == SI_KERNEL};
   if (suspend_fd >= 0) {
     ssize_t n = write(suspend_fd, &event, sizeof event); /* < PIPE_BUF: atomic */
     (void)n;

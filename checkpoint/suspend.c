@@ -3,7 +3,9 @@
  * SIGCONT. On SIGTSTP the program is checkpointed (device memory to the host image, then
  * released); on SIGCONT it is restored, and its API calls wait at the gate until then. The
  * handlers (signal.c) only write the event to a pipe; this file runs on the control thread and,
- * for what follows a transition, on the transition thread (done callbacks). */
+ * for what follows a transition, on the transition thread (done callbacks).
+ * A terminal's Ctrl-Z is followed by no SIGSTOP: there the process stops itself once the release
+ * is done, as SIGTSTP's default action would have (and the shell's `fg` sends SIGCONT). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -24,6 +26,7 @@ static int event_pipe[2] = {-1, -1};
 static bool paused_by_us;  /* our checkpoint is under way or done, and no resume followed */
 static bool in_flight;     /* our checkpoint is under way */
 static bool resume_wanted; /* SIGCONT came while our checkpoint was under way */
+static bool stop_when_released; /* the SIGTSTP came from a terminal and no SIGCONT followed yet */
 static double suspended_at, continued_at;
 
 int suspend_event_fd(void) { return event_pipe[0]; }
@@ -80,13 +83,19 @@ static void checkpoint_done(void *arg, const struct ckpt_result *result) {
     resume_wanted = false;
     if (paused_by_us) submit_resume();
   }
+  bool stop_now = stop_when_released;
+  stop_when_released = false;
   pthread_mutex_unlock(&lock);
+  if (stop_now) kill(getpid(), SIGSTOP); /* released or not: Ctrl-Z must stop the program */
 }
 
-static void on_stop_request(double at) {
+static void on_stop_request(double at, bool from_terminal) {
   pthread_mutex_lock(&lock);
   if (paused_by_us) { /* a second SIGTSTP before the SIGCONT */
+    bool stop_now = from_terminal && !in_flight;
+    if (from_terminal && in_flight) stop_when_released = true;
     pthread_mutex_unlock(&lock);
+    if (stop_now) kill(getpid(), SIGSTOP);
     return;
   }
   const char *why = "";
@@ -94,6 +103,7 @@ static void on_stop_request(double at) {
   if (rc == 0) {
     paused_by_us = in_flight = true;
     resume_wanted = false;
+    stop_when_released = from_terminal;
     suspended_at = at;
     ckpt_logf(CKPT_LOG_INFO, "suspend: SIGTSTP: releasing device memory before the stop");
   } else if (rc == -EALREADY) {
@@ -103,11 +113,13 @@ static void on_stop_request(double at) {
               "suspended holding it", why);
   }
   pthread_mutex_unlock(&lock);
+  if (rc != 0 && from_terminal) kill(getpid(), SIGSTOP);
 }
 
 static void on_continue(double at) {
   pthread_mutex_lock(&lock);
   continued_at = at;
+  stop_when_released = false;
   if (!paused_by_us) {
     /* A pause someone else asked for (cudaw-ctl, cudawd) is theirs to end. */
   } else if (in_flight) {
@@ -125,7 +137,7 @@ void suspend_on_events(void) {
   while ((n = read(event_pipe[0], events, sizeof events)) > 0) {
     for (size_t i = 0; i < (size_t)n / sizeof events[0]; i++) {
       double at = (double)events[i].monotonic_ns * 1e-9;
-      if (events[i].signal_number == SIGTSTP) on_stop_request(at);
+      if (events[i].signal_number == SIGTSTP) on_stop_request(at, events[i].from_terminal != 0);
       else on_continue(at);
     }
   }
@@ -138,7 +150,7 @@ int suspend_start(void) {
     suspend_stop();
     return rc;
   }
-  paused_by_us = in_flight = resume_wanted = false;
+  paused_by_us = in_flight = resume_wanted = stop_when_released = false;
   return 0;
 }
 

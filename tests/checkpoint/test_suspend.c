@@ -2,10 +2,13 @@
  * releases the device memory, SIGCONT restores it byte for byte; a SIGCONT that arrives while the
  * release still runs (the job was stopped in the middle) resumes once it is done; a pause that
  * cudaw-ctl asked for is not ended by SIGCONT; the program's own handlers are still called and
- * come back at shutdown. */
+ * come back at shutdown; a terminal's Ctrl-Z (no SIGSTOP follows it) releases, then stops the
+ * process itself, and the shell's SIGCONT brings it back. */
 #define _GNU_SOURCE
 #include <signal.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "fake_host.h"
@@ -22,6 +25,40 @@ static void program_tstp(int signo) {
 static void check_data(void) {
   uint64_t offset = 0;
   CHECK_EQ(fake_host_verify(&host, &offset), 0);
+}
+
+/* The child of the Ctrl-Z case: SIGTSTP as a terminal sends it (si_code SI_KERNEL, which a
+ * process may only forge for itself), then running again after the parent's SIGCONT. */
+static int ctrl_z_child(void) {
+  fake_host_init(&host, 1);
+  fake_host_add_region(&host, 2 << 20, 0, 7);
+  CHECK_EQ(ckpt_init(&fake_host_ops, &host), 0);
+  siginfo_t info;
+  memset(&info, 0, sizeof info);
+  info.si_signo = SIGTSTP;
+  info.si_code = SI_KERNEL;
+  CHECK_EQ(syscall(SYS_rt_sigqueueinfo, getpid(), SIGTSTP, &info), 0);
+  for (int i = 0; i < 400 && !(host.recreate_calls == 1 && ckpt_state() == CKPT_RUNNING); i++)
+    usleep(50000);
+  CHECK_EQ(host.release_calls, 1);
+  CHECK_EQ(ckpt_state(), CKPT_RUNNING);
+  check_data();
+  ckpt_shutdown();
+  return 0;
+}
+
+static void check_ctrl_z(void) {
+  pid_t child = fork();
+  CHECK(child >= 0, "fork");
+  if (child == 0) _exit(ctrl_z_child());
+  int status = 0;
+  alarm(30);
+  CHECK_EQ(waitpid(child, &status, WUNTRACED), child);
+  CHECK(WIFSTOPPED(status) && WSTOPSIG(status) == SIGSTOP, "Ctrl-Z stopped the process itself");
+  kill(child, SIGCONT);
+  CHECK_EQ(waitpid(child, &status, 0), child);
+  alarm(0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "running again after SIGCONT, verified");
 }
 
 int main(void) {
@@ -80,6 +117,7 @@ int main(void) {
   CHECK(now.sa_handler == SIG_DFL, "SIGCONT back to its default");
   CHECK_EQ(host.violations, 0);
   fake_host_free(&host);
+  check_ctrl_z();
   test_remove_run_dir(dir);
   return 0;
 }

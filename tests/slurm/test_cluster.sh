@@ -6,7 +6,8 @@
 # cudaMemGetInfo shows; scontrol suspend frees the job's device memory before it stops (the
 # emulated device's usage file, read by this other process, shows it) and scontrol resume brings
 # it back with every byte verified, also when the release takes longer than Slurm's 2 s before
-# SIGSTOP (the job then stops holding part of it, and the log says so); gang scheduling of two jobs lets them take turns, each
+# SIGSTOP (the job then stops holding part of it, and the log says so); a job of another user
+# cannot read or control it through cudaw-ctl; gang scheduling of two jobs lets them take turns, each
 # holding no device memory while suspended, both verified.
 #   usage: test_cluster.sh BUILD_DIR SLURM_JOB LIBCUDAW_EMU        exit 0 / 1 / 77 (skipped)
 set -u
@@ -19,7 +20,10 @@ reason=$(sh "$cluster" check) || { echo "skipped: $reason"; exit 77; }
 
 dir=$(mktemp -d /tmp/cudaw-slurm.XXXXXX)
 chmod 0755 "$dir"
+srun_pid=""
 cleanup() {
+  # A job's srun still running after a failure would hold the test's output open.
+  [ -z "$srun_pid" ] || kill "$srun_pid" 2>/dev/null
   # The cudawd that --cudaw-share started: the one whose run dir is ours.
   for pid in $(pgrep -x cudawd); do
     tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "CUDAW_RUN_DIR=$dir/run" && kill "$pid"
@@ -96,6 +100,18 @@ jobid=$(squeue -h -n cudaw-suspend -o %i)
 task=$(sed -n 's/^slurm_job: pid \([0-9]*\) holds.*/\1/p' "$dir/suspend.out")
 before=$(used)
 [ "$before" -ge $((64 << 20)) ] || fail "the job holds $before bytes before the suspend"
+# A job of another user (nobody) can neither read nor control this one through cudaw-ctl; its
+# owner (root here) can.
+run_dir=$(tr '\0' '\n' < "/proc/$task/environ" | sed -n 's/^CUDAW_RUN_DIR=//p')
+id nobody >/dev/null 2>&1 || echo "note: no user nobody: the other-user check is not run"
+id nobody >/dev/null 2>&1 && for request in "status $task" "checkpoint $task"; do
+  (cd / && runuser -u nobody -- env SLURM_CONF="$SLURM_CONF" CUDAW_RUN_DIR="$run_dir" \
+     timeout 60 srun -N1 -n1 "$build/bin/cudaw-ctl" $request) > "$dir/other.out" 2>&1 &&
+    fail "user nobody's job ran 'cudaw-ctl $request' on root's job: $(cat "$dir/other.out")"
+  echo "ok: user nobody's job: cudaw-ctl $request refused: $(grep -m1 -i 'denied\|refused\|permission' "$dir/other.out")"
+done
+CUDAW_RUN_DIR="$run_dir" "$build/bin/cudaw-ctl" --json status "$task" | grep -q '"state":"running"' ||
+  fail "the job's owner cannot read its status, or it is not running"
 start=$(date +%s.%N)
 scontrol suspend "$jobid" || fail "scontrol suspend $jobid"
 # Released before the stop: wait for the task to be stopped (state T), then read the usage.

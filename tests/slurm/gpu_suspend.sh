@@ -59,8 +59,12 @@ fi
 # 3. The cluster, with the real GPU as its gres.
 dir=$(mktemp -d /tmp/cudaw-slurm-gpu.XXXXXX)
 chmod 0755 "$dir"
-status=1
-cleanup() { sh "$root/tests/slurm/cluster.sh" stop "$dir"; echo "logs in $dir"; }
+srun_pid=""
+cleanup() {
+  [ -z "$srun_pid" ] || kill "$srun_pid" 2>/dev/null
+  sh "$root/tests/slurm/cluster.sh" stop "$dir"
+  echo "logs in $dir"
+}
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 echo "required $build/lib/spank_cudaw.so libdir=$build/lib bindir=$build/bin gres_conf=$dir/gres.conf" \
@@ -102,11 +106,11 @@ apps=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | t
 scontrol resume "$jobid" || { echo "FAIL: scontrol resume"; exit 1; }
 wait $srun_pid
 rc=$?
-cat "$dir/job.out" | grep -E 'suspend:|^check:|^ballast|^times'
+srun_pid=""
+grep -E 'suspend:|^check:|^ballast|^times' "$dir/job.out"
 echo "GPU memory used (MiB, nvidia-smi): idle $idle, job running $before, job suspended $during" \
      "(stopped $(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }") s after scontrol suspend); apps while suspended: ${apps:-none}"
 [ $rc -eq 0 ] || { echo "FAIL: the job failed (rc $rc)"; exit 1; }
 grep -q '^check: ok' "$dir/job.out" || { echo "FAIL: losses differ from the native run"; exit 1; }
 [ "$during" -lt $((before - GIB * 1024 / 2)) ] || { echo "FAIL: the suspended job did not free its memory"; exit 1; }
 echo "ok: suspended job freed $((before - during)) MiB; losses identical to the native run"
-status=0

@@ -1,7 +1,6 @@
 /* Reading the shard and GPU counts of one node from gres.conf (see gres_shards.h). Only what
  * the N/M limit needs: Name, Count, File and NodeName; everything else is skipped. */
 #define _GNU_SOURCE
-#include <ctype.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>

@@ -4,7 +4,6 @@
  * device memory (CUDAW_SUSPEND=release). Jobs that ask for nothing are left untouched.
  * Configuration (plugstack.conf arguments) and options: docs/slurm.md. */
 #define _GNU_SOURCE
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -13,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>

@@ -142,6 +142,7 @@ struct ckpt_options {
   int register_image;        /* CUDAW_CKPT_REGISTER: page-lock the image while paused */
   int pin_early;             /* CUDAW_CKPT_PIN_EARLY: pin staging once the program has memory */
   int fill_kernel;           /* CUDAW_CKPT_FILL=kernel: fresh image pages filled by userfaultfd */
+  int suspend_release;       /* CUDAW_SUSPEND=release: SIGTSTP checkpoints, SIGCONT resumes */
 };
 
 /* One row of the options table, for the shim's merged table and `cudaw-ctl --help`. */

@@ -3,7 +3,8 @@
  * order: "release=all" (the driver's process checkpoint takes the rest), "compress=zstd" and
  * "to=<absolute dir>" (the rest of the line: the image goes to disk). Only the same uid or root may
  * talk to it (SO_PEERCRED). The thread also turns signal-pipe bytes into checkpoint requests.
- * Checkpoint and resume replies are written by the transition thread when it is done. */
+ * Checkpoint and resume replies are written by the transition thread when it is done. It also
+ * hands suspend mode's SIGTSTP/SIGCONT events to suspend.c. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -382,10 +383,11 @@ static void *run(void *unused) {
   for (int i = 0; i < PENDING_MAX; i++) pending[i].fd = -1;
   for (;;) {
     int timeout_ms = pending_expire();
-    struct pollfd fds[3 + PENDING_MAX] = {{ctl.wake_pipe[0], POLLIN, 0},
+    struct pollfd fds[4 + PENDING_MAX] = {{ctl.wake_pipe[0], POLLIN, 0},
                                           {ctl.signal_pipe[0], POLLIN, 0},
-                                          {-1, POLLIN, 0}};
-    int slot_of[3 + PENDING_MAX], count = 3, free_slots = 0;
+                                          {-1, POLLIN, 0},
+                                          {suspend_event_fd(), POLLIN, 0}};
+    int slot_of[4 + PENDING_MAX], count = 4, free_slots = 0;
     for (int i = 0; i < PENDING_MAX; i++) {
       if (pending[i].fd < 0) {
         free_slots++;
@@ -403,7 +405,8 @@ static void *run(void *unused) {
     }
     if (fds[0].revents) break;
     if (fds[1].revents) on_signal_bytes();
-    for (int k = 3; k < count; k++)
+    if (fds[3].revents) suspend_on_events();
+    for (int k = 4; k < count; k++)
       if (fds[k].revents) pending_read(&pending[slot_of[k]]);
     if (fds[2].fd >= 0 && (fds[2].revents & POLLIN)) pending_accept();
   }

@@ -19,6 +19,7 @@ static void forget_in_child(void) {
   if (!started) return;
   signal_restore();
   signal_remove_cleanup();
+  suspend_forget_after_fork();
   control_forget_after_fork();
   transition_forget_after_fork();
   state_forget_after_fork();
@@ -55,7 +56,11 @@ int ckpt_init(const struct ckpt_host_ops *ops, void *ctx) {
     ckpt_logf(CKPT_LOG_ERROR, "checkpointing disabled: cannot start its thread: %s", strerror(-rc));
     goto out;
   }
+  /* Before the control thread, which polls its pipe from its first loop. */
+  if (ckpt_rt.options.suspend_release && (rc = suspend_start()) != 0)
+    ckpt_logf(CKPT_LOG_WARN, "CUDAW_SUSPEND=release disabled: %s", strerror(-rc));
   if ((rc = control_start()) != 0) {
+    suspend_stop();
     ckpt_logf(CKPT_LOG_ERROR, "checkpointing disabled: cannot start the control thread: %s",
               strerror(-rc));
     transition_stop();
@@ -80,6 +85,7 @@ void ckpt_shutdown(void) {
   if (started) {
     signal_restore();
     signal_remove_cleanup();
+    suspend_stop();
     control_stop();
     transition_stop();
     started = false;

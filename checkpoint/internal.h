@@ -173,11 +173,28 @@ int driver_restore(char *reason, size_t reason_len);
 
 /* signal.c */
 int signal_install(int signal_number, int notify_fd);
+/* What the suspend-mode handlers write to suspend.c's pipe: when and which signal. */
+struct suspend_event {
+  uint64_t monotonic_ns;
+  uint32_t signal_number; /* SIGTSTP or SIGCONT */
+  uint32_t from_terminal; /* sent by the kernel (a terminal's Ctrl-Z), not by kill() */
+};
+/* Handlers for SIGTSTP and SIGCONT that write a suspend_event to fd (CUDAW_SUSPEND=release). */
+int signal_install_suspend(int fd);
+void signal_restore_suspend(void);
 void signal_restore(void);
 /* Remove socket_path when a termination signal with its default action kills the process (see
  * signal.c); signal_remove_cleanup puts those signals back to SIG_DFL. */
 void signal_install_cleanup(const char *socket_path);
 void signal_remove_cleanup(void);
+
+/* suspend.c: suspend mode. suspend_start opens the event pipe and installs the handlers;
+ * the control thread polls suspend_event_fd() and calls suspend_on_events when it is readable. */
+int suspend_start(void);
+void suspend_stop(void);
+void suspend_forget_after_fork(void);
+int suspend_event_fd(void); /* -1 when suspend mode is off */
+void suspend_on_events(void);
 
 /* rundir.c: where sockets live; shared with cudaw-ctl. */
 int ckpt_socket_path(const char *dir, pid_t pid, char *buf, size_t len);

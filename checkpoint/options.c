@@ -49,6 +49,9 @@ static const struct ckpt_option_info table[] = {
     {"CUDAW_CKPT_FILL", "copy",
      "copy: copy into fresh image pages the kernel zeroed first (huge pages); kernel: the kernel "
      "fills them from staging (userfaultfd, 4 KiB pages), skipping the zeroing"},
+    {"CUDAW_SUSPEND", "off",
+     "release: SIGTSTP checkpoints the program and releases its device memory, SIGCONT restores "
+     "it (a Slurm job's suspend: SIGTSTP, about 2 s, SIGSTOP; resume: SIGCONT)"},
     {"CUDAW_CKPT_PREFAULT", "0",
      "1: fault fresh image pages in while their DMA runs (slower; shows the fault cost apart)"},
 };
@@ -165,6 +168,10 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
   if ((text = getenv("CUDAW_CKPT_FILL")) && *text) {
     if (strcmp(text, "kernel") == 0 || strcmp(text, "copy") == 0) out->fill_kernel = text[0] == 'k';
     else rc = reject("CUDAW_CKPT_FILL", text, error, error_len);
+  }
+  if ((text = getenv("CUDAW_SUSPEND")) && *text) {
+    if (strcmp(text, "release") == 0 || strcmp(text, "off") == 0) out->suspend_release = text[0] == 'r';
+    else rc = reject("CUDAW_SUSPEND", text, error, error_len);
   }
   if (out->streams == 0) out->streams = 2 * out->threads;
   if ((text = getenv("CUDAW_RUN_DIR")) && *text) {

@@ -108,3 +108,60 @@ void signal_restore(void) {
   installed_signal = 0;
   notify_fd = -1;
 }
+
+/* Suspend mode (CUDAW_SUSPEND=release; suspend.c does the work): SIGTSTP and SIGCONT each write
+ * one event record to suspend.c's pipe. SIGTSTP's default action (stop) is not chained: the job
+ * keeps running until the SIGSTOP that Slurm sends after it, so the release can run meanwhile
+ * (suspend.c stops the process itself after a terminal's Ctrl-Z). A handler the program
+ * installed itself is still called. */
+static const int suspend_signals[] = {SIGTSTP, SIGCONT};
+static struct sigaction suspend_previous[2];
+static bool suspend_installed[2];
+static int suspend_fd = -1;
+
+static void on_suspend_signal(int signal_number, siginfo_t *info, void *ucontext) {
+  int saved_errno = errno;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  /* The terminal's Ctrl-Z comes from the kernel; Slurm's SIGTSTP from slurmstepd's kill(). */
+  struct suspend_event event = {(uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec,
+                                (uint32_t)signal_number, info && info->si_code == SI_KERNEL};
+  if (suspend_fd >= 0) {
+    ssize_t n = write(suspend_fd, &event, sizeof event); /* < PIPE_BUF: atomic */
+    (void)n;
+  }
+  errno = saved_errno;
+  const struct sigaction *previous_action = &suspend_previous[signal_number == SIGCONT];
+  if (previous_action->sa_flags & SA_SIGINFO) {
+    if (previous_action->sa_sigaction) previous_action->sa_sigaction(signal_number, info, ucontext);
+  } else if (previous_action->sa_handler != SIG_DFL && previous_action->sa_handler != SIG_IGN) {
+    previous_action->sa_handler(signal_number);
+  }
+}
+
+int signal_install_suspend(int fd) {
+  suspend_fd = fd;
+  for (int i = 0; i < 2; i++) {
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_sigaction = on_suspend_signal;
+    action.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&action.sa_mask);
+    if (sigaction(suspend_signals[i], &action, &suspend_previous[i]) != 0) {
+      int rc = -errno;
+      signal_restore_suspend();
+      return rc;
+    }
+    suspend_installed[i] = true;
+  }
+  return 0;
+}
+
+void signal_restore_suspend(void) {
+  for (int i = 0; i < 2; i++) {
+    if (!suspend_installed[i]) continue;
+    sigaction(suspend_signals[i], &suspend_previous[i], NULL);
+    suspend_installed[i] = false;
+  }
+  suspend_fd = -1;
+}

@@ -8,8 +8,10 @@ build=${1:-$root/build}
 case $build in /*) ;; *) build=$PWD/$build ;; esac
 
 need=""
+# The last line: Slurm, for the SPANK plugin (slurm/) and its local-cluster test (tests/slurm/).
 for pkg in cmake gcc g++ make python3 libelf-dev libzstd-dev liblz4-dev libcapstone-dev \
-           libxxhash-dev zlib1g-dev libjansson-dev; do
+           libxxhash-dev zlib1g-dev libjansson-dev \
+           slurmd slurmctld slurm-client munge libslurm-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"
 done
 if [ -n "$need" ]; then

@@ -3,6 +3,7 @@
  * queries. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -21,6 +22,8 @@ static const struct option {
 } options[] = {
     {"CUDAW_EMU_MEM", "4G", "memory of each emulated device in bytes, optional K/M/G suffix"},
     {"CUDAW_EMU_DEVICES", "1", "number of emulated devices (1-8)"},
+    {"CUDAW_EMU_USED_FILE", "", "file that shows another process the bytes in use on each device "
+                                "(one line, rewritten at every change), as nvidia-smi does"},
 };
 
 static size_t memory_bytes = DEFAULT_MEMORY_BYTES;
@@ -69,6 +72,12 @@ static void init_device(void) {
   }
   int err = emu_memory_init(memory_bytes, devices);
   if (err == 0) err = emu_limit_init(devices);
+  text = getenv(options[2].name);
+  if (err == 0 && text && *text) {
+    int fd = open(text, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0) emu_memory_publish_to(fd);
+    else fprintf(stderr, "cudaw-emu: %s=%s: %s\n", options[2].name, text, strerror(errno));
+  }
   if (err)
     fprintf(stderr, "cudaw-emu: cannot reserve the device address space: %s\n", strerror(-err));
   if (devices == 1)

@@ -76,6 +76,8 @@ int emu_memory_free(void *ptr, unsigned kind_mask);
 int emu_memory_lookup(const void *ptr, struct emu_range *out);
 /* Bytes of device's memory in use and its quota. */
 void emu_memory_info(int device, size_t *used, size_t *quota);
+/* Write the bytes in use per device to fd now and at every change (CUDAW_EMU_USED_FILE). */
+void emu_memory_publish_to(int fd);
 /* Charges delta bytes of device's memory that no allocation stands for (a context's stack
  * reservation); a negative delta gives them back. -ENOMEM when over the quota (nothing charged). */
 int emu_memory_charge(int device, long long delta);

@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -56,6 +57,29 @@ struct physical {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static uintptr_t region_base, region_end, cursor;
 static size_t quota_bytes, used_bytes[EMU_MAX_DEVICES];
+static int used_fd = -1, device_count = 1;
+
+/* CUDAW_EMU_USED_FILE: what nvidia-smi is for a GPU, for another process to read: one line with
+ * the bytes in use on each device, rewritten whenever they change. Called with lock held. */
+static void publish_used_locked(void) {
+  if (used_fd < 0) return;
+  char line[EMU_MAX_DEVICES * 24 + 2];
+  size_t n = 0;
+  for (int d = 0; d < device_count && n < sizeof line; d++)
+    n += (size_t)snprintf(line + n, sizeof line - n, "%s%zu", d ? " " : "", used_bytes[d]);
+  if (n + 1 < sizeof line) line[n++] = '\n';
+  if (pwrite(used_fd, line, n, 0) == (ssize_t)n) {
+    int rc = ftruncate(used_fd, (off_t)n); /* a reader may see the old tail for a moment */
+    (void)rc;
+  }
+}
+
+void emu_memory_publish_to(int fd) {
+  pthread_mutex_lock(&lock);
+  used_fd = fd;
+  publish_used_locked();
+  pthread_mutex_unlock(&lock);
+}
 static struct sorted_vector spaces = {.element_size = sizeof(struct space)};
 static struct sorted_vector mappings = {.element_size = sizeof(struct mapping)};
 static struct sorted_vector hosts = {.element_size = sizeof(struct host_range)};
@@ -128,6 +152,7 @@ int emu_memory_init(size_t quota, int devices) {
   region_end = (uintptr_t)base + region;
   cursor = region_base;
   quota_bytes = quota;
+  device_count = devices;
   return 0;
 }
 
@@ -185,6 +210,7 @@ int emu_memory_alloc(size_t size, enum emu_space_kind kind, void **out) {
     goto out;
   }
   used_bytes[device] += rounded;
+  publish_used_locked();
   *out = (void *)base;
 out:
   pthread_mutex_unlock(&lock);
@@ -201,6 +227,7 @@ int emu_memory_free(void *ptr, unsigned kind_mask) {
         (kind_mask & EMU_KIND_BIT(s->kind))) {
       make_inaccessible(s->base, s->charged);
       used_bytes[s->device] -= s->charged;
+      publish_used_locked();
       remove_at(&spaces, (size_t)index);
       err = 0;
     }
@@ -373,6 +400,7 @@ int emu_memory_charge(int device, long long delta) {
   int err = 0;
   if (delta > 0 && (size_t)delta > quota_bytes - used_bytes[device]) err = -ENOMEM;
   else used_bytes[device] += (size_t)delta; /* a negative delta wraps back down */
+  publish_used_locked();
   pthread_mutex_unlock(&lock);
   return err;
 }
@@ -384,6 +412,7 @@ void emu_memory_reset(int device) {
     if ((s->kind == EMU_SPACE_DEVICE || s->kind == EMU_SPACE_MANAGED) && s->device == device) {
       make_inaccessible(s->base, s->charged);
       used_bytes[device] -= s->charged;
+      publish_used_locked();
       remove_at(&spaces, i);
     }
   }
@@ -543,6 +572,7 @@ int emu_vmm_create(int device, size_t size, uint64_t *handle) {
   physicals[physical_count] = (struct physical){fd, size, device};
   *handle = ++physical_count; /* handles are never reused */
   used_bytes[device] += size;
+  publish_used_locked();
   err = 0;
 out:
   pthread_mutex_unlock(&lock);
@@ -561,6 +591,7 @@ int emu_vmm_release(uint64_t handle) {
     close(p->fd); /* live mappings keep the pages until unmapped, as on the real device */
     p->fd = -1;
     used_bytes[p->device] -= p->size;
+    publish_used_locked();
   }
   pthread_mutex_unlock(&lock);
   return p ? 0 : -EINVAL;

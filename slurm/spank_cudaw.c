@@ -1,0 +1,374 @@
+/* spank_cudaw: a Slurm SPANK plugin that runs a job's tasks under cudaw, as `cudaw run` does
+ * (LD_PRELOAD and LD_LIBRARY_PATH to cudaw's libcudart, CUDAW_* in the environment), gives a job
+ * with shards of a GPU the matching share of its memory, and makes a suspended job release its
+ * device memory (CUDAW_SUSPEND=release). Jobs that ask for nothing are left untouched.
+ * Configuration (plugstack.conf arguments) and options: docs/slurm.md. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <slurm/spank.h>
+
+#include "gres_shards.h"
+
+SPANK_PLUGIN(cudaw, 1);
+
+#ifndef CUDAW_SPANK_LIBDIR
+#define CUDAW_SPANK_LIBDIR "/usr/local/lib/cudaw"
+#endif
+#ifndef CUDAW_SPANK_BINDIR
+#define CUDAW_SPANK_BINDIR "/usr/local/bin"
+#endif
+#ifndef CUDAW_SPANK_LIB_NAME
+#define CUDAW_SPANK_LIB_NAME "libcudart.so.13"
+#endif
+
+/* What one job asked for, merged from plugstack.conf's defaults and the job's options. */
+struct request {
+  bool enabled;           /* --cudaw (or implied by another option, a partition, shards) */
+  bool share;             /* --cudaw-share */
+  char mem[64];           /* --cudaw-mem, CUDAW_MEM_LIMIT */
+  char vmem[16];          /* --cudaw-vmem, CUDAW_VMEM */
+  bool suspend_release;   /* --cudaw-suspend=release (default) or keep */
+};
+
+/* plugstack.conf arguments (the site's choices). */
+static struct {
+  char libdir[PATH_MAX];
+  char bindir[PATH_MAX];
+  char partitions[512];   /* partitions=a,b or all: jobs there run under cudaw without --cudaw */
+  bool shard_jobs;        /* shards=on: jobs with shards run under cudaw, limited to their share */
+  unsigned shards_per_gpu; /* shards_per_gpu=M; 0: read gres.conf */
+  char gres_conf[PATH_MAX];
+  struct request defaults;
+} site = {CUDAW_SPANK_LIBDIR, CUDAW_SPANK_BINDIR, "", false, 0, "",
+          {false, false, "", "", true}};
+
+static struct request job;
+
+enum option_id { OPT_CUDAW = 1, OPT_SHARE, OPT_MEM, OPT_VMEM, OPT_SUSPEND };
+
+/* "4G", "1.5GiB", "8192M", "123456", "25%": the forms CUDAW_MEM_LIMIT takes (vmem/quota.c). */
+static bool valid_size(const char *text) {
+  size_t digits = strspn(text, "0123456789.");
+  if (digits == 0 || digits > 24 || strspn(text, "0123456789") == 0) return false;
+  const char *end = text + digits;
+  if (*end == '%') return end[1] == '\0' && strtod(text, NULL) > 0 && strtod(text, NULL) <= 100;
+  if (*end && strchr("KkMmGgTt", *end)) {
+    end++;
+    if (*end == 'i') end++;
+    if (*end == 'B' || *end == 'b') end++;
+  } else if (*end == 'B') {
+    end++;
+  }
+  return *end == '\0' && strtod(text, NULL) > 0;
+}
+
+static bool valid_vmem(const char *text) {
+  return !strcmp(text, "auto") || !strcmp(text, "remap") || !strcmp(text, "translate") ||
+         !strcmp(text, "off");
+}
+
+static bool valid_suspend(const char *text) {
+  return !strcmp(text, "release") || !strcmp(text, "keep");
+}
+
+static int option_seen(int val, const char *optarg, int remote) {
+  (void)remote;
+  job.enabled = true;
+  switch (val) {
+    case OPT_CUDAW:
+      return 0;
+    case OPT_SHARE:
+      job.share = true;
+      return 0;
+    case OPT_MEM:
+      if (!optarg || !valid_size(optarg) || strlen(optarg) >= sizeof job.mem) {
+        slurm_error("cudaw: --cudaw-mem=%s: expected a size (4G, 1.5GiB, 8192M) or a "
+                    "percentage (25%%)", optarg ? optarg : "");
+        return -1;
+      }
+      snprintf(job.mem, sizeof job.mem, "%s", optarg);
+      return 0;
+    case OPT_VMEM:
+      if (!optarg || !valid_vmem(optarg)) {
+        slurm_error("cudaw: --cudaw-vmem=%s: expected auto, remap, translate or off",
+                    optarg ? optarg : "");
+        return -1;
+      }
+      snprintf(job.vmem, sizeof job.vmem, "%s", optarg);
+      return 0;
+    case OPT_SUSPEND:
+      if (!optarg || !valid_suspend(optarg)) {
+        slurm_error("cudaw: --cudaw-suspend=%s: expected release or keep", optarg ? optarg : "");
+        return -1;
+      }
+      job.suspend_release = optarg[0] == 'r';
+      return 0;
+    default:
+      return -1;
+  }
+}
+
+static struct spank_option options[] = {
+    {"cudaw", NULL, "run the job's CUDA programs under cudaw", 0, OPT_CUDAW, option_seen},
+    {"cudaw-share", NULL, "under cudaw, sharing the node's GPUs through cudawd", 0, OPT_SHARE,
+     option_seen},
+    {"cudaw-mem", "SIZE|PERCENT", "under cudaw, with this much device memory per GPU (4G, 25%)",
+     1, OPT_MEM, option_seen},
+    {"cudaw-vmem", "POLICY", "under cudaw, with this virtual memory policy (auto, remap, "
+     "translate, off)", 1, OPT_VMEM, option_seen},
+    {"cudaw-suspend", "release|keep", "under cudaw: on suspend, release the device memory "
+     "(default) or keep it", 1, OPT_SUSPEND, option_seen},
+    SPANK_OPTIONS_TABLE_END};
+
+/* key=value arguments from plugstack.conf. */
+static int parse_arguments(int ac, char **av) {
+  for (int i = 0; i < ac; i++) {
+    const char *arg = av[i], *value = strchr(arg, '=');
+    if (!value) {
+      slurm_error("cudaw: plugstack.conf argument '%s' is not key=value", arg);
+      return -1;
+    }
+    size_t key_len = (size_t)(value - arg);
+    value++;
+#define KEY(name) (key_len == sizeof(name) - 1 && !strncmp(arg, name, key_len))
+#define COPY(field)                                                                     \
+  do {                                                                                  \
+    if (strlen(value) >= sizeof(field)) goto bad;                                      \
+    snprintf(field, sizeof(field), "%s", value);                                        \
+  } while (0)
+    if (KEY("libdir")) COPY(site.libdir);
+    else if (KEY("bindir")) COPY(site.bindir);
+    else if (KEY("partitions")) COPY(site.partitions);
+    else if (KEY("gres_conf")) COPY(site.gres_conf);
+    else if (KEY("shards")) {
+      if (strcmp(value, "on") && strcmp(value, "off")) goto bad;
+      site.shard_jobs = value[1] == 'n';
+    } else if (KEY("shards_per_gpu")) {
+      char *end;
+      unsigned long count = strtoul(value, &end, 10);
+      if (*end || count == 0 || count > 100000) goto bad;
+      site.shards_per_gpu = (unsigned)count;
+    } else if (KEY("mem")) {
+      if (!valid_size(value)) goto bad;
+      COPY(site.defaults.mem);
+    } else if (KEY("vmem")) {
+      if (!valid_vmem(value)) goto bad;
+      COPY(site.defaults.vmem);
+    } else if (KEY("share")) {
+      if (strcmp(value, "0") && strcmp(value, "1")) goto bad;
+      site.defaults.share = value[0] == '1';
+    } else if (KEY("suspend")) {
+      if (!valid_suspend(value)) goto bad;
+      site.defaults.suspend_release = value[0] == 'r';
+    } else {
+      goto bad;
+    }
+    continue;
+  bad:
+    slurm_error("cudaw: plugstack.conf argument '%s' is not valid (see docs/slurm.md)", arg);
+    return -1;
+#undef KEY
+#undef COPY
+  }
+  return 0;
+}
+
+int slurm_spank_init(spank_t sp, int ac, char **av) {
+  if (parse_arguments(ac, av) != 0) return -1;
+  /* Arguments may change the defaults: the job starts from them, its options go on top. */
+  job = site.defaults;
+  spank_context_t context = spank_context();
+  if (context != S_CTX_LOCAL && context != S_CTX_REMOTE && context != S_CTX_ALLOCATOR) return 0;
+  for (struct spank_option *o = options; o->name; o++)
+    if (spank_option_register(sp, o) != ESPANK_SUCCESS) {
+      slurm_error("cudaw: cannot register --%s", o->name);
+      return -1;
+    }
+  return 0;
+}
+
+static bool job_env(spank_t sp, const char *name, char *buf, int len) {
+  return spank_getenv(sp, name, buf, len) == ESPANK_SUCCESS && buf[0];
+}
+
+static bool in_list(const char *list, const char *item) {
+  size_t n = strlen(item);
+  for (const char *p = list; *p;) {
+    size_t len = strcspn(p, ",");
+    if (len == n && !strncmp(p, item, n)) return true;
+    p += len;
+    if (*p == ',') p++;
+  }
+  return false;
+}
+
+/* Prepend value to the task's variable, separated by ':'. */
+static int prepend(spank_t sp, const char *name, const char *value) {
+  char old[8192], joined[8192 + PATH_MAX + 2];
+  if (job_env(sp, name, old, sizeof old)) {
+    if (in_list(old, value) || !strncmp(old, value, strlen(value))) return 0; /* already first */
+    snprintf(joined, sizeof joined, "%s:%s", value, old);
+  } else {
+    snprintf(joined, sizeof joined, "%s", value);
+  }
+  return spank_setenv(sp, name, joined, 1) == ESPANK_SUCCESS ? 0 : -1;
+}
+
+/* The gres.conf that slurmd reads: the plugstack argument, else next to slurm.conf. */
+static void gres_conf_path(char *out, size_t len) {
+  if (site.gres_conf[0]) {
+    snprintf(out, len, "%s", site.gres_conf);
+    return;
+  }
+  const char *conf = getenv("SLURM_CONF");
+  if (conf && *conf && strrchr(conf, '/')) {
+    snprintf(out, len, "%.*s/gres.conf", (int)(strrchr(conf, '/') - conf), conf);
+    return;
+  }
+  snprintf(out, len, "/etc/slurm/gres.conf");
+}
+
+/* CUDAW_MEM_LIMIT for a job with SLURM_SHARDS_ON_NODE=N shards: N/M of the GPU as a percentage
+ * (cudaw turns it into bytes of the device it runs on). 1: set, 0: not a shard job, -1: cannot. */
+static int shard_limit(spank_t sp, char *limit, size_t len) {
+  char text[32];
+  if (!job_env(sp, "SLURM_SHARDS_ON_NODE", text, sizeof text)) return 0;
+  char *end;
+  unsigned long shards = strtoul(text, &end, 10);
+  if (*end || shards == 0) return 0;
+  unsigned per_gpu = site.shards_per_gpu;
+  char path[PATH_MAX], why[256] = "";
+  if (!per_gpu) {
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    char *dot = strchr(host, '.');
+    if (dot) *dot = '\0';
+    gres_conf_path(path, sizeof path);
+    if (gres_shards_per_gpu(path, host, &per_gpu, why, sizeof why) != 0) {
+      slurm_error("cudaw: %lu shards but no limit: %s (or set shards_per_gpu= in "
+                  "plugstack.conf)", shards, why);
+      return -1;
+    }
+  }
+  if (shards > per_gpu) shards = per_gpu;
+  snprintf(limit, len, "%.6f%%", 100.0 * (double)shards / (double)per_gpu);
+  slurm_debug("cudaw: %lu of %u shards: CUDAW_MEM_LIMIT=%s", shards, per_gpu, limit);
+  return 1;
+}
+
+/* Is this job to run under cudaw: its options, its partition, or its shards (site choices). */
+static bool wanted(spank_t sp) {
+  if (job.enabled) return true;
+  char text[256];
+  if (site.partitions[0] && job_env(sp, "SLURM_JOB_PARTITION", text, sizeof text) &&
+      (!strcmp(site.partitions, "all") || in_list(site.partitions, text)))
+    return true;
+  return site.shard_jobs && job_env(sp, "SLURM_SHARDS_ON_NODE", text, sizeof text);
+}
+
+/* The run dir both the tasks and cudawd use: the job's CUDAW_RUN_DIR, else /tmp/cudaw-<uid>
+ * (slurmstepd's tasks have no XDG_RUNTIME_DIR of their own). */
+static void run_dir(spank_t sp, char *out, size_t len) {
+  if (job_env(sp, "CUDAW_RUN_DIR", out, (int)len)) return;
+  snprintf(out, len, "/tmp/cudaw-%u", (unsigned)getuid());
+  spank_setenv(sp, "CUDAW_RUN_DIR", out, 1);
+}
+
+static bool cudawd_answers(const char *path) {
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  if (strlen(path) >= sizeof addr.sun_path) return false;
+  snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path);
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  bool answers = fd >= 0 && connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0;
+  if (fd >= 0) close(fd);
+  return answers;
+}
+
+/* --cudaw-share: start the user's cudawd on this node unless one answers (detached: it serves
+ * the user's later jobs too; with proctrack/cgroup it ends with this job's step). */
+static void ensure_cudawd(const char *dir) {
+  char sock[PATH_MAX + 16], log[PATH_MAX + 16], daemon[PATH_MAX + 16];
+  snprintf(sock, sizeof sock, "%s/cudawd.sock", dir);
+  snprintf(log, sizeof log, "%s/cudawd.log", dir);
+  snprintf(daemon, sizeof daemon, "%s/cudawd", site.bindir);
+  if (cudawd_answers(sock)) return;
+  if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+    slurm_error("cudaw: cannot create %s: %s", dir, strerror(errno));
+    return;
+  }
+  pid_t child = fork();
+  if (child < 0) return;
+  if (child == 0) {
+    if (setsid() < 0 || fork() != 0) _exit(0);
+    /* slurmstepd blocks signals in its threads and exec keeps the mask: without this, cudawd
+     * would ignore SIGTERM for good. */
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    for (int signal_number = 1; signal_number < NSIG; signal_number++)
+      if (signal_number != SIGKILL && signal_number != SIGSTOP) signal(signal_number, SIG_DFL);
+    int null_fd = open("/dev/null", O_RDONLY), log_fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (null_fd >= 0) dup2(null_fd, 0);
+    if (log_fd >= 0) {
+      dup2(log_fd, 1);
+      dup2(log_fd, 2);
+    }
+    setenv("CUDAW_RUN_DIR", dir, 1);
+    execl(daemon, "cudawd", (char *)NULL);
+    _exit(127);
+  }
+  waitpid(child, NULL, 0);
+  for (int i = 0; i < 100 && !cudawd_answers(sock); i++) usleep(50000);
+  if (!cudawd_answers(sock))
+    slurm_error("cudaw: cudawd (%s) did not start, see %s; the job runs unshared", daemon, log);
+}
+
+/* In the task, as the user, before exec: what `cudaw run` does, plus the job's settings. */
+int slurm_spank_task_init(spank_t sp, int ac, char **av) {
+  (void)ac;
+  (void)av;
+  if (!spank_remote(sp) || !wanted(sp)) return 0;
+  char lib[PATH_MAX + 64];
+  snprintf(lib, sizeof lib, "%s/%s", site.libdir, CUDAW_SPANK_LIB_NAME);
+  if (access(lib, R_OK) != 0) {
+    slurm_error("cudaw: %s: %s; the job runs without cudaw (set libdir= in plugstack.conf)", lib,
+                strerror(errno));
+    return 0;
+  }
+  if (prepend(sp, "LD_LIBRARY_PATH", site.libdir) || prepend(sp, "LD_PRELOAD", lib)) {
+    slurm_error("cudaw: cannot set the task's environment");
+    return -1;
+  }
+  char limit[64], dir[PATH_MAX];
+  if (job.mem[0]) spank_setenv(sp, "CUDAW_MEM_LIMIT", job.mem, 1);
+  else if (shard_limit(sp, limit, sizeof limit) == 1) spank_setenv(sp, "CUDAW_MEM_LIMIT", limit, 1);
+  if (job.vmem[0]) spank_setenv(sp, "CUDAW_VMEM", job.vmem, 1);
+  if (job.suspend_release) spank_setenv(sp, "CUDAW_SUSPEND", "release", 1);
+  if (job.share) spank_setenv(sp, "CUDAW_SHARE", "1", 1);
+  run_dir(sp, dir, sizeof dir);
+  return 0;
+}
+
+/* Once per step on the node, as the user, before the tasks start: cudawd for sharing jobs. */
+int slurm_spank_user_init(spank_t sp, int ac, char **av) {
+  (void)ac;
+  (void)av;
+  if (!spank_remote(sp) || !wanted(sp) || !job.share) return 0;
+  char dir[PATH_MAX];
+  run_dir(sp, dir, sizeof dir);
+  ensure_cudawd(dir);
+  return 0;
+}

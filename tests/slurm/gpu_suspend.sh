@@ -1,0 +1,116 @@
+#!/bin/sh
+# Description: on a GPU machine (root), a PyTorch job under Slurm gives its GPU memory back
+# while suspended: a one-machine cluster (cluster.sh) with the real GPU as gres, the job started
+# with srun --cudaw, scontrol suspend; another process (nvidia-smi) sees the memory free while
+# the job is stopped; scontrol resume; the job's per-step losses are identical to a native run.
+# Slurm comes from the .deb files in SLURM_DEBS (default .carry/slurm-debs, fetched with
+# `apt-get download`) where it is not installed, since the GPU machine reaches no registry.
+#   usage: tests/slurm/gpu_suspend.sh [BUILD_DIR]      (default build-slurm-gpu; built if needed)
+#   GIB: ballast the job holds besides its model (default 8), STEPS (default 200)
+#   exit 0 / 1 / 77 (no GPU, no PyTorch, not root)
+set -u
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:-$root/build-slurm-gpu}
+debs=${SLURM_DEBS:-$root/.carry/slurm-debs}
+GIB=${GIB:-8} STEPS=${STEPS:-200}
+train=$root/tests/sched/share_train.py
+PY=${PYTHON:-python3}
+
+[ "$(id -u)" -eq 0 ] || { echo "skipped: needs root (slurmd)"; exit 77; }
+nvidia-smi -L >/dev/null 2>&1 || { echo "skipped: no GPU"; exit 77; }
+"$PY" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null ||
+  { echo "skipped: no PyTorch with CUDA"; exit 77; }
+
+# 1. Slurm from the carried .deb files.
+if ! command -v slurmd >/dev/null 2>&1 && [ ! -x /usr/sbin/slurmd ]; then
+  ls "$debs"/slurmd_*.deb >/dev/null 2>&1 || { echo "FAIL: no Slurm and no .deb files in $debs"; exit 1; }
+  echo "installing Slurm from $debs"
+  # No systemd here: keep the packages' scripts from starting services.
+  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+  # Only what is missing: a newer library already there must not be downgraded.
+  missing=""
+  for deb in "$debs"/*.deb; do
+    package=$(dpkg-deb -f "$deb" Package)
+    [ "$package" = libslurm-dev ] && continue
+    dpkg -s "$package" 2>/dev/null | grep -q '^Status: install ok installed' || missing="$missing $deb"
+  done
+  DEBIAN_FRONTEND=noninteractive dpkg -i $missing \
+    > /tmp/cudaw-slurm-dpkg.log 2>&1 || { tail -20 /tmp/cudaw-slurm-dpkg.log; echo "FAIL: dpkg -i"; exit 1; }
+  rm -f /usr/sbin/policy-rc.d
+fi
+# 2. cudaw with the plugin, built as tests/gpu/device_run.sh builds it: the -dev packages the GPU
+#    machine lacks travel in .carry/debs and are unpacked into /tmp/deps, and spank.h comes from
+#    libslurm-dev unpacked there too (installing it would pull every Slurm plugin's -dev package).
+deps=/tmp/deps/usr
+mkdir -p /tmp/deps
+for f in "${DEBS:-$root/.carry/debs}"/*.deb; do [ -f "$f" ] && dpkg -x "$f" /tmp/deps; done
+[ -f /usr/include/slurm/spank.h ] || dpkg -x "$debs"/libslurm-dev_*.deb /tmp/deps
+if [ ! -f "$build/lib/spank_cudaw.so" ] || [ ! -x "$build/bin/cudaw" ]; then
+  echo "building cudaw in $build"
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUDAW_BUILD_TESTS=OFF \
+    -DCMAKE_PREFIX_PATH=$deps -DCMAKE_INCLUDE_PATH=$deps/include \
+    -DCMAKE_LIBRARY_PATH=$deps/lib/x86_64-linux-gnu > "$build.cmake.log" 2>&1 ||
+    { tail -30 "$build.cmake.log"; exit 1; }
+  cmake --build "$build" -j"$(nproc)" --target spank_cudaw cudaw cudaw_launcher cudawd cudaw_ctl \
+    > "$build.build.log" 2>&1 || { tail -30 "$build.build.log"; exit 1; }
+fi
+[ -f "$build/lib/spank_cudaw.so" ] || { echo "FAIL: spank_cudaw.so not built (see $build.cmake.log)"; exit 1; }
+
+# 3. The cluster, with the real GPU as its gres.
+dir=$(mktemp -d /tmp/cudaw-slurm-gpu.XXXXXX)
+chmod 0755 "$dir"
+srun_pid=""
+cleanup() {
+  [ -z "$srun_pid" ] || kill "$srun_pid" 2>/dev/null
+  sh "$root/tests/slurm/cluster.sh" stop "$dir"
+  echo "logs in $dir"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+echo "required $build/lib/spank_cudaw.so libdir=$build/lib bindir=$build/bin gres_conf=$dir/gres.conf" \
+  > "$dir/plugstack.conf"
+CLUSTER_GPU_FILE=/dev/nvidia0 sh "$root/tests/slurm/cluster.sh" start "$dir" "$dir/plugstack.conf" ||
+  { echo "FAIL: the cluster did not start"; exit 1; }
+export SLURM_CONF="$dir/slurm.conf"
+gpu_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; }
+
+# 4. The native run's losses, then the same job under Slurm, suspended and resumed.
+echo "native run: $STEPS steps, ballast $GIB GiB"
+"$PY" "$train" --steps "$STEPS" --ballast-gib "$GIB" --record "$dir/native.losses" > "$dir/native.out" 2>&1 ||
+  { cat "$dir/native.out"; exit 1; }
+idle=$(gpu_used)
+CUDAW_LOG=info srun -N1 -n1 --cudaw -J cudaw-gpu "$PY" "$train" --steps "$STEPS" --ballast-gib "$GIB" \
+  --check "$dir/native.losses" > "$dir/job.out" 2>&1 &
+srun_pid=$!
+i=0
+until grep -q '^step 0 ' "$dir/job.out"; do
+  i=$((i + 1)); [ $i -lt 1200 ] || { cat "$dir/job.out"; echo "FAIL: the job did not start training"; exit 1; }
+  kill -0 $srun_pid 2>/dev/null || { cat "$dir/job.out"; echo "FAIL: the job ended early"; exit 1; }
+  sleep 0.1
+done
+sleep 2
+task=$(grep -m1 -o '^cudaw\[[0-9]*\]' "$dir/job.out" | tr -dc 0-9)
+jobid=$(squeue -h -n cudaw-gpu -o %i)
+before=$(gpu_used)
+t0=$(date +%s.%N)
+scontrol suspend "$jobid" || { echo "FAIL: scontrol suspend"; exit 1; }
+i=0
+while [ "$(ps -o stat= -p "$task" | cut -c1)" != T ]; do
+  i=$((i + 1)); [ $i -lt 200 ] || { echo "FAIL: task $task not stopped within 20 s"; exit 1; }
+  sleep 0.05
+done
+t1=$(date +%s.%N)
+sleep 3
+during=$(gpu_used)
+apps=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | tr '\n' ';')
+scontrol resume "$jobid" || { echo "FAIL: scontrol resume"; exit 1; }
+wait $srun_pid
+rc=$?
+srun_pid=""
+grep -E 'suspend:|^check:|^ballast|^times' "$dir/job.out"
+echo "GPU memory used (MiB, nvidia-smi): idle $idle, job running $before, job suspended $during" \
+     "(stopped $(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }") s after scontrol suspend); apps while suspended: ${apps:-none}"
+[ $rc -eq 0 ] || { echo "FAIL: the job failed (rc $rc)"; exit 1; }
+grep -q '^check: ok' "$dir/job.out" || { echo "FAIL: losses differ from the native run"; exit 1; }
+[ "$during" -lt $((before - GIB * 1024 / 2)) ] || { echo "FAIL: the suspended job did not free its memory"; exit 1; }
+echo "ok: suspended job freed $((before - during)) MiB; losses identical to the native run"

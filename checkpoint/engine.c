@@ -185,8 +185,8 @@ int engine_prepare(struct engine *e) {
 #define REGISTER_PIECE (1ull << 30)
 
 static void unregister_region(struct engine *e, struct image_region *r) {
-  if (r->in_reserve) return; /* the reserve's registration stays with the reserve */
-  for (uint64_t at = 0; at < r->registered; at += REGISTER_PIECE)
+  /* The reserve's registration stays with the reserve. */
+  for (uint64_t at = 0; !r->in_reserve && at < r->registered; at += REGISTER_PIECE)
     e->ops->host_unregister(e->ctx, r->data + at);
   atomic_fetch_sub(&e->registered_bytes, r->registered);
   r->registered = 0;
@@ -362,7 +362,8 @@ static bool place_in_reserve(struct engine *e) {
     if (r->data) continue;
     r->data = base + at;
     r->mapped = (size_t)((r->region.size + align - 1) / align * align);
-    r->registered = r->mapped; /* for direct(): the reserve's pieces decide */
+    r->registered = r->mapped; /* page-locked already: status counts it */
+    atomic_fetch_add(&e->registered_bytes, r->registered);
     r->in_reserve = true;
     r->fresh = true; /* no earlier image's bytes: every chunk is copied */
     at += r->mapped;

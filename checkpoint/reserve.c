@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +36,8 @@ struct reserve {
   pthread_mutex_t lock;
   pthread_cond_t wake;
   pthread_t thread;
-  bool running, stop, taken, refused;
+  bool running, taken, refused;
+  _Atomic bool stop;     /* also read between the steps of faulting a piece in */
   uint64_t ready;        /* faulted in and registered: usable by a checkpoint */
   uint64_t used;         /* taken by the current image */
   uint64_t target;       /* what the thread grows towards, for status */
@@ -83,6 +85,7 @@ static int grow_piece(struct reserve *rs, uint64_t at, uint64_t n) {
   /* A few huge pages at a time: faulting holds the address space's lock, which the program's
    * own mmap and munmap (allocations) need; a whole piece at once made them wait ~0.3 s. */
   for (uint64_t done = 0; done < n; done += FAULT_STEP) {
+    if (atomic_load(&rs->stop)) return -ECANCELED; /* the program is leaving */
     size_t step = (size_t)(n - done < FAULT_STEP ? n - done : FAULT_STEP);
     if (madvise(p + done, step, MADV_POPULATE_WRITE) != 0)
       for (size_t i = 0; i < step; i += 4096) ((volatile uint8_t *)p + done)[i] = 0;
@@ -98,7 +101,9 @@ static void *grow(void *arg) {
     want = (want + rs->piece - 1) / rs->piece * rs->piece;
     if (want > rs->capacity) want = rs->capacity;
     rs->target = want;
-    if (!rs->taken && !rs->refused && want > rs->ready) {
+    /* Not while paused: with CUDAW_CKPT_RELEASE=all the driver holds the process, and
+     * page-locking calls into it would wait until the resume. */
+    if (!rs->taken && !rs->refused && want > rs->ready && ckpt_state() == CKPT_RUNNING) {
       uint64_t available = meminfo("MemAvailable");
       uint64_t allowed = available == UINT64_MAX ? UINT64_MAX
                                                  : rs->ready + available / 100 * rs->budget_pct;
@@ -111,6 +116,7 @@ static void *grow(void *arg) {
       pthread_mutex_unlock(&rs->lock);
       int rc = grow_piece(rs, at, rs->piece);
       pthread_mutex_lock(&rs->lock);
+      if (rc == -ECANCELED) break;
       if (rc) {
         rs->refused = true;
         snprintf(rs->refusal, sizeof rs->refusal, "CUDAW_CKPT_RESERVE: page-locking the reserve "

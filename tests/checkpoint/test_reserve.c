@@ -68,6 +68,7 @@ static void fixed_reserve(void) {
   CHECK_EQ(restored.staged_bytes, 0); /* and none on the way back */
   reserve_status(engine_reserve(e), &info);
   CHECK(info.used >= total_bytes(&h), "the image holds the reserve");
+  CHECK(engine_image_registered(e) >= total_bytes(&h), "status counts the image as page-locked");
   engine_drop_image(e);
   reserve_status(engine_reserve(e), &info);
   CHECK_EQ(info.used, 0);

@@ -37,6 +37,7 @@ struct reserve {
   pthread_cond_t wake;
   pthread_t thread;
   bool running, taken, refused;
+  bool shrinking;        /* auto: device memory fell to half the reserve; give back to it */
   _Atomic bool stop;     /* also read between the steps of faulting a piece in */
   uint64_t ready;        /* faulted in and registered: usable by a checkpoint */
   uint64_t used;         /* taken by the current image */
@@ -102,8 +103,9 @@ static void *grow(void *arg) {
     if (want > rs->capacity) want = rs->capacity;
     rs->target = want;
     /* Not while paused: with CUDAW_CKPT_RELEASE=all the driver holds the process, and
-     * page-locking calls into it would wait until the resume. */
-    if (!rs->taken && !rs->refused && want > rs->ready && ckpt_state() == CKPT_RUNNING) {
+     * page-locking calls into it would wait until the resume. While a kept image holds the
+     * reserve it still grows past it, for the next image that replaces that one. */
+    if (!rs->refused && want > rs->ready && ckpt_state() == CKPT_RUNNING) {
       uint64_t available = meminfo("MemAvailable");
       uint64_t allowed = available == UINT64_MAX ? UINT64_MAX
                                                  : rs->ready + available / 100 * rs->budget_pct;
@@ -127,6 +129,20 @@ static void *grow(void *arg) {
         rs->ready = at + rs->piece;
         pthread_cond_broadcast(&rs->wake);
       }
+      continue;
+    }
+    /* auto: the program gave much of its device memory back; so does the reserve, piece by
+     * piece from the top (at half, so that a program that frees and allocates again does not
+     * make it shrink and grow each time). */
+    if (!rs->fixed && !rs->taken && want * 2 <= rs->ready) rs->shrinking = true;
+    if (rs->shrinking && (rs->taken || rs->ready <= want)) rs->shrinking = false;
+    if (rs->shrinking && ckpt_state() == CKPT_RUNNING) {
+      rs->ready -= rs->piece; /* a checkpoint now cannot take it */
+      uint8_t *top = rs->base + rs->ready;
+      pthread_mutex_unlock(&rs->lock);
+      rs->ops->host_unregister(rs->ctx, top);
+      madvise(top, (size_t)rs->piece, MADV_DONTNEED);
+      pthread_mutex_lock(&rs->lock);
       continue;
     }
     struct timespec until;

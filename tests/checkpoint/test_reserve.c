@@ -1,6 +1,7 @@
 /* Description: the image reserve (CUDAW_CKPT_RESERVE). A checkpoint copies straight into it (the
  * engine counts every image byte there and none through staging) and a resume restores every
- * byte; auto grows it as the program's device memory grows; an image it cannot hold takes the
+ * byte; auto grows it as the program's device memory grows and shrinks it when that memory is
+ * freed; an image it cannot hold takes the
  * old path; a reserve past the host-memory budget is refused with a message naming the variable
  * and the checkpoint still works; freeing the engine unregisters it. */
 #define _GNU_SOURCE
@@ -106,6 +107,17 @@ static void auto_reserve(void) {
   CHECK_EQ(saved.reserve_bytes, total_bytes(&h));
   CHECK_EQ(saved.staged_bytes, 0);
   engine_drop_image(e);
+  /* The program frees the three regions: the reserve shrinks back to one piece. */
+  pthread_mutex_lock(&h.lock);
+  for (size_t i = 1; i < h.region_count; i++) free(h.regions[i].memory);
+  h.region_count = 1;
+  pthread_mutex_unlock(&h.lock);
+  double deadline = ckpt_now() + 10;
+  do reserve_status(engine_reserve(e), &info);
+  while (info.bytes > 2 * MIB && ckpt_now() < deadline);
+  CHECK_EQ(info.bytes, 2 * MIB);
+  CHECK_EQ(h.registered_live, 1);
+  for (int i = 0; i < 3; i++) fake_host_add_region(&h, 3 * MIB, 0, 20 + (uint32_t)i);
   engine_free(e);
 
   /* A fixed reserve too small for the image: today's path, same bytes. */

@@ -93,7 +93,8 @@ struct ckpt_host_ops {
   int (*stream_sync)(void *ctx, void *stream);
   /* Optional (both or neither). Page-lock [host, host + n) of the module's image for copies on
    * every device (cudaHostRegisterPortable), and undo it (host is the start of a registered
-   * range). Called from one module thread at a time, while no copy uses the range. */
+   * range). Called from at most two module threads at once (the image's registrar and the
+   * reserve's, on different ranges), while no copy uses the range. */
   int (*host_register)(void *ctx, void *host, size_t n);
   void (*host_unregister)(void *ctx, void *host);
   /* Page-locked host memory usable by copies on every device (cudaHostAllocPortable). */
@@ -117,6 +118,10 @@ struct ckpt_host_ops {
    * and a resume checks every chunk on the device after its copy. */
   int (*device_hash)(void *ctx, int device, const struct ckpt_delta_piece *pieces, size_t count,
                      uint64_t *sums);
+  /* Optional. What a checkpoint would save now, roughly: the bytes of device memory and how many
+   * regions they are in. Any module thread, gate open or not; cheap (polled by the reserve,
+   * CUDAW_CKPT_RESERVE=auto, which stays empty without it). */
+  int (*device_bytes)(void *ctx, uint64_t *bytes, uint64_t *regions);
   /* Optional. Device memory the process still holds on `device` (context, ...) for status.
    * Must not create a context: -ENODEV where there is none. */
   int (*mem_held)(void *ctx, int device, uint64_t *bytes);
@@ -143,6 +148,10 @@ struct ckpt_options {
   int pin_early;             /* CUDAW_CKPT_PIN_EARLY: pin staging once the program has memory */
   int fill_kernel;           /* CUDAW_CKPT_FILL=kernel: fresh image pages filled by userfaultfd */
   int suspend_release;       /* CUDAW_SUSPEND=release: SIGTSTP checkpoints, SIGCONT resumes */
+  int reserve_auto;          /* CUDAW_CKPT_RESERVE=auto: a reserve the size of device memory */
+  uint64_t reserve_bytes;    /* CUDAW_CKPT_RESERVE=SIZE (0: off unless auto) */
+  uint32_t reserve_budget_pct; /* CUDAW_CKPT_RESERVE_BUDGET: % of MemAvailable it may take */
+  uint64_t reserve_piece;    /* the reserve grows by this much (not from the environment: tests) */
 };
 
 /* One row of the options table, for the shim's merged table and `cudaw-ctl --help`. */
@@ -188,6 +197,8 @@ struct ckpt_result {
   uint64_t unchanged_bytes;   /* delta checkpoint: bytes found unchanged and not copied */
   uint64_t filled_bytes;      /* checkpoint: bytes the kernel put into fresh image pages itself
                                * (CUDAW_CKPT_FILL=kernel), skipping their zeroing */
+  uint64_t reserve_bytes;     /* checkpoint: image bytes copied straight into the reserve */
+  uint64_t staged_bytes;      /* bytes that went through staging buffers */
   double memory_seconds;  /* release_all (checkpoint) or recreate_all (resume) */
   double total_seconds;   /* request -> paused or running */
   uint64_t disk_bytes;    /* image bytes written to / read from disk (0: host memory only) */

@@ -102,12 +102,14 @@ int control_format_result(const struct ckpt_result *r, char *buf, size_t len) {
          "\"memory_ms\":%.3f,\"shortfall\":%" PRIu64 ",\"threads\":%u,\"wait_ms\":%.3f,"
          "\"memcpy_ms\":%.3f,\"hash_ms\":%.3f,\"fault_ms\":%.3f,\"device_hash_ms\":%.3f,"
          "\"unchanged_bytes\":%" PRIu64 ",\"filled_bytes\":%" PRIu64
-         ",\"issue_ms\":%.3f,\"image_ms\":%.3f",
+         ",\"issue_ms\":%.3f,\"image_ms\":%.3f,\"reserve_bytes\":%" PRIu64
+         ",\"staged_bytes\":%" PRIu64,
          r->bytes, r->regions, r->total_seconds, rate, r->gate_seconds * 1e3,
          r->drain_seconds * 1e3, r->setup_seconds * 1e3, r->copy_seconds, r->memory_seconds * 1e3,
          r->shortfall, r->copy_threads, r->dma_wait_seconds * 1e3, r->host_copy_seconds * 1e3,
          r->hash_seconds * 1e3, r->fault_seconds * 1e3, r->device_hash_seconds * 1e3,
-         r->unchanged_bytes, r->filled_bytes, r->issue_seconds * 1e3, r->image_seconds * 1e3);
+         r->unchanged_bytes, r->filled_bytes, r->issue_seconds * 1e3, r->image_seconds * 1e3,
+         r->reserve_bytes, r->staged_bytes);
   append(buf, len, &used,
          ",\"released_all\":%s,\"driver_seconds\":%.6f,\"disk_bytes\":%" PRIu64
          ",\"disk_stored\":%" PRIu64 ",\"disk_seconds\":%.6f,\"disk_gbps\":%.3f}\n",
@@ -158,6 +160,12 @@ static void format_status(char *buf, size_t len) {
   append(buf, len, &used, ",\"released_all\":%s,\"disk_bytes\":%" PRIu64 ",\"disk_stored\":%" PRIu64,
          paused.driver_released ? "true" : "false", paused.disk_bytes, paused.disk_stored);
   if (paused.dir[0]) append_string(buf, len, &used, "image_dir", paused.dir);
+  struct reserve_info reserve;
+  transition_reserve(&reserve);
+  if (reserve.enabled)
+    append(buf, len, &used, ",\"reserve_bytes\":%" PRIu64 ",\"reserve_used\":%" PRIu64
+           ",\"reserve_target\":%" PRIu64 ",\"reserve_refused\":%s", reserve.bytes, reserve.used,
+           reserve.target, reserve.refused ? "true" : "false");
   struct ckpt_other_memory other = transition_other_memory();
   append(buf, len, &used,
          ",\"managed_moved\":%" PRIu64 ",\"managed_moved_bytes\":%" PRIu64

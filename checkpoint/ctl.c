@@ -283,6 +283,13 @@ static void print_status(pid_t pid, const char *reply) {
     printf("; still on the device: %.0f CUDA arrays (%s)", json_number(reply, "arrays_held"), held);
   }
   if (json_true(reply, "released_all")) printf("; the driver holds the rest: nothing on the GPU");
+  if (strstr(reply, "\"reserve_bytes\":")) { /* CUDAW_CKPT_RESERVE */
+    char reserve[32], used[32];
+    ckpt_format_bytes((uint64_t)json_number(reply, "reserve_bytes"), reserve, sizeof reserve);
+    ckpt_format_bytes((uint64_t)json_number(reply, "reserve_used"), used, sizeof used);
+    printf("; image reserve %s page-locked, %s used%s", reserve, used,
+           json_true(reply, "reserve_refused") ? " (refused to grow: host-memory budget)" : "");
+  }
   char dir[4096];
   if (json_get(reply, "image_dir", dir, sizeof dir)) {
     char on_disk[32];

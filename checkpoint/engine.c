@@ -33,6 +33,7 @@ struct image_region {
   size_t mapped;
   bool fresh; /* mapped for this checkpoint: no page of it is in memory yet */
   bool untouched; /* fresh and registered with the filler: written only through it */
+  bool in_reserve; /* data lies in the reserve: registered already, never unmapped here */
   uint64_t registered; /* bytes from the start registered for direct DMA, in REGISTER_PIECE steps */
   bool device_sums; /* sums are ckpt_delta_hash values taken on the device, else host XXH3-64 */
   uint64_t *sums; /* one per chunk */
@@ -65,6 +66,8 @@ struct engine {
   size_t image_count;
   uint64_t image_bytes;
   bool device_hash_warned;
+  struct reserve *reserve; /* CUDAW_CKPT_RESERVE, or NULL */
+  bool reserve_held;       /* the image's regions lie in it */
 };
 
 /* One chunk of work: region index and chunk index in it. */
@@ -92,6 +95,7 @@ struct worker {
   struct job *job;
   int index;
   pthread_t thread;
+  uint64_t staged_bytes; /* save or restore: bytes through staging */
   double setup_seconds; /* creating streams */
   struct engine_times times;
 };
@@ -109,6 +113,7 @@ struct engine *engine_new(const struct ckpt_host_ops *ops, void *ctx, const stru
   if (e->threads > (int)options->streams) e->threads = (int)options->streams;
   e->slots_per_thread = (int)options->streams / e->threads;
   e->slots = e->threads * e->slots_per_thread;
+  e->reserve = reserve_new(ops, ctx, options);
   return e;
 }
 
@@ -180,7 +185,8 @@ int engine_prepare(struct engine *e) {
 #define REGISTER_PIECE (1ull << 30)
 
 static void unregister_region(struct engine *e, struct image_region *r) {
-  for (uint64_t at = 0; at < r->registered; at += REGISTER_PIECE)
+  /* The reserve's registration stays with the reserve. */
+  for (uint64_t at = 0; !r->in_reserve && at < r->registered; at += REGISTER_PIECE)
     e->ops->host_unregister(e->ctx, r->data + at);
   atomic_fetch_sub(&e->registered_bytes, r->registered);
   r->registered = 0;
@@ -190,7 +196,7 @@ static void *register_regions(void *arg) {
   struct engine *e = arg;
   for (size_t i = 0; i < e->image_count; i++) {
     struct image_region *r = &e->image[i];
-    while (r->registered < r->mapped && !atomic_load(&e->registrar_stop)) {
+    while (!r->in_reserve && r->registered < r->mapped && !atomic_load(&e->registrar_stop)) {
       uint64_t piece = r->mapped - r->registered < REGISTER_PIECE ? r->mapped - r->registered
                                                                   : REGISTER_PIECE;
       int rc = e->ops->host_register(e->ctx, r->data + r->registered, (size_t)piece);
@@ -224,7 +230,7 @@ uint64_t engine_image_registered(struct engine *e) { return atomic_load(&e->regi
 
 static void free_image_region(struct engine *e, struct image_region *r) {
   if (r->registered) unregister_region(e, r);
-  if (r->data) munmap(r->data, r->mapped);
+  if (r->data && !r->in_reserve) munmap(r->data, r->mapped);
   free(r->sums);
   memset(r, 0, sizeof *r);
 }
@@ -232,7 +238,8 @@ static void free_image_region(struct engine *e, struct image_region *r) {
 void engine_forget_pinned(struct engine *e) {
   stop_registering(e);
   for (int s = 0; e->staging && s < e->slots; s++) e->staging[s] = NULL;
-  for (size_t i = 0; i < e->image_count; i++) e->image[i].registered = 0; /* gone with it */
+  for (size_t i = 0; i < e->image_count; i++)
+    if (!e->image[i].in_reserve) e->image[i].registered = 0; /* gone with it */
   atomic_store(&e->registered_bytes, 0);
 }
 
@@ -248,7 +255,8 @@ static void stop_filling(struct engine *e) {
   e->filling_bytes = 0;
 }
 
-void engine_drop_image(struct engine *e) {
+/* Free the image's regions; the reserve stays taken (see engine_drop_image). */
+static void drop_regions(struct engine *e) {
   stop_registering(e);
   stop_filling(e);
   for (size_t i = 0; i < e->image_count; i++) free_image_region(e, &e->image[i]);
@@ -258,9 +266,16 @@ void engine_drop_image(struct engine *e) {
   e->image_bytes = 0;
 }
 
+void engine_drop_image(struct engine *e) {
+  drop_regions(e);
+  if (e->reserve_held) reserve_give_back(e->reserve);
+  e->reserve_held = false;
+}
+
 void engine_free(struct engine *e) {
   if (!e) return;
   engine_drop_image(e);
+  reserve_free(e->reserve);
   image_filler_close(&e->filler);
   for (int i = 0; e->streams && i < e->devices * e->slots; i++)
     if (e->streams[i]) e->ops->stream_destroy(e->ctx, e->streams[i]);
@@ -272,6 +287,7 @@ void engine_free(struct engine *e) {
 }
 
 uint64_t engine_image_bytes(const struct engine *e) { return e->image_bytes; }
+struct reserve *engine_reserve(struct engine *e) { return e->reserve; }
 uint64_t engine_image_regions(const struct engine *e) { return e->image_count; }
 
 int engine_image_device_bytes(const struct engine *e, uint64_t *bytes, int max_devices) {
@@ -329,6 +345,32 @@ static uint64_t host_memory_available(void) {
   return result;
 }
 
+/* Put every fresh region of the image into the reserve, each at a reserve_align boundary, if it
+ * holds them all (a kept image in it already has it: then none). Only for a checkpoint's image:
+ * one read from disk is no reason to hold page-locked memory. */
+static bool place_in_reserve(struct engine *e) {
+  if (!e->reserve || e->reserve_held) return false;
+  uint64_t align = reserve_align(e->reserve), bytes = 0;
+  for (size_t i = 0; i < e->image_count; i++)
+    if (!e->image[i].data) bytes += (e->image[i].region.size + align - 1) / align * align;
+  uint8_t *base = bytes ? reserve_take(e->reserve, bytes) : NULL;
+  if (!base) return false;
+  e->reserve_held = true;
+  uint64_t at = 0;
+  for (size_t i = 0; i < e->image_count; i++) {
+    struct image_region *r = &e->image[i];
+    if (r->data) continue;
+    r->data = base + at;
+    r->mapped = (size_t)((r->region.size + align - 1) / align * align);
+    r->registered = r->mapped; /* page-locked already: status counts it */
+    atomic_fetch_add(&e->registered_bytes, r->registered);
+    r->in_reserve = true;
+    r->fresh = true; /* no earlier image's bytes: every chunk is copied */
+    at += r->mapped;
+  }
+  return true;
+}
+
 /* Build the image for `list`: reuse a kept buffer whose region has the same id and size, map
  * the rest as one fresh mapping (with fill, registered with the filler), free what is no longer
  * needed. */
@@ -350,7 +392,9 @@ static int build_image(struct engine *e, struct region_list *list, bool fill, ch
         image[i].sums = old->sums;
         image[i].device_sums = old->device_sums;
         image[i].registered = old->registered;
+        image[i].in_reserve = old->in_reserve;
         old->registered = 0;
+        old->in_reserve = false;
         image[i].fresh = false;
         old->data = NULL;
         old->sums = NULL;
@@ -359,10 +403,15 @@ static int build_image(struct engine *e, struct region_list *list, bool fill, ch
     }
     if (!image[i].data) needed += image_span(list->items[i].size);
   }
-  engine_drop_image(e); /* what was not reused */
+  bool reserve_kept = false;
+  for (size_t i = 0; i < list->count; i++) reserve_kept |= image[i].in_reserve;
+  drop_regions(e); /* what was not reused */
+  if (e->reserve_held && !reserve_kept) reserve_give_back(e->reserve);
+  e->reserve_held = reserve_kept;
   e->image = image;
   e->image_count = list->count;
   e->image_bytes = total;
+  if (fill && place_in_reserve(e)) needed = 0;
 
   uint64_t available = host_memory_available();
   if (needed > available) {
@@ -375,6 +424,11 @@ static int build_image(struct engine *e, struct region_list *list, bool fill, ch
   uint64_t arena_bytes = 0;
   for (size_t i = 0; i < list->count; i++) {
     struct image_region *r = &image[i];
+    if (r->in_reserve && r->fresh && !r->sums &&
+        !(r->sums = calloc(r->chunks ? r->chunks : 1, sizeof *r->sums))) {
+      snprintf(reason, len, "host image: out of memory for checksums");
+      return -ENOMEM;
+    }
     if (r->data) continue;
     r->fresh = true;
     if (!(r->sums = calloc(r->chunks ? r->chunks : 1, sizeof *r->sums))) {
@@ -493,7 +547,25 @@ static uint64_t hash_only(XXH3_state_t *state, const uint8_t *data, size_t n,
 
 /* Whether the chunk at offset is registered image memory that the DMA can use directly. */
 static bool direct(const struct image_region *r, uint64_t offset, size_t n) {
-  return offset + n <= r->registered;
+  return r->in_reserve || offset + n <= r->registered;
+}
+
+/* Queue a chunk's copy between the device and the image itself (registered). In the reserve a
+ * chunk may cross from one registered piece into the next: one copy per piece. */
+static int copy_direct(struct engine *e, const struct image_region *r, bool save, uint64_t offset,
+                       size_t n, void *stream) {
+  uint8_t *host = r->data + offset;
+  uint64_t vaddr = r->region.vaddr + offset;
+  while (n) {
+    size_t part = r->in_reserve ? reserve_piece_left(e->reserve, host, n) : n;
+    int rc = save ? e->ops->copy_d2h_async(e->ctx, host, vaddr, part, stream)
+                  : e->ops->copy_h2d_async(e->ctx, vaddr, host, part, stream);
+    if (rc) return rc;
+    host += part;
+    vaddr += part;
+    n -= part;
+  }
+  return 0;
 }
 
 static int copy_timed(struct image_filler *filler, uint8_t *dst, const uint8_t *src, size_t n,
@@ -582,18 +654,19 @@ static int start_slot(struct worker *w, struct slot *slot, uint64_t index, XXH3_
   }
   int rc;
   bool straight = direct(r, offset, n);
+  if (!straight) w->staged_bytes += n;
   double t0 = ckpt_now();
   if (job->save) {
-    rc = e->ops->copy_d2h_async(e->ctx, straight ? r->data + offset : staging,
-                                r->region.vaddr + offset, n, stream);
+    rc = straight ? copy_direct(e, r, true, offset, n, stream)
+                  : e->ops->copy_d2h_async(e->ctx, staging, r->region.vaddr + offset, n, stream);
     w->times.issue += ckpt_now() - t0;
     if (rc == 0 && r->fresh && !r->untouched && e->prefault && !straight)
       fault_in(r->data + offset, n, &w->times);
   } else if (r->device_sums) { /* checked on the device once restored (verify_restored) */
     if (!straight) copy_timed(NULL, staging, r->data + offset, n, &w->times);
     t0 = ckpt_now();
-    rc = e->ops->copy_h2d_async(e->ctx, r->region.vaddr + offset,
-                                straight ? r->data + offset : staging, n, stream);
+    rc = straight ? copy_direct(e, r, false, offset, n, stream)
+                  : e->ops->copy_h2d_async(e->ctx, r->region.vaddr + offset, staging, n, stream);
     w->times.issue += ckpt_now() - t0;
   } else {
     uint64_t sum;
@@ -608,8 +681,8 @@ static int start_slot(struct worker *w, struct slot *slot, uint64_t index, XXH3_
       return -EBADMSG;
     }
     t0 = ckpt_now();
-    rc = e->ops->copy_h2d_async(e->ctx, r->region.vaddr + offset,
-                                straight ? r->data + offset : staging, n, stream);
+    rc = straight ? copy_direct(e, r, false, offset, n, stream)
+                  : e->ops->copy_h2d_async(e->ctx, r->region.vaddr + offset, staging, n, stream);
     w->times.issue += ckpt_now() - t0;
   }
   if (rc) {
@@ -734,6 +807,7 @@ static int run_job(struct engine *e, bool save, bool host_sums, struct chunk_ref
     stats->times.hash += workers[t].times.hash / started;
     stats->times.fault += workers[t].times.fault / started;
     stats->times.issue += workers[t].times.issue / started;
+    stats->staged_bytes += workers[t].staged_bytes;
   }
   stats->threads = started;
   if (atomic_load(&job.filler_failed)) e->fill = false;
@@ -885,8 +959,10 @@ int engine_save(struct engine *e, struct engine_stats *stats, char *reason, size
     }
     free(chunks);
     free(sums);
-    for (size_t i = 0; rc == 0 && i < e->image_count; i++)
+    for (size_t i = 0; rc == 0 && i < e->image_count; i++) {
       if (e->image[i].untouched) stats->filled_bytes += e->image[i].region.size;
+      if (e->image[i].in_reserve) stats->reserve_bytes += e->image[i].region.size;
+    }
     stop_filling(e);
     for (size_t i = 0; i < e->image_count; i++) e->image[i].fresh = false;
   }

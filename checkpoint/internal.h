@@ -50,6 +50,31 @@ int image_filler_unregister(struct image_filler *f, uint8_t *data, uint64_t byte
 /* Fill n bytes at dst (page-aligned, registered, never touched) from src. */
 int image_filler_copy(struct image_filler *f, uint8_t *dst, const uint8_t *src, size_t n);
 
+/* reserve.c: page-locked host memory kept for the next image (CUDAW_CKPT_RESERVE), grown by a
+ * thread of its own. NULL (no reserve) where the option is off or the host cannot register. */
+struct reserve;
+struct reserve_info {
+  bool enabled, refused; /* refused: the budget (or page-locking) stopped its growth */
+  uint64_t bytes;  /* faulted in and registered */
+  uint64_t used;   /* taken by the current image */
+  uint64_t target; /* what it grows towards */
+};
+struct reserve *reserve_new(const struct ckpt_host_ops *ops, void *ctx,
+                            const struct ckpt_options *options);
+void reserve_free(struct reserve *rs); /* unregisters and unmaps it */
+/* The reserve's start for an image of `bytes` (regions start at reserve_align multiples), or
+ * NULL when it holds fewer ready bytes or an image has it already. Given back by
+ * reserve_give_back once no image uses it. */
+uint8_t *reserve_take(struct reserve *rs, uint64_t bytes);
+void reserve_give_back(struct reserve *rs);
+uint64_t reserve_align(const struct reserve *rs);
+/* How much of [p, p + n) (inside the taken reserve) lies in p's registered piece: a copy must
+ * not cross from one registered range into the next. */
+size_t reserve_piece_left(const struct reserve *rs, const uint8_t *p, size_t n);
+void reserve_status(struct reserve *rs, struct reserve_info *out);
+/* For tests: wait up to `seconds` until `bytes` are ready; false if not (or refused). */
+bool reserve_wait(struct reserve *rs, uint64_t bytes, double seconds);
+
 /* engine.c: the copy engine and the host image. */
 struct engine;
 /* Where a copy thread's time went, in seconds; engine_stats holds the average over threads. */
@@ -70,6 +95,8 @@ struct engine_stats {
   uint64_t unchanged_bytes; /* delta: not copied, unchanged since the kept image */
   uint64_t filled_bytes; /* saved into fresh pages through userfaultfd (no zeroing) */
   double image_seconds; /* save: listing the regions and mapping the image */
+  uint64_t reserve_bytes; /* save: image bytes placed in the reserve (copied to directly) */
+  uint64_t staged_bytes;  /* bytes that went through a staging buffer */
 };
 struct engine *engine_new(const struct ckpt_host_ops *ops, void *ctx, const struct ckpt_options *options);
 /* Learn the device count, size the stream table and pin the staging buffers still missing (in
@@ -99,6 +126,8 @@ uint64_t engine_image_regions(const struct engine *engine);
  * returns 1 + the highest device that has any (0 for an empty image). */
 int engine_image_device_bytes(const struct engine *engine, uint64_t *bytes, int max_devices);
 void engine_free(struct engine *engine);
+/* The engine's reserve (NULL without CUDAW_CKPT_RESERVE). Any thread. */
+struct reserve *engine_reserve(struct engine *engine);
 /* The device was reset: its pinned staging buffers are gone with the context. Forget them
  * without freeing; the next transition pins new ones. Only while no transition runs. */
 void engine_forget_pinned(struct engine *engine);
@@ -152,6 +181,7 @@ int transition_image_device_bytes(uint64_t *bytes, int max_devices);
 uint64_t transition_image_registered(void); /* bytes of the image page-locked (pinned) */
 /* For tests: the engine (only touch it while no transition runs). */
 struct engine *transition_engine(void);
+void transition_reserve(struct reserve_info *out); /* all zero without a reserve */
 uint64_t transition_image_regions(void);
 /* While paused: what park_other reported (zeros otherwise). */
 struct ckpt_other_memory transition_other_memory(void);

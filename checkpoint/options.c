@@ -52,6 +52,12 @@ static const struct ckpt_option_info table[] = {
     {"CUDAW_SUSPEND", "off",
      "release: SIGTSTP checkpoints the program and releases its device memory, SIGCONT restores "
      "it (a Slurm job's suspend: SIGTSTP, about 2 s, SIGSTOP; resume: SIGCONT)"},
+    {"CUDAW_CKPT_RESERVE", "off",
+     "auto or a size (8G): keep page-locked host memory for the image, grown in the background "
+     "as device memory grows, so that a checkpoint copies straight into it"},
+    {"CUDAW_CKPT_RESERVE_BUDGET", "50%",
+     "the share of the host's available memory (MemAvailable) the reserve may take; past it the "
+     "reserve stops growing, says so once, and checkpoints copy the old way"},
     {"CUDAW_CKPT_PREFAULT", "0",
      "1: fault fresh image pages in while their DMA runs (slower; shows the fault cost apart)"},
 };
@@ -172,6 +178,22 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
   if ((text = getenv("CUDAW_SUSPEND")) && *text) {
     if (strcmp(text, "release") == 0 || strcmp(text, "off") == 0) out->suspend_release = text[0] == 'r';
     else rc = reject("CUDAW_SUSPEND", text, error, error_len);
+  }
+  out->reserve_budget_pct = 50;
+  out->reserve_piece = 256ull << 20; /* a stop waits for one piece's page-locking at most */
+  if ((text = getenv("CUDAW_CKPT_RESERVE")) && *text) {
+    if (strcmp(text, "auto") == 0) out->reserve_auto = 1;
+    else if (strcmp(text, "off") == 0 || strcmp(text, "0") == 0) out->reserve_bytes = 0;
+    else if (parse_size(text, &value) == 0) out->reserve_bytes = value;
+    else rc = reject("CUDAW_CKPT_RESERVE", text, error, error_len);
+  }
+  if ((text = getenv("CUDAW_CKPT_RESERVE_BUDGET")) && *text) {
+    char percent[16];
+    snprintf(percent, sizeof percent, "%s", text);
+    size_t n = strlen(percent);
+    if (n && percent[n - 1] == '%') percent[n - 1] = '\0';
+    if (parse_count(percent, 100, &value) == 0 && value > 0) out->reserve_budget_pct = (uint32_t)value;
+    else rc = reject("CUDAW_CKPT_RESERVE_BUDGET", text, error, error_len);
   }
   if (out->streams == 0) out->streams = 2 * out->threads;
   if ((text = getenv("CUDAW_RUN_DIR")) && *text) {

@@ -59,6 +59,12 @@ int state_begin(enum ckpt_op op, const char **why) {
 static void log_result(const struct ckpt_result *r, int from, int to) {
   char bytes[32];
   ckpt_format_bytes(r->bytes, bytes, sizeof bytes);
+  char reserve[64] = "";
+  if (r->reserve_bytes) {
+    char in[32];
+    ckpt_format_bytes(r->reserve_bytes, in, sizeof in);
+    snprintf(reserve, sizeof reserve, ", %s straight into the reserve", in);
+  }
   double rate = r->copy_seconds > 0 ? (double)r->bytes / r->copy_seconds / 1e9 : 0.0;
   if (r->error) {
     ckpt_logf(CKPT_LOG_ERROR, "%s failed: %s -> %s after %.3f s: %s", ckpt_op_name(r->op),
@@ -67,10 +73,11 @@ static void log_result(const struct ckpt_result *r, int from, int to) {
     ckpt_logf(CKPT_LOG_INFO,
               "checkpoint: %s -> %s in %.3f s: gate closed %.3f ms after the request, drain "
               "%.3f ms, setup %.3f ms, saved %s of %llu regions in %.3f s (%.2f GB/s), "
-              "release %.3f ms",
+              "release %.3f ms%s",
               state_names[from], state_names[to], r->total_seconds, r->gate_seconds * 1e3,
               r->drain_seconds * 1e3, r->setup_seconds * 1e3, bytes,
-              (unsigned long long)r->regions, r->copy_seconds, rate, r->memory_seconds * 1e3);
+              (unsigned long long)r->regions, r->copy_seconds, rate, r->memory_seconds * 1e3,
+              reserve);
   } else {
     ckpt_logf(CKPT_LOG_INFO,
               "resume: %s -> %s in %.3f s: recreate %.3f ms, restored and verified %s of %llu "

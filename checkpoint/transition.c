@@ -72,6 +72,8 @@ static void result_from_stats(struct ckpt_result *r, const struct engine_stats *
   r->copy_threads = (uint32_t)stats->threads;
   r->unchanged_bytes = stats->unchanged_bytes;
   r->filled_bytes = stats->filled_bytes;
+  r->reserve_bytes = stats->reserve_bytes;
+  r->staged_bytes = stats->staged_bytes;
 }
 
 static void pause_program(struct ckpt_result *r, double requested_at) {
@@ -431,6 +433,13 @@ uint64_t transition_image_regions(void) {
 }
 
 struct engine *transition_engine(void) { return tr.engine; }
+
+void transition_reserve(struct reserve_info *out) {
+  /* The reserve lives as long as the engine; its own lock guards what it reports. */
+  pthread_mutex_lock(&tr.lock);
+  reserve_status(tr.engine ? engine_reserve(tr.engine) : NULL, out);
+  pthread_mutex_unlock(&tr.lock);
+}
 
 void transition_paused_info(struct transition_paused *out) {
   pthread_mutex_lock(&tr.lock);

@@ -776,6 +776,19 @@ static int refuse_checkpoint(void *ctx, char *why, size_t len)
   return shim_texture_blocks_checkpoint(why, len);
 }
 
+/* For the reserve (CUDAW_CKPT_RESERVE=auto): vmem's device memory and the program's mappings. */
+static int device_bytes(void *ctx, uint64_t *bytes, uint64_t *regions)
+{
+  (void)ctx;
+  struct vmem_stats stats = {0};
+  if (shim_vmem_running() && vmem_get_stats(-1, &stats) != 0) stats = (struct vmem_stats){0};
+  uint64_t mapped, kept;
+  shim_vmm_totals(&mapped, &kept);
+  *bytes = stats.held_bytes + (mapped > kept ? mapped - kept : 0);
+  *regions = stats.chunks + (mapped > kept ? 1 : 0);
+  return 0;
+}
+
 static size_t status_extra(void *ctx, char *buf, size_t len)
 {
   (void)ctx;
@@ -803,6 +816,7 @@ static const struct ckpt_host_ops host_ops = {
   .park_other = park_other,
   .unpark_other = unpark_other,
   .mem_held = mem_held,
+  .device_bytes = device_bytes,
   .refuse_checkpoint = refuse_checkpoint,
   .status_extra = status_extra,
   .log = log_message,

@@ -134,6 +134,17 @@ static void *work(void *arg)
 
 enum method { BY_SOCKET, BY_SIGNAL, BY_CTL };
 
+/* With CUDAW_CKPT_RESERVE set: checkpoints whose whole image went straight into the reserve. */
+static int reserved_checkpoints;
+
+static unsigned long long json_u64(const char *reply, const char *key)
+{
+  char want[64];
+  snprintf(want, sizeof want, "\"%s\":", key);
+  const char *at = strstr(reply, want);
+  return at ? strtoull(at + strlen(want), NULL, 10) : 0;
+}
+
 static void checkpoint(enum method how, const char *ctl)
 {
   char reply[4096];
@@ -149,6 +160,9 @@ static void checkpoint(enum method how, const char *ctl)
   } else {
     e2e_ask("checkpoint", reply, sizeof reply);
     CHECK(e2e_reply_ok(reply) && e2e_reply_state(reply, "paused"), "checkpoint: %s", reply);
+    unsigned long long bytes = json_u64(reply, "bytes"), in = json_u64(reply, "reserve_bytes");
+    CHECK(in == 0 || in == bytes, "part of an image in the reserve: %s", reply);
+    if (in && json_u64(reply, "staged_bytes") == 0) reserved_checkpoints++;
   }
 }
 
@@ -213,5 +227,18 @@ int main(int argc, char **argv)
          "%lu operations by %d threads, every byte verified; ok\n",
          cycles, paused_checks, pause_total / cycles * 1e3, ops, THREADS);
   CHECK(ops > (unsigned long)cycles, "the threads barely ran: %lu operations", ops);
+  const char *reserve = getenv("CUDAW_CKPT_RESERVE");
+  if (reserve && *reserve) {
+    char reply[4096];
+    double deadline = e2e_now() + 5; /* the image is freed just after the resume's reply */
+    do e2e_ask("status", reply, sizeof reply);
+    while (!strstr(reply, "\"reserve_used\":0,") && e2e_now() < deadline);
+    printf("e2e_stress: %d checkpoints copied straight into the reserve; status: reserve %llu "
+           "bytes, %llu used\n", reserved_checkpoints, json_u64(reply, "reserve_bytes"),
+           json_u64(reply, "reserve_used"));
+    CHECK(reserved_checkpoints > 0, "no checkpoint used the reserve");
+    CHECK(json_u64(reply, "reserve_bytes") > 0, "status shows no reserve: %s", reply);
+    CHECK(strstr(reply, "\"reserve_used\":0,"), "the reserve is given back at resume: %s", reply);
+  }
   return 0;
 }

@@ -78,6 +78,7 @@ void fake_host_free(struct fake_host *host) {
 }
 
 size_t fake_host_add_region(struct fake_host *host, uint64_t size, int device, uint32_t seed) {
+  pthread_mutex_lock(&host->lock); /* device_bytes reads the list from the module's threads */
   host->regions = realloc(host->regions, (host->region_count + 1) * sizeof *host->regions);
   uint64_t vaddr = 0x100000000000ull;
   if (host->region_count) {
@@ -87,7 +88,9 @@ size_t fake_host_add_region(struct fake_host *host, uint64_t size, int device, u
   struct fake_region *r = &host->regions[host->region_count];
   *r = (struct fake_region){1000 + host->region_count, vaddr, size, device, malloc(size), seed};
   for (uint64_t i = 0; i < size; i++) r->memory[i] = pattern_byte(seed, i);
-  return host->region_count++;
+  size_t index = host->region_count++;
+  pthread_mutex_unlock(&host->lock);
+  return index;
 }
 
 size_t fake_host_verify(struct fake_host *host, uint64_t *bad_offset) {
@@ -438,6 +441,16 @@ static int mem_held(void *ctx, int device, uint64_t *bytes) {
   return 0;
 }
 
+static int device_bytes(void *ctx, uint64_t *bytes, uint64_t *regions) {
+  struct fake_host *host = ctx;
+  pthread_mutex_lock(&host->lock);
+  *bytes = 0;
+  *regions = host->region_count;
+  for (size_t i = 0; i < host->region_count; i++) *bytes += host->regions[i].size;
+  pthread_mutex_unlock(&host->lock);
+  return 0;
+}
+
 static void log_line(void *ctx, int level, const char *message) {
   struct fake_host *host = ctx;
   pthread_mutex_lock(&host->lock);
@@ -466,6 +479,7 @@ const struct ckpt_host_ops fake_host_ops = {
     .host_register = host_register,
     .host_unregister = host_unregister,
     .mem_held = mem_held,
+    .device_bytes = device_bytes,
     .log = log_line,
 };
 

@@ -52,7 +52,9 @@ fi
 if [[ " $stages " == *" ckpt "* ]]; then
   sh "$SRC/tests/bench/bench_ckpt.sh" "$B/lib" "$B/tests/bench/bench_ckpt" ${CKPT_GIB:-1 8 32} \
     > "$OUT/bench_ckpt.log" 2>&1
-  note "bench_ckpt (rc $?):"; tail -30 "$OUT/bench_ckpt.log"
+  note "bench_ckpt (rc $?):"
+  # Both runs' tables (without and with the reserve), not the breakdowns.
+  grep -E "^# |^[0-9]+ GiB|^pause latency" "$OUT/bench_ckpt.log"
 fi
 if [[ " $stages " == *" pytorch "* ]]; then
   STEPS=${STEPS:-30} bash "$SRC/examples/pytorch/check_all.sh" "$B" "$OUT/pytorch" > "$OUT/pytorch.log" 2>&1

@@ -37,6 +37,8 @@ for v in 0 100000 banana -2; do check CUDAW_CKPT_STREAMS "$v"; done
 for v in 0 1 5G 4Q banana; do check CUDAW_CKPT_STAGING "$v"; done
 for v in 0 1000 -3 banana; do check CUDAW_CKPT_THREADS "$v"; done
 for v in 2 yes "$long"; do check CUDAW_CKPT_KEEP_IMAGE "$v"; done
+for v in banana 5Q -1G "$long"; do check CUDAW_CKPT_RESERVE "$v"; done
+for v in 0 0% 150% banana "$long"; do check CUDAW_CKPT_RESERVE_BUDGET "$v"; done
 rm -rf "$tmp"
 echo "bad options: $cases cases, $failed failed"
 [ $failed -eq 0 ]

@@ -1,0 +1,272 @@
+/* The image reserve (CUDAW_CKPT_RESERVE): page-locked host memory kept for the next checkpoint's
+ * image. A thread of its own faults it in and registers it (host_register) piece by piece as the
+ * program's device memory grows, never on the program's threads, so that a first checkpoint
+ * copies from the device straight into it: no fresh pages to fault and zero, no staging pass.
+ * It is bounded by a share of the host's available memory (CUDAW_CKPT_RESERVE_BUDGET); past that
+ * it stops growing and says so once, and checkpoints that do not fit take the old path. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "internal.h"
+
+/* Registered in pieces, so that stopping waits for one piece at most; a copy is split where it
+ * crosses from one piece into the next (engine.c). */
+#define RESERVE_ALIGN 4096ull
+#define FAULT_STEP (8ull << 20)
+#define POLL_NS (50ull * 1000 * 1000)
+
+struct reserve {
+  const struct ckpt_host_ops *ops;
+  void *ctx;
+  uint64_t fixed;        /* the size asked for, 0 for auto */
+  uint32_t budget_pct;   /* of MemAvailable the reserve may take */
+  uint64_t align;        /* where an image region starts inside the reserve: pages, so that
+                            thousands of small regions waste little of it */
+  uint64_t piece;
+  uint8_t *base;         /* one mapping of `capacity` bytes, faulted in from the start */
+  uint64_t capacity;
+  pthread_mutex_t lock;
+  pthread_cond_t wake;
+  pthread_t thread;
+  bool running, taken, refused;
+  bool shrinking;        /* auto: device memory fell to half the reserve; give back to it */
+  _Atomic bool stop;     /* also read between the steps of faulting a piece in */
+  uint64_t ready;        /* faulted in and registered: usable by a checkpoint */
+  uint64_t used;         /* taken by the current image */
+  uint64_t target;       /* what the thread grows towards, for status */
+  char refusal[384];
+};
+
+static uint64_t meminfo(const char *key) {
+  FILE *f = fopen("/proc/meminfo", "re");
+  if (!f) return UINT64_MAX;
+  char line[128], name[64];
+  unsigned long long kib;
+  uint64_t result = UINT64_MAX;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "%63[^:]: %llu kB", name, &kib) == 2 && strcmp(name, key) == 0) {
+      result = (uint64_t)kib << 10;
+      break;
+    }
+  fclose(f);
+  return result;
+}
+
+/* What the next checkpoint's image needs: the size asked for, or (auto) the program's device
+ * memory with each region's start rounded up to `align`. */
+static uint64_t wanted(struct reserve *rs) {
+  if (rs->fixed) return rs->fixed;
+  uint64_t bytes = 0, regions = 0;
+  if (!rs->ops->device_bytes || rs->ops->device_bytes(rs->ctx, &bytes, &regions) != 0) return 0;
+  return bytes ? bytes + regions * rs->align : 0;
+}
+
+static void refuse(struct reserve *rs, uint64_t want, uint64_t available) {
+  char need[32], have[32];
+  ckpt_format_bytes(want, need, sizeof need);
+  ckpt_format_bytes(available, have, sizeof have);
+  snprintf(rs->refusal, sizeof rs->refusal,
+           "CUDAW_CKPT_RESERVE: keeping %s of page-locked host memory for the checkpoint image "
+           "would leave the machine short (%s available, CUDAW_CKPT_RESERVE_BUDGET=%u%%); "
+           "checkpoints that do not fit copy the old way", need, have, rs->budget_pct);
+  ckpt_logf(CKPT_LOG_WARN, "%s", rs->refusal);
+}
+
+/* Fault in and register [ready, ready + n); 0 or -errno. Called without the lock. */
+static int grow_piece(struct reserve *rs, uint64_t at, uint64_t n) {
+  uint8_t *p = rs->base + at;
+  /* A few huge pages at a time: faulting holds the address space's lock, which the program's
+   * own mmap and munmap (allocations) need; a whole piece at once made them wait ~0.3 s. */
+  for (uint64_t done = 0; done < n; done += FAULT_STEP) {
+    if (atomic_load(&rs->stop)) return -ECANCELED; /* the program is leaving */
+    size_t step = (size_t)(n - done < FAULT_STEP ? n - done : FAULT_STEP);
+    if (madvise(p + done, step, MADV_POPULATE_WRITE) != 0)
+      for (size_t i = 0; i < step; i += 4096) ((volatile uint8_t *)p + done)[i] = 0;
+  }
+  return rs->ops->host_register(rs->ctx, p, (size_t)n);
+}
+
+static void *grow(void *arg) {
+  struct reserve *rs = arg;
+  pthread_mutex_lock(&rs->lock);
+  while (!rs->stop) {
+    uint64_t want = wanted(rs);
+    want = (want + rs->piece - 1) / rs->piece * rs->piece;
+    if (want > rs->capacity) want = rs->capacity;
+    rs->target = want;
+    /* Not while paused: with CUDAW_CKPT_RELEASE=all the driver holds the process, and
+     * page-locking calls into it would wait until the resume. While a kept image holds the
+     * reserve it still grows past it, for the next image that replaces that one. */
+    if (!rs->refused && want > rs->ready && ckpt_state() == CKPT_RUNNING) {
+      uint64_t available = meminfo("MemAvailable");
+      uint64_t allowed = available == UINT64_MAX ? UINT64_MAX
+                                                 : rs->ready + available / 100 * rs->budget_pct;
+      if (want > allowed) {
+        rs->refused = true; /* once: a program near the limit would otherwise log forever */
+        refuse(rs, want, available);
+        continue;
+      }
+      uint64_t at = rs->ready;
+      pthread_mutex_unlock(&rs->lock);
+      int rc = grow_piece(rs, at, rs->piece);
+      pthread_mutex_lock(&rs->lock);
+      if (rc == -ECANCELED) break;
+      if (rc) {
+        rs->refused = true;
+        snprintf(rs->refusal, sizeof rs->refusal, "CUDAW_CKPT_RESERVE: page-locking the reserve "
+                 "failed (%s); checkpoints that do not fit copy the old way", strerror(-rc));
+        ckpt_logf(CKPT_LOG_WARN, "%s", rs->refusal);
+        madvise(rs->base + at, (size_t)rs->piece, MADV_DONTNEED);
+      } else {
+        rs->ready = at + rs->piece;
+        pthread_cond_broadcast(&rs->wake);
+      }
+      continue;
+    }
+    /* auto: the program gave much of its device memory back; so does the reserve, piece by
+     * piece from the top (at half, so that a program that frees and allocates again does not
+     * make it shrink and grow each time). */
+    if (!rs->fixed && !rs->taken && want * 2 <= rs->ready) rs->shrinking = true;
+    if (rs->shrinking && (rs->taken || rs->ready <= want)) rs->shrinking = false;
+    if (rs->shrinking && ckpt_state() == CKPT_RUNNING) {
+      rs->ready -= rs->piece; /* a checkpoint now cannot take it */
+      uint8_t *top = rs->base + rs->ready;
+      pthread_mutex_unlock(&rs->lock);
+      rs->ops->host_unregister(rs->ctx, top);
+      madvise(top, (size_t)rs->piece, MADV_DONTNEED);
+      pthread_mutex_lock(&rs->lock);
+      continue;
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += (long)POLL_NS;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&rs->wake, &rs->lock, &until);
+  }
+  pthread_mutex_unlock(&rs->lock);
+  return NULL;
+}
+
+struct reserve *reserve_new(const struct ckpt_host_ops *ops, void *ctx,
+                            const struct ckpt_options *options) {
+  if (!options->reserve_auto && !options->reserve_bytes) return NULL;
+  if (!ops->host_register || !ops->host_unregister) {
+    ckpt_logf(CKPT_LOG_WARN, "CUDAW_CKPT_RESERVE: the host cannot page-lock memory; no reserve");
+    return NULL;
+  }
+  struct reserve *rs = calloc(1, sizeof *rs);
+  if (!rs) return NULL;
+  rs->ops = ops;
+  rs->ctx = ctx;
+  rs->fixed = options->reserve_auto ? 0 : options->reserve_bytes;
+  rs->budget_pct = options->reserve_budget_pct;
+  rs->align = RESERVE_ALIGN;
+  rs->piece = options->reserve_piece ? options->reserve_piece : IMAGE_ALIGN;
+  rs->piece = (rs->piece + rs->align - 1) / rs->align * rs->align;
+  if (rs->fixed && rs->fixed < rs->piece) /* a small reserve is one piece of its own size */
+    rs->piece = (rs->fixed + rs->align - 1) / rs->align * rs->align;
+  /* At most the machine's memory, reserved as address space only until faulted in. */
+  uint64_t total = meminfo("MemTotal");
+  rs->capacity = total == UINT64_MAX ? (64ull << 30) : total / rs->piece * rs->piece;
+  if (rs->fixed && rs->fixed < rs->capacity)
+    rs->capacity = (rs->fixed + rs->piece - 1) / rs->piece * rs->piece;
+  if (rs->fixed && rs->fixed > rs->capacity) { /* cannot fit whatever the budget */
+    rs->refused = true;
+    refuse(rs, rs->fixed, meminfo("MemAvailable"));
+  }
+  void *p = rs->capacity ? mmap(NULL, (size_t)rs->capacity, PROT_READ | PROT_WRITE,
+                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+                         : MAP_FAILED;
+  if (p == MAP_FAILED) {
+    ckpt_logf(CKPT_LOG_WARN, "CUDAW_CKPT_RESERVE: cannot map address space for it; no reserve");
+    free(rs);
+    return NULL;
+  }
+  rs->base = p;
+  madvise(rs->base, (size_t)rs->capacity, MADV_HUGEPAGE);
+  pthread_mutex_init(&rs->lock, NULL);
+  pthread_cond_init(&rs->wake, NULL);
+  rs->running = pthread_create(&rs->thread, NULL, grow, rs) == 0;
+  return rs;
+}
+
+void reserve_free(struct reserve *rs) {
+  if (!rs) return;
+  pthread_mutex_lock(&rs->lock);
+  rs->stop = true;
+  pthread_cond_broadcast(&rs->wake);
+  pthread_mutex_unlock(&rs->lock);
+  if (rs->running) pthread_join(rs->thread, NULL);
+  for (uint64_t at = 0; at < rs->ready; at += rs->piece) rs->ops->host_unregister(rs->ctx, rs->base + at);
+  munmap(rs->base, (size_t)rs->capacity);
+  pthread_mutex_destroy(&rs->lock);
+  pthread_cond_destroy(&rs->wake);
+  free(rs);
+}
+
+uint8_t *reserve_take(struct reserve *rs, uint64_t bytes) {
+  if (!rs) return NULL;
+  pthread_mutex_lock(&rs->lock);
+  uint8_t *p = NULL;
+  if (!rs->taken && bytes <= rs->ready) {
+    rs->taken = true;
+    rs->used = bytes;
+    p = rs->base;
+  }
+  pthread_mutex_unlock(&rs->lock);
+  return p;
+}
+
+void reserve_give_back(struct reserve *rs) {
+  if (!rs) return;
+  pthread_mutex_lock(&rs->lock);
+  rs->taken = false;
+  rs->used = 0;
+  pthread_cond_broadcast(&rs->wake); /* grow again if the program grew meanwhile */
+  pthread_mutex_unlock(&rs->lock);
+}
+
+uint64_t reserve_align(const struct reserve *rs) { return rs ? rs->align : IMAGE_ALIGN; }
+
+size_t reserve_piece_left(const struct reserve *rs, const uint8_t *p, size_t n) {
+  uint64_t left = rs->piece - (uint64_t)(p - rs->base) % rs->piece;
+  return n < left ? n : (size_t)left;
+}
+
+void reserve_status(struct reserve *rs, struct reserve_info *out) {
+  *out = (struct reserve_info){0};
+  if (!rs) return;
+  pthread_mutex_lock(&rs->lock);
+  out->enabled = true;
+  out->bytes = rs->ready;
+  out->used = rs->used;
+  out->target = rs->target;
+  out->refused = rs->refused;
+  pthread_mutex_unlock(&rs->lock);
+}
+
+bool reserve_wait(struct reserve *rs, uint64_t bytes, double seconds) {
+  if (!rs) return false;
+  double until = ckpt_now() + seconds;
+  pthread_mutex_lock(&rs->lock);
+  while (rs->ready < bytes && !rs->refused && ckpt_now() < until) {
+    pthread_mutex_unlock(&rs->lock);
+    struct timespec pause = {0, 5 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    pthread_mutex_lock(&rs->lock);
+  }
+  bool ok = rs->ready >= bytes;
+  pthread_mutex_unlock(&rs->lock);
+  return ok;
+}

@@ -246,6 +246,12 @@ int ckpt_last_result(struct ckpt_result *out);
  * while the host operations still work (before the real runtime is unloaded). */
 void ckpt_shutdown(void);
 
+/* For the tools beside it (cudaw-ctl's subcommands, cudawd, the launcher): */
+/* Create the run dir (0700) if missing; refuse one owned by another user, with the reason. */
+int ckpt_run_dir_prepare(const char *dir, char *reason, size_t reason_len);
+/* A byte count for people: "1.50 GiB". */
+void ckpt_format_bytes(uint64_t bytes, char *buf, size_t len);
+
 /* Hook for `cudaw-ctl --help`, defined by the shim (not here): the whole cudaw options table.
  * cudaw-ctl references it weakly; link the shim's options object into cudaw_ctl to get the whole
  * table printed, otherwise it prints the module's own rows (ckpt_option_table). */

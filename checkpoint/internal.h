@@ -20,7 +20,6 @@ extern struct ckpt_runtime ckpt_rt;
 /* log.c */
 void ckpt_logf(int level, const char *format, ...) __attribute__((format(printf, 2, 3)));
 double ckpt_now(void); /* CLOCK_MONOTONIC seconds */
-void ckpt_format_bytes(uint64_t bytes, char *buf, size_t len); /* "1.50 GiB" */
 
 /* state.c: the state machine. state_begin moves running -> pausing or paused -> resuming
  * atomically, or says why not (-EBUSY: a transition runs; -EALREADY: already there).
@@ -228,8 +227,6 @@ void suspend_on_events(void);
 
 /* rundir.c: where sockets live; shared with cudaw-ctl. */
 int ckpt_socket_path(const char *dir, pid_t pid, char *buf, size_t len);
-/* Create the run dir (0700) if missing; refuse one owned by another user. */
-int ckpt_run_dir_prepare(const char *dir, char *reason, size_t reason_len);
 /* 1 alive, 0 gone, by kill(pid, 0). */
 int ckpt_pid_alive(pid_t pid);
 /* Unlink <pid>.sock files of processes that are gone; returns how many. */

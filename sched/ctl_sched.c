@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include "ckpt.h"
-#include "internal.h"
 #include "sched_ctl.h"
 #include "sched_proto.h"
 

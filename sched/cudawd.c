@@ -18,7 +18,6 @@
 
 #include "ckpt.h"
 #include "daemon.h"
-#include "internal.h"
 #include "vmem.h"
 
 static volatile sig_atomic_t stopping;

@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include "ckpt.h"
-#include "internal.h"
 #include "options.h"
 
 static void usage(FILE *out)

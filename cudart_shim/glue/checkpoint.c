@@ -234,7 +234,7 @@ static int after_recreate(void)
   if (vmem_policy() != VMEM_TRANSLATE || !shim_kparam_relocated) return 0;
   struct vmem_stats stats;
   if (vmem_get_stats(-1, &stats) == 0 && stats.moved_bytes == 0) return 0;
-  shim_warn("resume (CUDAW_VMEM=translate): %llu bytes in %llu allocations came back at other "
+  shim_warn("resume (CUDAW_VMEM=translate): %llu bytes in %llu chunks came back at other "
             "device addresses; device pointers to them stored in device memory (pointer tables, "
             "library plans and generators) can no longer be translated, and graphs holding "
             "them are refused; CUDAW_VMEM=remap keeps every address",

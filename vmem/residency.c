@@ -153,7 +153,11 @@ static int recreate_run(struct chunk **items, size_t count, struct recreate_args
 
 static int undo_one(struct chunk *c, void *arg) {
   struct recreate_args *a = arg;
-  if (c->resident && c->epoch == a->epoch) vmem_backing_destroy(c);
+  if (c->resident && c->epoch == a->epoch) {
+    uint64_t old_real = c->old_real; /* the address to ask for again is the original one */
+    vmem_backing_destroy(c);
+    c->old_real = old_real;
+  }
   return 0;
 }
 

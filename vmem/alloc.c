@@ -297,6 +297,8 @@ int vmem_get_stats(int device, struct vmem_stats *stats) {
       stats->arenas += d->arenas;
       stats->empty_arenas += d->empty_arenas;
     }
+    stats->moved_bytes = s->moved_bytes; /* not kept per device: a resume is process-wide */
+    stats->moved_chunks = s->moved_chunks;
   }
   pthread_mutex_unlock(&s->lock);
   return rc;

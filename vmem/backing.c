@@ -88,6 +88,7 @@ int vmem_backing_destroy(struct chunk *c) {
   }
   if (s->policy == VMEM_TRANSLATE) {
     rc = p->dev_free(s->ctx, c->device, c->real);
+    if (rc == 0) c->old_real = c->real; /* where a recreate asks for it again */
   } else {
     rc = p->unmap(s->ctx, c->vaddr, c->backed);
     if (rc == 0) p->phys_release(s->ctx, c->handle);

@@ -24,6 +24,7 @@ struct chunk {
   uint64_t va_bytes;   /* granule multiple */
   uint64_t backed;     /* device bytes held */
   uint64_t real;       /* 0 while released */
+  uint64_t old_real;   /* translate: the real address before the last release (0: none) */
   uint64_t handle;     /* remap: physical memory handle (0 while in a slab) */
   struct slab *slab;   /* remap: the slab whose memory backs it, if any (slab.c) */
   uint64_t epoch;      /* recreate_all marks what it re-created */
@@ -87,6 +88,7 @@ struct vmem_space {
   uint64_t mem_limit;
   struct device_state *device;
   uint64_t epoch, released_chunks;
+  uint64_t moved_bytes, moved_chunks; /* translate: what the last recreate could not put back */
   bool check;
   struct freed_record *history;
   uint64_t history_capacity, history_count;

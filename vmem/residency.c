@@ -153,7 +153,11 @@ static int recreate_run(struct chunk **items, size_t count, struct recreate_args
 
 static int undo_one(struct chunk *c, void *arg) {
   struct recreate_args *a = arg;
-  if (c->resident && c->epoch == a->epoch) vmem_backing_destroy(c);
+  if (c->resident && c->epoch == a->epoch) {
+    uint64_t old_real = c->old_real; /* the address to ask for again is the original one */
+    vmem_backing_destroy(c);
+    c->old_real = old_real;
+  }
   return 0;
 }
 
@@ -161,6 +165,24 @@ static int publish_one(struct chunk *c, void *arg) {
   struct recreate_args *a = arg;
   if (c->epoch == a->epoch) vmem_publish(c);
   return 0;
+}
+
+/* translate: the old real address order, chunks never placed (old_real 0) last. */
+static int by_old_real(const void *a, const void *b) {
+  uint64_t x = (*(struct chunk *const *)a)->old_real - 1;
+  uint64_t y = (*(struct chunk *const *)b)->old_real - 1;
+  return x < y ? -1 : x > y;
+}
+
+/* translate: count what did not come back at its old real address. */
+static void count_moved(struct chunk **items, size_t count) {
+  struct vmem_space *s = &vmem_space;
+  s->moved_bytes = s->moved_chunks = 0;
+  for (size_t i = 0; i < count; i++) {
+    if (items[i]->real == items[i]->old_real) continue;
+    s->moved_bytes += items[i]->backed;
+    s->moved_chunks++;
+  }
 }
 
 static int recreate_locked(uint64_t *shortfall) {
@@ -181,6 +203,8 @@ static int recreate_locked(uint64_t *shortfall) {
   }
   struct chunk_array released = {.resident = false};
   int rc = vmem_walk(gather, &released);
+  if (rc == 0 && s->policy == VMEM_TRANSLATE)
+    qsort(released.items, released.count, sizeof *released.items, by_old_real);
   for (size_t i = 0; rc == 0 && i < released.count;) {
     size_t end = s->policy == VMEM_REMAP
                      ? run_end(released.items, released.count, i, SLAB_MAX_MEMBERS, SLAB_MAX_BYTES)
@@ -188,6 +212,7 @@ static int recreate_locked(uint64_t *shortfall) {
     rc = recreate_run(released.items + i, end - i, &a);
     i = end;
   }
+  if (rc == 0 && s->policy == VMEM_TRANSLATE) count_moved(released.items, released.count);
   free(released.items);
   if (rc) {
     vmem_walk(undo_one, &a);

@@ -140,10 +140,14 @@ int vmem_for_each(int (*cb)(const struct vmem_chunk *chunk, void *ctx), void *ct
 int vmem_release_all(void);
 
 /* Re-create device memory for every released chunk, all or none. Under remap the real address is
- * the virtual one again; under translate it may differ (see vmem_for_each). -ENOMEM when device
- * memory runs out: everything re-created by this call is given back again, nothing is lost,
- * *shortfall_bytes (may be NULL) receives how many released bytes were still missing when it
- * stopped (freeing that much device memory lets a retry succeed, fragmentation aside). */
+ * the virtual one again. Under translate each chunk is asked for at its old real address: chunks
+ * are re-created in the order of their old real addresses, with the same sizes, so that a device
+ * allocator that hands out addresses deterministically returns the same ones; each result is
+ * checked, and what landed elsewhere is counted in vmem_stats.moved_bytes (see vmem_for_each).
+ * -ENOMEM when device memory runs out: everything re-created by this call is given back again,
+ * nothing is lost, *shortfall_bytes (may be NULL) receives how many released bytes were still
+ * missing when it stopped (freeing that much device memory lets a retry succeed, fragmentation
+ * aside). */
 int vmem_recreate_all(uint64_t *shortfall_bytes);
 
 /* Peer access (cudaDeviceEnablePeerAccess / Disable with `device` current): under remap, physical
@@ -203,6 +207,9 @@ struct vmem_stats {
   uint64_t held_bytes;      /* device bytes they hold (released ones included) */
   uint64_t arenas;          /* arenas of small allocations (among the chunks) */
   uint64_t empty_arenas;    /* of those, empty ones kept for reuse (at most one per device) */
+  uint64_t moved_bytes;     /* translate: bytes the last vmem_recreate_all put at a new real
+                               address (pointers to them stored in device memory are stale) */
+  uint64_t moved_chunks;    /* the chunks those bytes belong to */
 };
 /* Give back the device memory of empty arenas kept for reuse (after a free emptied an arena, one
  * per device is kept so that alloc/free pairs do not create device memory each time). */

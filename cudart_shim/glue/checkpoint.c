@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -224,11 +225,20 @@ static int for_each_region(void *ctx, ckpt_region_visit_fn visit, void *visit_ct
   return rc;
 }
 
-/* After vmem re-created memory: under translate the real addresses changed, so the launch
- * translation's caches must follow. On its failure the memory is given back again. */
+/* After vmem re-created memory. Under translate vmem asks for every chunk at its old real
+ * address; only when some landed elsewhere are graphs holding translated arguments stale, and
+ * device pointers the program or its libraries keep in device memory (pointer tables, plans)
+ * point at nothing: one warning says how much. On failure the memory is given back again. */
 static int after_recreate(void)
 {
   if (vmem_policy() != VMEM_TRANSLATE || !shim_kparam_relocated) return 0;
+  struct vmem_stats stats;
+  if (vmem_get_stats(-1, &stats) == 0 && stats.moved_bytes == 0) return 0;
+  shim_warn("resume (CUDAW_VMEM=translate): %llu bytes in %llu chunks came back at other "
+            "device addresses; device pointers to them stored in device memory (pointer tables, "
+            "library plans and generators) can no longer be translated, and graphs holding "
+            "them are refused; CUDAW_VMEM=remap keeps every address",
+            (unsigned long long)stats.moved_bytes, (unsigned long long)stats.moved_chunks);
   shim_depth++;
   int rc = shim_kparam_relocated();
   if (rc) vmem_release_all();
@@ -792,7 +802,12 @@ static int device_bytes(void *ctx, uint64_t *bytes, uint64_t *regions)
 static size_t status_extra(void *ctx, char *buf, size_t len)
 {
   (void)ctx;
-  return shim_profile_json(buf, len);
+  struct vmem_stats stats = {0};
+  if (shim_vmem_running()) vmem_get_stats(-1, &stats);
+  int n = snprintf(buf, len, ",\"moved_bytes\":%llu,\"moved_chunks\":%llu",
+                   (unsigned long long)stats.moved_bytes, (unsigned long long)stats.moved_chunks);
+  if (n < 0 || (size_t)n >= len) return 0;
+  return (size_t)n + shim_profile_json(buf + n, len - (size_t)n);
 }
 
 static const struct ckpt_host_ops host_ops = {

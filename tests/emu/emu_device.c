@@ -24,6 +24,9 @@ static const struct option {
     {"CUDAW_EMU_DEVICES", "1", "number of emulated devices (1-8)"},
     {"CUDAW_EMU_USED_FILE", "", "file that shows another process the bytes in use on each device "
                                 "(one line, rewritten at every change), as nvidia-smi does"},
+    {"CUDAW_EMU_ALLOC", "next", "where cudaMalloc places memory: next (after the last "
+                                "allocation, a freed address comes back only after a wrap) or "
+                                "lowest (the lowest gap: freed addresses come back at once)"},
 };
 
 static size_t memory_bytes = DEFAULT_MEMORY_BYTES;
@@ -70,7 +73,13 @@ static void init_device(void) {
     if (*end == '\0' && count >= 1 && count <= EMU_MAX_DEVICES) devices = (int)count;
     else ignoring(&options[1], text);
   }
-  int err = emu_memory_init(memory_bytes, devices);
+  bool lowest = false;
+  text = getenv(options[3].name);
+  if (text && *text) {
+    if (strcmp(text, "lowest") == 0) lowest = true;
+    else if (strcmp(text, "next") != 0) ignoring(&options[3], text);
+  }
+  int err = emu_memory_init(memory_bytes, devices, lowest);
   if (err == 0) err = emu_limit_init(devices);
   text = getenv(options[2].name);
   if (err == 0 && text && *text) {

@@ -65,7 +65,9 @@ struct emu_range {
 enum emu_side { EMU_SIDE_ANY, EMU_SIDE_HOST, EMU_SIDE_DEVICE };
 
 /* quota: bytes per device. */
-int emu_memory_init(size_t quota, int devices);
+/* lowest: place allocations in the lowest gap (a freed address comes back at once) instead of
+ * after the last one. */
+int emu_memory_init(size_t quota, int devices, bool lowest);
 /* Allocates size bytes (0 < size) of zeroed memory of the current device at a never-before-used
  * address (until the region wraps). -ENOMEM when over its quota or out of address space. */
 int emu_memory_alloc(size_t size, enum emu_space_kind kind, void **out);

@@ -1,6 +1,7 @@
 /* emu_memory.c: the emulated devices' memory. Device memory lives in one large PROT_NONE host
  * region so device pointers are recognisable (one unified address space for every device, as with
- * UVA); allocations are handed out bump-pointer style and never reused until the region wraps;
+ * UVA); allocations are handed out bump-pointer style and never reused until the region wraps
+ * (or, with CUDAW_EMU_ALLOC=lowest, in the lowest gap, as a deterministic allocator would);
  * freed memory is PROT_NONE again so use-after-free faults. Each allocation, physical handle and
  * mapping knows its device; each device has its own quota. Also page-locked/registered host ranges
  * and VMM (memfd-backed physical memory, per-device access). One mutex. */
@@ -142,7 +143,10 @@ static void make_inaccessible(uintptr_t base, size_t size) {
        -1, 0);
 }
 
-int emu_memory_init(size_t quota, int devices) {
+static bool place_lowest;
+
+int emu_memory_init(size_t quota, int devices, bool lowest) {
+  place_lowest = lowest;
   size_t all = quota * (size_t)devices;
   size_t region = all > REGION_MIN_BYTES / 4 ? align_up(all * 4, PAGE) : REGION_MIN_BYTES;
   void *base = mmap(NULL, region, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -179,7 +183,7 @@ static bool find_gap(uintptr_t from, uintptr_t limit, size_t span, size_t alignm
 /* Places span bytes in the region at or after the cursor, wrapping around once. */
 static int place(size_t span, size_t alignment, uintptr_t *out) {
   if (span > region_end - region_base) return -ENOMEM;
-  if (!find_gap(cursor, region_end, span, alignment, out) &&
+  if (!find_gap(place_lowest ? region_base : cursor, region_end, span, alignment, out) &&
       !find_gap(region_base, region_end, span, alignment, out))
     return -ENOMEM;
   cursor = *out + span;

@@ -72,6 +72,9 @@ if [ "$mode" = shortfall ]; then
 fi
 msg=$("$ctl" resume $pid 2>&1) || fail "resume failed: $msg"
 echo "$msg"
+# Under translate: how much the resume could not put back at its old real address.
+[ "$policy" = translate ] &&
+  echo "moved by the resume: $("$ctl" --json status $pid 2>/dev/null | grep -oE '"moved_(bytes|chunks)":[0-9]+' | tr '\n' ' ')"
 wait $pid || fail "the program failed after resuming"
 pid=
 under=$(grep checksum= "$out")

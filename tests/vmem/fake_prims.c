@@ -1,6 +1,7 @@
 /* Host-memory implementation of vmem's primitives. Plain device memory is carved from a large
  * PROT_NONE region per device with a bump pointer that never goes back, so a re-allocation always
- * gets a new real address; physical memory is a memfd mapped over vmem's reservation. */
+ * gets a new real address (unless reuse_freed: then the lowest freed block of the same size comes
+ * back first); physical memory is a memfd mapped over vmem's reservation. */
 #define _GNU_SOURCE
 #include "fake_prims.h"
 
@@ -14,6 +15,7 @@
 #define PAGE 4096u
 #define BLOCK_MAGIC 0x666b6d656d626c6bull
 #define MAX_RESERVATIONS 32
+#define MAX_FREED 4096
 
 struct block_header {
   uint64_t magic, size, mapped;
@@ -35,6 +37,8 @@ struct fake {
   uint64_t device_bytes[4], used[4];
   char *heap[4];
   uint64_t bump[4];
+  struct freed_block { uint64_t offset, mapped; } freed[4][MAX_FREED]; /* reuse_freed only */
+  uint32_t freed_count[4];
   struct phys *phys;
   uint64_t phys_count, phys_capacity;
   struct reservation reservations[MAX_RESERVATIONS];
@@ -213,10 +217,17 @@ static int dev_malloc(void *ctx, int device, uint64_t size, uint64_t *real) {
   if (device < 0 || device >= f->config.devices || size == 0) return -EINVAL;
   if (f->used[device] + size > f->device_bytes[device]) return -ENOMEM;
   uint64_t mapped = PAGE + (size + PAGE - 1) / PAGE * PAGE;
-  if (f->bump[device] + mapped > HEAP_BYTES) return -ENOMEM;
-  char *block = f->heap[device] + f->bump[device];
+  int reuse = -1;
+  for (uint32_t i = 0; i < f->freed_count[device]; i++)
+    if (f->freed[device][i].mapped == mapped &&
+        (reuse < 0 || f->freed[device][i].offset < f->freed[device][reuse].offset))
+      reuse = (int)i;
+  uint64_t offset = reuse >= 0 ? f->freed[device][reuse].offset : f->bump[device];
+  if (reuse < 0 && f->bump[device] + mapped > HEAP_BYTES) return -ENOMEM;
+  char *block = f->heap[device] + offset;
   if (mprotect(block, mapped, PROT_READ | PROT_WRITE)) return -ENOMEM;
-  f->bump[device] += mapped;
+  if (reuse >= 0) f->freed[device][reuse] = f->freed[device][--f->freed_count[device]];
+  else f->bump[device] += mapped;
   *(struct block_header *)block = (struct block_header){BLOCK_MAGIC, size, mapped, device};
   f->used[device] += size;
   *real = (uint64_t)(uintptr_t)(block + PAGE);
@@ -236,6 +247,9 @@ static int dev_free(void *ctx, int device, uint64_t real) {
   h->magic = 0;
   madvise(block, mapped, MADV_DONTNEED);
   mprotect(block, mapped, PROT_NONE);
+  if (f->config.reuse_freed && f->freed_count[device] < MAX_FREED)
+    f->freed[device][f->freed_count[device]++] =
+        (struct freed_block){(uint64_t)(block - f->heap[device]), mapped};
   return 0;
 }
 

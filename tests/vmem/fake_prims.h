@@ -22,6 +22,8 @@ struct fake_config {
   uint64_t granule;      /* 0: 2 MiB */
   int vmm;               /* report VMM support */
   enum fake_hint hint;
+  int reuse_freed;       /* dev_malloc takes the lowest freed block of the same size first, like
+                            a deterministic device allocator (0: bump pointer, always new) */
 };
 
 struct fake;

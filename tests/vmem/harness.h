@@ -18,13 +18,15 @@ struct setup {
   uint64_t device_bytes, va_size, mem_limit;
   int check;
   enum fake_hint hint;
+  int reuse_freed; /* fake_config.reuse_freed */
 };
 
 static inline struct fake *start(struct setup s) {
   struct fake_config fc = {.devices = s.devices ? s.devices : 1,
                            .device_bytes = s.device_bytes ? s.device_bytes : 4 * GiB,
                            .vmm = s.policy != VMEM_TRANSLATE,
-                           .hint = s.hint};
+                           .hint = s.hint,
+                           .reuse_freed = s.reuse_freed};
   struct fake *f = fake_create(&fc);
   CHECK(f != NULL, "fake_create");
   struct vmem_config vc = {.va_size = s.va_size ? s.va_size : 64 * GiB,

@@ -1,7 +1,10 @@
 /* Description: release/re-create round trip under the translate policy on the emulated device:
  * vmem over the real-runtime primitives (vmem_prims_cuda on the emu library), contents copied out
- * of every chunk, all device memory released and re-created at different real addresses (the emu
- * never reuses an address), contents copied back: every virtual address keeps every byte. */
+ * of every chunk, all device memory released and re-created, contents copied back: every virtual
+ * address keeps every byte. With CUDAW_EMU_ALLOC=lowest (the device hands freed addresses out
+ * again) every chunk comes back at its old real address, moved_bytes is 0 and a pointer table kept
+ * in device memory still leads to its data; by default (the emu never reuses an address: a forced
+ * move) every chunk moves, moved_bytes counts all of them and the stored pointers are dead. */
 #include <dlfcn.h>
 
 #include "prims.h"
@@ -73,6 +76,14 @@ int main(int argc, char **argv)
     CHECK_EQ(emu_memcpy(real, expect[i], sizes[i], cudaMemcpyHostToDevice), 0);
   }
 
+  /* A pointer table in device memory, as a library keeps one: v[0] holds the device address of
+   * v[7] (what a kernel given the translated argument would store). */
+  const char *alloc = getenv("CUDAW_EMU_ALLOC");
+  int identity = alloc && strcmp(alloc, "lowest") == 0;
+  uint64_t stored = (uintptr_t)vmem_translate(v[7]);
+  CHECK_EQ(emu_memcpy(vmem_translate(v[0]), &stored, sizeof stored, cudaMemcpyHostToDevice), 0);
+  memcpy(expect[0], &stored, sizeof stored); /* for the final comparison */
+
   struct snapshot before = {0}, after = {0};
   CHECK_EQ(vmem_for_each(record, &before), 0);
   CHECK(before.count >= 3, "%d chunks", before.count);
@@ -85,12 +96,36 @@ int main(int argc, char **argv)
   CHECK_EQ(after.count, 0);
   CHECK_EQ(vmem_for_each(record, &after), 0);
   CHECK_EQ(after.count, before.count);
+  uint64_t moved_expected = 0;
   for (int i = 0; i < before.count; i++) {
     CHECK_EQ(after.vaddr[i], before.vaddr[i]);
-    CHECK(after.real[i] != before.real[i], "chunk %#lx kept its real address",
-          (unsigned long)before.vaddr[i]);
+    if (identity)
+      CHECK(after.real[i] == before.real[i], "chunk %#lx moved", (unsigned long)before.vaddr[i]);
+    else
+      CHECK(after.real[i] != before.real[i], "chunk %#lx kept its real address",
+            (unsigned long)before.vaddr[i]);
+    moved_expected += identity ? 0 : before.size[i];
     CHECK_EQ(emu_memcpy((void *)after.real[i], before.data[i], before.size[i],
                         cudaMemcpyHostToDevice), 0);
+  }
+  struct vmem_stats stats;
+  CHECK_EQ(vmem_get_stats(-1, &stats), 0);
+  CHECK_EQ(stats.moved_bytes, moved_expected);
+  CHECK_EQ(stats.moved_chunks, identity ? 0 : (uint64_t)before.count);
+
+  /* The device follows the stored pointer: the data in the identity case, a dead address (the
+   * emulated device refuses it, as a GPU faults) after the move. */
+  uint64_t table;
+  CHECK_EQ(emu_memcpy(&table, vmem_translate(v[0]), sizeof table, cudaMemcpyDeviceToHost), 0);
+  CHECK_EQ(table, stored);
+  unsigned char first[16];
+  cudaError_t followed = emu_memcpy(first, (void *)(uintptr_t)table, sizeof first,
+                                    cudaMemcpyDeviceToHost);
+  if (identity) {
+    CHECK_EQ(followed, cudaSuccess);
+    CHECK(memcmp(first, expect[7], sizeof first) == 0, "the stored pointer leads to v[7]'s data");
+  } else {
+    CHECK(followed != cudaSuccess, "a pointer to moved memory still reached memory");
   }
 
   /* Every byte of every allocation, read through its (new) translation. */
@@ -110,6 +145,7 @@ int main(int argc, char **argv)
   }
   for (int i = 0; i < before.count; i++) free(before.data[i]);
   vmem_fini();
-  printf("ok\n");
+  printf("ok: %s, moved_bytes %llu in %llu chunks\n", identity ? "identity" : "forced move",
+         (unsigned long long)stats.moved_bytes, (unsigned long long)stats.moved_chunks);
   return 0;
 }

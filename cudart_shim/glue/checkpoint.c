@@ -783,7 +783,7 @@ static int device_bytes(void *ctx, uint64_t *bytes, uint64_t *regions)
   struct vmem_stats stats = {0};
   if (shim_vmem_running() && vmem_get_stats(-1, &stats) != 0) stats = (struct vmem_stats){0};
   uint64_t mapped, kept;
-  shim_vmm_totals(&mapped, &kept);
+  vmm_totals(&mapped, &kept);
   *bytes = stats.held_bytes + (mapped > kept ? mapped - kept : 0);
   *regions = stats.chunks + (mapped > kept ? 1 : 0);
   return 0;

@@ -1022,6 +1022,8 @@ int engine_precopy(struct engine *e, struct engine_stats *stats, char *reason, s
   /* Until every chunk has arrived the sums describe nothing: not reusable by the pause. */
   for (size_t i = 0; i < e->image_count; i++) e->image[i].device_sums = false;
   if (!rc) rc = run_job(e, true, false, true, chunks, count, stats, reason, len);
+  /* Cancelled because the program ends: its runtime may fail the copies first; say why. */
+  if (rc && atomic_load(&e->precopy_cancel)) rc = -ECANCELED;
   free(chunks);
   free(list.items);
   for (size_t i = 0; rc == 0 && i < e->image_count; i++) {

@@ -406,6 +406,14 @@ static int stream_create(void *ctx, int device, void **out);
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static cudaStream_t live_streams[64];
 
+void shim_ckpt_device_reset(int device)
+{
+  if (device < 0 || device >= 64) return;
+  pthread_mutex_lock(&live_lock);
+  live_streams[device] = NULL;
+  pthread_mutex_unlock(&live_lock);
+}
+
 static int live_stream_create(void *ctx, int device, void **out)
 {
   if (device < 0 || device >= 64) return -ENODEV;

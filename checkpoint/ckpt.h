@@ -128,6 +128,17 @@ struct ckpt_host_ops {
   /* Optional. More members for status: writes `,"name":value...` (at most len bytes with the
    * NUL) and returns its length, 0 for nothing. Called on the control thread, gate open or not. */
   size_t (*status_extra)(void *ctx, char *buf, size_t len);
+  /* Optional (all three or none): live checkpoints. live_begin runs with the gate open and the
+   * program running: from then on, memory the program frees stays mapped (and its range unused)
+   * until live_end, so that a copy queued on it still reads valid memory; then it visits the
+   * regions that may be copied while the program runs (memory whose release the host can hold:
+   * vmem's, not the program's own VMM mappings, which the pause saves). On error nothing is held.
+   * live_end gives the held memory back (once after each successful live_begin).
+   * live_stream_create is stream_create for a stream that does not wait for the program's
+   * streams, nor they for it (non-blocking); stream_destroy destroys it. */
+  int (*live_begin)(void *ctx, ckpt_region_visit_fn visit, void *visit_ctx);
+  void (*live_end)(void *ctx);
+  int (*live_stream_create)(void *ctx, int device, void **stream);
   /* Optional. Where the module's messages go (one line, no newline); NULL: stderr. */
   void (*log)(void *ctx, int level, const char *message);
 };
@@ -148,6 +159,7 @@ struct ckpt_options {
   int pin_early;             /* CUDAW_CKPT_PIN_EARLY: pin staging once the program has memory */
   int fill_kernel;           /* CUDAW_CKPT_FILL=kernel: fresh image pages filled by userfaultfd */
   int suspend_release;       /* CUDAW_SUSPEND=release: SIGTSTP checkpoints, SIGCONT resumes */
+  int live;                  /* CUDAW_CKPT_LIVE: a signal's checkpoint copies while the program runs */
   int reserve_auto;          /* CUDAW_CKPT_RESERVE=auto: a reserve the size of device memory */
   uint64_t reserve_bytes;    /* CUDAW_CKPT_RESERVE=SIZE (0: off unless auto) */
   uint32_t reserve_budget_pct; /* CUDAW_CKPT_RESERVE_BUDGET: % of MemAvailable it may take */
@@ -206,6 +218,13 @@ struct ckpt_result {
   double disk_seconds;
   double driver_seconds;  /* the driver's process checkpoint or restore (release all) */
   bool driver_released;   /* checkpoint: nothing left on the device, the driver holds the rest */
+  /* Checkpoint: what the program waited for, gate closed to device memory released (disk and
+   * driver steps included where asked for). */
+  double stall_seconds;
+  bool live;              /* a live checkpoint: memory was copied before the pause */
+  uint64_t precopy_bytes; /* live: copied while the program ran */
+  double precopy_seconds; /* live: how long that took (the program ran meanwhile) */
+  uint64_t recopy_bytes;  /* checkpoint: bytes copied inside the pause (all, unless delta/live) */
 };
 
 /* Start the module: options, transition thread, control socket <run dir>/<pid>.sock and the

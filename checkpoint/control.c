@@ -1,6 +1,7 @@
 /* The control thread and its UNIX socket <run dir>/<pid>.sock. Protocol: one request line
  * ("status", "checkpoint" or "resume"), one reply line of JSON. A checkpoint may add, in this
- * order: "release=all" (the driver's process checkpoint takes the rest), "compress=zstd" and
+ * order: "live" or "live=0" (copy while the program runs first, CUDAW_CKPT_LIVE's default),
+ * "release=all" (the driver's process checkpoint takes the rest), "compress=zstd" and
  * "to=<absolute dir>" (the rest of the line: the image goes to disk). Only the same uid or root may
  * talk to it (SO_PEERCRED). The thread also turns signal-pipe bytes into checkpoint requests.
  * Checkpoint and resume replies are written by the transition thread when it is done. It also
@@ -111,6 +112,11 @@ int control_format_result(const struct ckpt_result *r, char *buf, size_t len) {
          r->unchanged_bytes, r->filled_bytes, r->issue_seconds * 1e3, r->image_seconds * 1e3,
          r->reserve_bytes, r->staged_bytes);
   append(buf, len, &used,
+         ",\"stall_ms\":%.3f,\"live\":%s,\"precopy_bytes\":%" PRIu64 ",\"precopy_seconds\":%.6f"
+         ",\"recopy_bytes\":%" PRIu64,
+         r->stall_seconds * 1e3, r->live ? "true" : "false", r->precopy_bytes, r->precopy_seconds,
+         r->recopy_bytes);
+  append(buf, len, &used,
          ",\"released_all\":%s,\"driver_seconds\":%.6f,\"disk_bytes\":%" PRIu64
          ",\"disk_stored\":%" PRIu64 ",\"disk_seconds\":%.6f,\"disk_gbps\":%.3f}\n",
          r->driver_released ? "true" : "false", r->driver_seconds, r->disk_bytes, r->disk_stored,
@@ -183,6 +189,12 @@ static void format_status(char *buf, size_t len) {
            ckpt_op_name(last.op), last.error ? "false" : "true", last.bytes, last.total_seconds,
            rate, last.gate_seconds * 1e3, last.copy_seconds, last.setup_seconds * 1e3);
     append_string(buf, len, &used, "last_reason", last.reason);
+    if (last.op == CKPT_OP_CHECKPOINT)
+      append(buf, len, &used,
+             ",\"last_stall_ms\":%.3f,\"last_live\":%s,\"last_precopy_bytes\":%" PRIu64
+             ",\"last_recopy_bytes\":%" PRIu64,
+             last.stall_seconds * 1e3, last.live ? "true" : "false", last.precopy_bytes,
+             last.recopy_bytes);
   }
   if (ops->status_extra) {
     char extra[2048];
@@ -223,12 +235,19 @@ static void reply_when_done(void *arg, const struct ckpt_result *result) {
 /* "checkpoint" with its optional words; the defaults come from the options. 0 or -EINVAL. */
 static int parse_checkpoint(const char *line, struct transition_request *out) {
   static const char command[] = "checkpoint";
-  *out = (struct transition_request){.release_all = ckpt_rt.options.release_all != 0};
+  *out = (struct transition_request){.release_all = ckpt_rt.options.release_all != 0,
+                                     .live = ckpt_rt.options.live != 0};
   if (strncmp(line, command, sizeof command - 1) != 0) return -EINVAL;
   const char *p = line + sizeof command - 1;
   while (*p == ' ') {
     p++;
-    if (strncmp(p, "release=all", 11) == 0 && (p[11] == ' ' || !p[11])) {
+    if (strncmp(p, "live=0", 6) == 0 && (p[6] == ' ' || !p[6])) {
+      out->live = false;
+      p += 6;
+    } else if (strncmp(p, "live", 4) == 0 && (p[4] == ' ' || !p[4])) {
+      out->live = true;
+      p += 4;
+    } else if (strncmp(p, "release=all", 11) == 0 && (p[11] == ' ' || !p[11])) {
       out->release_all = true;
       p += 11;
     } else if (strncmp(p, "release=device", 14) == 0 && (p[14] == ' ' || !p[14])) {
@@ -284,8 +303,9 @@ static void serve(int fd, const char *request, int read_rc, double received) {
     format_refusal(line, sizeof line, "bad_request",
                    0, read_rc == -EMSGSIZE  ? "request line too long; expected status, checkpoint or resume"
                       : read_rc == -ETIMEDOUT ? "no complete request line within 2 s"
-                                              : "expected one line: status, checkpoint [release=all] "
-                                                "[compress=zstd] [to=/absolute/dir], or resume");
+                                              : "expected one line: status, checkpoint [live|live=0] "
+                                                "[release=all] [compress=zstd] [to=/absolute/dir], "
+                                                "or resume");
   }
   if (op) {
     const char *refusal = "";

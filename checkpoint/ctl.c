@@ -37,9 +37,11 @@ static void usage(FILE *out) {
   fprintf(out,
           "usage: cudaw-ctl [--json] list\n"
           "       cudaw-ctl [--json] status <pid>\n"
-          "       cudaw-ctl [--json] checkpoint [--release-all] [--to DIR [--zstd]] <pid>\n"
+          "       cudaw-ctl [--json] checkpoint [--live] [--release-all] [--to DIR [--zstd]] <pid>\n"
           "                                        pause <pid>, save its GPU memory to host "
           "memory, release the GPU memory;\n"
+          "                                        --live: copy it while <pid> runs, then pause and "
+          "re-copy what changed;\n"
           "                                        --release-all: then the driver's process "
           "checkpoint takes the rest\n"
           "                                        (context, libraries' memory): 0 bytes left on "
@@ -330,7 +332,14 @@ static void print_transition(pid_t pid, const char *reply) {
            json_number(reply, "copy_seconds"), json_number(reply, "gbps"),
            json_number(reply, "gate_ms"), json_number(reply, "drain_ms"),
            json_number(reply, "memory_ms"));
-  else
+  if (strcmp(op, "checkpoint") == 0 && json_true(reply, "live")) {
+    char pre[32], re[32];
+    ckpt_format_bytes((uint64_t)json_number(reply, "precopy_bytes"), pre, sizeof pre);
+    ckpt_format_bytes((uint64_t)json_number(reply, "recopy_bytes"), re, sizeof re);
+    printf("  live: %s copied in %.3f s while running, %s re-copied in the pause; stall %.3f ms\n",
+           pre, json_number(reply, "precopy_seconds"), re, json_number(reply, "stall_ms"));
+  }
+  if (strcmp(op, "checkpoint") != 0)
     printf("pid %ld %s: restored and verified %s of %.0f regions in %.3f s (copy %.3f s, %.2f "
            "GB/s; recreate %.3f ms)\n",
            (long)pid, state, bytes, json_number(reply, "regions"), json_number(reply, "seconds"),
@@ -425,7 +434,7 @@ static int parse_pid(const char *text, pid_t *pid) {
 
 /* What `checkpoint` was asked to do beyond the default, and where CRIU is. */
 static struct {
-  bool release_all, compress;
+  bool release_all, compress, live;
   const char *to_dir;
   const char *criu;
   char **criu_args; /* after "--" */
@@ -452,7 +461,8 @@ static int command_checkpoint(pid_t pid, const char *to_dir) {
     int code = absolute_dir(to_dir, dir, sizeof dir);
     if (code) return code;
   }
-  snprintf(request, sizeof request, "checkpoint%s%s%s%s", flags.release_all ? " release=all" : "",
+  snprintf(request, sizeof request, "checkpoint%s%s%s%s%s", flags.live ? " live" : "",
+           flags.release_all ? " release=all" : "",
            flags.compress ? " compress=zstd" : "", dir[0] ? " to=" : "", dir);
   return command_pid(request, pid);
 }
@@ -570,6 +580,8 @@ int main(int argc, char **argv) {
       return EXIT_OK;
     } else if (strcmp(argv[i], "--release-all") == 0) {
       flags.release_all = true;
+    } else if (strcmp(argv[i], "--live") == 0) {
+      flags.live = true;
     } else if (strcmp(argv[i], "--zstd") == 0) {
       flags.compress = true;
     } else if ((strcmp(argv[i], "--to") == 0 || strcmp(argv[i], "--criu") == 0) && i + 1 < argc) {
@@ -586,7 +598,7 @@ int main(int argc, char **argv) {
       return EXIT_USAGE;
     }
   }
-  bool checkpoint_flags = flags.release_all || flags.compress || flags.to_dir;
+  bool checkpoint_flags = flags.release_all || flags.compress || flags.to_dir || flags.live;
   if (count == 1 && strcmp(args[0], "list") == 0) return command_list();
   if (count && sched_ctl_main && (!strcmp(args[0], "sched") || !strcmp(args[0], "priority")))
     return sched_ctl_main(count, args, json_output);

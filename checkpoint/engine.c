@@ -61,6 +61,7 @@ struct engine {
   int devices;
   void **staging;  /* [slots], pinned by engine_prepare and kept */
   _Atomic bool pin_cancel; /* stop pinning more of them (engine_cancel_pinning) */
+  _Atomic bool precopy_cancel; /* stop a pre-copy under way (engine_cancel_precopy) */
   void **streams;  /* [devices * slots], created and destroyed by the workers in each job */
   struct image_region *image;
   size_t image_count;
@@ -81,6 +82,7 @@ struct job {
   struct engine *engine;
   bool save;
   bool host_sums; /* save: checksum on the host (XXH3) while copying */
+  bool live; /* pre-copy: non-blocking streams, sums of the copied bytes with ckpt_delta_hash */
   struct chunk_ref *chunks;
   uint64_t chunk_count;
   _Atomic uint64_t next;
@@ -632,6 +634,11 @@ static int complete_slot(struct worker *w, struct slot *slot, XXH3_state_t *stat
       atomic_store(&job->filler_failed, true);
       return rc;
     }
+    if (job->live) { /* what arrived, as the device would checksum it (the pause compares) */
+      double t = ckpt_now();
+      r->sums[ref.chunk] = ckpt_delta_hash(r->data + offset, n);
+      w->times.hash += ckpt_now() - t;
+    }
   }
   return 0;
 }
@@ -704,7 +711,8 @@ static int worker_setup(struct worker *w) {
   if (!e->staging) return 0; /* no device: no chunks either */
   for (int s = first; s < first + e->slots_per_thread && !rc; s++) {
     for (int d = 0; d < e->devices && !rc; d++)
-      if ((rc = e->ops->stream_create(e->ctx, d, &e->streams[d * e->slots + s])) != 0)
+      if ((rc = (job->live ? e->ops->live_stream_create : e->ops->stream_create)(
+               e->ctx, d, &e->streams[d * e->slots + s])) != 0)
         job_fail(job, rc, "creating a copy stream on device %d failed: %s", d, strerror(-rc));
   }
   w->setup_seconds = ckpt_now() - t0;
@@ -741,6 +749,10 @@ static void *run_worker(void *arg) {
     struct slot *slot = &slots[turn];
     if (slot->chunk >= 0 && complete_slot(w, slot, state) != 0) break;
     if (atomic_load(&job->failed)) break;
+    if (job->live && atomic_load(&e->precopy_cancel)) {
+      job_fail(job, -ECANCELED, "the live checkpoint's copy was cancelled");
+      break;
+    }
     uint64_t index = atomic_fetch_add(&job->next, 1);
     if (index >= job->chunk_count) break;
     if (start_slot(w, slot, index, state) != 0) break;
@@ -773,7 +785,7 @@ static uint64_t chunk_length(const struct engine *e, struct chunk_ref ref) {
 }
 
 /* Copy `count` chunks (save: device -> image; restore: image -> device) with the copy threads. */
-static int run_job(struct engine *e, bool save, bool host_sums, struct chunk_ref *chunks,
+static int run_job(struct engine *e, bool save, bool host_sums, bool live, struct chunk_ref *chunks,
                    uint64_t count, struct engine_stats *stats, char *reason, size_t len) {
   int rc = engine_prepare(e);
   if (rc == 0 && count > 0 && e->devices == 0) rc = -ENODEV;
@@ -781,8 +793,8 @@ static int run_job(struct engine *e, bool save, bool host_sums, struct chunk_ref
     snprintf(reason, len, "preparing the copy engine failed: %s", strerror(-rc));
     return rc;
   }
-  struct job job = {.engine = e, .save = save, .host_sums = host_sums, .chunks = chunks,
-                    .chunk_count = count};
+  struct job job = {.engine = e, .save = save, .host_sums = host_sums, .live = live,
+                    .chunks = chunks, .chunk_count = count};
   pthread_mutex_init(&job.lock, NULL);
   struct worker *workers = calloc((size_t)e->threads, sizeof *workers);
   if (!workers) {
@@ -871,7 +883,7 @@ static int save_delta(struct engine *e, struct chunk_ref *chunks, uint64_t count
   /* Until the copy succeeds the regions' sums describe nothing: mark them host (not reusable). */
   for (size_t i = 0; i < e->image_count; i++)
     if (e->image[i].fresh) e->image[i].device_sums = false;
-  int rc = run_job(e, true, false, chunks, changed, stats, reason, len);
+  int rc = run_job(e, true, false, false, chunks, changed, stats, reason, len);
   if (rc) return rc;
   for (uint64_t k = 0; k < changed; k++) e->image[chunks[k].region].sums[chunks[k].chunk] = sums[k];
   for (size_t i = 0; i < e->image_count; i++) e->image[i].device_sums = true;
@@ -954,7 +966,7 @@ int engine_save(struct engine *e, struct engine_stats *stats, char *reason, size
           e->device_hash_warned = true;
         }
         for (size_t i = 0; i < e->image_count; i++) e->image[i].device_sums = false;
-        rc = run_job(e, true, true, chunks, count, stats, reason, len);
+        rc = run_job(e, true, true, false, chunks, count, stats, reason, len);
       }
     }
     free(chunks);
@@ -971,6 +983,63 @@ int engine_save(struct engine *e, struct engine_stats *stats, char *reason, size
   return rc;
 }
 
+void engine_cancel_precopy(struct engine *e, bool cancel) {
+  atomic_store(&e->precopy_cancel, cancel);
+}
+
+int engine_precopy(struct engine *e, struct engine_stats *stats, char *reason, size_t len) {
+  const struct ckpt_host_ops *ops = e->ops;
+  *stats = (struct engine_stats){0};
+  /* Without checksums on the device the pause could not tell what changed since. */
+  if (!ops->live_begin || !ops->live_end || !ops->live_stream_create || !ops->device_hash ||
+      e->chunk_bytes % 8) {
+    snprintf(reason, len, "the host offers no live copies or no checksums on the device");
+    return -ENOSYS;
+  }
+  stop_registering(e);
+  struct region_list list = {0};
+  double t0 = ckpt_now();
+  int rc = ops->live_begin(e->ctx, collect_region, &list);
+  if (rc) {
+    free(list.items);
+    snprintf(reason, len, "listing device memory regions failed: %s", strerror(-rc));
+    return rc;
+  }
+  uint64_t count = 0;
+  struct chunk_ref *chunks = NULL;
+  if ((rc = build_image(e, &list, true, reason, len)) == 0) {
+    stats->image_seconds = ckpt_now() - t0;
+    for (size_t i = 0; i < e->image_count && !rc; i++)
+      if (e->image[i].chunks > UINT32_MAX || e->image_count > UINT32_MAX) {
+        snprintf(reason, len, "region %" PRIu64 " has too many chunks", e->image[i].region.id);
+        rc = -E2BIG;
+      }
+    if (!rc && !(chunks = list_chunks(e, &count))) {
+      snprintf(reason, len, "out of memory for the chunk list");
+      rc = -ENOMEM;
+    }
+  }
+  /* Until every chunk has arrived the sums describe nothing: not reusable by the pause. */
+  for (size_t i = 0; i < e->image_count; i++) e->image[i].device_sums = false;
+  if (!rc) rc = run_job(e, true, false, true, chunks, count, stats, reason, len);
+  /* Cancelled because the program ends: its runtime may fail the copies first; say why. */
+  if (rc && atomic_load(&e->precopy_cancel)) rc = -ECANCELED;
+  free(chunks);
+  free(list.items);
+  for (size_t i = 0; rc == 0 && i < e->image_count; i++) {
+    if (e->image[i].untouched) stats->filled_bytes += e->image[i].region.size;
+    if (e->image[i].in_reserve) stats->reserve_bytes += e->image[i].region.size;
+    e->image[i].device_sums = true; /* ckpt_delta_hash of the image: the pause compares */
+  }
+  stop_filling(e);
+  for (size_t i = 0; i < e->image_count; i++) e->image[i].fresh = false;
+  if (rc) {
+    engine_drop_image(e);
+    ops->live_end(e->ctx);
+  }
+  return rc;
+}
+
 int engine_restore(struct engine *e, struct engine_stats *stats, char *reason, size_t len) {
   *stats = (struct engine_stats){0};
   stop_registering(e);
@@ -980,7 +1049,7 @@ int engine_restore(struct engine *e, struct engine_stats *stats, char *reason, s
     snprintf(reason, len, "out of memory for the chunk list");
     return -ENOMEM;
   }
-  int rc = run_job(e, false, false, chunks, count, stats, reason, len);
+  int rc = run_job(e, false, false, false, chunks, count, stats, reason, len);
   free(chunks);
   if (rc == 0) rc = verify_restored(e, stats, reason, len);
   return rc;

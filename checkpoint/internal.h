@@ -107,6 +107,16 @@ int engine_prepare(struct engine *engine);
 void engine_cancel_pinning(struct engine *engine, bool cancel);
 /* Enumerate the regions and copy them into the image. Precondition: gate closed, drained. */
 int engine_save(struct engine *engine, struct engine_stats *stats, char *reason, size_t reason_len);
+/* Live checkpoint, gate open and the program running: list the regions the host lets us copy now
+ * (live_begin: their releases are held from then on), build the image for them and copy them all
+ * on non-blocking streams, each chunk's checksum taken from the bytes that arrived
+ * (ckpt_delta_hash), so that the pause's engine_save re-copies exactly the chunks whose checksum
+ * on the device differs, and regions that appeared since in full. On success the releases stay
+ * held: the caller calls ops->live_end after the pause's save. -ENOSYS where the host lacks the
+ * live operations or device checksums; on any error nothing is held and the image is dropped. */
+int engine_precopy(struct engine *engine, struct engine_stats *stats, char *reason, size_t reason_len);
+/* With cancel, a pre-copy under way stops (its copies in flight finish) and returns -ECANCELED. */
+void engine_cancel_precopy(struct engine *engine, bool cancel);
 /* Copy the image back, verifying every chunk's checksum before it is sent; a mismatch is
  * -EBADMSG with the region and offset in `reason`. Precondition: regions recreated. */
 int engine_restore(struct engine *engine, struct engine_stats *stats, char *reason, size_t reason_len);
@@ -155,6 +165,7 @@ typedef void (*transition_done_fn)(void *arg, const struct ckpt_result *result);
 /* What a checkpoint request asks for beyond keeping the image in host memory. */
 struct transition_request {
   bool release_all;  /* then hand what remains on the device to the driver's process checkpoint */
+  bool live;         /* copy device memory while the program runs, then pause (engine_precopy) */
   bool compress;     /* zstd chunk files */
   char to_dir[4096]; /* write the image there and free its host memory ("" keeps it in memory) */
 };

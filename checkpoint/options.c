@@ -58,6 +58,9 @@ static const struct ckpt_option_info table[] = {
     {"CUDAW_CKPT_RESERVE_BUDGET", "50%",
      "the share of the host's available memory (MemAvailable) the reserve may take; past it the "
      "reserve stops growing, says so once, and checkpoints copy the old way"},
+    {"CUDAW_CKPT_LIVE", "0",
+     "1: a checkpoint by signal is live: device memory is copied while the program runs, then "
+     "the pause re-copies only the chunks whose checksum changed (cudaw-ctl checkpoint --live)"},
     {"CUDAW_CKPT_PREFAULT", "0",
      "1: fault fresh image pages in while their DMA runs (slower; shows the fault cost apart)"},
 };
@@ -174,6 +177,10 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
   if ((text = getenv("CUDAW_CKPT_FILL")) && *text) {
     if (strcmp(text, "kernel") == 0 || strcmp(text, "copy") == 0) out->fill_kernel = text[0] == 'k';
     else rc = reject("CUDAW_CKPT_FILL", text, error, error_len);
+  }
+  if ((text = getenv("CUDAW_CKPT_LIVE")) && *text) {
+    if (strcmp(text, "0") == 0 || strcmp(text, "1") == 0) out->live = text[0] == '1';
+    else rc = reject("CUDAW_CKPT_LIVE", text, error, error_len);
   }
   if ((text = getenv("CUDAW_SUSPEND")) && *text) {
     if (strcmp(text, "release") == 0 || strcmp(text, "off") == 0) out->suspend_release = text[0] == 'r';

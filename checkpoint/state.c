@@ -65,6 +65,14 @@ static void log_result(const struct ckpt_result *r, int from, int to) {
     ckpt_format_bytes(r->reserve_bytes, in, sizeof in);
     snprintf(reserve, sizeof reserve, ", %s straight into the reserve", in);
   }
+  char live[160] = "";
+  if (r->live) {
+    char pre[32], re[32];
+    ckpt_format_bytes(r->precopy_bytes, pre, sizeof pre);
+    ckpt_format_bytes(r->recopy_bytes, re, sizeof re);
+    snprintf(live, sizeof live, "; live: %s copied in %.3f s while running, %s re-copied in the "
+             "pause", pre, r->precopy_seconds, re);
+  }
   double rate = r->copy_seconds > 0 ? (double)r->bytes / r->copy_seconds / 1e9 : 0.0;
   if (r->error) {
     ckpt_logf(CKPT_LOG_ERROR, "%s failed: %s -> %s after %.3f s: %s", ckpt_op_name(r->op),
@@ -73,11 +81,11 @@ static void log_result(const struct ckpt_result *r, int from, int to) {
     ckpt_logf(CKPT_LOG_INFO,
               "checkpoint: %s -> %s in %.3f s: gate closed %.3f ms after the request, drain "
               "%.3f ms, setup %.3f ms, saved %s of %llu regions in %.3f s (%.2f GB/s), "
-              "release %.3f ms%s",
+              "release %.3f ms%s; stall %.3f ms%s",
               state_names[from], state_names[to], r->total_seconds, r->gate_seconds * 1e3,
               r->drain_seconds * 1e3, r->setup_seconds * 1e3, bytes,
               (unsigned long long)r->regions, r->copy_seconds, rate, r->memory_seconds * 1e3,
-              reserve);
+              reserve, r->stall_seconds * 1e3, live);
   } else {
     ckpt_logf(CKPT_LOG_INFO,
               "resume: %s -> %s in %.3f s: recreate %.3f ms, restored and verified %s of %llu "

@@ -77,31 +77,99 @@ static int chunk_create(int device, uint64_t va_granules, uint64_t backed, bool 
   return 0;
 }
 
-/* retire: the program freed it (its memory may be kept for reuse, backing.c). */
-static int chunk_destroy(struct chunk *c, bool retire) {
+/* The device side of a chunk's end: its memory and its virtual range. */
+static int chunk_unback(struct chunk *c, bool retire) {
   struct vmem_space *s = &vmem_space;
-  struct device_state *d = &s->device[c->device];
-  bool was_released = !c->resident, in_slab = c->slab != NULL;
+  bool in_slab = c->slab != NULL;
   vmem_unpublish_delta(c);
   int rc = 0;
   if (in_slab) vmem_slab_leave(c, true); /* its range is given back with the slab */
   else rc = retire ? vmem_backing_retire(c) : vmem_backing_destroy(c);
-  if (rc) {
-    vmem_publish(c);
-    return rc;
+  if (rc) return rc;
+  if (!in_slab) vmem_va_give(c->vaddr, c->va_bytes >> s->shift);
+  s->device[c->device].held -= c->backed;
+  return 0;
+}
+
+/* Hold a resident chunk instead (vmem_hold_releases): off the owner table, so that nothing finds
+ * it, but its delta stays, so that vmem_translate (the copy engine's) still maps its range. */
+static void chunk_hold(struct chunk *c, bool retire) {
+  struct vmem_space *s = &vmem_space;
+  uint64_t first = (c->vaddr - s->base) >> s->shift, n = c->va_bytes >> s->shift;
+  for (uint64_t i = 0; i < n; i++) s->owner[first + i] = NULL;
+  if (c->in_all) {
+    if (c->all_prev) c->all_prev->all_next = c->all_next;
+    else s->all_chunks = c->all_next;
+    if (c->all_next) c->all_next->all_prev = c->all_prev;
+    c->in_all = false;
+  }
+  c->held_retire = retire;
+  c->all_prev = NULL;
+  c->all_next = s->held;
+  s->held = c;
+}
+
+int vmem_release_held(void) {
+  struct vmem_space *s = &vmem_space;
+  int first_error = 0;
+  while (s->held) {
+    struct chunk *c = s->held;
+    s->held = c->all_next;
+    c->all_next = NULL;
+    int rc = chunk_unback(c, c->held_retire);
+    if (rc && !first_error) first_error = rc; /* the device refused: forget it anyway */
+    chunk_free_memory(c);
+  }
+  s->holding = false;
+  return first_error;
+}
+
+/* retire: the program freed it (its memory may be kept for reuse, backing.c). */
+static int chunk_destroy(struct chunk *c, bool retire) {
+  struct vmem_space *s = &vmem_space;
+  struct device_state *d = &s->device[c->device];
+  bool was_released = !c->resident, hold = s->holding && c->resident;
+  if (hold) {
+    chunk_hold(c, retire);
+  } else {
+    vmem_forget(c);
+    int rc = chunk_unback(c, retire);
+    if (rc) {
+      vmem_publish(c);
+      return rc;
+    }
   }
   if (was_released) s->released_chunks--;
-  vmem_forget(c);
-  if (!in_slab) vmem_va_give(c->vaddr, c->va_bytes >> s->shift);
-  d->held -= c->backed;
   d->chunks--;
   if (c->is_arena) {
     d->arenas--;
     if (c->free_units == c->units) d->empty_arenas--;
     if (c->in_open) open_remove(d, c);
   }
-  chunk_free_memory(c);
+  if (!hold) chunk_free_memory(c);
   return 0;
+}
+
+int vmem_hold_releases(int on) {
+  struct vmem_space *s = &vmem_space;
+  pthread_mutex_lock(&s->lock);
+  int rc = -EINVAL;
+  if (s->initialized) {
+    rc = 0;
+    if (on) s->holding = true;
+    else rc = vmem_release_held();
+  }
+  pthread_mutex_unlock(&s->lock);
+  return rc;
+}
+
+uint64_t vmem_held_bytes(void) {
+  struct vmem_space *s = &vmem_space;
+  pthread_mutex_lock(&s->lock);
+  uint64_t bytes = 0;
+  for (struct chunk *c = s->held; c; c = c->all_next) bytes += c->backed;
+  pthread_mutex_unlock(&s->lock);
+  return bytes;
 }
 
 static int walk_destroy(struct chunk *c, void *arg) {

@@ -44,6 +44,7 @@ struct chunk {
    * is mmap'd: leak checkers do not scan it). */
   struct chunk *all_next, *all_prev;
   bool in_all;
+  bool held_retire; /* held (vmem_hold_releases): how to end it when the hold ends */
 };
 
 struct device_state {
@@ -90,6 +91,9 @@ struct vmem_space {
   uint64_t epoch, released_chunks;
   uint64_t moved_bytes, moved_chunks; /* translate: what the last recreate could not put back */
   bool check;
+  /* vmem_hold_releases: chunks freed meanwhile, still mapped, off the tables (linked by all_next) */
+  bool holding;
+  struct chunk *held;
   struct freed_record *history;
   uint64_t history_capacity, history_count;
 };
@@ -144,6 +148,7 @@ void vmem_arena_give(struct chunk *c, uint64_t start_offset);
 
 /* alloc.c */
 void vmem_chunk_destroy_all(void);
+int vmem_release_held(void); /* ends the hold: destroys the held chunks. Lock held. */
 /* check.c */
 void vmem_history_record(uintptr_t base, uint64_t size, const void *where);
 /* The live allocation containing p, if any. */

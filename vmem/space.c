@@ -218,6 +218,7 @@ void vmem_fini(void) {
   if (s->initialized) {
     atomic_store_explicit(&vmem_fast.size, 0, memory_order_release);
     atomic_fetch_add_explicit(&vmem_fast.ended, 1, memory_order_release);
+    vmem_release_held();
     vmem_backing_drop_kept(-1);
     vmem_chunk_destroy_all();
     release_reservation(s);

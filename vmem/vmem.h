@@ -139,6 +139,16 @@ int vmem_for_each(int (*cb)(const struct vmem_chunk *chunk, void *ctx), void *ct
  * on a device error the chunk stays resident, the rest continue, the first error is returned. */
 int vmem_release_all(void);
 
+/* Hold releases (live checkpoints): while on, a chunk whose allocation is freed (or an arena
+ * that empties) keeps its device memory mapped at its real address, and vmem_translate still
+ * answers for it, but it is gone for everything else (lookup, vmem_for_each, release_all) and its
+ * virtual range stays unused: a copy queued on it before the free reads valid memory instead of
+ * faulting the context. Turning it off gives the held memory and ranges back. 0 or -errno (off:
+ * the first device error; the rest are released anyway); -EINVAL before init. */
+int vmem_hold_releases(int on);
+/* Bytes of device memory held so, for tests and status. */
+uint64_t vmem_held_bytes(void);
+
 /* Re-create device memory for every released chunk, all or none. Under remap the real address is
  * the virtual one again. Under translate each chunk is asked for at its old real address: chunks
  * are re-created in the order of their old real addresses, with the same sizes, so that a device

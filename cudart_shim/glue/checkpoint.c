@@ -207,6 +207,30 @@ static int collect_mapping(const struct shim_vmm_region *region, void *arg)
   return collect_chunk(&chunk, arg);
 }
 
+static void live_end(void *ctx)
+{
+  (void)ctx;
+  if (!shim_vmem_running()) return;
+  shim_depth++;
+  int rc = vmem_hold_releases(0);
+  shim_depth--;
+  if (rc) shim_warn("checkpoint: giving back memory freed during a live checkpoint failed: %s",
+                    strerror(-rc));
+}
+
+/* Hand the collected chunks to the module, then free the list. */
+static int visit_chunks(struct chunk_list *list, int rc, ckpt_region_visit_fn visit, void *visit_ctx)
+{
+  for (size_t i = 0; rc == 0 && i < list->count; i++) {
+    /* The virtual address names the chunk: it stays the same from checkpoint to resume. */
+    struct ckpt_region region = {.id = list->items[i].vaddr, .vaddr = list->items[i].vaddr,
+                                 .size = list->items[i].size, .device = list->items[i].device};
+    rc = visit(visit_ctx, &region);
+  }
+  free(list->items);
+  return rc;
+}
+
 static int for_each_region(void *ctx, ckpt_region_visit_fn visit, void *visit_ctx)
 {
   (void)ctx;
@@ -215,13 +239,23 @@ static int for_each_region(void *ctx, ckpt_region_visit_fn visit, void *visit_ct
   int rc = shim_vmem_running() ? vmem_for_each(collect_chunk, &list) : 0;
   if (rc == 0) rc = vmm_for_each(collect_mapping, &list);
   shim_depth--;
-  for (size_t i = 0; rc == 0 && i < list.count; i++) {
-    /* The virtual address names the chunk: it stays the same from checkpoint to resume. */
-    struct ckpt_region region = {.id = list.items[i].vaddr, .vaddr = list.items[i].vaddr,
-                                 .size = list.items[i].size, .device = list.items[i].device};
-    rc = visit(visit_ctx, &region);
-  }
-  free(list.items);
+  return visit_chunks(&list, rc, visit, visit_ctx);
+}
+
+/* Live checkpoints: vmem holds what the program frees from now on (a copy may be in flight on
+ * it), then lists its chunks. The program's own VMM mappings are left to the pause: its
+ * cuMemUnmap cannot be held. */
+static int live_begin(void *ctx, ckpt_region_visit_fn visit, void *visit_ctx)
+{
+  (void)ctx;
+  struct chunk_list list = {0};
+  if (!shim_vmem_running()) return 0;
+  shim_depth++;
+  int rc = vmem_hold_releases(1);
+  if (rc == 0) rc = vmem_for_each(collect_chunk, &list);
+  shim_depth--;
+  rc = visit_chunks(&list, rc, visit, visit_ctx);
+  if (rc) live_end(ctx);
   return rc;
 }
 
@@ -373,6 +407,36 @@ struct glue_stream {
   cudaEvent_t done;
   int device;
 };
+
+static int stream_create(void *ctx, int device, void **out);
+
+/* A live checkpoint copies while the program runs: not on the legacy stream, which waits for the
+ * program's blocking streams and makes them wait. One non-blocking stream per device, created at
+ * the first live checkpoint and kept (its device memory stays in the context anyway, see above). */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static cudaStream_t live_streams[64];
+
+void shim_ckpt_device_reset(int device)
+{
+  if (device < 0 || device >= 64) return;
+  pthread_mutex_lock(&live_lock);
+  live_streams[device] = NULL;
+  pthread_mutex_unlock(&live_lock);
+}
+
+static int live_stream_create(void *ctx, int device, void **out)
+{
+  if (device < 0 || device >= 64) return -ENODEV;
+  int rc = use_device(device);
+  pthread_mutex_lock(&live_lock);
+  if (rc == 0 && !live_streams[device])
+    rc = REAL_CALL(cudaStreamCreateWithFlags, &live_streams[device], cudaStreamNonBlocking);
+  cudaStream_t stream = live_streams[device];
+  pthread_mutex_unlock(&live_lock);
+  if (rc == 0) rc = stream_create(ctx, device, out);
+  if (rc == 0) ((struct glue_stream *)*out)->stream = stream;
+  return rc;
+}
 
 static int stream_create(void *ctx, int device, void **out)
 {
@@ -828,6 +892,9 @@ static const struct ckpt_host_ops host_ops = {
   .host_register = host_register,
   .host_unregister = host_unregister,
   .device_hash = device_hash,
+  .live_begin = live_begin,
+  .live_end = live_end,
+  .live_stream_create = live_stream_create,
   .park_other = park_other,
   .unpark_other = unpark_other,
   .mem_held = mem_held,

@@ -8,5 +8,8 @@
 /* The program obtained a driver function that cudaw does not wrap (real, named symbol): it runs
  * without the gate, so a pause does not hold it. Logged once per function; status counts them. */
 void shim_ckpt_note_ungated(const void *real, const char *symbol);
+/* cudaDeviceReset of `device` destroys the live checkpoints' copy stream there: forget it (the
+ * next live checkpoint creates another). Call inside the gated call, before the reset. */
+void shim_ckpt_device_reset(int device);
 
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ckpt.h"
+#include "shim_ckpt.h"
 #include "shim_generated.h"
 #include "shim_texture.h"
 #include "shim_vmem.h"
@@ -25,6 +26,7 @@ SHIM_EXPORT cudaError_t cudaDeviceReset(void)
     shim_mem_forget_device(device);
     shim_texture_forget_all();
     ckpt_device_reset();
+    shim_ckpt_device_reset(device);
   }
   cudaError_t result = ((__typeof__(&cudaDeviceReset))real)();
   shim_gate_leave();

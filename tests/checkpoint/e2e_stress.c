@@ -4,7 +4,9 @@
  * of every buffer is checked against a host shadow copy by the threads as they go and at the end;
  * while paused the threads must make no progress and the device memory must be given back.
  * Run under CUDAW_VMEM=remap and translate (the emulated device never reuses an address, so
- * under translate the real addresses change at every resume).
+ * under translate the real addresses change at every resume). With CUDAW_CKPT_LIVE=1 every
+ * checkpoint is live: memory is copied while the threads write, allocate and free, and the pause
+ * must re-copy whatever changed (the replies must say live, with bytes pre-copied).
  * usage: e2e_stress <cudaw-ctl> [cycles] */
 #include "e2e_common.h"
 
@@ -136,6 +138,9 @@ enum method { BY_SOCKET, BY_SIGNAL, BY_CTL };
 
 /* With CUDAW_CKPT_RESERVE set: checkpoints whose whole image went straight into the reserve. */
 static int reserved_checkpoints;
+/* With CUDAW_CKPT_LIVE=1: what the live checkpoints copied before and inside their pauses. */
+static int live_checkpoints;
+static unsigned long long precopied, recopied;
 
 static unsigned long long json_u64(const char *reply, const char *key)
 {
@@ -161,8 +166,15 @@ static void checkpoint(enum method how, const char *ctl)
     e2e_ask("checkpoint", reply, sizeof reply);
     CHECK(e2e_reply_ok(reply) && e2e_reply_state(reply, "paused"), "checkpoint: %s", reply);
     unsigned long long bytes = json_u64(reply, "bytes"), in = json_u64(reply, "reserve_bytes");
-    CHECK(in == 0 || in == bytes, "part of an image in the reserve: %s", reply);
+    /* Live: regions that appeared after the pre-copy's image took the reserve lie outside it. */
+    CHECK(in == 0 || in == bytes || strstr(reply, "\"live\":true"),
+          "part of an image in the reserve: %s", reply);
     if (in && json_u64(reply, "staged_bytes") == 0) reserved_checkpoints++;
+    if (strstr(reply, "\"live\":true")) {
+      live_checkpoints++;
+      precopied += json_u64(reply, "precopy_bytes");
+      recopied += json_u64(reply, "recopy_bytes");
+    }
   }
 }
 
@@ -227,6 +239,13 @@ int main(int argc, char **argv)
          "%lu operations by %d threads, every byte verified; ok\n",
          cycles, paused_checks, pause_total / cycles * 1e3, ops, THREADS);
   CHECK(ops > (unsigned long)cycles, "the threads barely ran: %lu operations", ops);
+  const char *live = getenv("CUDAW_CKPT_LIVE");
+  if (live && strcmp(live, "1") == 0) {
+    printf("e2e_stress: %d live checkpoints by socket: %llu bytes copied while running, %llu "
+           "re-copied in the pauses\n", live_checkpoints, precopied, recopied);
+    CHECK(live_checkpoints > cycles / 2, "checkpoints by socket were not live");
+    CHECK(precopied > 0, "nothing was copied while the program ran");
+  }
   const char *reserve = getenv("CUDAW_CKPT_RESERVE");
   if (reserve && *reserve) {
     char reply[4096];

@@ -54,7 +54,7 @@ if [[ " $stages " == *" ckpt "* ]]; then
     > "$OUT/bench_ckpt.log" 2>&1
   note "bench_ckpt (rc $?):"
   # Both runs' tables (without and with the reserve), not the breakdowns.
-  grep -E "^# |^[0-9]+ GiB|^pause latency" "$OUT/bench_ckpt.log"
+  grep -E "^# |^[0-9]+ GiB|^pause latency|^live checkpoints|^stall:" "$OUT/bench_ckpt.log"
 fi
 if [[ " $stages " == *" pytorch "* ]]; then
   STEPS=${STEPS:-30} bash "$SRC/examples/pytorch/check_all.sh" "$B" "$OUT/pytorch" > "$OUT/pytorch.log" 2>&1

@@ -97,9 +97,6 @@ EMU_EXPORT cudaError_t cudaStreamCreate(cudaStream_t *stream) {
 EMU_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   if (!stream || !handle_live(stream, HANDLE_MAGIC_STREAM, true))
     return emu_result(cudaErrorInvalidResourceHandle);
-  /* A destroyed stream's work still completes (as on a GPU): a hold on it ends, so that a later
-   * stream given the same address does not inherit it. */
-  emu_stream_release(stream);
   ((struct emu_stream *)stream)->magic = 0;
   free(stream);
   return cudaSuccess;

@@ -43,11 +43,14 @@ void emu_stream_release(cudaStream_t stream) {
 }
 
 EMU_EXPORT int cudaw_emu_hold_stream(cudaStream_t stream, int hold) {
-  if (!stream || emu_stream_check(stream)) return -EINVAL;
+  if (!stream) return -EINVAL;
+  /* A hold is keyed by the handle: it may be ended after its stream was destroyed (the events
+   * recorded there stay incomplete until then). */
   if (!hold) {
     emu_stream_release(stream);
     return 0;
   }
+  if (emu_stream_check(stream)) return -EINVAL;
   if (emu_stream_held(stream)) return 0;
   pthread_mutex_lock(&held_lock);
   int err = -EINVAL;

@@ -125,9 +125,9 @@ int main(void)
   } else {
     printf("note: the new stream got another handle; the destroyed-handle case is not exercised\n");
   }
-  /* Destroying s ended its hold (its work completes, as on a GPU); s3 was never held. Asking
-   * about s itself would name a destroyed stream, which only works when s3 took its address. */
+  /* Holds are keyed by handle: end the one on the destroyed s (s3 may or may not share it). */
   CHECK_EQ(hold(s3, 0), 0);
+  CHECK_EQ(hold(s, 0), 0);
   CUDA_OK(cudaDeviceSynchronize());
   void *f;
   CUDA_OK(cudaMalloc(&f, 1024)); /* cudaFree waits for every pending free */

@@ -21,6 +21,9 @@ static const struct option {
 } options[] = {
     {"CUDAW_EMU_MEM", "4G", "memory of each emulated device in bytes, optional K/M/G suffix"},
     {"CUDAW_EMU_DEVICES", "1", "number of emulated devices (1-8)"},
+    {"CUDAW_EMU_SHARED", "0", "1: every process of the user shares each device's memory"},
+    {"CUDAW_EMU_SHARED_KEY", "default", "which shared devices (separates concurrent tests)"},
+    {"CUDAW_EMU_CONTEXT_MEM", "0", "device memory each process's context costs, K/M/G suffix"},
 };
 
 static size_t memory_bytes = DEFAULT_MEMORY_BYTES;
@@ -67,10 +70,21 @@ static void init_device(void) {
     if (*end == '\0' && count >= 1 && count <= EMU_MAX_DEVICES) devices = (int)count;
     else ignoring(&options[1], text);
   }
+  size_t context_bytes = 0;
+  text = getenv(options[4].name);
+  if (text && *text && !(context_bytes = parse_size(text)) && strcmp(text, "0") != 0)
+    ignoring(&options[4], text);
   int err = emu_memory_init(memory_bytes, devices);
-  if (err == 0) err = emu_limit_init(devices);
   if (err)
     fprintf(stderr, "cudaw-emu: cannot reserve the device address space: %s\n", strerror(-err));
+  if (err == 0 && emu_shared_init(devices) != 0)
+    fprintf(stderr, "cudaw-emu: CUDAW_EMU_SHARED=1 but no shared ledger: each process has its "
+                    "own memory\n");
+  for (int device = 0; device < devices && err == 0 && context_bytes; device++)
+    if (emu_memory_charge(device, (long long)context_bytes) != 0)
+      fprintf(stderr, "cudaw-emu: no device memory left for the context of device %d\n", device);
+  if (err == 0 && emu_limit_init(devices) != 0)
+    fprintf(stderr, "cudaw-emu: no device memory left for the context's stack\n");
   if (devices == 1)
     fprintf(stderr, "cudaw-emu: emulated CUDA device (host memory, %zu MiB), not a GPU\n",
             memory_bytes >> 20);

@@ -94,6 +94,22 @@ struct sched_snapshot {
   struct sched_program_info program[SCHED_MAX_PROGRAMS + SCHED_MAX_EXITED];
 };
 
+/* A device key fit to print anywhere (terminal, JSON, metrics labels): letters, digits, '-', '.'
+ * and '_' as they are, anything else as '?', at most SCHED_KEY_LEN bytes even if the key is not
+ * terminated (it came from a peer). Returns out. */
+static inline const char *sched_key_printable(const char *key, char out[SCHED_KEY_LEN + 1])
+{
+  int i = 0;
+  for (; i < SCHED_KEY_LEN && key[i]; i++) {
+    char c = key[i];
+    int plain = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                c == '-' || c == '.' || c == '_';
+    out[i] = plain ? c : '?';
+  }
+  out[i] = '\0';
+  return out;
+}
+
 static inline const char *sched_state_name(int state)
 {
   static const char *const names[] = {"running", "waiting", "swapping_out", "swapped_out",

@@ -18,21 +18,41 @@ double sched_now(void)
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* A device description must be a UUID's 32 hex digits (NUL-terminated) and a plausible size. */
+static bool valid_description(const char *key, uint64_t total)
+{
+  for (int i = 0; i < 32; i++)
+    if (!((key[i] >= '0' && key[i] <= '9') || (key[i] >= 'a' && key[i] <= 'f'))) return false;
+  return key[32] == '\0' && total > 0 && total <= ((uint64_t)1 << 50);
+}
+
+/* Whether a joined program uses device slot s (a slot nobody uses can be given to another). */
+static bool slot_in_use(const struct daemon *d, int s)
+{
+  for (const struct program *p = d->programs; p; p = p->next)
+    for (int o = 0; p->joined && o < SCHED_MAX_DEVICES; o++)
+      if (p->slot[o] == s) return true;
+  return false;
+}
+
 int sched_device_slot(struct daemon *d, const char *key, uint64_t total)
 {
+  if (!valid_description(key, total)) return -EINVAL;
   for (int s = 0; s < SCHED_MAX_DEVICES; s++)
-    if (d->device[s].used && strncmp(d->device[s].key, key, SCHED_KEY_LEN) == 0) return s;
-  for (int s = 0; s < SCHED_MAX_DEVICES; s++) {
-    struct device *dev = &d->device[s];
-    if (dev->used) continue;
+    if (d->device[s].used && strncmp(d->device[s].key, key, SCHED_KEY_LEN) == 0)
+      return d->device[s].total == total ? s : -EINVAL; /* one device, one size */
+  /* A never-used slot first, else one whose programs all left. */
+  for (int s = 0; s < 2 * SCHED_MAX_DEVICES; s++) {
+    struct device *dev = &d->device[s % SCHED_MAX_DEVICES];
+    if (dev->used && (s < SCHED_MAX_DEVICES || slot_in_use(d, s % SCHED_MAX_DEVICES))) continue;
+    *dev = (struct device){0};
     dev->used = true;
     snprintf(dev->key, sizeof dev->key, "%.*s", SCHED_KEY_LEN - 1, key);
     dev->capacity = d->config.device_memory
                         ? d->config.device_memory
                         : (uint64_t)((double)total * d->config.device_fraction);
     dev->total = total;
-    dev->outside = 0;
-    return s;
+    return s % SCHED_MAX_DEVICES;
   }
   return -ENOSPC;
 }

@@ -69,9 +69,10 @@ static void print_json(const struct sched_snapshot *s)
   printf("{\"quantum\":%.3f,\"uptime\":%.3f,\"devices\":[", s->quantum, s->uptime);
   for (int i = 0; i < s->devices; i++) {
     const struct sched_device_info *d = &s->device[i];
+    char key[SCHED_KEY_LEN + 1];
     printf("%s{\"device\":%d,\"key\":\"%s\",\"capacity\":%" PRIu64 ",\"resident_bytes\":%" PRIu64
            ",\"max_resident_bytes\":%" PRIu64 ",\"swaps\":%" PRIu64 ",\"programs\":%d}",
-           i ? "," : "", i, d->key, d->capacity, d->resident, d->max_resident, d->swaps,
+           i ? "," : "", i, sched_key_printable(d->key, key), d->capacity, d->resident, d->max_resident, d->swaps,
            d->programs);
   }
   printf("],\"programs\":[");
@@ -97,7 +98,9 @@ static void print_text(const struct sched_snapshot *s)
     ckpt_format_bytes(d->capacity, a, sizeof a);
     ckpt_format_bytes(d->resident, b, sizeof b);
     ckpt_format_bytes(d->max_resident, c, sizeof c);
-    printf("%-6d %-34s %12s %12s %12s %6" PRIu64 "\n", i, d->key, a, b, c, d->swaps);
+    char key[SCHED_KEY_LEN + 1];
+    printf("%-6d %-34s %12s %12s %12s %6" PRIu64 "\n", i, sched_key_printable(d->key, key), a, b,
+           c, d->swaps);
   }
   printf("%-8s %-12s %4s %12s %10s %6s %10s %10s\n", "PID", "STATE", "PRIO", "BYTES", "GPU_S",
          "SWAPS", "SWAP_S", "WAIT_S");

@@ -255,13 +255,23 @@ static void on_message(struct daemon *d, struct program *p, const struct sched_m
       break;
     }
     p->bytes[slot] = msg->held;
+    p->in_flight[slot] = false;
+    if (msg->value & SCHED_ALLOC_FREE_KNOWN)
+      sched_observe_free(d, p, slot, msg->held, msg->device_free);
+    if (msg->value & SCHED_ALLOC_FAILED)
+      fprintf(stderr, "cudawd: pid %ld: a granted allocation failed on the device (%llu MiB "
+              "outside cudawd's books): making room\n", (long)p->pid,
+              (unsigned long long)(d->device[slot].outside >> 20));
     if (!p->wants) p->wanting_since = now;
     p->wants = true;
     p->want_slot = slot;
     p->want_bytes = msg->bytes;
     break;
   case SCHED_USAGE:
-    if (slot >= 0) p->bytes[slot] = msg->bytes;
+    if (slot >= 0) {
+      p->bytes[slot] = msg->bytes;
+      p->in_flight[slot] = false;
+    }
     break;
   case SCHED_DONE:
     sched_done(d, p, msg->value, msg->status, msg->bytes, msg->seconds);

@@ -24,6 +24,9 @@ struct device {
   bool used;
   char key[SCHED_KEY_LEN];
   uint64_t capacity;
+  uint64_t total;          /* what the device has (its first SCHED_DEVICE) */
+  uint64_t outside;        /* held outside cudawd's books: contexts, libraries, other processes
+                            * (from the last free figure a program reported) */
   uint64_t max_resident;
   uint64_t swaps;
 };
@@ -38,6 +41,7 @@ struct program {
   bool wants;              /* an allocation waits: it wants want_bytes on device want_slot */
   int want_slot;
   uint64_t want_bytes;
+  bool in_flight[SCHED_MAX_DEVICES]; /* per device index: granted, allocation not reported yet */
   int priority;            /* weight: a turn lasts quantum x priority; higher goes first */
   double state_since;      /* when it entered its state */
   double accounted_at;     /* time is accounted to its state up to here */
@@ -67,6 +71,10 @@ double sched_now(void);
 /* Device index for a program's SCHED_DEVICE message (registers the device); -ENOSPC if full. */
 int sched_device_slot(struct daemon *d, const char *key, uint64_t total);
 uint64_t sched_resident(const struct daemon *d, int slot);
+/* A program holding `held` on slot saw device_free free there: re-estimate the device's memory
+ * outside the books. */
+void sched_observe_free(struct daemon *d, const struct program *reporter, int slot, uint64_t held,
+                        uint64_t device_free);
 /* Account time to every program's state up to now, refresh CPU samples. */
 void sched_account(struct daemon *d);
 void sched_set_state(struct daemon *d, struct program *p, enum sched_program_state state);

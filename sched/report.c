@@ -69,7 +69,9 @@ int sched_write_metrics(const struct daemon *d, const char *path)
     for (int i = 0; i < snapshot.devices; i++) {
       const struct sched_device_info *dev = &snapshot.device[i];
       uint64_t values[] = {dev->capacity, dev->resident, dev->max_resident, dev->swaps};
-      fprintf(f, "%s{device=\"%s\"} %" PRIu64 "\n", device_series[k].name, dev->key, values[k]);
+      char key[SCHED_KEY_LEN + 1];
+      fprintf(f, "%s{device=\"%s\"} %" PRIu64 "\n", device_series[k].name,
+              sched_key_printable(dev->key, key), values[k]);
     }
   }
   static const struct { const char *name, *type, *help; } series[] = {

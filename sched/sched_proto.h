@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#define SCHED_PROTO_VERSION 1u
+#define SCHED_PROTO_VERSION 2u
 #define SCHED_SOCKET_NAME "cudawd.sock"
 #define SCHED_MAX_DEVICES 8     /* device ordinals a program may use under the scheduler */
 #define SCHED_MAX_PROGRAMS 64   /* programs in one snapshot (and joined at once) */
@@ -18,7 +18,8 @@ enum sched_msg_type {
   SCHED_HELLO = 1,   /* join; value: 1 if the program is paused (re-joining a new cudawd) */
   SCHED_DEVICE,      /* ordinal `device` is the device `key`, `bytes` of memory in all */
   SCHED_ALLOC,       /* wants to hold `bytes` in all on `device` (it holds `held` now); waits
-                      * for SCHED_GRANT */
+                      * for SCHED_GRANT. value: SCHED_ALLOC_* bits; device_free: what
+                      * cudaMemGetInfo says is free on the device now */
   SCHED_USAGE,       /* holds `bytes` on `device` now (after frees) */
   SCHED_DONE,        /* the checkpoint (value 1) or resume (value 2) asked for is done: status
                       * 0 or -errno, `bytes` copied, `seconds` it took */
@@ -43,7 +44,11 @@ struct sched_msg {
   uint64_t held;
   double seconds;
   char key[SCHED_KEY_LEN];
+  uint64_t device_free;
 };
+
+#define SCHED_ALLOC_FREE_KNOWN 1  /* device_free is the device's figure */
+#define SCHED_ALLOC_FAILED 2      /* granted before, the real allocation failed: make room */
 
 enum sched_program_state {
   SCHED_RUNNING = 0,  /* resident on its devices, running */
@@ -88,6 +93,22 @@ struct sched_snapshot {
   struct sched_device_info device[SCHED_MAX_DEVICES];
   struct sched_program_info program[SCHED_MAX_PROGRAMS + SCHED_MAX_EXITED];
 };
+
+/* A device key fit to print anywhere (terminal, JSON, metrics labels): letters, digits, '-', '.'
+ * and '_' as they are, anything else as '?', at most SCHED_KEY_LEN bytes even if the key is not
+ * terminated (it came from a peer). Returns out. */
+static inline const char *sched_key_printable(const char *key, char out[SCHED_KEY_LEN + 1])
+{
+  int i = 0;
+  for (; i < SCHED_KEY_LEN && key[i]; i++) {
+    char c = key[i];
+    int plain = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                c == '-' || c == '.' || c == '_';
+    out[i] = plain ? c : '?';
+  }
+  out[i] = '\0';
+  return out;
+}
 
 static inline const char *sched_state_name(int state)
 {

@@ -18,19 +18,41 @@ double sched_now(void)
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* A device description must be a UUID's 32 hex digits (NUL-terminated) and a plausible size. */
+static bool valid_description(const char *key, uint64_t total)
+{
+  for (int i = 0; i < 32; i++)
+    if (!((key[i] >= '0' && key[i] <= '9') || (key[i] >= 'a' && key[i] <= 'f'))) return false;
+  return key[32] == '\0' && total > 0 && total <= ((uint64_t)1 << 50);
+}
+
+/* Whether a joined program uses device slot s (a slot nobody uses can be given to another). */
+static bool slot_in_use(const struct daemon *d, int s)
+{
+  for (const struct program *p = d->programs; p; p = p->next)
+    for (int o = 0; p->joined && o < SCHED_MAX_DEVICES; o++)
+      if (p->slot[o] == s) return true;
+  return false;
+}
+
 int sched_device_slot(struct daemon *d, const char *key, uint64_t total)
 {
+  if (!valid_description(key, total)) return -EINVAL;
   for (int s = 0; s < SCHED_MAX_DEVICES; s++)
-    if (d->device[s].used && strncmp(d->device[s].key, key, SCHED_KEY_LEN) == 0) return s;
-  for (int s = 0; s < SCHED_MAX_DEVICES; s++) {
-    struct device *dev = &d->device[s];
-    if (dev->used) continue;
+    if (d->device[s].used && strncmp(d->device[s].key, key, SCHED_KEY_LEN) == 0)
+      return d->device[s].total == total ? s : -EINVAL; /* one device, one size */
+  /* A never-used slot first, else one whose programs all left. */
+  for (int s = 0; s < 2 * SCHED_MAX_DEVICES; s++) {
+    struct device *dev = &d->device[s % SCHED_MAX_DEVICES];
+    if (dev->used && (s < SCHED_MAX_DEVICES || slot_in_use(d, s % SCHED_MAX_DEVICES))) continue;
+    *dev = (struct device){0};
     dev->used = true;
     snprintf(dev->key, sizeof dev->key, "%.*s", SCHED_KEY_LEN - 1, key);
     dev->capacity = d->config.device_memory
                         ? d->config.device_memory
                         : (uint64_t)((double)total * d->config.device_fraction);
-    return s;
+    dev->total = total;
+    return s % SCHED_MAX_DEVICES;
   }
   return -ENOSPC;
 }
@@ -181,10 +203,31 @@ static uint64_t extra(const struct program *p, int slot)
   return p->state == SCHED_SWAPPED_OUT ? mine : mine - p->bytes[slot];
 }
 
+/* What p lacks on `slot`: against what cudawd may hand out, and against what the device really
+ * has once the memory outside its books (contexts, other processes) is counted. Grants in flight
+ * count through the books (their bytes are booked when granted). */
 static uint64_t deficit(const struct daemon *d, const struct program *p, int slot)
 {
+  const struct device *dev = &d->device[slot];
   uint64_t need = sched_resident(d, slot) + extra(p, slot);
-  return need > d->device[slot].capacity ? need - d->device[slot].capacity : 0;
+  uint64_t lack = need > dev->capacity ? need - dev->capacity : 0;
+  uint64_t real = need + dev->outside;
+  if (dev->total && real > dev->total && real - dev->total > lack) lack = real - dev->total;
+  return lack;
+}
+
+void sched_observe_free(struct daemon *d, const struct program *reporter, int slot, uint64_t held,
+                        uint64_t device_free)
+{
+  struct device *dev = &d->device[slot];
+  if (!dev->total || device_free > dev->total) return;
+  /* Used on the device, less what the books say is allocated there (grants in flight are booked
+   * but not allocated yet, so they do not count as allocated). */
+  uint64_t used = dev->total - device_free, booked = held;
+  for (const struct program *p = d->programs; p; p = p->next)
+    if (p != reporter && p->joined && is_resident(p->state) && !p->in_flight[slot])
+      booked += p->bytes[slot];
+  dev->outside = used > booked ? used - booked : 0;
 }
 
 static bool fits(const struct daemon *d, const struct program *p)
@@ -237,6 +280,7 @@ static void grant_or_deny(struct daemon *d)
       sched_set_state(d, p, SCHED_RUNNING);
     } else if (fits(d, p)) {
       p->bytes[p->want_slot] = p->want_bytes;
+      p->in_flight[p->want_slot] = true;
       p->wants = false;
       send_simple(p, SCHED_GRANT, 0);
       sched_set_state(d, p, SCHED_RUNNING);

@@ -265,34 +265,77 @@ static int wait_answer(void)
   return status;
 }
 
+static SHIM_TLS bool lease_granted; /* this admit got a grant: report what was allocated */
+
+/* Ask cudawd for `size` more bytes on device (flags: SCHED_ALLOC_*), with what the device says is
+ * free so that cudawd counts memory outside its books. Called with lease_lock held. 0: allocate
+ * (granted); 1: allocate unscheduled (cudawd gone or not scheduling it: said on stderr);
+ * -ENOMEM: it can never fit. */
+static int ask(int device, uint64_t size, int flags)
+{
+  uint64_t granule = vmem_granule(), held = held_bytes(device);
+  uint64_t need = held + (size + granule - 1) / granule * granule; /* at most one new chunk */
+  if (!flags && need <= client.granted[device]) return 0;
+  struct sched_msg msg = {.type = SCHED_ALLOC, .device = device, .bytes = need, .held = held,
+                          .value = flags};
+  int current;
+  size_t free_bytes, total;
+  if (SHIM_REAL(cudaGetDevice)(&current) == cudaSuccess && current == device &&
+      SHIM_REAL(cudaMemGetInfo)(&free_bytes, &total) == cudaSuccess) {
+    msg.value |= SCHED_ALLOC_FREE_KNOWN;
+    msg.device_free = free_bytes;
+  }
+  SHIM_REAL(cudaGetLastError)();
+  pthread_mutex_lock(&client.reply_lock);
+  client.reply_ready = false;
+  pthread_mutex_unlock(&client.reply_lock);
+  if (send_msg(msg) != 0) return 1; /* cudawd is gone: the thread notices and warns */
+  int status = wait_answer();
+  if (status == 0) {
+    client.granted[device] = need;
+    client.reported[device] = held;
+    lease_granted = true;
+    return 0;
+  }
+  if (status == -ENOMEM) {
+    shim_info("sched: %llu bytes on device %d can never fit in what cudawd hands out",
+              (unsigned long long)need, device);
+    return -ENOMEM;
+  }
+  if (status == -ENOTCONN) return 1; /* lost(): it said we run unshared */
+  /* Any other answer (cudawd does not schedule this device: -ENODEV) is no grant: say so. */
+  shim_warn("sched: cudawd did not grant %llu bytes on device %d (%s): allocating UNSCHEDULED",
+            (unsigned long long)need, device, strerror(-status));
+  return 1;
+}
+
 int shim_sched_admit(int device, uint64_t size)
 {
   if (!client.sharing || device < 0 || device >= SCHED_MAX_DEVICES) return 0;
   pthread_mutex_lock(&client.lease_lock);
   holds_lease = true;
+  lease_granted = false;
   if (!atomic_load(&client.connected)) return 0;
   if (!client.described[device]) learn_device(device);
-  uint64_t granule = vmem_granule(), held = held_bytes(device);
-  uint64_t need = held + (size + granule - 1) / granule * granule; /* at most one new chunk */
-  if (need <= client.granted[device]) return 0;
-  pthread_mutex_lock(&client.reply_lock);
-  client.reply_ready = false;
-  pthread_mutex_unlock(&client.reply_lock);
-  if (send_msg((struct sched_msg){.type = SCHED_ALLOC, .device = device, .bytes = need,
-                                  .held = held}) != 0)
-    return 0; /* cudawd is gone: the thread notices and we run unshared */
-  int status = wait_answer();
-  if (status == 0) {
-    client.granted[device] = need;
-    client.reported[device] = held;
-  } else if (status == -ENOMEM) {
-    shim_info("sched: %llu bytes on device %d can never fit in what cudawd hands out",
-              (unsigned long long)need, device);
+  int rc = ask(device, size, 0);
+  if (rc > 0) return 0;
+  if (rc != 0) {
     holds_lease = false;
     pthread_mutex_unlock(&client.lease_lock);
-    return -ENOMEM;
   }
-  return 0;
+  return rc;
+}
+
+int shim_sched_retry(int device, uint64_t size, int attempt)
+{
+  if (!holds_lease || !atomic_load(&client.connected) || attempt >= SHIM_SCHED_RETRIES)
+    return -ENOMEM;
+  if (attempt > 0) usleep(100000); /* cudawd granted, yet it still failed: give frees time */
+  SHIM_REAL(cudaGetLastError)(); /* the failed attempt's error is not the program's */
+  if (attempt == 0)
+    shim_info("sched: a granted allocation of %llu bytes on device %d failed: asking cudawd "
+              "to make room", (unsigned long long)size, device);
+  return ask(device, size, SCHED_ALLOC_FAILED) == 0 ? 0 : -ENOMEM;
 }
 
 void shim_sched_allocated(int device)
@@ -301,8 +344,9 @@ void shim_sched_allocated(int device)
   if (atomic_load(&client.connected) && device >= 0 && device < SCHED_MAX_DEVICES &&
       client.described[device]) {
     uint64_t held = held_bytes(device);
-    if (held > client.granted[device]) { /* grew beyond the estimate: tell the truth */
-      client.granted[device] = held;
+    /* After a grant cudawd counts it in flight until told what was allocated. */
+    if (held > client.granted[device] || lease_granted) {
+      if (held > client.granted[device]) client.granted[device] = held;
       send_msg((struct sched_msg){.type = SCHED_USAGE, .device = device, .bytes = held});
     }
     client.reported[device] = held;

@@ -14,4 +14,10 @@
 int shim_sched_admit(int device, uint64_t size);
 void shim_sched_allocated(int device);
 
+/* After an admitted allocation failed on the device (memory outside cudawd's books): asks cudawd
+ * to make room and waits; 0 to try the allocation again, -ENOMEM to give the program the error
+ * (not sharing, cudawd gone, it can never fit, or SHIM_SCHED_RETRIES attempts, `attempt` from 0). */
+#define SHIM_SCHED_RETRIES 300
+int shim_sched_retry(int device, uint64_t size, int attempt);
+
 #endif

@@ -320,6 +320,8 @@ cudaError_t shim_vmem_alloc_on(int device, void **ptr, uint64_t size)
     shim_vmem_reap_frees(1);
     rc = vmem_alloc(device, size, 0, ptr);
   }
+  for (int attempt = 0; rc == -ENOMEM && shim_sched_retry(device, size, attempt) == 0; attempt++)
+    rc = vmem_alloc(device, size, 0, ptr);
   shim_sched_allocated(device);
   return shim_error_from_errno(rc);
 }

@@ -27,6 +27,9 @@ static const struct option {
     {"CUDAW_EMU_ALLOC", "next", "where cudaMalloc places memory: next (after the last "
                                 "allocation, a freed address comes back only after a wrap) or "
                                 "lowest (the lowest gap: freed addresses come back at once)"},
+    {"CUDAW_EMU_SHARED", "0", "1: every process of the user shares each device's memory"},
+    {"CUDAW_EMU_SHARED_KEY", "default", "which shared devices (separates concurrent tests)"},
+    {"CUDAW_EMU_CONTEXT_MEM", "0", "device memory each process's context costs, K/M/G suffix"},
 };
 
 static size_t memory_bytes = DEFAULT_MEMORY_BYTES;
@@ -73,6 +76,10 @@ static void init_device(void) {
     if (*end == '\0' && count >= 1 && count <= EMU_MAX_DEVICES) devices = (int)count;
     else ignoring(&options[1], text);
   }
+  size_t context_bytes = 0;
+  text = getenv(options[6].name);
+  if (text && *text && !(context_bytes = parse_size(text)) && strcmp(text, "0") != 0)
+    ignoring(&options[6], text);
   bool lowest = false;
   text = getenv(options[3].name);
   if (text && *text) {
@@ -80,7 +87,6 @@ static void init_device(void) {
     else if (strcmp(text, "next") != 0) ignoring(&options[3], text);
   }
   int err = emu_memory_init(memory_bytes, devices, lowest);
-  if (err == 0) err = emu_limit_init(devices);
   text = getenv(options[2].name);
   if (err == 0 && text && *text) {
     int fd = open(text, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
@@ -89,6 +95,14 @@ static void init_device(void) {
   }
   if (err)
     fprintf(stderr, "cudaw-emu: cannot reserve the device address space: %s\n", strerror(-err));
+  if (err == 0 && emu_shared_init(devices) != 0)
+    fprintf(stderr, "cudaw-emu: CUDAW_EMU_SHARED=1 but no shared ledger: each process has its "
+                    "own memory\n");
+  for (int device = 0; device < devices && err == 0 && context_bytes; device++)
+    if (emu_memory_charge(device, (long long)context_bytes) != 0)
+      fprintf(stderr, "cudaw-emu: no device memory left for the context of device %d\n", device);
+  if (err == 0 && emu_limit_init(devices) != 0)
+    fprintf(stderr, "cudaw-emu: no device memory left for the context's stack\n");
   if (devices == 1)
     fprintf(stderr, "cudaw-emu: emulated CUDA device (host memory, %zu MiB), not a GPU\n",
             memory_bytes >> 20);

@@ -131,6 +131,16 @@ int emu_vmm_map(uintptr_t addr, size_t size, size_t offset, uint64_t handle);
 int emu_vmm_set_access(uintptr_t addr, size_t size, unsigned changed, unsigned readable);
 int emu_vmm_unmap(uintptr_t addr, size_t size);
 
+/* ---- emu_shared.c: CUDAW_EMU_SHARED=1, one device memory for every process of the user ---- */
+/* Opens the shared ledgers when CUDAW_EMU_SHARED=1 (nothing otherwise); -errno on failure. */
+int emu_shared_init(int devices);
+bool emu_shared_active(void);
+/* Charges delta bytes (negative: gives back) of device's memory to this process; -ENOMEM when all
+ * processes together would hold more than capacity (nothing charged). */
+int emu_shared_charge(int device, long long delta, size_t capacity);
+/* What every live process holds on device (dead processes' shares reclaimed). */
+size_t emu_shared_used(int device);
+
 /* ---- emu_limit.c: context limits; the stack's reservation is charged at init ---- */
 int emu_limit_init(int devices);
 

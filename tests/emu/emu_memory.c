@@ -87,6 +87,27 @@ static struct sorted_vector hosts = {.element_size = sizeof(struct host_range)};
 static struct physical *physicals;
 static size_t physical_count, physical_capacity;
 
+/* Charges size bytes to device: against this process's quota, or with CUDAW_EMU_SHARED=1 against
+ * the one capacity every process shares (emu_shared.c). -ENOMEM when it does not fit. Locked. */
+static int charge_locked(int device, size_t size) {
+  if (emu_shared_active()) {
+    int err = emu_shared_charge(device, (long long)size, quota_bytes);
+    if (err == 0) used_bytes[device] += size;
+    if (err == 0) publish_used_locked();
+    return err;
+  }
+  if (size > quota_bytes - used_bytes[device]) return -ENOMEM;
+  used_bytes[device] += size;
+  publish_used_locked();
+  return 0;
+}
+
+static void uncharge_locked(int device, size_t size) {
+  if (emu_shared_active()) emu_shared_charge(device, -(long long)size, quota_bytes);
+  used_bytes[device] -= size;
+  publish_used_locked();
+}
+
 static uintptr_t align_up(uintptr_t value, size_t alignment) {
   return (value + alignment - 1) & ~(uintptr_t)(alignment - 1);
 }
@@ -197,7 +218,7 @@ int emu_memory_alloc(size_t size, enum emu_space_kind kind, void **out) {
   pthread_mutex_lock(&lock);
   int err = -ENOMEM;
   uintptr_t base;
-  if (rounded > quota_bytes - used_bytes[device]) goto out;
+  if ((err = charge_locked(device, rounded)) != 0) goto out;
   /* One guard page after each allocation makes small overruns fault in host kernels too. */
   if ((err = place(rounded + PAGE, rounded >= EMU_VMM_GRANULARITY ? EMU_VMM_GRANULARITY : PAGE,
                    &base)) != 0)
@@ -205,17 +226,18 @@ int emu_memory_alloc(size_t size, enum emu_space_kind kind, void **out) {
   if (mmap((void *)base, rounded, PROT_READ | PROT_WRITE,
            MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) == MAP_FAILED) {
     err = -ENOMEM;
-    goto out;
+    goto uncharge;
   }
   struct space s = {.base = base, .size = size, .span = rounded + PAGE, .charged = rounded,
                     .kind = kind, .device = device};
   if ((err = insert_sorted(&spaces, &s)) != 0) {
     make_inaccessible(base, rounded);
-    goto out;
+    goto uncharge;
   }
-  used_bytes[device] += rounded;
-  publish_used_locked();
   *out = (void *)base;
+  goto out;
+uncharge:
+  uncharge_locked(device, rounded);
 out:
   pthread_mutex_unlock(&lock);
   return err;
@@ -230,8 +252,7 @@ int emu_memory_free(void *ptr, unsigned kind_mask) {
     if (s->base == (uintptr_t)ptr && s->kind != EMU_SPACE_RESERVED &&
         (kind_mask & EMU_KIND_BIT(s->kind))) {
       make_inaccessible(s->base, s->charged);
-      used_bytes[s->device] -= s->charged;
-      publish_used_locked();
+      uncharge_locked(s->device, s->charged);
       remove_at(&spaces, (size_t)index);
       err = 0;
     }
@@ -394,7 +415,7 @@ int emu_memory_kernel_access(int device, const void *ptr, size_t size) {
 
 void emu_memory_info(int device, size_t *used, size_t *quota) {
   pthread_mutex_lock(&lock);
-  *used = used_bytes[device];
+  *used = emu_shared_active() ? emu_shared_used(device) : used_bytes[device];
   *quota = quota_bytes;
   pthread_mutex_unlock(&lock);
 }
@@ -402,9 +423,8 @@ void emu_memory_info(int device, size_t *used, size_t *quota) {
 int emu_memory_charge(int device, long long delta) {
   pthread_mutex_lock(&lock);
   int err = 0;
-  if (delta > 0 && (size_t)delta > quota_bytes - used_bytes[device]) err = -ENOMEM;
-  else used_bytes[device] += (size_t)delta; /* a negative delta wraps back down */
-  publish_used_locked();
+  if (delta > 0) err = charge_locked(device, (size_t)delta);
+  else uncharge_locked(device, (size_t)-delta);
   pthread_mutex_unlock(&lock);
   return err;
 }
@@ -415,8 +435,7 @@ void emu_memory_reset(int device) {
     struct space *s = space_at(i);
     if ((s->kind == EMU_SPACE_DEVICE || s->kind == EMU_SPACE_MANAGED) && s->device == device) {
       make_inaccessible(s->base, s->charged);
-      used_bytes[device] -= s->charged;
-      publish_used_locked();
+      uncharge_locked(device, s->charged);
       remove_at(&spaces, i);
     }
   }
@@ -560,24 +579,25 @@ int emu_vmm_create(int device, size_t size, uint64_t *handle) {
   if (!size || size % EMU_VMM_GRANULARITY) return -EINVAL;
   pthread_mutex_lock(&lock);
   int err = -ENOMEM, fd = -1;
-  if (size > quota_bytes - used_bytes[device]) goto out;
+  if (charge_locked(device, size) != 0) goto out;
   if (physical_count == physical_capacity) {
     size_t capacity = physical_capacity ? physical_capacity * 2 : 64;
     struct physical *grown = realloc(physicals, capacity * sizeof *grown);
-    if (!grown) goto out;
+    if (!grown) goto uncharge;
     physicals = grown;
     physical_capacity = capacity;
   }
   fd = memfd_create("cudaw-emu-physical", MFD_CLOEXEC);
   if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
     if (fd >= 0) close(fd);
-    goto out;
+    goto uncharge;
   }
   physicals[physical_count] = (struct physical){fd, size, device};
   *handle = ++physical_count; /* handles are never reused */
-  used_bytes[device] += size;
-  publish_used_locked();
   err = 0;
+  goto out;
+uncharge:
+  uncharge_locked(device, size);
 out:
   pthread_mutex_unlock(&lock);
   return err;
@@ -594,8 +614,7 @@ int emu_vmm_release(uint64_t handle) {
   if (p) {
     close(p->fd); /* live mappings keep the pages until unmapped, as on the real device */
     p->fd = -1;
-    used_bytes[p->device] -= p->size;
-    publish_used_locked();
+    uncharge_locked(p->device, p->size);
   }
   pthread_mutex_unlock(&lock);
   return p ? 0 : -EINVAL;

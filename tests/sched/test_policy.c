@@ -68,9 +68,27 @@ int main(void)
   static struct daemon d;
   d.config = (struct sched_config){.quantum = 1, .min_run = 0.1, .idle_cpu = 0.02,
                                    .device_memory = 100};
-  int dev0 = sched_device_slot(&d, "device-zero", 1000);
-  int dev1 = sched_device_slot(&d, "device-one", 1000);
-  CHECK(dev0 == 0 && dev1 == 1 && sched_device_slot(&d, "device-one", 1000) == 1);
+  static const char zero[] = "00112233445566778899aabbccddeeff";
+  static const char one[] = "ffeeddccbbaa99887766554433221100";
+  int dev0 = sched_device_slot(&d, zero, 1000);
+  int dev1 = sched_device_slot(&d, one, 1000);
+  CHECK(dev0 == 0 && dev1 == 1 && sched_device_slot(&d, one, 1000) == 1);
+  /* What a client says of its device is checked: a UUID's hex digits, one size per device. */
+  CHECK_EQ(sched_device_slot(&d, "device-two", 1000), -EINVAL);
+  CHECK_EQ(sched_device_slot(&d, "00112233445566778899AABBCCDDEEFF", 1000), -EINVAL);
+  CHECK_EQ(sched_device_slot(&d, "\x1b[2J0011223344556677889900aabbcc", 1000), -EINVAL);
+  CHECK_EQ(sched_device_slot(&d, one, 2000), -EINVAL);
+  CHECK_EQ(sched_device_slot(&d, "0123456789abcdef0123456789abcdef", 0), -EINVAL);
+  /* Slots nobody uses are given back: 20 junk-free but distinct devices fit in 8 slots. */
+  char key[33];
+  for (int i = 0; i < 20; i++) {
+    snprintf(key, sizeof key, "%032x", 0x1000 + i);
+    CHECK(sched_device_slot(&d, key, 1000) >= 0, "device %d got no slot", i);
+  }
+  for (int s = 0; s < SCHED_MAX_DEVICES; s++) d.device[s] = (struct device){0};
+  dev0 = sched_device_slot(&d, zero, 1000);
+  dev1 = sched_device_slot(&d, one, 1000);
+  CHECK(dev0 == 0 && dev1 == 1);
   CHECK_EQ(d.device[dev0].capacity, 100);
   pid_t pid = 0;
   int status = 0;

@@ -14,9 +14,11 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -423,6 +425,62 @@ static void test_launcher(void)
   printf("cudaw run --share started cudawd pid %d; the job joined it\n", peer.pid);
 }
 
+/* The soak: on one emulated device that every process shares (CUDAW_EMU_SHARED=1, so that an
+ * over-grant fails an allocation), 12 jobs of random sizes (20-70% of the device) start at random
+ * times; one is killed with -9 in the middle. Every other job must finish with its data verified:
+ * none may see an allocation fail. argv seed: SOAK_SEED. */
+static void test_soak(unsigned seed)
+{
+  enum { JOBS = 12 };
+  const uint64_t device = 128u << 20;
+  setenv("CUDAW_EMU_SHARED", "1", 1);
+  setenv("CUDAW_EMU_SHARED_KEY", run_dir + 5, 1); /* past "/tmp/" */
+  setenv("CUDAW_EMU_MEM", "128M", 1);
+  char log[128], metrics[128];
+  snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
+  snprintf(metrics, sizeof metrics, "%s/metrics.prom", run_dir);
+  const char *dargv[] = {cudawd_path, "--device-memory", "128M", "--quantum", "0.5", "--min-run",
+                         "0.2", "--metrics-file", metrics, NULL};
+  pid_t daemon = spawn(dargv, log);
+  wait_for_cudawd();
+  srand(seed);
+  pid_t jobs[JOBS];
+  int codes[JOBS], killed = rand() % JOBS;
+  char sizes[JOBS][32];
+  double start[JOBS], t0 = now();
+  for (int i = 0; i < JOBS; i++) {
+    uint64_t bytes = device / 100 * (uint64_t)(20 + rand() % 51);
+    snprintf(sizes[i], sizeof sizes[i], "%llu", (unsigned long long)(bytes & ~(uint64_t)0xfff));
+    start[i] = (double)(rand() % 2000) / 1000.0;
+    jobs[i] = 0;
+    codes[i] = -1000;
+  }
+  bool kill_done = false;
+  for (int started = 0; started < JOBS || reap(jobs, codes, JOBS) > 0;) {
+    double t = now() - t0;
+    for (int i = 0; i < JOBS; i++)
+      if (!jobs[i] && codes[i] == -1000 && t >= start[i]) {
+        jobs[i] = start_job(sizes[i], "3", "");
+        started++;
+      }
+    if (!kill_done && t > 2.5 && jobs[killed]) {
+      kill(jobs[killed], SIGKILL);
+      kill_done = true;
+    }
+    CHECK(t < 200, "the soak did not finish in 200 s");
+    sleep_ms(20);
+  }
+  for (int i = 0; i < JOBS; i++)
+    CHECK(codes[i] == 0 || (i == killed && codes[i] == -SIGKILL), "seed %u: job %d (%s bytes) "
+          "ended with %d", seed, i, sizes[i], codes[i]);
+  kill(daemon, SIGTERM);
+  waitpid(daemon, NULL, 0);
+  char name[128];
+  snprintf(name, sizeof name, "/cudaw-emu-%u-%s-0", (unsigned)geteuid(), run_dir + 5);
+  shm_unlink(name);
+  printf("soak seed %u: %d jobs verified in %.1f s\n", seed, JOBS, now() - t0);
+}
+
 int main(int argc, char **argv)
 {
   setpgid(0, 0);
@@ -435,7 +493,9 @@ int main(int argc, char **argv)
   CHECK(mkdtemp(run_dir) != NULL, "mkdtemp: %s", strerror(errno));
   setenv("CUDAW_RUN_DIR", run_dir, 1);
   setenv("CUDAW_SHARE", "1", 1);
-  if (strcmp(argv[4], "launcher") == 0) {
+  if (strncmp(argv[4], "soak", 4) == 0) {
+    test_soak((unsigned)strtoul(argv[4] + 4, NULL, 10));
+  } else if (strcmp(argv[4], "launcher") == 0) {
     test_launcher();
   } else if (strcmp(argv[4], "idle") == 0) {
     test_idle();

@@ -166,7 +166,7 @@ struct ckpt_options {
   uint64_t reserve_piece;    /* the reserve grows by this much (not from the environment: tests) */
 };
 
-/* One row of the options table, for the shim's merged table and `cudaw-ctl --help`. */
+/* One row of the options table, for the shim's merged table (`cudaw options`). */
 struct ckpt_option_info {
   const char *name;
   const char *default_value;
@@ -270,11 +270,6 @@ void ckpt_shutdown(void);
 int ckpt_run_dir_prepare(const char *dir, char *reason, size_t reason_len);
 /* A byte count for people: "1.50 GiB". */
 void ckpt_format_bytes(uint64_t bytes, char *buf, size_t len);
-
-/* Hook for `cudaw-ctl --help`, defined by the shim (not here): the whole cudaw options table.
- * cudaw-ctl references it weakly; link the shim's options object into cudaw_ctl to get the whole
- * table printed, otherwise it prints the module's own rows (ckpt_option_table). */
-const struct ckpt_option_info *cudaw_options_table(size_t *count);
 
 #ifdef __cplusplus
 }

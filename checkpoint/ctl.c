@@ -16,8 +16,6 @@
 
 #include "internal.h"
 
-#pragma weak cudaw_options_table
-
 /* The scheduler's commands (sched/ctl_sched.c), linked in by sched/CMakeLists.txt. */
 int sched_ctl_main(int count, const char *const *args, bool json) __attribute__((weak));
 
@@ -69,17 +67,9 @@ static void usage(FILE *out) {
           "\n"
           "exit codes: 0 ok, 1 failed, 2 usage, 3 no such process, 4 not a cudaw process\n"
           "            (no control socket), 5 permission denied, 6 wrong state (resume while\n"
-          "            running, checkpoint while paused, another transition under way)\n");
-}
-
-static void print_options(void) {
-  size_t count = 0;
-  const struct ckpt_option_info *table =
-      cudaw_options_table ? cudaw_options_table(&count) : ckpt_option_table(&count);
-  printf("\nenvironment of the programs run under cudaw:\n");
-  for (size_t i = 0; i < count; i++)
-    printf("  %-24s %s (default: %s)\n", table[i].name, table[i].meaning,
-           table[i].default_value[0] ? table[i].default_value : "unset");
+          "            running, checkpoint while paused, another transition under way)\n"
+          "\n"
+          "the programs' environment (CUDAW_* options): see `cudaw options`\n");
 }
 
 /* ---- replies ---- */
@@ -576,7 +566,6 @@ int main(int argc, char **argv) {
       json_output = true;
     } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       usage(stdout);
-      print_options();
       return EXIT_OK;
     } else if (strcmp(argv[i], "--release-all") == 0) {
       flags.release_all = true;

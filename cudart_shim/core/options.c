@@ -1,7 +1,8 @@
 /* The one table of CUDAW_* options. Modules read their options through cudaw_option(), so that
  * every variable, its default and its meaning stay in this one place. The checkpoint module keeps
  * its rows next to the code that parses them (ckpt_option_table); they are merged in here, so
- * that `cudaw options`, `cudaw-ctl --help` and the README print one table. */
+ * that `cudaw options` and docs/options.md (generated from `cudaw options --markdown`) show one
+ * table. */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <stdatomic.h>
@@ -107,16 +108,28 @@ const struct ckpt_option_info *cudaw_options_table(size_t *count)
   return merged;
 }
 
+/* A '|' inside a cell would end it: escape it. */
+static void markdown_cell(FILE *out, const char *text)
+{
+  for (; *text; text++) {
+    if (*text == '|') fputc('\\', out);
+    fputc(*text, out);
+  }
+}
+
 void cudaw_options_print(FILE *out, int markdown)
 {
   size_t count;
   const struct ckpt_option_info *table = cudaw_options_table(&count);
   if (markdown) {
     fputs("| variable | default | meaning |\n| --- | --- | --- |\n", out);
-    for (size_t i = 0; i < count; i++)
-      fprintf(out, "| `%s` | %s%s%s | %s |\n", table[i].name, *table[i].default_value ? "`" : "",
+    for (size_t i = 0; i < count; i++) {
+      fprintf(out, "| `%s` | %s%s%s | ", table[i].name, *table[i].default_value ? "`" : "",
               *table[i].default_value ? table[i].default_value : "(unset)",
-              *table[i].default_value ? "`" : "", table[i].meaning);
+              *table[i].default_value ? "`" : "");
+      markdown_cell(out, table[i].meaning);
+      fputs(" |\n", out);
+    }
     return;
   }
   for (size_t i = 0; i < count; i++)

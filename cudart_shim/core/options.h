@@ -1,8 +1,10 @@
 /* The one table of CUDAW_* environment options: name, default, one-line meaning. Shared by the
- * library and the command-line tools (which print it for --help and the README). */
+ * library and the launcher (`cudaw options`, `cudaw --help`; `--markdown` gives docs/options.md's
+ * table, which a test keeps equal to it). */
 #ifndef CUDAW_OPTIONS_H
 #define CUDAW_OPTIONS_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -27,6 +29,11 @@ void cudaw_options_stats(uint64_t *count, uint64_t *ns);
 /* A 0/1 option: 0 or 1 as given; the default for any other value, with *invalid set (the
  * caller logs it, naming the variable). */
 int cudaw_option_flag(const char *name, int *invalid);
+
+/* The merged table: the rows above, then the checkpoint module's (ckpt_option_table in ckpt.h).
+ * Static data, built at the first call. */
+struct ckpt_option_info;
+const struct ckpt_option_info *cudaw_options_table(size_t *count);
 
 /* Print the whole table (these rows and the checkpoint module's; see cudaw_options_table in
  * ckpt.h), aligned, one option per line (markdown when `markdown` is nonzero). */

@@ -24,10 +24,13 @@ static void usage(FILE *out)
           "         --share: share the GPU with other programs through cudawd (started if none\n"
           "         answers on <run dir>/cudawd.sock; its log: <run dir>/cudawd.log)\n"
           "       cudaw libdir                         print the folder of cudaw's %s\n"
-          "       cudaw options [--markdown]           print the CUDAW_* options\n"
+          "       cudaw options [--markdown]           print the CUDAW_* options (--markdown: the\n"
+          "                                            table of docs/options.md)\n"
           "       cudaw --version\n"
-          "\nThe command must use the shared CUDA runtime (nvcc -cudart shared).\n"
-          "Pause and resume it with cudaw-ctl.\n\nOptions (environment):\n",
+          "\nAny CUDA program works: the shared runtime is replaced, a static runtime (nvcc's\n"
+          "default), CuPy, JAX and NVIDIA's libraries are seen through the driver layer.\n"
+          "Pause and resume it with cudaw-ctl. Documentation: docs/ in cudaw's sources.\n\n"
+          "Options (environment):\n",
           CUDAW_LIB_NAME);
   cudaw_options_print(out, 0);
 }

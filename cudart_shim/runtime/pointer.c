@@ -222,7 +222,7 @@ SHIM_EXPORT cudaError_t cudaMemcpy3DBatchAsync_ptsz(size_t numOps,
   LEAVE();
 }
 
-/* ---- graph memcpy and memset nodes: the node keeps the real address (see README) ---- */
+/* ---- graph memcpy and memset nodes: the node keeps the real address (see docs/vmem.md) ---- */
 
 SHIM_EXPORT cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
                                                const cudaGraphNode_t *pDependencies,

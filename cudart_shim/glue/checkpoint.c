@@ -504,13 +504,40 @@ static int stream_sync(void *ctx, void *stream)
   return REAL_CALL(cudaEventSynchronize, ((struct glue_stream *)stream)->done);
 }
 
+/* Page-locking runs on cudaw's threads while the program runs (early pinning, the reserve), and
+ * is an "unsafe" call for stream capture: under the default thread mode it would invalidate a
+ * program's global-mode capture in progress on another thread (seen on the H100:
+ * cudaStreamEndCapture -> cudaErrorStreamCaptureInvalidated). The calling thread switches to the
+ * relaxed mode for the call, which the runtime provides for exactly this, and back after. */
+static enum cudaStreamCaptureMode capture_mode_relaxed(void)
+{
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  if (SHIM_REAL(cudaThreadExchangeStreamCaptureMode)) {
+    shim_depth++;
+    SHIM_REAL(cudaThreadExchangeStreamCaptureMode)(&mode);
+    shim_depth--;
+  }
+  return mode;
+}
+
+static void capture_mode_restore(enum cudaStreamCaptureMode mode)
+{
+  if (SHIM_REAL(cudaThreadExchangeStreamCaptureMode)) {
+    shim_depth++;
+    SHIM_REAL(cudaThreadExchangeStreamCaptureMode)(&mode);
+    shim_depth--;
+  }
+}
+
 static int host_alloc_pinned(void *ctx, size_t n, void **host)
 {
   (void)ctx;
   struct shim_span span; /* staging pinned early shows in the start-up profile */
   shim_span_begin(&span);
   shim_span_real_begin(&span);
+  enum cudaStreamCaptureMode mode = capture_mode_relaxed();
   int rc = REAL_CALL(cudaHostAlloc, host, n, cudaHostAllocPortable);
+  capture_mode_restore(mode);
   shim_span_real_end(&span);
   shim_span_end(&span, SHIM_PROFILE_PINNING, 1);
   return rc;
@@ -519,19 +546,28 @@ static int host_alloc_pinned(void *ctx, size_t n, void **host)
 static int host_register(void *ctx, void *host, size_t n)
 {
   (void)ctx;
-  return REAL_CALL(cudaHostRegister, host, n, cudaHostRegisterPortable);
+  enum cudaStreamCaptureMode mode = capture_mode_relaxed();
+  int rc = REAL_CALL(cudaHostRegister, host, n, cudaHostRegisterPortable);
+  capture_mode_restore(mode);
+  return rc;
 }
 
 static void host_unregister(void *ctx, void *host)
 {
   (void)ctx;
-  if (!atomic_load(&exiting)) (void)REAL_CALL(cudaHostUnregister, host);
+  if (atomic_load(&exiting)) return;
+  enum cudaStreamCaptureMode mode = capture_mode_relaxed();
+  (void)REAL_CALL(cudaHostUnregister, host);
+  capture_mode_restore(mode);
 }
 
 static void host_free_pinned(void *ctx, void *host)
 {
   (void)ctx;
-  if (!atomic_load(&exiting)) (void)REAL_CALL(cudaFreeHost, host);
+  if (atomic_load(&exiting)) return;
+  enum cudaStreamCaptureMode mode = capture_mode_relaxed();
+  (void)REAL_CALL(cudaFreeHost, host);
+  capture_mode_restore(mode);
 }
 
 /* ---- checksums on the device: cudaw's own kernel, through the driver API -------------------- */

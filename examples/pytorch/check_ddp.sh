@@ -67,5 +67,10 @@ else
   result "DDP with $PAUSES group pauses mid-training" "FAILED ($paused_ok of $PAUSES pauses ok)"
   grep -E "check|Error|error|cudaw\[" "$WORK/group.log" | tail -30
 fi
+# User buffers registered with NCCL (exported vmem memory) are not safe to pause: say so if seen.
+if grep -q "was exported to another process" "$WORK/cudaw.log" "$WORK/group.log"; then
+  result "no vmem memory exported to peers (NCCL user-buffer registration)" \
+    "FAILED (cudaw warned: see docs/multi_gpu.md)"
+fi
 echo "checks: $failures failed"
 exit $((failures > 0))

@@ -47,8 +47,8 @@ static void usage(FILE *out) {
           "collectives):\n"
           "                                        hold every gate, drain each device within "
           "--drain-ms (2000),\n"
-          "                                        else reopen all, let them run --settle-ms "
-          "(20) and try again\n"
+          "                                        else let the ranks behind (or all) run "
+          "--settle-ms (20), try again\n"
           "                                        (--attempts 10), then checkpoint all; "
           "--to DIR: DIR/<pid>\n"
           "       cudaw-ctl [--json] resume --group <pid> <pid>...\n"
@@ -593,7 +593,11 @@ static int group_main(int argc, char **argv) {
       options.to_dir = to_dir;
     } else if (!command && (!strcmp(a, "checkpoint") || !strcmp(a, "resume"))) command = a;
     else if (command && parse_pid(a, &pid) == 0) {
-      for (int k = 0; k < count; k++) ok = ok && pids[k] != pid; /* a pid twice: a mistake */
+      for (int k = 0; k < count && ok; k++)
+        if (pids[k] == pid) { /* a pid twice: a mistake */
+          fprintf(stderr, "cudaw-ctl: pid %ld is given twice\n", (long)pid);
+          ok = false;
+        }
       pids[count++] = pid;
     } else ok = false;
   }

@@ -10,6 +10,8 @@
  *   group:  many group pauses and resumes mid-run (the retry path must be taken: a rank held
  *           before it enqueued its side leaves the others' drains waiting); a dead pid and a pid
  *           that is not cudaw in the group fail with nothing done and every rank running; a rank
+ *           that cannot be held (an API call in flight past CUDAW_PAUSE_TIMEOUT) fails the pause
+ *           and reopens the ranks already held; a rank
  *           held by a controller that goes away reopens by itself when its lease runs out; every
  *           rank finishes with verified data.
  *   single: what a group pause exists for: pausing the slow rank alone, then the fast one,
@@ -45,6 +47,8 @@ struct shared {
   _Atomic uint64_t posted[RANKS_MAX][2]; /* the round last posted in that parity slot */
   _Atomic int ready[RANKS_MAX];
   _Atomic int stop_after; /* 0, or the last step every rank runs */
+  _Atomic int stall;      /* set: the last rank's next step kernel takes 3 s (a call in flight) */
+  _Atomic int stalling;   /* ... and is under way */
   uint64_t data[RANKS_MAX][2][ELEMENTS];
 };
 
@@ -75,6 +79,11 @@ static void step_kernel(const struct cudaw_emu_launch *launch, void **args)
   size_t n = CUDAW_EMU_ARG(args, 1, size_t);
   int r = CUDAW_EMU_ARG(args, 2, int), step = CUDAW_EMU_ARG(args, 3, int);
   for (size_t i = 0; i < n; i++) buf[i] = step_value(buf[i], r, (uint64_t)step, i);
+  if (r == ranks - 1 && atomic_exchange(&shm->stall, 0)) {
+    atomic_store(&shm->stalling, 1);
+    e2e_sleep_us(3000000);
+    atomic_store(&shm->stalling, 0);
+  }
   busy_until = e2e_now() + (double)device_us * 1e-6;
   CHECK(emu_defer(compute_done, NULL) == 0);
 }
@@ -314,13 +323,27 @@ static int group_test(const char *self)
   snprintf(args, sizeof args, "checkpoint --group%s %ld", list, (long)pids[0]);
   CHECK_EQ(run_ctl(args, out, sizeof out), 2); /* a pid twice */
 
+  /* A rank that cannot be held: the ones held before it reopen, the pause fails. */
+  atomic_store(&shm->stall, 1);
+  double deadline = e2e_now() + 10;
+  while (!atomic_load(&shm->stalling)) {
+    CHECK(e2e_now() < deadline, "the last rank did not stall");
+    e2e_sleep_us(1000);
+  }
+  snprintf(args, sizeof args, "checkpoint --group%s", list);
+  code = run_ctl(args, out, sizeof out);
+  CHECK(code == 1 && strstr(out, "cannot be held") && strstr(out, "every rank runs on"),
+        "exit %d: %s", code, out);
+  for (int r = 0; r < COUNT; r++)
+    CHECK(in_state(pids[r], "running"), "rank %d not running after a failed hold", r);
+
   /* A held rank whose controller is gone reopens by itself. */
   char reply[4096];
   ask_pid(pids[2], "hold lease=1000\n", reply, sizeof reply);
   CHECK(e2e_reply_ok(reply) && e2e_reply_state(reply, "held"), "%s", reply);
   e2e_sleep_us(100000);
   CHECK(in_state(pids[2], "held"));
-  double deadline = e2e_now() + 5;
+  deadline = e2e_now() + 5;
   while (!in_state(pids[2], "running")) {
     CHECK(e2e_now() < deadline, "the lease did not run out");
     e2e_sleep_us(10000);

@@ -11,7 +11,9 @@
  *           before it enqueued its side leaves the others' drains waiting); a dead pid and a pid
  *           that is not cudaw in the group fail with nothing done and every rank running; a rank
  *           that cannot be held (an API call in flight past CUDAW_PAUSE_TIMEOUT) fails the pause
- *           and reopens the ranks already held; a rank
+ *           and reopens the ranks already held; a rank whose checkpoint fails (its image
+ *           directory is a file) runs on and the ranks already paused are resumed, then the same
+ *           pause to disk succeeds and its resume reads the images back; a rank
  *           held by a controller that goes away reopens by itself when its lease runs out; every
  *           rank finishes with verified data.
  *   single: what a group pause exists for: pausing the slow rank alone, then the fast one,
@@ -299,7 +301,7 @@ static int group_test(const char *self)
   pid_t pids[COUNT];
   for (int r = 0; r < COUNT; r++) pids[r] = start_rank(self, r, COUNT, 1000000, r == 1 ? 3000 : 300);
   wait_ready(COUNT);
-  char list[128], args[512], out[16384];
+  char list[128], args[1400], out[16384];
   pid_list(pids, COUNT, list, sizeof list);
 
   /* A dead pid, then a live process that is not cudaw: refused before anything is held. */
@@ -336,6 +338,30 @@ static int group_test(const char *self)
         "exit %d: %s", code, out);
   for (int r = 0; r < COUNT; r++)
     CHECK(in_state(pids[r], "running"), "rank %d not running after a failed hold", r);
+
+  /* Images to disk (--to DIR: DIR/<pid>); one rank's cannot be written, so its checkpoint fails
+   * after the others paused: they are resumed and every rank runs on. */
+  char images[600], blocker[700];
+  snprintf(images, sizeof images, "%s/images-%ld", getenv("CUDAW_RUN_DIR"), (long)getpid());
+  CHECK(mkdir(images, 0700) == 0 || errno == EEXIST);
+  snprintf(blocker, sizeof blocker, "%s/%ld", images, (long)pids[1]);
+  FILE *f = fopen(blocker, "w");
+  CHECK(f && fclose(f) == 0);
+  snprintf(args, sizeof args,
+           "checkpoint --group --drain-ms 50 --settle-ms 1 --attempts 200 --to '%s'%s", images, list);
+  code = run_ctl(args, out, sizeof out);
+  CHECK(code == 1 && strstr(out, "checkpoint failed") && strstr(out, "every rank runs on"),
+        "exit %d: %s", code, out);
+  for (int r = 0; r < COUNT; r++)
+    CHECK(in_state(pids[r], "running"), "rank %d not running after a failed checkpoint", r);
+  CHECK(unlink(blocker) == 0);
+  code = run_ctl(args, out, sizeof out);
+  CHECK(code == 0, "group checkpoint to disk: exit %d: %s", code, out);
+  snprintf(args, sizeof args, "resume --group%s", list);
+  code = run_ctl(args, out, sizeof out);
+  CHECK(code == 0 && strstr(out, "read and verified from"), "group resume from disk: %d: %s", code, out);
+  snprintf(args, sizeof args, "rm -rf '%s'", images);
+  CHECK(system(args) == 0);
 
   /* A held rank whose controller is gone reopens by itself. */
   char reply[4096];

@@ -13,7 +13,8 @@
  *           that cannot be held (an API call in flight past CUDAW_PAUSE_TIMEOUT) fails the pause
  *           and reopens the ranks already held; a rank whose checkpoint fails (its image
  *           directory is a file) runs on and the ranks already paused are resumed, then the same
- *           pause to disk succeeds and its resume reads the images back; a rank
+ *           pause to disk succeeds; with one rank's image moved away the group resume fails and
+ *           the ranks it had restored are paused again, and with the image back it succeeds; a rank
  *           held by a controller that goes away reopens by itself when its lease runs out; every
  *           rank finishes with verified data.
  *   single: what a group pause exists for: pausing the slow rank alone, then the fast one,
@@ -357,7 +358,16 @@ static int group_test(const char *self)
   CHECK(unlink(blocker) == 0);
   code = run_ctl(args, out, sizeof out);
   CHECK(code == 0, "group checkpoint to disk: exit %d: %s", code, out);
+  char moved[700];
+  snprintf(moved, sizeof moved, "%s/moved", images);
+  CHECK(rename(blocker, moved) == 0);
   snprintf(args, sizeof args, "resume --group%s", list);
+  code = run_ctl(args, out, sizeof out);
+  CHECK(code == 1 && strstr(out, "resume failed") && strstr(out, "every rank stays paused"),
+        "exit %d: %s", code, out);
+  for (int r = 0; r < COUNT; r++)
+    CHECK(in_state(pids[r], "paused"), "rank %d not paused after a failed group resume", r);
+  CHECK(rename(moved, blocker) == 0);
   code = run_ctl(args, out, sizeof out);
   CHECK(code == 0 && strstr(out, "read and verified from"), "group resume from disk: %d: %s", code, out);
   snprintf(args, sizeof args, "rm -rf '%s'", images);

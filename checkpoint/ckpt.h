@@ -19,9 +19,19 @@ enum ckpt_state_id {
   CKPT_PAUSING,     /* a checkpoint is under way */
   CKPT_PAUSED,      /* gate closed, device memory saved in the host image and released */
   CKPT_RESUMING,    /* a resume is under way */
+  CKPT_HELD,        /* gate closed, nothing saved: one rank of a group pause (cudaw-ctl --group) */
+  CKPT_HOLDING,     /* a hold, drain or unhold is under way */
 };
 
-enum ckpt_op { CKPT_OP_CHECKPOINT = 1, CKPT_OP_RESUME = 2 };
+/* HOLD closes the gate without draining, DRAIN waits (bounded) for the device while held,
+ * UNHOLD reopens the gate: the steps of a group pause (ctl_group.c). */
+enum ckpt_op {
+  CKPT_OP_CHECKPOINT = 1,
+  CKPT_OP_RESUME = 2,
+  CKPT_OP_HOLD = 3,
+  CKPT_OP_DRAIN = 4,
+  CKPT_OP_UNHOLD = 5,
+};
 
 enum ckpt_log_level { CKPT_LOG_ERROR = 0, CKPT_LOG_WARN, CKPT_LOG_INFO, CKPT_LOG_DEBUG };
 

@@ -2,10 +2,13 @@
  * ("status", "checkpoint" or "resume"), one reply line of JSON. A checkpoint may add, in this
  * order: "live" or "live=0" (copy while the program runs first, CUDAW_CKPT_LIVE's default),
  * "release=all" (the driver's process checkpoint takes the rest), "compress=zstd" and
- * "to=<absolute dir>" (the rest of the line: the image goes to disk). Only the same uid or root may
- * talk to it (SO_PEERCRED). The thread also turns signal-pipe bytes into checkpoint requests.
- * Checkpoint and resume replies are written by the transition thread when it is done. It also
- * hands suspend mode's SIGTSTP/SIGCONT events to suspend.c. */
+ * "to=<absolute dir>" (the rest of the line: the image goes to disk). A group pause (ctl_group.c)
+ * adds "hold [lease=MS]" (close the gate, no drain; reopened by itself after MS without a
+ * command), "drain [wait=MS]" (while held: wait at most MS for the device), "unhold" and
+ * "resume hold [lease=MS]" (restore, keep the gate closed). Only the same uid or root may talk
+ * to it (SO_PEERCRED). The thread also turns signal-pipe bytes into checkpoint requests.
+ * Checkpoint, resume and hold replies are written by the transition thread when it is done. It
+ * also hands suspend mode's SIGTSTP/SIGCONT events to suspend.c. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -266,6 +269,38 @@ static int parse_checkpoint(const char *line, struct transition_request *out) {
   return *p ? -EINVAL : 0;
 }
 
+/* "<command>" alone or followed by " <key>=<ms>" (1 ms to 1 hour); *ms 0 when absent. */
+static int parse_with_ms(const char *line, const char *command, const char *key, uint32_t *ms) {
+  size_t n = strlen(command), k = strlen(key);
+  *ms = 0;
+  if (strncmp(line, command, n) != 0) return -EINVAL;
+  if (!line[n]) return 0;
+  if (line[n] != ' ' || strncmp(line + n + 1, key, k) != 0 || line[n + 1 + k] != '=')
+    return -EINVAL;
+  const char *digits = line + n + 2 + k;
+  char *end;
+  errno = 0;
+  unsigned long value = strtoul(digits, &end, 10);
+  if (errno || end == digits || *end || *digits == '-' || value < 1 || value > 3600000)
+    return -EINVAL;
+  *ms = (uint32_t)value;
+  return 0;
+}
+
+/* The steps of a group pause, and resume; 0 with *op and *out set, or -EINVAL. */
+static int parse_group_step(const char *line, enum ckpt_op *op, struct transition_request *out) {
+  *out = (struct transition_request){0};
+  if (strcmp(line, "resume") == 0) *op = CKPT_OP_RESUME;
+  else if (parse_with_ms(line, "resume hold", "lease", &out->hold_ms) == 0) {
+    *op = CKPT_OP_RESUME;
+    out->hold_after = true;
+  } else if (parse_with_ms(line, "hold", "lease", &out->hold_ms) == 0) *op = CKPT_OP_HOLD;
+  else if (parse_with_ms(line, "drain", "wait", &out->hold_ms) == 0) *op = CKPT_OP_DRAIN;
+  else if (strcmp(line, "unhold") == 0) *op = CKPT_OP_UNHOLD;
+  else return -EINVAL;
+  return 0;
+}
+
 struct pending {
   int fd;              /* -1: free slot */
   double deadline;
@@ -285,7 +320,7 @@ static void serve(int fd, const char *request, int read_rc, double received) {
   struct ucred peer;
   socklen_t peer_len = sizeof peer;
   enum ckpt_op op = 0;
-  struct transition_request checkpoint;
+  struct transition_request checkpoint, step;
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &peer_len) != 0) {
     format_refusal(line, sizeof line, "permission", 0, "cannot read the peer's credentials");
   } else if (peer.uid != geteuid() && peer.uid != 0) {
@@ -297,20 +332,21 @@ static void serve(int fd, const char *request, int read_rc, double received) {
     format_status(line, sizeof line);
   } else if (read_rc == 0 && parse_checkpoint(request, &checkpoint) == 0) {
     op = CKPT_OP_CHECKPOINT;
-  } else if (read_rc == 0 && strcmp(request, "resume") == 0) {
-    op = CKPT_OP_RESUME;
+  } else if (read_rc == 0 && parse_group_step(request, &op, &step) == 0) {
+    checkpoint = step;
   } else {
     format_refusal(line, sizeof line, "bad_request",
                    0, read_rc == -EMSGSIZE  ? "request line too long; expected status, checkpoint or resume"
                       : read_rc == -ETIMEDOUT ? "no complete request line within 2 s"
                                               : "expected one line: status, checkpoint [live|live=0] "
                                                 "[release=all] [compress=zstd] [to=/absolute/dir], "
-                                                "or resume");
+                                                "resume [hold [lease=MS]], hold [lease=MS], drain "
+                                                "[wait=MS] or unhold");
   }
   if (op) {
     const char *refusal = "";
-    int rc = transition_submit_with(op, received, op == CKPT_OP_CHECKPOINT ? &checkpoint : NULL,
-                                    reply_when_done, (void *)(intptr_t)fd, &refusal);
+    int rc = transition_submit_with(op, received, &checkpoint, reply_when_done,
+                                    (void *)(intptr_t)fd, &refusal);
     if (rc == 0) return; /* the transition thread replies and closes fd */
     snprintf(why, sizeof why, "%s: %s", ckpt_op_name(op), refusal);
     format_refusal(line, sizeof line, error_kind(rc), op, why);

@@ -14,20 +14,11 @@
 #include <limits.h>
 #include <unistd.h>
 
+#include "ctl.h"
 #include "internal.h"
 
 /* The scheduler's commands (sched/ctl_sched.c), linked in by sched/CMakeLists.txt. */
 int sched_ctl_main(int count, const char *const *args, bool json) __attribute__((weak));
-
-enum exit_code {
-  EXIT_OK = 0,
-  EXIT_FAILED = 1,
-  EXIT_USAGE = 2,
-  EXIT_NO_PROCESS = 3,
-  EXIT_NOT_CUDAW = 4,
-  EXIT_PERMISSION = 5,
-  EXIT_WRONG_STATE = 6,
-};
 
 static bool json_output;
 
@@ -49,6 +40,22 @@ static void usage(FILE *out) {
           "                                        --zstd compressed) and free its host memory\n"
           "       cudaw-ctl [--json] resume <pid>       recreate the GPU memory, restore it, "
           "continue <pid>\n"
+          "       cudaw-ctl [--json] checkpoint --group [flags as above] [--drain-ms N] "
+          "[--attempts N]\n"
+          "                 [--settle-ms N] [--lease-ms N] <pid> <pid>...\n"
+          "                                        pause the ranks of one job together (NCCL "
+          "collectives):\n"
+          "                                        hold every gate, drain each device within "
+          "--drain-ms (2000),\n"
+          "                                        else let the ranks behind (or all) run "
+          "--settle-ms (20), try again\n"
+          "                                        (--attempts 10), then checkpoint all; "
+          "--to DIR: DIR/<pid>\n"
+          "       cudaw-ctl [--json] resume --group <pid> <pid>...\n"
+          "                                        restore every rank, then reopen all gates "
+          "together;\n"
+          "                                        on failure every rank stays running "
+          "(checkpoint) or paused\n"
           "       cudaw-ctl [--criu PATH] dump <pid> DIR [-- criu options]\n"
           "                                        checkpoint --release-all --to DIR/image, then "
           "criu dump of\n"
@@ -75,7 +82,7 @@ static void usage(FILE *out) {
 /* ---- replies ---- */
 
 /* The value of "key" in a flat one-line JSON object, unquoted; false if absent. */
-static bool json_get(const char *json, const char *key, char *out, size_t len) {
+bool ctl_json_get(const char *json, const char *key, char *out, size_t len) {
   char pattern[64];
   snprintf(pattern, sizeof pattern, "\"%s\":", key);
   const char *p = strstr(json, pattern);
@@ -97,7 +104,7 @@ static bool json_get(const char *json, const char *key, char *out, size_t len) {
 
 static double json_number(const char *json, const char *key) {
   char value[64];
-  return json_get(json, key, value, sizeof value) ? strtod(value, NULL) : 0.0;
+  return ctl_json_get(json, key, value, sizeof value) ? strtod(value, NULL) : 0.0;
 }
 
 /* The numbers of the flat array "key":[a,b,...] (null reads as -1); how many, at most max. */
@@ -120,13 +127,13 @@ static int json_numbers(const char *json, const char *key, double *out, int max)
 
 static bool json_true(const char *json, const char *key) {
   char value[8];
-  return json_get(json, key, value, sizeof value) && strcmp(value, "true") == 0;
+  return ctl_json_get(json, key, value, sizeof value) && strcmp(value, "true") == 0;
 }
 
-static int exit_for_reply(const char *json) {
+int ctl_exit_for_reply(const char *json) {
   if (json_true(json, "ok")) return EXIT_OK;
   char kind[32] = "";
-  json_get(json, "error", kind, sizeof kind);
+  ctl_json_get(json, "error", kind, sizeof kind);
   if (strcmp(kind, "wrong_state") == 0) return EXIT_WRONG_STATE;
   if (strcmp(kind, "permission") == 0) return EXIT_PERMISSION;
   return EXIT_FAILED;
@@ -163,7 +170,7 @@ static int find_socket(pid_t pid, char *path, size_t len, bool *denied) {
 }
 
 /* Send `request` to pid and read the reply line into `reply`; returns an exit code. */
-static int ask(pid_t pid, const char *request, char *reply, size_t len) {
+int ctl_ask(pid_t pid, const char *request, char *reply, size_t len) {
   if (!ckpt_pid_alive(pid)) {
     fprintf(stderr, "cudaw-ctl: no such process: %ld\n", (long)pid);
     return EXIT_NO_PROCESS;
@@ -234,11 +241,11 @@ static int ask(pid_t pid, const char *request, char *reply, size_t len) {
 
 /* ---- commands ---- */
 
-static void print_failure(pid_t pid, const char *reply) {
+void ctl_print_failure(pid_t pid, const char *reply) {
   char kind[32] = "", reason[512] = "", state[16] = "";
-  json_get(reply, "error", kind, sizeof kind);
-  json_get(reply, "reason", reason, sizeof reason);
-  json_get(reply, "state", state, sizeof state);
+  ctl_json_get(reply, "error", kind, sizeof kind);
+  ctl_json_get(reply, "reason", reason, sizeof reason);
+  ctl_json_get(reply, "state", state, sizeof state);
   const char *what = strcmp(kind, "wrong_state") == 0  ? "wrong state"
                      : strcmp(kind, "permission") == 0 ? "permission denied"
                                                        : "failed";
@@ -248,7 +255,7 @@ static void print_failure(pid_t pid, const char *reply) {
 
 static void print_status(pid_t pid, const char *reply) {
   char state[16] = "?", bytes[32], last_op[16] = "", last_reason[256] = "";
-  json_get(reply, "state", state, sizeof state);
+  ctl_json_get(reply, "state", state, sizeof state);
   ckpt_format_bytes((uint64_t)json_number(reply, "image_bytes"), bytes, sizeof bytes);
   printf("pid %ld: %s; host image %s in %.0f regions", (long)pid, state, bytes,
          json_number(reply, "image_regions"));
@@ -283,7 +290,7 @@ static void print_status(pid_t pid, const char *reply) {
            json_true(reply, "reserve_refused") ? " (refused to grow: host-memory budget)" : "");
   }
   char dir[4096];
-  if (json_get(reply, "image_dir", dir, sizeof dir)) {
+  if (ctl_json_get(reply, "image_dir", dir, sizeof dir)) {
     char on_disk[32];
     ckpt_format_bytes((uint64_t)json_number(reply, "disk_bytes"), on_disk, sizeof on_disk);
     printf("; image on disk: %s in %s", on_disk, dir);
@@ -297,10 +304,10 @@ static void print_status(pid_t pid, const char *reply) {
   if (json_number(reply, "ungated_functions") > 0)
     printf("; NOT fully held: %.0f driver functions run without cudaw's gate (named in the log)",
            json_number(reply, "ungated_functions"));
-  if (json_get(reply, "last_op", last_op, sizeof last_op)) {
+  if (ctl_json_get(reply, "last_op", last_op, sizeof last_op)) {
     char last_bytes[32];
     ckpt_format_bytes((uint64_t)json_number(reply, "last_bytes"), last_bytes, sizeof last_bytes);
-    json_get(reply, "last_reason", last_reason, sizeof last_reason);
+    ctl_json_get(reply, "last_reason", last_reason, sizeof last_reason);
     if (json_true(reply, "last_ok"))
       printf("; last %s: %s in %.3f s (%.2f GB/s)", last_op, last_bytes,
              json_number(reply, "last_seconds"), json_number(reply, "last_gbps"));
@@ -310,10 +317,10 @@ static void print_status(pid_t pid, const char *reply) {
   printf("\n");
 }
 
-static void print_transition(pid_t pid, const char *reply) {
+void ctl_print_transition(pid_t pid, const char *reply) {
   char op[16] = "", state[16] = "", bytes[32];
-  json_get(reply, "op", op, sizeof op);
-  json_get(reply, "state", state, sizeof state);
+  ctl_json_get(reply, "op", op, sizeof op);
+  ctl_json_get(reply, "state", state, sizeof state);
   ckpt_format_bytes((uint64_t)json_number(reply, "bytes"), bytes, sizeof bytes);
   if (strcmp(op, "checkpoint") == 0)
     printf("pid %ld %s: saved %s of %.0f regions in %.3f s (copy %.3f s, %.2f GB/s; gate closed "
@@ -352,13 +359,13 @@ static void print_transition(pid_t pid, const char *reply) {
 static int command_pid(const char *command, pid_t pid) {
   char request[4300], reply[8192];
   snprintf(request, sizeof request, "%s\n", command);
-  int code = ask(pid, request, reply, sizeof reply);
+  int code = ctl_ask(pid, request, reply, sizeof reply);
   if (code != EXIT_OK) return code;
-  code = exit_for_reply(reply);
+  code = ctl_exit_for_reply(reply);
   if (json_output) printf("%s\n", reply);
-  else if (code != EXIT_OK) print_failure(pid, reply);
+  else if (code != EXIT_OK) ctl_print_failure(pid, reply);
   else if (strcmp(command, "status") == 0) print_status(pid, reply);
-  else print_transition(pid, reply);
+  else ctl_print_transition(pid, reply);
   return code;
 }
 
@@ -392,7 +399,7 @@ static int command_list(void) {
   bool first = true;
   for (size_t i = 0; i < count; i++) {
     char reply[4096];
-    int code = ask(pids[i], "status\n", reply, sizeof reply);
+    int code = ctl_ask(pids[i], "status\n", reply, sizeof reply);
     if (code == EXIT_NO_PROCESS || code == EXIT_NOT_CUDAW) continue; /* gone meanwhile */
     if (json_output) {
       if (code == EXIT_OK) printf("%s%s", first ? "" : ",", reply);
@@ -400,7 +407,7 @@ static int command_list(void) {
                   code == EXIT_PERMISSION ? "permission" : "failed");
     } else if (code == EXIT_OK) {
       char state[16] = "?", bytes[32];
-      json_get(reply, "state", state, sizeof state);
+      ctl_json_get(reply, "state", state, sizeof state);
       ckpt_format_bytes((uint64_t)json_number(reply, "image_bytes"), bytes, sizeof bytes);
       printf("%-8ld %-9s image %s\n", (long)pids[i], state, bytes);
     } else {
@@ -558,7 +565,66 @@ static int command_restore(const char *dir_arg) {
   return command_pid("resume", (pid_t)value);
 }
 
+/* A number of milliseconds (or tries) for a group option: 1 to 3,600,000; 0 if malformed. */
+static uint32_t parse_count(const char *text) {
+  char *end;
+  errno = 0;
+  unsigned long value = strtoul(text, &end, 10);
+  return errno || end == text || *end || *text == '-' || value > 3600000 ? 0 : (uint32_t)value;
+}
+
+/* cudaw-ctl [--json] checkpoint|resume --group [options] <pid>... (see usage()). */
+static int group_main(int argc, char **argv) {
+  struct ctl_group_options options = {.drain_ms = 2000, .settle_ms = 20, .lease_ms = 30000,
+                                      .attempts = 10};
+  const char *command = NULL;
+  char words[64] = "", to_dir[4096];
+  pid_t *pids = calloc((size_t)argc, sizeof *pids);
+  int count = 0, code = EXIT_USAGE;
+  bool ok = pids != NULL;
+  for (int i = 1; ok && i < argc; i++) {
+    const char *a = argv[i];
+    uint32_t *number = !strcmp(a, "--drain-ms") ? &options.drain_ms
+                       : !strcmp(a, "--settle-ms") ? &options.settle_ms
+                       : !strcmp(a, "--lease-ms") ? &options.lease_ms : NULL;
+    pid_t pid;
+    if (!strcmp(a, "--group")) continue;
+    if (!strcmp(a, "--json")) options.json = true;
+    else if (!strcmp(a, "--release-all")) strcat(words, " release=all");
+    else if (!strcmp(a, "--zstd")) strcat(words, " compress=zstd");
+    else if (number && i + 1 < argc) ok = (*number = parse_count(argv[++i])) != 0;
+    else if (!strcmp(a, "--attempts") && i + 1 < argc)
+      ok = (options.attempts = (int)parse_count(argv[++i])) > 0 && options.attempts <= 1000;
+    else if (!strcmp(a, "--to") && i + 1 < argc) {
+      ok = absolute_dir(argv[++i], to_dir, sizeof to_dir) == EXIT_OK;
+      options.to_dir = to_dir;
+    } else if (!command && (!strcmp(a, "checkpoint") || !strcmp(a, "resume"))) command = a;
+    else if (command && parse_pid(a, &pid) == 0) {
+      for (int k = 0; k < count && ok; k++)
+        if (pids[k] == pid) { /* a pid twice: a mistake */
+          fprintf(stderr, "cudaw-ctl: pid %ld is given twice\n", (long)pid);
+          ok = false;
+        }
+      pids[count++] = pid;
+    } else ok = false;
+  }
+  if (ok && command && count && count <= CTL_GROUP_MAX && strlen(words) < sizeof words - 16) {
+    options.checkpoint_words = words;
+    bool checkpoint = !strcmp(command, "checkpoint");
+    if (checkpoint || (!words[0] && !options.to_dir))
+      code = checkpoint ? ctl_group_checkpoint(pids, count, &options)
+                        : ctl_group_resume(pids, count, &options);
+    else usage(stderr);
+  } else {
+    usage(stderr);
+  }
+  free(pids);
+  return code;
+}
+
 int main(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--group") == 0) return group_main(argc, argv);
   const char *args[3];
   int count = 0;
   for (int i = 1; i < argc; i++) {

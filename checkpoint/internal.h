@@ -21,11 +21,12 @@ extern struct ckpt_runtime ckpt_rt;
 void ckpt_logf(int level, const char *format, ...) __attribute__((format(printf, 2, 3)));
 double ckpt_now(void); /* CLOCK_MONOTONIC seconds */
 
-/* state.c: the state machine. state_begin moves running -> pausing or paused -> resuming
- * atomically, or says why not (-EBUSY: a transition runs; -EALREADY: already there).
- * state_finish moves to the end state the result implies and logs the transition. */
+/* state.c: the state machine. state_begin moves running -> pausing, paused -> resuming or
+ * running/held -> holding atomically, or says why not (-EBUSY: a transition runs; -EALREADY:
+ * already there). state_finish moves to `to` (the transition knows where it landed), keeps a
+ * checkpoint's or resume's result as the last one, and logs the transition. */
 int state_begin(enum ckpt_op op, const char **why);
-void state_finish(const struct ckpt_result *result);
+void state_finish(const struct ckpt_result *result, enum ckpt_state_id to);
 void state_reset(void);
 /* After fork, in the child (one thread): forget the parent's threads, fds and locks. */
 void state_forget_after_fork(void);
@@ -164,6 +165,9 @@ int engine_image_create(struct engine *engine, const struct ckpt_region *regions
 typedef void (*transition_done_fn)(void *arg, const struct ckpt_result *result);
 /* What a checkpoint request asks for beyond keeping the image in host memory. */
 struct transition_request {
+  bool hold_after;   /* resume: keep the gate closed (state held) for a group's unhold */
+  uint32_t hold_ms;  /* hold and drain: the lease (a held process reopens by itself after it);
+                      * drain: also the longest wait for the device */
   bool release_all;  /* then hand what remains on the device to the driver's process checkpoint */
   bool live;         /* copy device memory while the program runs, then pause (engine_precopy) */
   bool compress;     /* zstd chunk files */

@@ -1,6 +1,8 @@
-/* The pause/resume state machine: running -> pausing -> paused -> resuming -> running. Failures
- * always land in a state the next command can leave: a failed pause is running again, a failed
- * resume is still paused. Every transition is logged with its timing. */
+/* The pause/resume state machine: running -> pausing -> paused -> resuming -> running, and for a
+ * group pause running -> holding -> held (gate closed, nothing saved), from which a checkpoint,
+ * a drain (held again) or an unhold (running) leaves. Failures always land in a state the next
+ * command can leave: a failed pause is running again, a failed resume is still paused. Every
+ * transition is logged with its timing. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <pthread.h>
@@ -15,34 +17,53 @@ static _Atomic int current = CKPT_RUNNING;
 static struct ckpt_result last;
 static bool have_last;
 
-static const char *const state_names[] = {"running", "pausing", "paused", "resuming"};
+static const char *const state_names[] = {"running", "pausing", "paused", "resuming", "held",
+                                          "holding"};
+static const char *const op_names[] = {"?", "checkpoint", "resume", "hold", "drain", "unhold"};
 
 const char *ckpt_state_name(enum ckpt_state_id state) {
-  return (unsigned)state < 4 ? state_names[state] : "unknown";
+  return (unsigned)state < 6 ? state_names[state] : "unknown";
 }
 
-const char *ckpt_op_name(int op) {
-  return op == CKPT_OP_CHECKPOINT ? "checkpoint" : op == CKPT_OP_RESUME ? "resume" : "?";
+const char *ckpt_op_name(int op) { return (unsigned)op < 6 ? op_names[op] : "?"; }
+
+/* The state `op` leaves from, or a refusal in *why. */
+static int may_begin(enum ckpt_op op, int state, const char **why) {
+  if (state == CKPT_PAUSING || state == CKPT_RESUMING || state == CKPT_HOLDING) {
+    *why = state == CKPT_PAUSING    ? "a checkpoint is already under way"
+           : state == CKPT_RESUMING ? "a resume is already under way"
+                                    : "a hold, drain or unhold is under way";
+    return -EBUSY;
+  }
+  switch (op) {
+  case CKPT_OP_CHECKPOINT: /* from running, or from held (the gate is closed already) */
+    *why = "already paused";
+    return state == CKPT_PAUSED ? -EALREADY : 0;
+  case CKPT_OP_RESUME:
+    *why = "not paused";
+    return state == CKPT_PAUSED ? 0 : -EALREADY;
+  case CKPT_OP_HOLD:
+    *why = state == CKPT_HELD ? "already held" : "paused";
+    return state == CKPT_RUNNING ? 0 : -EALREADY;
+  case CKPT_OP_DRAIN:
+  case CKPT_OP_UNHOLD:
+    *why = "not held";
+    return state == CKPT_HELD ? 0 : -EALREADY;
+  }
+  *why = "unknown operation";
+  return -EINVAL;
 }
 
 enum ckpt_state_id ckpt_state(void) { return (enum ckpt_state_id)atomic_load(&current); }
 
 int state_begin(enum ckpt_op op, const char **why) {
-  int rc = 0, next = 0;
+  int next = 0;
   pthread_mutex_lock(&lock);
   int state = atomic_load(&current);
-  if (state == CKPT_PAUSING || state == CKPT_RESUMING) {
-    rc = -EBUSY;
-    *why = state == CKPT_PAUSING ? "a checkpoint is already under way"
-                                 : "a resume is already under way";
-  } else if (op == CKPT_OP_CHECKPOINT && state == CKPT_PAUSED) {
-    rc = -EALREADY;
-    *why = "already paused";
-  } else if (op == CKPT_OP_RESUME && state == CKPT_RUNNING) {
-    rc = -EALREADY;
-    *why = "not paused";
-  } else {
-    next = op == CKPT_OP_CHECKPOINT ? CKPT_PAUSING : CKPT_RESUMING;
+  int rc = may_begin(op, state, why);
+  if (rc == 0) {
+    next = op == CKPT_OP_CHECKPOINT ? CKPT_PAUSING : op == CKPT_OP_RESUME ? CKPT_RESUMING
+                                                                          : CKPT_HOLDING;
     atomic_store(&current, next);
   }
   pthread_mutex_unlock(&lock);
@@ -74,7 +95,13 @@ static void log_result(const struct ckpt_result *r, int from, int to) {
              "pause", pre, r->precopy_seconds, re);
   }
   double rate = r->copy_seconds > 0 ? (double)r->bytes / r->copy_seconds / 1e9 : 0.0;
-  if (r->error) {
+  if (r->op >= CKPT_OP_HOLD) {
+    /* A drain that times out is an expected step of a group pause, not a problem. */
+    ckpt_logf(r->error && r->op != CKPT_OP_DRAIN ? CKPT_LOG_WARN : CKPT_LOG_INFO,
+              "%s: %s -> %s in %.3f ms%s%s",
+              ckpt_op_name(r->op), state_names[from], state_names[to], r->total_seconds * 1e3,
+              r->error ? ": " : "", r->error ? r->reason : "");
+  } else if (r->error) {
     ckpt_logf(CKPT_LOG_ERROR, "%s failed: %s -> %s after %.3f s: %s", ckpt_op_name(r->op),
               state_names[from], state_names[to], r->total_seconds, r->reason);
   } else if (r->op == CKPT_OP_CHECKPOINT) {
@@ -95,15 +122,14 @@ static void log_result(const struct ckpt_result *r, int from, int to) {
   }
 }
 
-void state_finish(const struct ckpt_result *result) {
+void state_finish(const struct ckpt_result *result, enum ckpt_state_id to) {
   pthread_mutex_lock(&lock);
   int from = atomic_load(&current);
-  int to;
-  if (result->op == CKPT_OP_CHECKPOINT) to = result->error ? CKPT_RUNNING : CKPT_PAUSED;
-  else to = result->error ? CKPT_PAUSED : CKPT_RUNNING;
-  last = *result;
-  have_last = true;
-  atomic_store(&current, to);
+  if (result->op == CKPT_OP_CHECKPOINT || result->op == CKPT_OP_RESUME) {
+    last = *result; /* status's "last" stays the last checkpoint or resume, not a hold step */
+    have_last = true;
+  }
+  atomic_store(&current, (int)to);
   pthread_mutex_unlock(&lock);
   log_result(result, from, to);
 }

@@ -1,9 +1,14 @@
 /* The transition thread: runs the pause sequence (close gate, drain, save, release) and the
  * resume sequence (recreate, restore and verify, open gate) one at a time, off the control
- * thread so that status requests are answered while a checkpoint runs. */
+ * thread so that status requests are answered while a checkpoint runs. It also runs the steps a
+ * group pause takes on each rank (hold: gate closed without a drain; a drain bounded in time;
+ * unhold), and reopens a held gate by itself when its lease runs out, so that a controller that
+ * dies mid-way never leaves a rank frozen. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +35,26 @@ static struct {
   bool prepare;                   /* ckpt_prepare_early asked for the staging buffers */
   bool preparing;                 /* ... which are being pinned (not inside the gate) */
   bool dropping;                  /* ... which is under way */
+  bool from_held;                 /* the pending checkpoint starts with the gate closed */
+  uint32_t lease_ms;              /* while held: reopen after this long without a command */
+  double lease_deadline;          /* ckpt_now() at which it runs out (0: not held) */
+  unsigned hold_generation;       /* counts holds: a drain must have started in this one */
 } tr = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
+
+/* The bounded drain. device_drain cannot be interrupted, so it runs on a thread of its own and
+ * the transition thread waits for it with a deadline; a drain that does not finish in time (a
+ * collective whose peer is held before it enqueued its side) stays behind, finishes once the
+ * gates are open again and the peer catches up, and a later drain waits for it first. */
+static struct {
+  pthread_mutex_t lock;
+  pthread_cond_t done;
+  bool running;
+  unsigned finished; /* hold_generation of the last finished drain */
+  int rc;
+} drainer = {.lock = PTHREAD_MUTEX_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
+
+#define LEASE_MS_DEFAULT 30000u
+#define DRAIN_MS_DEFAULT 2000u
 
 static void fail(struct ckpt_result *r, int error, const char *format, ...)
     __attribute__((format(printf, 3, 4)));
@@ -109,11 +133,12 @@ static void pause_program(struct ckpt_result *r, double requested_at) {
   char reason[224] = "";
   uint32_t timeout_ms = ckpt_rt.options.pause_timeout_ms;
   int rc = 0;
-  bool held = tr.request.live && precopy(r, &rc);
+  bool held = !tr.from_held && tr.request.live && precopy(r, &rc);
   if (rc) return;
 
   double precopied = ckpt_now();
-  rc = ops->gate_close(ctx, (uint64_t)timeout_ms * 1000000u);
+  /* Held by a group pause: the gate is closed already and a bounded drain has succeeded. */
+  rc = tr.from_held ? 0 : ops->gate_close(ctx, (uint64_t)timeout_ms * 1000000u);
   double t = ckpt_now(), closed = t;
   r->gate_seconds = t - (held ? precopied : requested_at);
   if (rc && held) { /* nothing saved: the image goes with the hold */
@@ -325,14 +350,124 @@ static void resume_program(struct ckpt_result *r) {
   tr.disk_regions = NULL;
   tr.disk_region_count = 0;
   pthread_mutex_unlock(&tr.lock);
-  ops->gate_open(ctx);
+  if (!tr.request.hold_after) ops->gate_open(ctx); /* else a group's unhold opens it */
+}
+
+/* ---- the steps of a group pause ---- */
+
+static void hold_program(struct ckpt_result *r, double requested_at) {
+  uint32_t timeout_ms = ckpt_rt.options.pause_timeout_ms;
+  int rc = ckpt_rt.ops->gate_close(ckpt_rt.ctx, (uint64_t)timeout_ms * 1000000u);
+  r->gate_seconds = ckpt_now() - requested_at;
+  if (rc == -ETIMEDOUT)
+    fail(r, rc, "API calls still in flight after %u ms (CUDAW_PAUSE_TIMEOUT); not held, the "
+         "program keeps running", timeout_ms);
+  else if (rc)
+    fail(r, rc, "closing the API gate failed: %s", strerror(-rc));
+  else
+    tr.hold_generation++;
+}
+
+static void *drain_thread(void *arg) {
+  unsigned generation = (unsigned)(uintptr_t)arg;
+  int rc = ckpt_rt.ops->device_drain(ckpt_rt.ctx);
+  pthread_mutex_lock(&drainer.lock);
+  drainer.running = false;
+  drainer.finished = generation;
+  drainer.rc = rc;
+  pthread_cond_broadcast(&drainer.done);
+  pthread_mutex_unlock(&drainer.lock);
+  return NULL;
+}
+
+/* Wait up to wait_ms for a drain that started during the current hold. */
+static void drain_held(struct ckpt_result *r, uint32_t wait_ms) {
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  uint64_t ns = (uint64_t)deadline.tv_nsec + (uint64_t)wait_ms * 1000000u;
+  deadline.tv_sec += (time_t)(ns / 1000000000u);
+  deadline.tv_nsec = (long)(ns % 1000000000u);
+  double t = ckpt_now();
+  int rc = 0;
+  pthread_mutex_lock(&drainer.lock);
+  while (drainer.finished != tr.hold_generation) {
+    if (!drainer.running) { /* none behind, or the one behind has finished: start ours */
+      pthread_t thread;
+      pthread_attr_t attr;
+      pthread_attr_init(&attr);
+      pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+      rc = -pthread_create(&thread, &attr, drain_thread, (void *)(uintptr_t)tr.hold_generation);
+      pthread_attr_destroy(&attr);
+      if (rc) break;
+      drainer.running = true;
+    }
+    if (pthread_cond_timedwait(&drainer.done, &drainer.lock, &deadline) == ETIMEDOUT &&
+        drainer.finished != tr.hold_generation) {
+      rc = -ETIMEDOUT;
+      break;
+    }
+  }
+  if (!rc) rc = drainer.rc;
+  pthread_mutex_unlock(&drainer.lock);
+  r->drain_seconds = ckpt_now() - t;
+  if (rc == -ETIMEDOUT)
+    fail(r, rc, "the device did not drain within %u ms (work waiting for another process, "
+         "e.g. a collective whose peer is held); still held", wait_ms);
+  else if (rc)
+    fail(r, rc, "device synchronize failed: %s; still held", strerror(-rc));
+}
+
+/* The lease ran out (called with tr.lock held, nothing pending, state held): reopen. */
+static void lease_expired(void) {
+  const char *why = "";
+  if (state_begin(CKPT_OP_UNHOLD, &why) != 0) return;
+  tr.lease_deadline = 0;
+  pthread_mutex_unlock(&tr.lock);
+  ckpt_logf(CKPT_LOG_WARN, "held for %u ms without a command (the controller went away?): "
+            "reopening the gate", tr.lease_ms);
+  ckpt_rt.ops->gate_open(ckpt_rt.ctx);
+  struct ckpt_result result = {.op = CKPT_OP_UNHOLD};
+  snprintf(result.reason, sizeof result.reason, "lease of %u ms ran out", tr.lease_ms);
+  state_finish(&result, CKPT_RUNNING);
+  pthread_mutex_lock(&tr.lock);
+}
+
+/* Where a transition landed. */
+static enum ckpt_state_id landed(const struct ckpt_result *r) {
+  switch (r->op) {
+  case CKPT_OP_CHECKPOINT: return r->error ? CKPT_RUNNING : CKPT_PAUSED;
+  case CKPT_OP_RESUME: return r->error ? CKPT_PAUSED : tr.request.hold_after ? CKPT_HELD
+                                                                              : CKPT_RUNNING;
+  case CKPT_OP_HOLD: return r->error ? CKPT_RUNNING : CKPT_HELD;
+  case CKPT_OP_DRAIN: return CKPT_HELD;
+  default: return CKPT_RUNNING;
+  }
+}
+
+/* Wait for work; while held, only until the lease runs out. Called with tr.lock held. */
+static void wait_for_work(void) {
+  if (!tr.lease_deadline) {
+    pthread_cond_wait(&tr.wake, &tr.lock);
+    return;
+  }
+  double left = tr.lease_deadline - ckpt_now();
+  if (left <= 0) {
+    lease_expired();
+    return;
+  }
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  uint64_t ns = (uint64_t)deadline.tv_nsec + (uint64_t)(left * 1e9);
+  deadline.tv_sec += (time_t)(ns / 1000000000u);
+  deadline.tv_nsec = (long)(ns % 1000000000u);
+  pthread_cond_timedwait(&tr.wake, &tr.lock, &deadline);
 }
 
 static void *run(void *unused) {
   (void)unused;
   pthread_mutex_lock(&tr.lock);
   for (;;) {
-    while (!tr.pending && !tr.stopping && !tr.prepare) pthread_cond_wait(&tr.wake, &tr.lock);
+    while (!tr.pending && !tr.stopping && !tr.prepare) wait_for_work();
     if (tr.prepare && !tr.pending && !tr.stopping) {
       /* Pin the staging buffers now, so that the first checkpoint does not wait for them. */
       tr.prepare = false;
@@ -355,14 +490,26 @@ static void *run(void *unused) {
 
     struct ckpt_result result = {.op = op};
     if (op == CKPT_OP_CHECKPOINT) pause_program(&result, requested_at);
-    else resume_program(&result);
+    else if (op == CKPT_OP_RESUME) resume_program(&result);
+    else if (op == CKPT_OP_HOLD) hold_program(&result, requested_at);
+    else if (op == CKPT_OP_DRAIN) drain_held(&result, tr.request.hold_ms ? tr.request.hold_ms
+                                                                         : DRAIN_MS_DEFAULT);
+    else ckpt_rt.ops->gate_open(ckpt_rt.ctx); /* unhold */
     result.total_seconds = ckpt_now() - requested_at;
+    enum ckpt_state_id to = landed(&result);
     /* Free the request slot before the state changes: the moment state_finish returns, a
      * controller may submit the next transition. */
     pthread_mutex_lock(&tr.lock);
     tr.pending = false;
+    if (to == CKPT_HELD) {
+      if (op != CKPT_OP_DRAIN) tr.lease_ms = tr.request.hold_ms ? tr.request.hold_ms
+                                                               : LEASE_MS_DEFAULT;
+      tr.lease_deadline = ckpt_now() + tr.lease_ms / 1e3; /* every command renews it */
+    } else {
+      tr.lease_deadline = 0;
+    }
     pthread_mutex_unlock(&tr.lock);
-    state_finish(&result);
+    state_finish(&result, to);
     if (done) done(done_arg, &result);
     if (tr.drop_image) { /* status does not read the image meanwhile */
       pthread_mutex_lock(&tr.lock);
@@ -406,6 +553,16 @@ void transition_stop(void) {
   pthread_cond_broadcast(&tr.wake);
   pthread_mutex_unlock(&tr.lock);
   pthread_join(tr.thread, NULL); /* a pending transition finishes first */
+  /* A drain left behind by a group pause may still be in the runtime: give it a second, since
+   * the host operations may go away after this returns. */
+  pthread_mutex_lock(&drainer.lock);
+  for (int i = 0; i < 100 && drainer.running; i++) {
+    pthread_mutex_unlock(&drainer.lock);
+    nanosleep(&(struct timespec){0, 10000000}, NULL);
+    pthread_mutex_lock(&drainer.lock);
+  }
+  if (drainer.running) ckpt_logf(CKPT_LOG_WARN, "a device drain is still running at shutdown");
+  pthread_mutex_unlock(&drainer.lock);
   free(tr.disk_regions);
   tr.disk_regions = NULL;
   engine_free(tr.engine);
@@ -419,6 +576,10 @@ void transition_forget_after_fork(void) {
   pthread_cond_init(&tr.wake, NULL);
   tr.started = tr.pending = tr.stopping = false;
   tr.engine = NULL;
+  tr.lease_deadline = 0;
+  pthread_mutex_init(&drainer.lock, NULL);
+  pthread_cond_init(&drainer.done, NULL);
+  drainer.running = false;
 }
 
 int transition_submit(enum ckpt_op op, double requested_at, transition_done_fn done, void *arg,
@@ -434,8 +595,10 @@ int transition_submit_with(enum ckpt_op op, double requested_at, const struct tr
     *why = "checkpoint module not running";
     return -ENOTCONN;
   }
+  bool held = ckpt_state() == CKPT_HELD; /* stable: only this lock's holders leave it */
   int rc = state_begin(op, why);
   if (rc == 0) {
+    tr.from_held = held;
     tr.pending = true;
     tr.op = op;
     tr.requested_at = requested_at;

@@ -21,6 +21,9 @@
 // usage: bench_ckpt [GiB...]                       (default 1 8 32; under cudaw)
 //        bench_ckpt --driver <GiB>                 (native helper: prints "driver <ckpt s> <restore s>")
 //        bench_ckpt --driver-child <GiB> <fd>      (native child holding the data)
+//        bench_ckpt --hold <GiB> <device>          (under cudaw: hold GiB on one device, print
+//                    that device's ceilings, wait for SIGTERM, verify; tests/gpu/multi_ckpt.sh
+//                    group-pauses one per device to get per-device GB/s with all at once)
 // BENCH_CKPT_DRIVER=0 leaves the driver out (quicker runs comparing cudaw's own settings).
 // With CUDAW_CKPT_RESERVE set (bench_ckpt.sh runs both ways) the rows carry "[reserve]": before
 // each first checkpoint the benchmark waits until the reserve has grown to the device memory
@@ -349,8 +352,45 @@ static void busy_thread(char *device)
   CUDA_CHECK(cudaStreamDestroy(s));
 }
 
+static volatile sig_atomic_t hold_stop;
+static void on_term(int) { hold_stop = 1; }
+
+// One device's share of a per-device measurement: its data stay put while others pause it.
+static int hold(size_t gib, int device)
+{
+  CUDA_CHECK(cudaSetDevice(device));
+  const size_t chunk = (size_t)32 << 20, total = gib * GIB;
+  void *pinned;
+  CUDA_CHECK(cudaHostAlloc(&pinned, chunk, cudaHostAllocPortable));
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  char *data;
+  CUDA_CHECK(cudaMalloc(&data, total));
+  size_t measure = std::min(total, (size_t)4 * GIB);
+  double d2h = std::max(ceiling(true, data, measure, pinned, chunk, stream),
+                        ceiling(true, data, measure, pinned, chunk, stream));
+  double h2d = std::max(ceiling(false, data, measure, pinned, chunk, stream),
+                        ceiling(false, data, measure, pinned, chunk, stream));
+  for (size_t off = 0; off < total; off += chunk)
+    CUDA_CHECK(cudaMemsetAsync(data + off, (int)((off / chunk) & 0xff), std::min(chunk, total - off), stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  signal(SIGTERM, on_term);
+  printf("hold pid %ld device %d GiB %zu d2h %.2f h2d %.2f\n", (long)getpid(), device, gib, d2h, h2d);
+  fflush(stdout);
+  while (!hold_stop) usleep(20000); // no API calls: a pause finds nothing in flight
+  size_t bad = 0;
+  for (size_t off = 0; off < total; off += chunk) {
+    size_t n = std::min(chunk, total - off);
+    CUDA_CHECK(cudaMemcpy(pinned, data + off, n, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; i += 4096) bad += ((unsigned char *)pinned)[i] != ((off / chunk) & 0xff);
+  }
+  printf("hold device %d: %s\n", device, bad ? "DATA LOST" : "verified");
+  return bad ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
+  if (argc == 4 && !strcmp(argv[1], "--hold")) return hold(strtoull(argv[2], 0, 10), atoi(argv[3]));
   if (argc == 3 && !strcmp(argv[1], "--driver")) return driver_helper(argv[0], strtoull(argv[2], 0, 10));
   if (argc == 4 && !strcmp(argv[1], "--driver-child"))
     return driver_child(strtoull(argv[2], 0, 10), atoi(argv[3]));

@@ -69,6 +69,13 @@ int cudaw_emu_hold_stream(cudaStream_t stream, int hold);
  * a kernel without declared sizes fails with cudaErrorNotSupported. Returns 0, -EINVAL, -ENOMEM.*/
 int cudaw_emu_set_kernel_param_sizes(const char *mangled, unsigned count, const size_t *sizes);
 
+/* Leaves work behind on the calling thread's current device, as a kernel that keeps running on a
+ * GPU: until done(arg) returns non-zero, cudaDeviceSynchronize and cudaStreamSynchronize on that
+ * device wait and cudaStreamQuery reports cudaErrorNotReady. done is called from whichever thread
+ * synchronises, one call at a time, and not again once it returned non-zero. For collectives that
+ * wait for a peer process (tests/checkpoint/e2e_group.c). Returns 0, -EINVAL, -ENOSPC (64 at once). */
+int cudaw_emu_defer(int (*done)(void *arg), void *arg);
+
 /* Always returns 1: lets a program prove its runtime calls reach the emu (look it up with dlsym). */
 int cudaw_emu_is_emulated(void);
 

@@ -173,6 +173,7 @@ EMU_EXPORT cudaError_t cudaSetDeviceFlags(unsigned int flags) {
 
 EMU_EXPORT cudaError_t cudaDeviceSynchronize(void) {
   emu_init();
+  emu_work_wait(current_device);
   return cudaSuccess;
 }
 

@@ -200,4 +200,11 @@ cudaError_t emu_launch_ex(const cudaLaunchConfig_t *config, const void *func, vo
 cudaError_t emu_get_driver_entry_point(const char *symbol, void **func,
                                        enum cudaDriverEntryPointQueryResult *status);
 
+/* emu_work.c: work a kernel left behind (cudaw_emu_defer). pending polls it once; wait polls
+ * until every piece on the device is done. */
+bool emu_work_pending(int device);
+void emu_work_wait(int device);
+/* emu_stream.c: cudaStreamSynchronize (waits for deferred work on the current device). */
+cudaError_t emu_stream_sync(cudaStream_t stream);
+
 #endif

@@ -72,7 +72,7 @@ EMU_EXPORT cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const void *symbol, 
 EMU_EXPORT cudaError_t cudaStreamQuery(cudaStream_t stream) { return emu_stream_query(stream); }
 
 EMU_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  return emu_stream_query(stream);
+  return emu_stream_sync(stream);
 }
 
 EMU_EXPORT cudaError_t cudaStreamGetFlags(cudaStream_t stream, unsigned int *flags) {

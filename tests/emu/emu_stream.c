@@ -132,11 +132,20 @@ EMU_EXPORT cudaError_t cudaStreamGetFlags(cudaStream_t stream, unsigned int *fla
   return emu_stream_get_flags(stream, flags);
 }
 
+/* Deferred work (emu_work.c) belongs to a device, not a stream: every stream of the current
+ * device waits for it, which is stricter than a GPU and enough for the tests that defer. */
 cudaError_t emu_stream_query(cudaStream_t stream) {
-  return emu_result(emu_stream_check(stream) ? cudaErrorInvalidResourceHandle : cudaSuccess);
+  if (emu_stream_check(stream)) return emu_result(cudaErrorInvalidResourceHandle);
+  return emu_work_pending(emu_current_device()) ? cudaErrorNotReady : cudaSuccess;
 }
 
-EMU_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t stream) { return emu_stream_query(stream); }
+cudaError_t emu_stream_sync(cudaStream_t stream) {
+  if (emu_stream_check(stream)) return emu_result(cudaErrorInvalidResourceHandle);
+  emu_work_wait(emu_current_device());
+  return cudaSuccess;
+}
+
+EMU_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t stream) { return emu_stream_sync(stream); }
 EMU_EXPORT cudaError_t cudaStreamQuery(cudaStream_t stream) { return emu_stream_query(stream); }
 
 cudaError_t emu_stream_wait_event(cudaStream_t stream, cudaEvent_t event, unsigned flags) {

@@ -2,7 +2,7 @@
 # One call on a GPU machine: build cudaw from source there and run the GPU half of the suite,
 # benchmarks and framework checks. The machine lacks our Debian -dev packages: their .debs travel
 # in .carry/debs (see README) and are unpacked into /tmp/deps.
-# Usage: tests/gpu/device_run.sh [stage ...]   stages: build test bench pytorch cupy ckpt driver release (default:
+# Usage: tests/gpu/device_run.sh [stage ...]   stages: build test bench pytorch cupy ckpt driver release multi (default:
 # build test bench). Logs go to $OUT (or /tmp/cudaw-out); the summary is printed last.
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -84,5 +84,18 @@ fi
 if [[ " $stages " == *" cupy "* ]]; then
   bash "$SRC/examples/cupy/check.sh" "$B" > "$OUT/cupy.log" 2>&1
   note "cupy:"; cat "$OUT/cupy.log"
+fi
+if [[ " $stages " == *" multi "* ]]; then
+  # Two GPUs or more: the multi-device tests under both policies, DDP with NCCL (native against
+  # cudaw, then group pauses mid-training) and checkpoint GB/s per device with all at once.
+  # Multicast stays off (NVLS, symmetric memory): these machines must not use it.
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  (cd "$B" && ctest --output-on-failure --timeout 300 -R "gpu_multi" > "$OUT/multi_ctest.log" 2>&1)
+  note "multi ctest: $(grep -E 'tests passed' "$OUT/multi_ctest.log")"
+  grep -E "\*\*\*Failed|Skipped|Timeout" "$OUT/multi_ctest.log" | head
+  STEPS=${STEPS:-40} bash "$SRC/examples/pytorch/check_ddp.sh" "$B" "$OUT/ddp" > "$OUT/ddp.log" 2>&1
+  note "ddp (rc $?):"; grep -E "RESULT|^pause [0-9]|checks:|skipped" "$OUT/ddp.log"
+  bash "$SRC/tests/gpu/multi_ckpt.sh" "$B" "${MULTI_GIB:-8}" > "$OUT/multi_ckpt.log" 2>&1
+  note "multi_ckpt (rc $?):"; grep -E "device|together|multi_ckpt|FAIL|skipped" "$OUT/multi_ckpt.log"
 fi
 echo; echo "==== summary"; printf '%s\n' "${summary[@]}"

@@ -2,12 +2,15 @@
  * garbage (NUL bytes included), a 10 MB line, 60 half-written requests held open while other
  * clients ask for status and a checkpoint (neither may wait for them: before the fix each held
  * the single control thread for 2 s), and 200 concurrent clients. Every well-formed request gets
- * its answer, every bad one a bad_request reply, and the module still works afterwards. Prints
- * its figures. */
+ * its answer, every bad one a bad_request reply, and the module still works afterwards. Also the
+ * group pause's words (hold, drain, unhold, resume hold): malformed ones are bad requests, each is
+ * refused in the wrong state, and a hold nobody ends reopens by itself when its lease runs out.
+ * Prints its figures. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -166,6 +169,55 @@ static void concurrent(void)
   printf("200 concurrent clients: all answered in %.3f s\n", now() - t0);
 }
 
+/* One request line; the reply must contain every one of `expect` (NULL-terminated). */
+static void expect_reply(const char *request, ...)
+{
+  char line[256], reply[4096];
+  int n = snprintf(line, sizeof line, "%s\n", request);
+  ask(line, (size_t)n, reply, sizeof reply);
+  va_list args;
+  va_start(args, request);
+  for (const char *want; (want = va_arg(args, const char *)) != NULL;)
+    CHECK(strstr(reply, want), "'%s': expected %s in '%s'", request, want, reply);
+  va_end(args);
+}
+
+static void group_steps(void)
+{
+  static const char *const malformed[] = {
+      "hold lease=0", "hold lease=-5", "hold lease=99999999999", "hold lease=", "hold  lease=5",
+      "hold lease=5x", "drain wait=", "drain 100", "unhold now", "resume hold lease=abc",
+      "resume hold=1", "holdx", "drain wait=3600001"};
+  for (size_t i = 0; i < sizeof malformed / sizeof *malformed; i++)
+    expect_reply(malformed[i], "\"error\":\"bad_request\"", NULL);
+  expect_reply("drain wait=10", "\"error\":\"wrong_state\"", "not held", NULL);
+  expect_reply("unhold", "\"error\":\"wrong_state\"", "not held", NULL);
+  expect_reply("resume hold", "\"error\":\"wrong_state\"", "not paused", NULL);
+  expect_reply("hold lease=5000", "\"ok\":true", "\"state\":\"held\"", NULL);
+  expect_reply("hold", "\"error\":\"wrong_state\"", "already held", NULL);
+  expect_reply("resume", "\"error\":\"wrong_state\"", NULL);
+  expect_reply("status", "\"state\":\"held\"", NULL);
+  expect_reply("drain wait=1000", "\"ok\":true", "\"op\":\"drain\"", "held", NULL);
+  expect_reply("checkpoint", "\"ok\":true", "\"state\":\"paused\"", NULL);
+  expect_reply("hold", "\"error\":\"wrong_state\"", NULL);
+  expect_reply("resume hold lease=5000", "\"ok\":true", "\"state\":\"held\"", NULL);
+  expect_reply("unhold", "\"ok\":true", "\"state\":\"running\"", NULL);
+  /* status's last transition stays the resume, not the unhold */
+  expect_reply("status", "\"last_op\":\"resume\"", NULL);
+  double t0 = now();
+  expect_reply("hold lease=200", "\"ok\":true", NULL);
+  while (ckpt_state() != CKPT_RUNNING) {
+    CHECK(now() - t0 < 5, "the lease did not run out");
+    struct timespec pause = {0, 5000000};
+    nanosleep(&pause, NULL);
+  }
+  double lease_s = now() - t0;
+  CHECK(lease_s >= 0.19, "reopened after %.3f s, before the lease ran out", lease_s);
+  expect_status("after a lease ran out");
+  printf("group steps: %zu malformed refused, states enforced, a 200 ms lease reopened after "
+         "%.3f s\n", sizeof malformed / sizeof *malformed, lease_s);
+}
+
 int main(int argc, char **argv)
 {
   const char *only = argc > 1 ? argv[1] : NULL; /* one case: garbage, huge, held, concurrent */
@@ -183,6 +235,7 @@ int main(int argc, char **argv)
   if (!only || !strcmp(only, "huge")) huge_line();
   if (!only || !strcmp(only, "held")) half_written();
   if (!only || !strcmp(only, "concurrent")) concurrent();
+  if (!only || !strcmp(only, "group")) group_steps();
   uint64_t offset;
   CHECK_EQ(fake_host_verify(&host, &offset), 0);
   ckpt_shutdown();

@@ -34,9 +34,10 @@ report() { # $1 checkpoint|resume, $2 file of JSON replies (one per process, in 
     secs=$(echo "$line" | grep -oE '"copy_seconds":[0-9.]+' | cut -d: -f2)
     ceiling=$(ceilings "$([ "$1" = checkpoint ] && echo d2h || echo h2d)" $d)
     printf "%s device %d: %.2f GiB in %.3f s = %.2f GB/s (%.2fx of its pinned %s ceiling %.2f GB/s)\n" \
-      "$1" $d "$(echo "$bytes / 1073741824" | bc -l)" "$secs" "$gbps" "$(echo "$gbps / $ceiling" | bc -l)" \
+      "$1" $d "$(awk -v b="$bytes" 'BEGIN { print b / 1073741824 }')" "$secs" "$gbps" \
+      "$(awk -v g="$gbps" -v c="$ceiling" 'BEGIN { print (c > 0 ? g / c : 0) }')" \
       "$([ "$1" = checkpoint ] && echo D2H || echo H2D)" "$ceiling"
-    sum=$(echo "$sum + $gbps" | bc -l); d=$((d + 1))
+    sum=$(awk -v s="$sum" -v g="$gbps" 'BEGIN { print s + g }'); d=$((d + 1))  # no bc on GPU hosts
   done < "$2"
   printf "%s all %d devices at once: %.2f GB/s together\n" "$1" "$d" "$sum"
 }

@@ -356,7 +356,18 @@ static bool place_in_reserve(struct engine *e) {
   for (size_t i = 0; i < e->image_count; i++)
     if (!e->image[i].data) bytes += (e->image[i].region.size + align - 1) / align * align;
   uint8_t *base = bytes ? reserve_take(e->reserve, bytes) : NULL;
-  if (!base) return false;
+  if (!base) {
+    struct reserve_info info;
+    reserve_status(e->reserve, &info);
+    char need[32], ready[32];
+    ckpt_format_bytes(bytes, need, sizeof need);
+    ckpt_format_bytes(info.bytes, ready, sizeof ready);
+    if (bytes)
+      ckpt_logf(CKPT_LOG_INFO, "image reserve not used: the image needs %s, the reserve has %s "
+                "ready%s; copying the old way", need, ready,
+                info.refused ? " (refused, see above)" : info.used ? " and is taken" : "");
+    return false;
+  }
   e->reserve_held = true;
   uint64_t at = 0;
   for (size_t i = 0; i < e->image_count; i++) {

@@ -46,6 +46,11 @@ if ! command -v slurmd >/dev/null 2>&1 && [ ! -x /usr/sbin/slurmd ]; then
     done
     echo "  $package"
   done
+  # What the packages' scripts would have done: the daemons' alternatives (slurmd runs
+  # slurmstepd by its plain name too).
+  for tool in slurmctld slurmd slurmstepd; do
+    [ -e /usr/sbin/$tool ] || ln -s /usr/sbin/$tool-wlm /usr/sbin/$tool
+  done
   ldconfig
   id munge >/dev/null 2>&1 || useradd -r -M -s /usr/sbin/nologin munge ||
     { echo "FAIL: no munge user"; exit 1; }

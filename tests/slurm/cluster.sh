@@ -54,7 +54,7 @@ Name=shard Count=4 File=$gpu
 CONF
   cat > "$dir/slurm.conf" <<CONF
 ClusterName=cudawtest
-SlurmctldHost=$host
+SlurmctldHost=$host(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
 SlurmctldPort=$base
@@ -83,7 +83,7 @@ PreemptMode=GANG
 SchedulerTimeSlice=5
 GresTypes=gpu,shard
 PlugStackConfig=$plugstack
-NodeName=$host CPUs=$cpus Gres=gpu:1,shard:4 State=UNKNOWN
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus Gres=gpu:1,shard:4 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 PartitionName=cudaw Nodes=ALL MaxTime=INFINITE State=UP
 PartitionName=gang Nodes=ALL MaxTime=INFINITE State=UP OverSubscribe=FORCE:2

@@ -52,6 +52,12 @@ AutoDetect=off
 Name=gpu File=$gpu
 Name=shard Count=4 File=$gpu
 CONF
+  # Read from slurm.conf's folder. Where no systemd runs (containers, the GPU machine's VM),
+  # slurmd's cgroup/v2 plugin cannot ask dbus for its scope and slurmd would not start: it makes
+  # the scope's folder itself then.
+  cat > "$dir/cgroup.conf" <<CONF
+IgnoreSystemd=yes
+CONF
   cat > "$dir/slurm.conf" <<CONF
 ClusterName=cudawtest
 SlurmctldHost=$host(127.0.0.1)

@@ -65,6 +65,12 @@ int vmem_outside_insert(struct chunk *c)
     s->outside[i] = c;
     s->outside_count++;
     c->outside = true;
+    uintptr_t low = atomic_load_explicit(&vmem_fast.outside_low, memory_order_relaxed);
+    uintptr_t high = atomic_load_explicit(&vmem_fast.outside_high, memory_order_relaxed);
+    if (s->outside_count == 1 || c->vaddr < low)
+      atomic_store_explicit(&vmem_fast.outside_low, c->vaddr, memory_order_release);
+    if (s->outside_count == 1 || c->vaddr + c->backed > high)
+      atomic_store_explicit(&vmem_fast.outside_high, c->vaddr + c->backed, memory_order_release);
     atomic_store_explicit(&vmem_fast.outside_count, s->outside_count, memory_order_release);
     atomic_fetch_add_explicit(&vmem_fast.outside_irregular, irregular(c->entry),
                               memory_order_release);
@@ -156,6 +162,10 @@ int vmem_owns(const void *p)
 {
   if (vmem_in_range(p)) return 1;
   if (atomic_load_explicit(&vmem_fast.outside_count, memory_order_acquire) == 0) return 0;
+  uintptr_t u = (uintptr_t)p; /* bounds only grow while chunks exist: a quick no first */
+  if (u < atomic_load_explicit(&vmem_fast.outside_low, memory_order_acquire) ||
+      u >= atomic_load_explicit(&vmem_fast.outside_high, memory_order_acquire))
+    return 0;
   struct vmem_space *s = &vmem_space;
   pthread_mutex_lock(&s->outside_lock);
   int owned = vmem_outside_find((uintptr_t)p) != NULL;

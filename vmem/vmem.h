@@ -86,6 +86,7 @@ struct vmem_fast_path {
   /* Chunks outside the range (identity placement): how many exist, and how many of them do not
    * translate to themselves (released, being freed, or moved by a resume). */
   _Atomic uint64_t outside_count, outside_irregular;
+  _Atomic uintptr_t outside_low, outside_high; /* bounds of every outside chunk so far */
 };
 extern struct vmem_fast_path vmem_fast;
 

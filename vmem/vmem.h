@@ -1,6 +1,7 @@
 /* vmem: cudaw's virtual device address space. Hands out virtual device pointers from one reserved
- * range, backs them with device memory through struct vmem_prims (prims.h), translates virtual to
- * real addresses lock-free, and can give all device memory back and re-create it (checkpoint).
+ * range (or, under translate with identity placement, at their real address outside it), backs
+ * them with device memory through struct vmem_prims (prims.h), translates virtual to real
+ * addresses lock-free, and can give all device memory back and re-create it (checkpoint).
  *
  * Conventions: every int function returns 0 or -errno. One process-wide instance. All functions
  * except the inline readers take one internal mutex; the inline readers (vmem_in_range,

@@ -5,7 +5,8 @@
  * allocator that hands freed addresses out again, a checkpoint moves nothing. When a foreign
  * allocation takes an old address while paused (a forced move), that chunk comes back elsewhere:
  * it is counted and flagged as moved, vmem_translate follows it, and a later allocation whose
- * real memory lands in its old extent falls back to a virtual address from the range. */
+ * real memory lands in its old extent falls back to a virtual address from the range. Also
+ * outside chunks held by a live checkpoint, and freed while released. */
 #include <stdlib.h>
 
 #include "harness.h"
@@ -146,6 +147,34 @@ int main(void) {
   CHECK(!vmem_outside_irregular(), "the moved chunk is gone");
   CHECK_EQ(vmem_trim(), 0);
   CHECK_EQ(vmem_translate(p[3]), p[3]);
+  stop(f);
+
+  /* Live checkpoints hold freed memory: a held outside chunk still translates (to itself), is
+   * gone for lookups, keeps its extent from new chunks, and goes when the hold ends. */
+  f = start((struct setup){.policy = VMEM_TRANSLATE, .device_bytes = GiB, .identity = 1});
+  void *a, *b;
+  CHECK_EQ(vmem_alloc(0, 5 * MiB, 0, &a), 0);
+  CHECK(!vmem_in_range(a));
+  CHECK_EQ(vmem_hold_releases(1), 0);
+  CHECK_EQ(vmem_free(a, NULL), 0);
+  CHECK_EQ(vmem_translate(a), a);
+  CHECK(!vmem_owns(a));
+  CHECK_EQ(vmem_lookup(a, &info), -ENOENT);
+  CHECK_EQ(vmem_held_bytes(), 5 * MiB);
+  CHECK_EQ(vmem_alloc(0, 5 * MiB, 0, &b), 0);
+  CHECK(b != a && !vmem_in_range(b));
+  CHECK_EQ(vmem_hold_releases(0), 0);
+  CHECK_EQ(vmem_held_bytes(), 0);
+  CHECK(!vmem_outside_irregular());
+  /* Freed while released (paused): gone at once, the rest comes back. */
+  CHECK_EQ(vmem_alloc(0, 300, 0, &a), 0);
+  CHECK_EQ(vmem_release_all(), 0);
+  CHECK_EQ(vmem_translate(b), NULL);
+  CHECK_EQ(vmem_free(b, NULL), 0);
+  CHECK_EQ(vmem_translate(b), b); /* no longer ours */
+  CHECK_EQ(vmem_recreate_all(NULL), 0);
+  CHECK(vmem_translate(a) != NULL && vmem_owns(a));
+  CHECK_EQ(vmem_free(a, NULL), 0);
   stop(f);
 
   /* identity off: every pointer comes from the range, as before. */

@@ -95,9 +95,11 @@ void vmem_outside_remove(struct chunk *c)
   pthread_mutex_unlock(&s->outside_lock);
 }
 
+/* Writers hold vmem's lock, so an unchanged value needs no outside_lock. */
 void vmem_outside_set_entry(struct chunk *c, uint64_t entry)
 {
   struct vmem_space *s = &vmem_space;
+  if (c->entry == entry) return;
   pthread_mutex_lock(&s->outside_lock);
   uint64_t was = irregular(c->entry), now = irregular(entry);
   c->entry = entry;
@@ -108,6 +110,7 @@ void vmem_outside_set_entry(struct chunk *c, uint64_t entry)
 
 void vmem_outside_hide(struct chunk *c, bool hidden)
 {
+  if (c->hidden == hidden) return;
   pthread_mutex_lock(&vmem_space.outside_lock);
   c->hidden = hidden;
   pthread_mutex_unlock(&vmem_space.outside_lock);

@@ -276,6 +276,12 @@ static void print_status(pid_t pid, const char *reply) {
     printf("; managed memory moved to host: %s in %.0f allocations", moved,
            json_number(reply, "managed_moved"));
   }
+  if (json_number(reply, "moved_bytes") > 0) { /* translate: the last resume */
+    char moved[32];
+    ckpt_format_bytes((uint64_t)json_number(reply, "moved_bytes"), moved, sizeof moved);
+    printf("; the last resume put %s in %.0f chunks at new device addresses (pointers to them "
+           "kept in device memory are stale)", moved, json_number(reply, "moved_chunks"));
+  }
   if (json_number(reply, "arrays_held") > 0) {
     char held[32];
     ckpt_format_bytes((uint64_t)json_number(reply, "array_held_bytes"), held, sizeof held);

@@ -293,13 +293,14 @@ def emit_wrapper(d, blocking, out, ranges=None):
     # with CUDAW_CHECK any pointer into no live allocation, is refused (cudaErrorInvalidValue).
     if d.ret == "cudaError_t":
         for name in pointers:
+            # vmem_owns: inside the range, or an allocation placed at its real address.
             if name in spec:
-                cond = "shim_vmem_check_arg(SHIM_FN_%s, %s, (uint64_t)(%s), 1)" % (
-                    d.name, name, spec[name])
+                cond = "vmem_owns(%s) && shim_vmem_check_arg(SHIM_FN_%s, %s, (uint64_t)(%s), 1)" % (
+                    name, d.name, name, spec[name])
             else:
-                cond = "shim_vmem_check_all && shim_vmem_check_arg(SHIM_FN_%s, %s, 0, 0)" % (
-                    d.name, name)
-            out.append("  if (SHIM_UNLIKELY(vmem_in_range(%s)) && %s) {" % (name, cond))
+                cond = ("SHIM_UNLIKELY(shim_vmem_check_all) && vmem_owns(%s) && "
+                        "shim_vmem_check_arg(SHIM_FN_%s, %s, 0, 0)") % (name, d.name, name)
+            out.append("  if (%s) {" % cond)
             out.append("    %s;" % leave)
             out.append("    return shim_set_last_error(cudaErrorInvalidValue);")
             out.append("  }")

@@ -23,6 +23,7 @@ static void open_remove(struct device_state *d, struct chunk *c) {
 }
 
 static void chunk_free_memory(struct chunk *c) {
+  if (c->outside) vmem_outside_remove(c);
   if (c->in_all) {
     if (c->all_prev) c->all_prev->all_next = c->all_next;
     else vmem_space.all_chunks = c->all_next;
@@ -30,6 +31,22 @@ static void chunk_free_memory(struct chunk *c) {
   }
   if (c->is_arena) vmem_arena_fini(c);
   free(c);
+}
+
+/* Identity placement (translate): the device memory first, then the chunk goes at its real
+ * address when that extent is free, else takes virtual space from the range. On success c is
+ * resident; on failure nothing is held. */
+static int place_identity(struct chunk *c, uint64_t va_granules) {
+  int rc = vmem_backing_create(c);
+  if (rc) return rc;
+  if (vmem_outside_free(c->real, c->backed)) {
+    c->vaddr = c->real;
+    c->entry = 1; /* translates to itself from the start */
+    if (vmem_outside_insert(c) == 0) return 0;
+  }
+  rc = vmem_va_take(va_granules, &c->vaddr);
+  if (rc) vmem_backing_destroy(c);
+  return rc;
 }
 
 /* A new chunk of va_granules granules backing `backed` device bytes: quota, virtual space,
@@ -50,13 +67,12 @@ static int chunk_create(int device, uint64_t va_granules, uint64_t backed, bool 
     chunk_free_memory(c);
     return -ENOMEM;
   }
-  int rc = vmem_va_take(va_granules, &c->vaddr);
+  int rc = s->identity ? place_identity(c, va_granules) : vmem_va_take(va_granules, &c->vaddr);
   if (rc) {
     chunk_free_memory(c);
     return rc;
   }
-  rc = vmem_backing_create(c);
-  if (rc) {
+  if (!c->resident && (rc = vmem_backing_create(c)) != 0) {
     vmem_va_give(c->vaddr, va_granules);
     chunk_free_memory(c);
     return rc;
@@ -86,7 +102,7 @@ static int chunk_unback(struct chunk *c, bool retire) {
   if (in_slab) vmem_slab_leave(c, true); /* its range is given back with the slab */
   else rc = retire ? vmem_backing_retire(c) : vmem_backing_destroy(c);
   if (rc) return rc;
-  if (!in_slab) vmem_va_give(c->vaddr, c->va_bytes >> s->shift);
+  if (!in_slab && !c->outside) vmem_va_give(c->vaddr, c->va_bytes >> s->shift);
   s->device[c->device].held -= c->backed;
   return 0;
 }
@@ -95,8 +111,7 @@ static int chunk_unback(struct chunk *c, bool retire) {
  * it, but its delta stays, so that vmem_translate (the copy engine's) still maps its range. */
 static void chunk_hold(struct chunk *c, bool retire) {
   struct vmem_space *s = &vmem_space;
-  uint64_t first = (c->vaddr - s->base) >> s->shift, n = c->va_bytes >> s->shift;
-  for (uint64_t i = 0; i < n; i++) s->owner[first + i] = NULL;
+  vmem_hide(c);
   if (c->in_all) {
     if (c->all_prev) c->all_prev->all_next = c->all_next;
     else s->all_chunks = c->all_next;

@@ -28,7 +28,7 @@ static int check_locked(uintptr_t p, uint64_t size, struct vmem_check_report *re
   uintptr_t base;
   uint64_t alloc_size;
   *report = (struct vmem_check_report){.kind = VMEM_CHECK_OUTSIDE};
-  if (!vmem_in_range((const void *)p)) return -EFAULT;
+  if (!vmem_in_range((const void *)p) && !vmem_owner(p)) return -EFAULT;
   if (vmem_find_allocation(p, &c, &base, &alloc_size)) {
     report->base = (void *)base;
     report->size = alloc_size;

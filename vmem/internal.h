@@ -45,6 +45,12 @@ struct chunk {
   struct chunk *all_next, *all_prev;
   bool in_all;
   bool held_retire; /* held (vmem_hold_releases): how to end it when the hold ends */
+  bool moved;       /* translate: the last recreate put it at a new real address */
+  /* Outside chunks (outside.c): vaddr is the real address it was created at, outside the range;
+   * its virtual extent is [vaddr, vaddr + backed). hidden: forgotten or held, so lookups skip it
+   * but it still translates (entry) and still holds its virtual extent. */
+  bool outside, hidden;
+  uint64_t entry; /* like a delta-table entry: 0 = not backed, else (real - vaddr) + 1 */
 };
 
 struct device_state {
@@ -96,6 +102,13 @@ struct vmem_space {
   struct chunk *held;
   struct freed_record *history;
   uint64_t history_capacity, history_count;
+  /* Identity placement (translate): chunks outside the range, sorted by vaddr, non-overlapping.
+   * Changed with lock and outside_lock held; vmem_translate_outside and vmem_owns read
+   * it under outside_lock alone (a mutex: its readers are the slow paths). */
+  bool identity;
+  pthread_mutex_t outside_lock;
+  struct chunk **outside;
+  uint64_t outside_count, outside_capacity;
 };
 
 extern struct vmem_space vmem_space;
@@ -106,9 +119,25 @@ void vmem_va_give(uintptr_t vaddr, uint64_t granules);
 void vmem_publish(struct chunk *c);   /* owner table + delta for a resident or released chunk */
 void vmem_unpublish_delta(struct chunk *c);
 void vmem_forget(struct chunk *c);    /* clear owner and delta */
+void vmem_hide(struct chunk *c);      /* clear the owner only (lookups no longer find it) */
 struct chunk *vmem_owner(uintptr_t p); /* NULL outside the range or unowned */
 /* Walk chunks in address order; cb may not change the owner table. */
 int vmem_walk(int (*cb)(struct chunk *c, void *arg), void *arg);
+
+/* outside.c: chunks placed at their real address, outside the range. */
+/* Whether [start, start + bytes) may become an outside chunk's virtual extent: clear of the
+ * range and of every outside chunk (hidden ones included). */
+bool vmem_outside_free(uintptr_t start, uint64_t bytes);
+int vmem_outside_insert(struct chunk *c);    /* c->outside set, vaddr and backed final; -ENOMEM */
+void vmem_outside_remove(struct chunk *c);   /* when its descriptor is freed */
+void vmem_outside_set_entry(struct chunk *c, uint64_t entry);
+void vmem_outside_hide(struct chunk *c, bool hidden);
+struct chunk *vmem_outside_find(uintptr_t p); /* the visible outside chunk containing p */
+/* Walk the visible outside chunks with lo <= vaddr < hi in address order; cb may end the chunk
+ * it is given (the walk resumes after it). */
+int vmem_outside_walk(uintptr_t lo, uintptr_t hi, int (*cb)(struct chunk *c, void *arg),
+                      void *arg);
+void vmem_outside_fini(void);
 
 /* backing.c: device memory of one chunk under the current policy. */
 int vmem_backing_create(struct chunk *c);

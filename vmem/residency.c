@@ -21,6 +21,8 @@ static int visit(struct chunk *c, void *arg) {
       .device = c->device,
       .real = c->real,
       .state = c->resident ? VMEM_RESIDENT : VMEM_RELEASED,
+      .outside = c->outside,
+      .moved = c->moved,
   };
   return a->cb(&info, a->ctx);
 }
@@ -179,7 +181,8 @@ static void count_moved(struct chunk **items, size_t count) {
   struct vmem_space *s = &vmem_space;
   s->moved_bytes = s->moved_chunks = 0;
   for (size_t i = 0; i < count; i++) {
-    if (items[i]->real == items[i]->old_real) continue;
+    items[i]->moved = items[i]->real != items[i]->old_real;
+    if (!items[i]->moved) continue;
     s->moved_bytes += items[i]->backed;
     s->moved_chunks++;
   }

@@ -9,7 +9,8 @@
 #include "internal.h"
 
 struct vmem_fast_path vmem_fast;
-struct vmem_space vmem_space = {.lock = PTHREAD_MUTEX_INITIALIZER};
+struct vmem_space vmem_space = {.lock = PTHREAD_MUTEX_INITIALIZER,
+                                .outside_lock = PTHREAD_MUTEX_INITIALIZER};
 
 #define RESERVE_ATTEMPTS 8
 #define DEFAULT_GRANULE (2ull << 20)
@@ -148,6 +149,7 @@ static int init_locked(struct vmem_space *s, const struct vmem_config *config) {
   s->granules = s->size >> s->shift;
   s->mem_limit = config->mem_limit;
   s->check = config->check != 0;
+  s->identity = config->identity != 0 && s->policy == VMEM_TRANSLATE;
 
   s->device = calloc((size_t)s->devices, sizeof(*s->device));
   s->extent_capacity = 16;
@@ -221,6 +223,7 @@ void vmem_fini(void) {
     vmem_release_held();
     vmem_backing_drop_kept(-1);
     vmem_chunk_destroy_all();
+    vmem_outside_fini();
     release_reservation(s);
     free_tables(s);
     s->released_chunks = 0;
@@ -293,35 +296,52 @@ void vmem_va_give(uintptr_t vaddr, uint64_t granules) {
 
 static void set_delta(struct chunk *c, uint64_t entry) {
   struct vmem_space *s = &vmem_space;
+  if (c->outside) {
+    vmem_outside_set_entry(c, entry);
+    return;
+  }
   uint64_t first = (c->vaddr - s->base) >> s->shift, n = c->va_bytes >> s->shift;
   for (uint64_t i = 0; i < n; i++)
     atomic_store_explicit(&vmem_fast.delta[first + i], entry, memory_order_release);
 }
 
-void vmem_publish(struct chunk *c) {
+/* Owner table (or, outside the range, visibility to lookups) for one chunk. */
+static void set_owner(struct chunk *c, struct chunk *owner) {
   struct vmem_space *s = &vmem_space;
+  if (c->outside) {
+    vmem_outside_hide(c, owner == NULL);
+    return;
+  }
   uint64_t first = (c->vaddr - s->base) >> s->shift, n = c->va_bytes >> s->shift;
-  for (uint64_t i = 0; i < n; i++) s->owner[first + i] = c;
+  for (uint64_t i = 0; i < n; i++) s->owner[first + i] = owner;
+}
+
+void vmem_hide(struct chunk *c) { set_owner(c, NULL); }
+
+void vmem_publish(struct chunk *c) {
+  set_owner(c, c);
   set_delta(c, c->resident ? (uint64_t)(c->real - c->vaddr) + 1 : 0);
 }
 
 void vmem_unpublish_delta(struct chunk *c) { set_delta(c, 0); }
 
 void vmem_forget(struct chunk *c) {
-  struct vmem_space *s = &vmem_space;
-  uint64_t first = (c->vaddr - s->base) >> s->shift, n = c->va_bytes >> s->shift;
   set_delta(c, 0);
-  for (uint64_t i = 0; i < n; i++) s->owner[first + i] = NULL;
+  set_owner(c, NULL);
 }
 
 struct chunk *vmem_owner(uintptr_t p) {
   struct vmem_space *s = &vmem_space;
-  if (!s->initialized || p - s->base >= s->size) return NULL;
+  if (!s->initialized) return NULL;
+  if (p - s->base >= s->size) return s->outside_count ? vmem_outside_find(p) : NULL;
   return s->owner[(p - s->base) >> s->shift];
 }
 
+/* Address order: outside chunks below the range, the range, outside chunks above it. */
 int vmem_walk(int (*cb)(struct chunk *c, void *arg), void *arg) {
   struct vmem_space *s = &vmem_space;
+  int rc = vmem_outside_walk(0, s->base, cb, arg);
+  if (rc) return rc;
   for (uint64_t i = 0; i < s->granules;) {
     struct chunk *c = s->owner[i];
     if (!c) {
@@ -329,8 +349,8 @@ int vmem_walk(int (*cb)(struct chunk *c, void *arg), void *arg) {
       continue;
     }
     i += c->va_bytes >> s->shift;
-    int rc = cb(c, arg);
+    rc = cb(c, arg);
     if (rc) return rc;
   }
-  return 0;
+  return vmem_outside_walk(s->base + s->size, UINTPTR_MAX, cb, arg);
 }

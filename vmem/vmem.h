@@ -1,6 +1,7 @@
 /* vmem: cudaw's virtual device address space. Hands out virtual device pointers from one reserved
- * range, backs them with device memory through struct vmem_prims (prims.h), translates virtual to
- * real addresses lock-free, and can give all device memory back and re-create it (checkpoint).
+ * range (or, under translate with identity placement, at their real address outside it), backs
+ * them with device memory through struct vmem_prims (prims.h), translates virtual to real
+ * addresses lock-free, and can give all device memory back and re-create it (checkpoint).
  *
  * Conventions: every int function returns 0 or -errno. One process-wide instance. All functions
  * except the inline readers take one internal mutex; the inline readers (vmem_in_range,
@@ -34,6 +35,8 @@ struct vmem_config {
   enum vmem_policy policy;   /* CUDAW_VMEM_POLICY */
   int check;                 /* CUDAW_CHECK: keep a history of frees for use-after-free reports */
   unsigned free_history;     /* entries in that history when check is on; 0: 4096 */
+  int identity;              /* translate: a chunk's virtual address is its real one wherever that
+                                range is free (see vmem_alloc); 0: always from the virtual range */
 };
 
 /* Initialise the address space: pick the policy, reserve the virtual range on the host
@@ -57,6 +60,11 @@ void vmem_range(uintptr_t *base, uint64_t *size);
 #define VMEM_ALLOC_DEDICATED 0x1u /* own granule-aligned chunk even when small */
 
 /* Allocate size bytes on device; *vptr receives a 512-byte-aligned virtual device pointer.
+ * Under translate with config.identity the chunk's device memory is made first and, when its real
+ * range [real, real + bytes) lies outside the reserved range and overlaps no other chunk's virtual
+ * range, the chunk's virtual address is its real address (an "outside" chunk, 256-byte aligned
+ * as cudaMalloc's are): pointers the program stores in device memory are then valid on the device
+ * until a resume puts the chunk elsewhere. Otherwise it comes from the reserved range.
  * Sizes up to half a granule share arenas (packed in 512-byte units, like cudaMalloc rounds);
  * larger ones, and VMEM_ALLOC_DEDICATED, get their own granule-aligned chunk. size 0 behaves like cudaMalloc(0): success, *vptr = NULL, nothing held.
  * -ENOMEM when the quota, the device or the virtual range is exhausted (nothing is left behind),
@@ -76,6 +84,10 @@ struct vmem_fast_path {
   unsigned shift;         /* log2(granule) */
   _Atomic uint64_t *delta; /* per granule: 0 = not backed, else (real - virtual) + 1 (even) */
   _Atomic uint64_t ended;  /* allocations ended so far (freed, or all by vmem_fini) */
+  /* Chunks outside the range (identity placement): how many exist, and how many of them do not
+   * translate to themselves (released, being freed, or moved by a resume). */
+  _Atomic uint64_t outside_count, outside_irregular;
+  _Atomic uintptr_t outside_low, outside_high; /* bounds of every outside chunk so far */
 };
 extern struct vmem_fast_path vmem_fast;
 
@@ -90,14 +102,31 @@ static inline int vmem_in_range(const void *p) {
   return off < atomic_load_explicit(&vmem_fast.size, memory_order_acquire);
 }
 
-/* Virtual -> real. A pointer outside the range is returned unchanged (host pointers, real device
- * pointers of other allocators); inside it, the real address if its granule is backed (identity
- * under remap), else NULL (never allocated, freed, or released). Granule precision: a pointer into
+/* Whether some pointer outside the range may need translating (an outside chunk moved or is
+ * released): while 0, vmem_translate of any pointer outside the range is the pointer itself. */
+static inline int vmem_outside_irregular(void) {
+  return atomic_load_explicit(&vmem_fast.outside_irregular, memory_order_acquire) != 0;
+}
+
+/* Slow path of vmem_translate for a pointer outside the range (takes a lock). */
+void *vmem_translate_outside(const void *p);
+
+/* Whether p belongs to vmem: inside the range, or inside a live allocation placed outside it
+ * (identity). Use this, not vmem_in_range, to decide whether a pointer is cudaw's. Lock-free
+ * inside the range and while no chunk lies outside it; else a lock and a binary search. */
+int vmem_owns(const void *p);
+
+/* Virtual -> real. A pointer outside the range and outside every outside chunk is returned
+ * unchanged (host pointers, real device pointers of other allocators), and so is one in an
+ * outside chunk that sits at its real address (identity); in a moved outside chunk, its new real
+ * address; in a released or freed one, NULL. Inside the range, the real address if its granule
+ * is backed (identity under remap), else NULL (never allocated, freed, or released). Granule precision: a pointer into
  * an unallocated unit of a live arena still translates; use vmem_check_range for exactness. For an
  * end pointer (one past an allocation) translate p - 1 and add 1. */
 static inline void *vmem_translate(const void *p) {
   uint64_t off = (uint64_t)((uintptr_t)p - vmem_fast.base);
-  if (off >= atomic_load_explicit(&vmem_fast.size, memory_order_acquire)) return (void *)p;
+  if (off >= atomic_load_explicit(&vmem_fast.size, memory_order_acquire))
+    return vmem_outside_irregular() ? vmem_translate_outside(p) : (void *)p;
   uint64_t entry = atomic_load_explicit(&vmem_fast.delta[off >> vmem_fast.shift],
                                         memory_order_acquire);
   if (entry == 0) return NULL;
@@ -126,6 +155,8 @@ struct vmem_chunk {
   int device;
   uint64_t real;         /* real address (== vaddr under remap); 0 while released */
   enum vmem_state state;
+  int outside;           /* translate: placed outside the range, at its real address */
+  int moved;             /* translate: the last resume put it at another real address */
 };
 
 /* Call cb for every backing chunk, in address order, with the mutex held: cb may use the inline

@@ -47,3 +47,4 @@ shim_real_fn shim_trampoline_resolve(unsigned id)
 
 /* Set by glue/vmem.c when vmem runs its translate policy; empty otherwise. */
 uintptr_t shim_translate_base, shim_translate_end;
+_Atomic uint64_t *shim_translate_outside;

@@ -24,6 +24,10 @@ const struct cudaw_option cudaw_options[] = {
   {"CUDAW_STATIC_CHECK", "1", "warn when the program's CUDA runtime is linked statically (0: off)"},
   {"CUDAW_VMEM", "auto", "virtual device memory policy: auto (remap where the device has VMM), "
                          "remap, translate, or off (allocations not virtualised)"},
+  {"CUDAW_VMEM_IDENTITY", "1", "translate: give an allocation its real address as its virtual "
+                               "one where free, so pointers kept in device memory stay valid "
+                               "until a resume moves memory (0: always from the virtual range; "
+                               "off with CUDAW_CHECK=1)"},
   {"CUDAW_VA_SIZE", "auto", "size of the reserved virtual range (auto: 4 x the devices' memory)"},
   {"CUDAW_MEM_LIMIT", "", "device memory quota per device: bytes, K/M/G/T, or a percentage"},
   {"CUDAW_CHECK", "0", "1: validate pointer arguments against live allocations and report "

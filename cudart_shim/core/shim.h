@@ -195,12 +195,19 @@ int shim_missing_blocking(enum shim_fn_id id);
 /* The virtual range whose pointers must be translated before reaching the real runtime; empty
  * (0, 0) while nothing needs translating (no vmem, or vmem's remap policy). */
 extern uintptr_t shim_translate_base, shim_translate_end;
+/* Under translate, vmem's count of allocations placed at their real address (outside the range)
+ * that do not translate to themselves (moved by a resume, released): while it is 0, a pointer
+ * outside the range needs nothing. NULL while nothing needs translating. */
+extern _Atomic uint64_t *shim_translate_outside;
 const void *shim_translate_slow(const void *p);
 
 static inline const void *shim_translate_ptr(const void *p)
 {
   uintptr_t u = (uintptr_t)p;
   if (SHIM_UNLIKELY(u - shim_translate_base < shim_translate_end - shim_translate_base))
+    return shim_translate_slow(p);
+  if (SHIM_UNLIKELY(shim_translate_outside != NULL &&
+                    atomic_load_explicit(shim_translate_outside, memory_order_acquire) != 0))
     return shim_translate_slow(p);
   return p;
 }

@@ -134,7 +134,7 @@ SHIM_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
   ENTER(cuMemFree_v2);
   void *ptr = (void *)(uintptr_t)dptr;
   CUresult result;
-  if (ptr && vmem_in_range(ptr)) {
+  if (ptr && vmem_owns(ptr)) {
     result = from_runtime(shim_vmem_free_synced(ptr, __builtin_return_address(0)));
   } else {
     result = REAL(cuMemFree_v2)(dptr);
@@ -163,7 +163,7 @@ SHIM_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, 
   ENTER(cuMemGetAddressRange_v2);
   CUresult result;
   struct vmem_info info;
-  if (vmem_in_range((const void *)(uintptr_t)dptr)) {
+  if (vmem_owns((const void *)(uintptr_t)dptr)) {
     if (vmem_lookup((const void *)(uintptr_t)dptr, &info) != 0) {
       result = CUDA_ERROR_NOT_FOUND;
     } else {
@@ -290,7 +290,7 @@ SHIM_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t byte
 static CUresult free_async(shim_real_fn real, CUdeviceptr dptr, CUstream stream, const void *where)
 {
   void *ptr = (void *)(uintptr_t)dptr;
-  if (!ptr || !vmem_in_range(ptr)) {
+  if (!ptr || !vmem_owns(ptr)) {
     CUresult result = ((__typeof__(&cuMemFreeAsync))real)(dptr, stream);
     if (result == CUDA_SUCCESS && ptr) shim_mem_forget_freed(ptr);
     return result;

@@ -263,16 +263,50 @@ static int live_begin(void *ctx, ckpt_region_visit_fn visit, void *visit_ctx)
  * address; only when some landed elsewhere are graphs holding translated arguments stale, and
  * device pointers the program or its libraries keep in device memory (pointer tables, plans)
  * point at nothing: one warning says how much. On failure the memory is given back again. */
+#define MOVED_NAMED 4 /* chunks the warning names; the rest are counted */
+
+struct moved_names {
+  char text[640];
+  size_t length;
+  unsigned named;
+  unsigned long long more;
+};
+
+static int name_moved(const struct vmem_chunk *chunk, void *ctx)
+{
+  struct moved_names *m = ctx;
+  if (!chunk->moved) return 0;
+  if (m->named == MOVED_NAMED || m->length >= sizeof m->text) {
+    m->more++;
+    return 0;
+  }
+  int n = snprintf(m->text + m->length, sizeof m->text - m->length, "%s%#llx..%#llx%s",
+                   m->named ? ", " : "", (unsigned long long)chunk->vaddr,
+                   (unsigned long long)(chunk->vaddr + chunk->size),
+                   chunk->outside ? " (was its own device address)" : "");
+  if (n > 0) m->length += (size_t)n;
+  m->named++;
+  return 0;
+}
+
 static int after_recreate(void)
 {
   if (vmem_policy() != VMEM_TRANSLATE || !shim_kparam_relocated) return 0;
   struct vmem_stats stats;
   if (vmem_get_stats(-1, &stats) == 0 && stats.moved_bytes == 0) return 0;
+  struct moved_names names = {.length = 0};
+  shim_depth++;
+  vmem_for_each(name_moved, &names);
+  shim_depth--;
+  char more[64] = "";
+  if (names.more) snprintf(more, sizeof more, " and %llu more", names.more);
   shim_warn("resume (CUDAW_VMEM=translate): %llu bytes in %llu chunks came back at other "
-            "device addresses; device pointers to them stored in device memory (pointer tables, "
-            "library plans and generators) can no longer be translated, and graphs holding "
-            "them are refused; CUDAW_VMEM=remap keeps every address",
-            (unsigned long long)stats.moved_bytes, (unsigned long long)stats.moved_chunks);
+            "device addresses: %s%s. Kernel arguments and API calls are translated to the new "
+            "addresses, but device pointers into these ranges stored in device memory (pointer "
+            "tables, library plans and generators) are stale and can no longer be translated, "
+            "and graphs holding them are refused; CUDAW_VMEM=remap keeps every address",
+            (unsigned long long)stats.moved_bytes, (unsigned long long)stats.moved_chunks,
+            names.named ? names.text : "(none named)", more);
   shim_depth++;
   int rc = shim_kparam_relocated();
   if (rc) vmem_release_all();

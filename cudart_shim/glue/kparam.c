@@ -156,11 +156,31 @@ static void check_word(struct word_context *ctx, const void *p)
                check_kind_name(report.kind));
 }
 
+/* A word outside the range while some outside allocation moved or is released: the allocation
+ * containing it (or ending at it) translates; anything else is left as it is. */
+static __attribute__((noinline)) int translate_outside_word(uint64_t *word)
+{
+  const char *p = (const char *)(uintptr_t)*word;
+  const char *real = vmem_translate(p);
+  if (real == p) {
+    const char *before = vmem_translate(p - 1); /* an end pointer */
+    if (before && before != p - 1) real = before + 1;
+  }
+  if (!real || real == p) return 0;
+  *word = (uint64_t)(uintptr_t)real;
+  return 1;
+}
+
 SHIM_ALWAYS_INLINE int translate_word(void *opaque, uint64_t *word)
 {
   struct word_context *ctx = opaque;
   const void *p = (const void *)(uintptr_t)*word;
-  if (!vmem_in_range(p)) return 0;
+  if (!vmem_in_range(p)) {
+    /* Outside the range: foreign or host memory, or an allocation at its real address (identity
+     * placement), which needs translating only once a resume moved it. */
+    if (!ctx->translate || !vmem_outside_irregular()) return 0;
+    return translate_outside_word(word);
+  }
   if (ctx->check) check_word(ctx, p);
   if (!ctx->translate) return 0;
   const char *real = vmem_translate(p);

@@ -217,7 +217,7 @@ cudaError_t shim_vmem_malloc_async(void **ptr, size_t size, cudaStream_t stream,
 cudaError_t shim_vmem_free_async(void *ptr, cudaStream_t stream, const void *where,
                                  shim_real_free_async_fn real_free)
 {
-  if (!ptr || !vmem_in_range(ptr)) {
+  if (!ptr || !vmem_owns(ptr)) {
     cudaError_t result = real_free(ptr, stream);
     if (result == cudaSuccess && ptr) shim_mem_untrack(SHIM_MEM_PASSTHROUGH, ptr, NULL);
     return result;

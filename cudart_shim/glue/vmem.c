@@ -70,6 +70,14 @@ static int read_config(const struct vmem_prims *prims, void *ctx, struct vmem_co
   if (invalid)
     shim_warn("CUDAW_CHECK=%s is not 0 or 1; using the default (%d)", cudaw_option("CUDAW_CHECK"),
               config->check);
+  /* Identity placement (translate): pointers stored in device memory stay valid until a resume
+   * moves memory. CUDAW_CHECK keeps every pointer in the range instead, where a freed or stray
+   * one is recognised as cudaw's and reported; a freed identity address is the device's again. */
+  config->identity = cudaw_option_flag("CUDAW_VMEM_IDENTITY", &invalid);
+  if (invalid)
+    shim_warn("CUDAW_VMEM_IDENTITY=%s is not 0 or 1; using the default (%d)",
+              cudaw_option("CUDAW_VMEM_IDENTITY"), config->identity);
+  if (config->check) config->identity = 0;
   const char *va = cudaw_option("CUDAW_VA_SIZE");
   if (strcmp(va, "auto") != 0 && vmem_parse_size(va, 0, &config->va_size) != 0) {
     shim_error("CUDAW_VA_SIZE=%s: expected a size such as 256G", va);
@@ -200,6 +208,7 @@ static void start(void)
     dl_iterate_phdr(loader_adds, &scanned_adds);
     shim_translate_base = base;
     shim_translate_end = base + size;
+    shim_translate_outside = &vmem_fast.outside_irregular;
   }
   shim_info("vmem: policy %s, virtual range %#lx..%#lx (%lu GiB), granule %lu KiB",
             policy_name(vmem_policy()), (unsigned long)base, (unsigned long)(base + size),
@@ -256,6 +265,7 @@ int shim_vmem_device_reset(int device)
     } else {
       shim_vmem_forget_frees();
       shim_translate_base = shim_translate_end = 0;
+      shim_translate_outside = NULL;
       vmem_fini();
       atomic_store_explicit(&started, 0, memory_order_release);
       vmem_status = -ENODEV;

@@ -30,7 +30,7 @@ SHIM_EXPORT cudaError_t cudaFree(void *devPtr)
   shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaFree);
   if (!real) return shim_missing(SHIM_FN_cudaFree);
   cudaError_t result;
-  if (devPtr && vmem_in_range(devPtr)) {
+  if (devPtr && vmem_owns(devPtr)) {
     result = shim_set_last_error(shim_vmem_free_synced(devPtr, __builtin_return_address(0)));
   } else {
     result = ((__typeof__(&cudaFree))real)(devPtr);

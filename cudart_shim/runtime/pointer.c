@@ -33,7 +33,7 @@ cudaError_t cudaMemcpy3DBatchAsync_ptsz(size_t numOps, struct cudaMemcpy3DBatchO
 /* Check and translate one pointer argument reaching bytes (ranged) from p. */
 static int pointer_in(enum shim_fn_id id, void **p, uint64_t bytes, int ranged)
 {
-  if (!*p || !vmem_in_range(*p)) return 0;
+  if (!*p || !vmem_owns(*p)) return 0;
   if ((ranged || shim_vmem_check_all) && shim_vmem_check_arg(id, *p, bytes, ranged)) return -EFAULT;
   *p = (void *)shim_translate_in(*p);
   return 0;
@@ -44,7 +44,7 @@ static int pointer_in(enum shim_fn_id id, void **p, uint64_t bytes, int ranged)
 static int pitched_in(enum shim_fn_id id, struct cudaPitchedPtr *pp, struct cudaPos pos,
                       struct cudaExtent extent, int byte_width)
 {
-  if (!pp->ptr || !vmem_in_range(pp->ptr)) return 0;
+  if (!pp->ptr || !vmem_owns(pp->ptr)) return 0;
   if (byte_width && extent.width && extent.height && extent.depth) {
     uint64_t begin = ((uint64_t)pos.z * pp->ysize + pos.y) * pp->pitch + pos.x;
     uint64_t span = ((uint64_t)(extent.depth - 1) * pp->ysize + (extent.height - 1)) * pp->pitch +
@@ -167,7 +167,7 @@ static cudaError_t batch(enum shim_fn_id id, shim_real_fn real, void *const *dst
   __typeof__(&cudaMemcpyBatchAsync) call = (__typeof__(&cudaMemcpyBatchAsync))real;
   int virtual_seen = 0;
   for (size_t i = 0; dsts && srcs && sizes && i < count && !virtual_seen; i++)
-    virtual_seen = vmem_in_range(dsts[i]) || vmem_in_range(srcs[i]);
+    virtual_seen = vmem_owns(dsts[i]) || vmem_owns(srcs[i]);
   if (!virtual_seen) return call(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, stream);
   void **d = malloc(count * sizeof *d);
   const void **s = malloc(count * sizeof *s);
@@ -359,7 +359,7 @@ SHIM_EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a
 {
   ENTER(cudaPointerGetAttributes);
   struct vmem_info info;
-  if (!attributes || !vmem_in_range(ptr)) {
+  if (!attributes || !vmem_owns(ptr)) {
     result = REAL(cudaPointerGetAttributes)(attributes, ptr);
   } else {
     /* What the runtime says of a cudaMalloc pointer, and of an address nothing owns. */
@@ -380,7 +380,7 @@ SHIM_EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a
 SHIM_EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
 {
   ENTER(cudaIpcGetMemHandle);
-  if (devPtr && vmem_in_range(devPtr)) {
+  if (devPtr && vmem_owns(devPtr)) {
     /* Remap: the memory is VMM memory, which legacy IPC cannot export. Translate: small blocks
      * share one device allocation, so the other process would open the wrong base. */
     shim_warn("cudaIpcGetMemHandle(%p): cudaw virtual memory cannot be shared through CUDA IPC; "

@@ -45,7 +45,7 @@ SHIM_EXPORT cudaError_t cudaCreateTextureObject(cudaTextureObject_t *pTexObject,
     copy = *pResDesc;
     field = resource_pointer(&copy, &record.span);
   }
-  if (field && *field && vmem_in_range(*field)) {
+  if (field && *field && vmem_owns(*field)) {
     if (shim_vmem_check_arg(SHIM_FN_cudaCreateTextureObject, *field, record.span, 1) != 0) {
       shim_gate_leave();
       return shim_set_last_error(cudaErrorInvalidValue);

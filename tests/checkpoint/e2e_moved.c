@@ -3,7 +3,8 @@
  * again: status reports moved_bytes 0 and nothing is said. By default the emulated device never
  * reuses an address (a forced move): status reports every byte as moved and one warning on
  * stderr names it (the test's PASS_REGULAR_EXPRESSION). Both keep every byte. Under remap
- * nothing can move. usage: e2e_moved (CUDAW_VMEM=translate or remap) */
+ * nothing can move. cudaw-ctl's status line says so too.
+ * usage: e2e_moved [cudaw-ctl] (CUDAW_VMEM=translate or remap) */
 #include "e2e_common.h"
 
 #define MIB ((size_t)1 << 20)
@@ -17,8 +18,9 @@ static unsigned long long status_number(const char *reply, const char *key)
   return strtoull(at + strlen(key), NULL, 10);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+  const char *ctl = argc > 1 ? argv[1] : NULL; /* cudaw-ctl, to check its status line too */
   const char *alloc = getenv("CUDAW_EMU_ALLOC");
   const char *policy = getenv("CUDAW_VMEM");
   int identity = (alloc && strcmp(alloc, "lowest") == 0) || (policy && strcmp(policy, "remap") == 0);
@@ -38,6 +40,11 @@ int main(void)
     } else {
       /* every buffer's chunk: the 16 MiB and 3 MiB ones and the arena of the small ones */
       CHECK(moved >= 19 * MIB && chunks == 3, "every chunk should move: %s", reply);
+    }
+    if (ctl) { /* what cudaw-ctl status says of it */
+      char out[8192];
+      CHECK_EQ(e2e_run_ctl(ctl, "status", (long)getpid(), out, sizeof out), 0);
+      CHECK((strstr(out, "at new device addresses") != NULL) == !identity, "status: %s", out);
     }
     printf("round %d: moved_bytes %llu in %llu chunks\n", round, moved, chunks);
   }

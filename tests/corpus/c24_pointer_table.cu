@@ -1,8 +1,7 @@
-// Translate: known limit (pointers stored in device memory stay virtual, see README)
 // Description: device pointers stored in device memory (a table of row pointers built on the
-// host and copied over). A known limit of translate (README): the stored pointers stay virtual.
-// Natively and under remap the kernel follows them; under translate it must not give a wrong
-// answer quietly.
+// host and copied over). Natively and under remap the kernel follows them; under translate too,
+// since issue 21 (identity placement: the program's pointers are the real ones until a resume
+// moves memory). It must never give a wrong answer quietly.
 #include "corpus.h"
 __global__ void gather(float *const *rows, float *out, int w, int h)
 {

@@ -29,6 +29,7 @@ for v in banana REMAP "remap " "$long"; do check CUDAW_VMEM "$v"; done
 for v in banana 0 -1 99999999999999999999 1P "$long"; do check CUDAW_VA_SIZE "$v"; done
 for v in banana 0 200% -5G 1e3 "$long"; do check CUDAW_MEM_LIMIT "$v"; done
 for v in banana 2 "$long"; do check CUDAW_CHECK "$v"; done
+for v in banana 2 "$long"; do check CUDAW_VMEM_IDENTITY "$v"; done
 for v in banana 2 "$long"; do check CUDAW_PROFILE "$v"; done
 for v in banana -1 99999999999999999999 "$long"; do check CUDAW_PAUSE_TIMEOUT "$v"; done
 for v in KILL 9 SIGSEGV banana "$long"; do check CUDAW_SIGNAL "$v"; done

@@ -4,8 +4,9 @@
 // launch path: <<<>>> (__cudaLaunchKernel, or _ptsz when built per-thread), cudaLaunchKernel,
 // cudaLaunchKernelExC, cudaLaunchCooperativeKernel, a cudaKernel_t from cudaGetKernel, graph
 // kernel nodes (added, set, exec-set; classic and cudaGraphAddNode forms) and cudaLibrary*
-// kernels. Every result is checked, and under CUDAW_VMEM=translate every kernel must have
-// received real pointers, not the virtual ones the program holds.
+// kernels. Every result is checked, and under CUDAW_VMEM=translate with CUDAW_VMEM_IDENTITY=0
+// every kernel must have received real pointers, not the virtual ones the program holds (with
+// identity placement the program's pointers are the real ones, passed on unchanged).
 // Modes: (none) all of the above; --opaque: an unknown kernel is reported once under translate;
 // --check: under CUDAW_CHECK=1 a use after free is reported and the launch refused.
 #include <cuda_runtime.h>
@@ -436,8 +437,12 @@ static void launch_after_free(void)
 
 int main(int argc, char **argv)
 {
-  const char *vmem = getenv("CUDAW_VMEM");
-  translating = vmem && strcmp(vmem, "translate") == 0;
+  const char *vmem = getenv("CUDAW_VMEM"), *identity = getenv("CUDAW_VMEM_IDENTITY");
+  const char *check = getenv("CUDAW_CHECK");
+  /* With identity placement (the default under translate, off with CUDAW_CHECK=1) the program's
+   * pointers are the real ones: the kernels must receive them unchanged, as under remap. */
+  bool identity_on = !(identity && strcmp(identity, "0") == 0) && !(check && strcmp(check, "1") == 0);
+  translating = vmem && strcmp(vmem, "translate") == 0 && !identity_on;
   const char *real = getenv("CUDAW_REAL_CUDART");
   void *emu = real ? dlopen(real, RTLD_NOW | RTLD_NOLOAD) : NULL;
   if (!emu || !dlsym(emu, "cudaw_emu_is_emulated")) {
@@ -449,7 +454,7 @@ int main(int argc, char **argv)
   const char *mode = argc > 1 ? argv[1] : "";
 
   if (strcmp(mode, "--opaque") == 0) {
-    CHECK(translating, "--opaque runs under CUDAW_VMEM=translate");
+    CHECK(translating, "--opaque runs under CUDAW_VMEM=translate, CUDAW_VMEM_IDENTITY=0");
     float *warm;
     CHECK_EQ(cudaMalloc(&warm, 16), cudaSuccess); /* starts vmem */
     const char *log = capture_stderr(launch_opaque_twice);

@@ -19,6 +19,7 @@ struct setup {
   int check;
   enum fake_hint hint;
   int reuse_freed; /* fake_config.reuse_freed */
+  int identity;    /* vmem_config.identity */
 };
 
 static inline struct fake *start(struct setup s) {
@@ -32,7 +33,8 @@ static inline struct fake *start(struct setup s) {
   struct vmem_config vc = {.va_size = s.va_size ? s.va_size : 64 * GiB,
                            .mem_limit = s.mem_limit,
                            .policy = s.policy,
-                           .check = s.check};
+                           .check = s.check,
+                           .identity = s.identity};
   int rc = vmem_init(&vc, fake_prims(), f);
   CHECK(rc == 0, "vmem_init: %d", rc);
   return f;

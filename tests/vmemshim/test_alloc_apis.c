@@ -1,6 +1,7 @@
 /* Description: every allocation API under cudaw: device memory from cudaMalloc, cudaMallocPitch,
  * cudaMalloc3D, cudaMallocAsync and cudaMallocFromPoolAsync is virtual (packed by vmem, unknown to
- * the emulated device under translate) and holds data; managed, pinned, registered memory and
+ * the emulated device under translate, or its real address with identity placement) and holds
+ * data; managed, pinned, registered memory and
  * arrays pass through; cudaPointerGetAttributes answers for virtual pointers like the runtime. */
 #include "vmemshim.h"
 
@@ -24,8 +25,11 @@ static void expect_device(const void *p, const char *what)
   CHECK_EQ(a.device, 0);
   CHECK(a.devicePointer == p, "%s: devicePointer %p, expected %p", what, a.devicePointer, p);
   CHECK(a.hostPointer == NULL);
-  /* Under translate the virtual address means nothing to the device runtime. */
-  if (translate_policy())
+  /* Under translate the virtual address means nothing to the device runtime, unless it is the
+   * real one (identity placement). */
+  if (identity_expected())
+    CHECK(emu_type(p) == cudaMemoryTypeDevice, "%s: %p is not at its real address", what, p);
+  else if (translate_policy())
     CHECK(emu_type(p) == cudaMemoryTypeUnregistered, "%s: %p is not virtual", what, p);
 }
 

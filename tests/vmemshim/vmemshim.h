@@ -62,6 +62,15 @@ static inline int translate_policy(void)
   return policy && strcmp(policy, "translate") == 0;
 }
 
+/* Under translate, allocations sit at their real address (CUDAW_VMEM_IDENTITY, default on, off
+ * with CUDAW_CHECK=1). */
+static inline int identity_expected(void)
+{
+  const char *identity = getenv("CUDAW_VMEM_IDENTITY"), *check = getenv("CUDAW_CHECK");
+  return translate_policy() && !(identity && strcmp(identity, "0") == 0) &&
+         !(check && strcmp(check, "1") == 0);
+}
+
 static inline void fill(void *buffer, size_t size, unsigned seed)
 {
   unsigned char *p = (unsigned char *)buffer;

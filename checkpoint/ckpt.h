@@ -158,6 +158,7 @@ struct ckpt_options {
   uint32_t pause_timeout_ms; /* CUDAW_PAUSE_TIMEOUT */
   int signal_number;         /* CUDAW_SIGNAL: SIGUSR1, SIGUSR2 or 0 for none */
   char run_dir[96];          /* CUDAW_RUN_DIR, or the default (see ckpt_default_run_dir) */
+  char sched_socket[108];    /* CUDAW_SCHED_SOCKET, or <run_dir>/cudawd.sock ("" if too long) */
   uint32_t streams;          /* CUDAW_CKPT_STREAMS: streams per device = staging buffers in all */
   uint64_t staging_bytes;    /* CUDAW_CKPT_STAGING: size of one staging buffer = one chunk */
   uint32_t threads;          /* CUDAW_CKPT_THREADS: host copy threads */

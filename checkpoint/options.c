@@ -30,6 +30,9 @@ static const struct ckpt_option_info table[] = {
     {"CUDAW_SIGNAL", "USR1", "signal that requests a checkpoint: USR1, USR2 or none"},
     {"CUDAW_RUN_DIR", "$XDG_RUNTIME_DIR/cudaw, /run/cudaw (root), /tmp/cudaw-<uid>",
      "absolute directory of the control sockets <pid>.sock, writable by its owner only"},
+    {"CUDAW_SCHED_SOCKET", "<run dir>/cudawd.sock",
+     "the cudawd socket to join (CUDAW_SHARE=1) and that cudaw-ctl sched asks; a node's system "
+     "cudawd (cudawd --system): /run/cudaw/cudawd.sock"},
     {"CUDAW_CKPT_STREAMS", "2 x threads",
      "copies in flight per device, and pinned staging buffers in all (shared by the devices)"},
     {"CUDAW_CKPT_STAGING", "4M", "size of one pinned staging buffer (= one checksummed chunk)"},
@@ -210,5 +213,14 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
   }
   if (!out->run_dir[0] && ckpt_default_run_dir(out->run_dir, sizeof out->run_dir) != 0)
     out->run_dir[0] = '\0';
+  if ((text = getenv("CUDAW_SCHED_SOCKET")) && *text) {
+    if (text[0] != '/' || strlen(text) >= sizeof out->sched_socket)
+      rc = reject("CUDAW_SCHED_SOCKET", text, error, error_len);
+    else snprintf(out->sched_socket, sizeof out->sched_socket, "%s", text);
+  }
+  if (!out->sched_socket[0] && out->run_dir[0] &&
+      (size_t)snprintf(out->sched_socket, sizeof out->sched_socket, "%s/cudawd.sock",
+                       out->run_dir) >= sizeof out->sched_socket)
+    out->sched_socket[0] = '\0';
   return rc;
 }

@@ -170,6 +170,7 @@ struct ckpt_options {
   int pin_early;             /* CUDAW_CKPT_PIN_EARLY: pin staging once the program has memory */
   int fill_kernel;           /* CUDAW_CKPT_FILL=kernel: fresh image pages filled by userfaultfd */
   int suspend_release;       /* CUDAW_SUSPEND=release: SIGTSTP checkpoints, SIGCONT resumes */
+  uint32_t suspend_start_wait_s; /* CUDAW_SUSPEND_START_WAIT: an early allocation waits this long */
   int live;                  /* CUDAW_CKPT_LIVE: a signal's checkpoint copies while the program runs */
   int reserve_auto;          /* CUDAW_CKPT_RESERVE=auto: a reserve the size of device memory */
   uint64_t reserve_bytes;    /* CUDAW_CKPT_RESERVE=SIZE (0: off unless auto) */

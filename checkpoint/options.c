@@ -55,6 +55,10 @@ static const struct ckpt_option_info table[] = {
     {"CUDAW_SUSPEND", "off",
      "release: SIGTSTP checkpoints the program and releases its device memory, SIGCONT restores "
      "it (a Slurm job's suspend: SIGTSTP, about 2 s, SIGSTOP; resume: SIGCONT)"},
+    {"CUDAW_SUSPEND_START_WAIT", "5",
+     "with CUDAW_SUSPEND=release: for this many seconds after the program starts, an allocation "
+     "that does not fit waits for a job Slurm is suspending to release its memory (gang "
+     "scheduling: more than SchedulerTimeSlice + 2)"},
     {"CUDAW_CKPT_RESERVE", "off",
      "auto or a size (8G): keep page-locked host memory for the image, grown in the background "
      "as device memory grows, so that a checkpoint copies straight into it"},
@@ -184,6 +188,11 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
   if ((text = getenv("CUDAW_CKPT_LIVE")) && *text) {
     if (strcmp(text, "0") == 0 || strcmp(text, "1") == 0) out->live = text[0] == '1';
     else rc = reject("CUDAW_CKPT_LIVE", text, error, error_len);
+  }
+  out->suspend_start_wait_s = 5;
+  if ((text = getenv("CUDAW_SUSPEND_START_WAIT")) && *text) {
+    if (parse_count(text, 3600, &value) == 0) out->suspend_start_wait_s = (uint32_t)value;
+    else rc = reject("CUDAW_SUSPEND_START_WAIT", text, error, error_len);
   }
   if ((text = getenv("CUDAW_SUSPEND")) && *text) {
     if (strcmp(text, "release") == 0 || strcmp(text, "off") == 0) out->suspend_release = text[0] == 'r';

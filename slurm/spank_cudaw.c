@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,7 @@ struct request {
   char mem[64];           /* --cudaw-mem, CUDAW_MEM_LIMIT */
   char vmem[16];          /* --cudaw-vmem, CUDAW_VMEM */
   bool suspend_release;   /* --cudaw-suspend=release (default) or keep */
+  char checkpoint_dir[256]; /* --cudaw-checkpoint-dir: requeue with the job's state (see below) */
 };
 
 /* plugstack.conf arguments (the site's choices). */
@@ -55,11 +57,11 @@ static struct {
   char system_dir[96];     /* system_dir=: its socket's directory, root's, 0755 */
   struct request defaults;
 } site = {CUDAW_SPANK_LIBDIR, CUDAW_SPANK_BINDIR, "", false, 0, "", false, "/run/cudaw",
-          {false, false, "", "", true}};
+          {false, false, "", "", true, ""}};
 
 static struct request job;
 
-enum option_id { OPT_CUDAW = 1, OPT_SHARE, OPT_MEM, OPT_VMEM, OPT_SUSPEND };
+enum option_id { OPT_CUDAW = 1, OPT_SHARE, OPT_MEM, OPT_VMEM, OPT_SUSPEND, OPT_CHECKPOINT_DIR };
 
 /* "4G", "1.5GiB", "8192M", "123456", "25%": the forms CUDAW_MEM_LIMIT takes (vmem/quota.c). */
 static bool valid_size(const char *text) {
@@ -118,6 +120,14 @@ static int option_seen(int val, const char *optarg, int remote) {
       }
       job.suspend_release = optarg[0] == 'r';
       return 0;
+    case OPT_CHECKPOINT_DIR:
+      if (!optarg || optarg[0] != '/' || strlen(optarg) >= sizeof job.checkpoint_dir) {
+        slurm_error("cudaw: --cudaw-checkpoint-dir=%s: expected an absolute directory",
+                    optarg ? optarg : "");
+        return -1;
+      }
+      snprintf(job.checkpoint_dir, sizeof job.checkpoint_dir, "%s", optarg);
+      return 0;
     default:
       return -1;
   }
@@ -133,6 +143,9 @@ static struct spank_option options[] = {
      "translate, off)", 1, OPT_VMEM, option_seen},
     {"cudaw-suspend", "release|keep", "under cudaw: on suspend, release the device memory "
      "(default) or keep it", 1, OPT_SUSPEND, option_seen},
+    {"cudaw-checkpoint-dir", "DIR", "under cudaw: on requeue, continue from the job's state in "
+     "DIR (needs CRIU on the nodes; otherwise a plain requeue, logged)", 1, OPT_CHECKPOINT_DIR,
+     option_seen},
     SPANK_OPTIONS_TABLE_END};
 
 /* key=value arguments from plugstack.conf. */
@@ -373,6 +386,39 @@ static int user_run_dir(uid_t uid, gid_t gid, char *out, size_t len) {
   return 0;
 }
 
+static char requeue_note[1024]; /* set in slurmstepd, printed by the first task */
+
+/* --cudaw-checkpoint-dir: a requeue that keeps the job's state needs `cudaw-ctl dump` (CRIU)
+ * when Slurm requeues the job, and a restore where it starts again. This version does not do
+ * that yet: the job is requeued as Slurm does it (it starts over), and the job's log says why,
+ * with what `criu check` answers on this node (Debian 12's CRIU 3.17 does not start on 6.x
+ * kernels). Once per step, in slurmstepd, as root (criu check needs it). */
+int slurm_spank_init_post_opt(spank_t sp, int ac, char **av) {
+  (void)ac;
+  (void)av;
+  if (!spank_remote(sp) || !job.checkpoint_dir[0]) return 0;
+  char criu[PATH_MAX] = "criu", command[PATH_MAX + 32], line[256], first_error[256] = "";
+  job_env(sp, "CUDAW_CRIU", criu, sizeof criu);
+  if (strchr(criu, '\'') || strchr(criu, '\n')) snprintf(criu, sizeof criu, "criu");
+  snprintf(command, sizeof command, "'%s' check 2>&1", criu);
+  FILE *out = popen(command, "r");
+  while (out && fgets(line, sizeof line, out))
+    if (!first_error[0] && (strstr(line, "Error") || strstr(line, "not found")) &&
+        !strstr(line, "exited, status")) { /* that one only says a helper of criu failed */
+      line[strcspn(line, "\n")] = '\0';
+      snprintf(first_error, sizeof first_error, "%s", line);
+    }
+  int status = out ? pclose(out) : -1;
+  const char *why = status == 0 ? "criu check passes, but requeue with state is not in this version "
+                                  "of the plugin yet"
+                    : first_error[0] ? first_error : "criu is not installed or cannot run";
+  snprintf(requeue_note, sizeof requeue_note, "cudaw: --cudaw-checkpoint-dir=%s: requeue with "
+           "the job's state is not available (%s): if this job is requeued it starts over (a "
+           "plain requeue)", job.checkpoint_dir, why);
+  slurm_info("%s", requeue_note); /* slurmd's log; the job's own output gets it at task_init */
+  return 0;
+}
+
 /* In the task, as root, before it becomes the user: the node's cudawd and the user's run dir
  * under it (cudawd=system). */
 int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av) {
@@ -414,6 +460,10 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av) {
   if (job.vmem[0]) spank_setenv(sp, "CUDAW_VMEM", job.vmem, 1);
   if (job.suspend_release) spank_setenv(sp, "CUDAW_SUSPEND", "release", 1);
   if (job.share) spank_setenv(sp, "CUDAW_SHARE", "1", 1);
+  uint32_t task_id = 0;
+  if (requeue_note[0] && spank_get_item(sp, S_TASK_GLOBAL_ID, &task_id) == ESPANK_SUCCESS &&
+      task_id == 0)
+    fprintf(stderr, "%s\n", requeue_note); /* the task's stderr: the job's output */
   if (job.share && site.system_cudawd) {
     char sock[PATH_MAX + 16];
     snprintf(sock, sizeof sock, "%s/cudawd.sock", site.system_dir);

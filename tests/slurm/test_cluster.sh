@@ -72,6 +72,14 @@ srun_job --cudaw-mem=lots "$job" 0 "$dir" > "$dir/bad.out" 2>&1 && fail "--cudaw
 grep -q 'cudaw-mem=lots' "$dir/bad.out" || fail "--cudaw-mem=lots: no reason given: $(cat "$dir/bad.out")"
 echo "ok: --cudaw-mem=lots refused: $(grep -m1 'cudaw-mem=lots' "$dir/bad.out")"
 
+# --cudaw-checkpoint-dir: requeue with state is not available; the job runs and its log says
+# that a requeue would start it over, and why (criu check's answer on this node).
+srun_job --cudaw-checkpoint-dir="$dir/state" "$job" 0 "$dir" > "$dir/requeue.out" 2>&1 ||
+  fail "srun --cudaw-checkpoint-dir: $(cat "$dir/requeue.out")"
+grep -q "cudaw-checkpoint-dir=$dir/state: requeue with the job's state is not available (.*): if this job is requeued it starts over" \
+  "$dir/requeue.out" || fail "--cudaw-checkpoint-dir: no clear fallback line: $(cat "$dir/requeue.out")"
+echo "ok: $(grep -m1 'cudaw-checkpoint-dir' "$dir/requeue.out")"
+
 # --cudaw-share: the plugin starts the user's cudawd in the job's run dir and the job joins it.
 CUDAW_RUN_DIR="$dir/run" srun_job --cudaw-share "$job" 0 "$dir" > "$dir/share.out" 2>&1 ||
   fail "srun --cudaw-share: $(cat "$dir/share.out")"

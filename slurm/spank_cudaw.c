@@ -409,9 +409,10 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av) {
       snprintf(first_error, sizeof first_error, "%s", line);
     }
   int status = out ? pclose(out) : -1;
-  const char *why = status == 0 ? "criu check passes, but requeue with state is not in this version "
-                                  "of the plugin yet"
-                    : first_error[0] ? first_error : "criu is not installed or cannot run";
+  const char *why = status == 0  ? "criu check passes, but requeue with state is not in this "
+                                   "version of the plugin yet"
+                    : first_error[0] ? first_error
+                                     : "criu is not installed or cannot run";
   snprintf(requeue_note, sizeof requeue_note, "cudaw: --cudaw-checkpoint-dir=%s: requeue with "
            "the job's state is not available (%s): if this job is requeued it starts over (a "
            "plain requeue)", job.checkpoint_dir, why);

@@ -1,7 +1,7 @@
 /* emu_shared.c: CUDAW_EMU_SHARED=1 makes the emulated device one GPU shared by every process of
- * the user (=all: of every user, for the multi-user tests), as a real one is: a POSIX shared-memory ledger per device (and CUDAW_EMU_SHARED_KEY)
- * holds what each process has charged, and a charge fails when the sum would pass the device's
- * memory. A process killed with -9 leaves its share behind: it is reclaimed once its pid is seen
+ * the user (=all: of every user, for the multi-user tests), as a real one is: a POSIX
+ * shared-memory ledger per device (and CUDAW_EMU_SHARED_KEY) holds what each process has
+ * charged, and a charge fails when the sum would pass the device's memory. A process killed with -9 leaves its share behind: it is reclaimed once its pid is seen
  * dead (or reused: the start time differs, or a zombie). A robust mutex survives a holder's death. */
 #define _GNU_SOURCE
 #include <errno.h>

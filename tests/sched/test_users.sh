@@ -11,9 +11,11 @@
 #     both users (CUDAW_EMU_SHARED=all) both join it and are swapped in turns, data verified;
 #     OTHER cannot change VICTIM's priority (cudaw-ctl exit 5), its own and root's work; a
 #     cudawd of OTHER is not joined by VICTIM's program; --system refuses a non-root user.
-#   usage: test_users.sh CUDAW_CTL CUDAWD JOB EMU      exit 0 / 1 / 77
+#     A peer that reports a swap cudawd did not ask for is ignored (logged), and it cannot set
+#     another user's priority through the raw protocol either.
+#   usage: test_users.sh CUDAW_CTL CUDAWD JOB EMU SPOOF_PEER      exit 0 / 1 / 77
 set -u
-ctl=$1 cudawd=$2 job=$3 emu=$4
+ctl=$1 cudawd=$2 job=$3 emu=$4 spoof=$5
 [ "$(id -u)" -eq 0 ] || { echo "skipped: needs root, to run programs as other users"; exit 77; }
 command -v setpriv >/dev/null || { echo "skipped: setpriv (util-linux) is missing"; exit 77; }
 victim=65534 other=65533
@@ -148,6 +150,14 @@ echo "ok: uid $other: $(cat "$tmp/prio.out")"
 as $other env CUDAW_SCHED_SOCKET="$sys/cudawd.sock" "$ctl" priority "$other_pid" 2 > "$tmp/prio.out" 2>&1 ||
   fail "uid $other cannot set its own program's priority: $(cat "$tmp/prio.out")"
 "$ctl" priority "$victim_pid" 2 > "$tmp/prio.out" 2>&1 || fail "root: priority: $(cat "$tmp/prio.out")"
+# A peer breaking the protocol: a swap report nobody asked for, another user's priority.
+as $other "$spoof" "$sys/cudawd.sock" "$victim_pid" > "$tmp/spoof.out" 2>&1 ||
+  fail "the spoofing peer could not talk to cudawd: $(cat "$tmp/spoof.out")"
+grep -q "status -1 " "$tmp/spoof.out" || fail "raw priority request for another user's pid: $(cat "$tmp/spoof.out")"
+sleep 0.2
+grep -q "reported a swap cudawd did not ask for: ignored" "$tmp/cudawd.log" ||
+  fail "cudawd took a swap report it did not ask for: $(cat "$tmp/cudawd.log")"
+echo "ok: a peer's unasked swap report is ignored, its raw priority request refused: $(cat "$tmp/spoof.out")"
 # Both ran (each was ready with its 160 MiB resident), so cudawd swapped one out for the other.
 # Let them take a few more turns, then finish.
 sleep 3

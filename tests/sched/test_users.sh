@@ -26,6 +26,11 @@ pids=""
 status=1
 cleanup() {
   for pid in $pids; do kill "$pid" 2>/dev/null; done
+  # What ran through setpriv (a child of the shell that $! names): known by its run dir.
+  for pid in $(pgrep -x cudawd) $(pgrep -f "^$job "); do
+    { tr '\0' '\n' < "/proc/$pid/environ"; } 2>/dev/null | grep -q "^CUDAW_RUN_DIR=$tmp/" &&
+      kill "$pid"
+  done
   rm -f "/dev/shm/cudaw-emu-all-${tmp#/tmp/}-0"
   if [ "$status" -eq 0 ]; then rm -rf "$tmp"; else echo "kept $tmp (logs)"; fi
 }

@@ -348,15 +348,56 @@ static uint64_t host_memory_available(void) {
 }
 
 /* Put every fresh region of the image into the reserve, each at a reserve_align boundary, if it
- * holds them all (a kept image in it already has it: then none). Only for a checkpoint's image:
- * one read from disk is no reason to hold page-locked memory. */
+ * holds them all. Where regions reused from a kept image lie in it already, the fresh ones go
+ * after the last of those (a program's small allocations that stay, beside big ones that come
+ * and go). Only for a checkpoint's image: one read from disk is no reason to hold page-locked
+ * memory. */
 static bool place_in_reserve(struct engine *e) {
-  if (!e->reserve || e->reserve_held) return false;
-  uint64_t align = reserve_align(e->reserve), bytes = 0;
-  for (size_t i = 0; i < e->image_count; i++)
-    if (!e->image[i].data) bytes += (e->image[i].region.size + align - 1) / align * align;
-  uint8_t *base = bytes ? reserve_take(e->reserve, bytes) : NULL;
-  if (!base) return false;
+  if (!e->reserve) return false;
+  uint64_t align = reserve_align(e->reserve), bytes = 0, kept_end = 0;
+  const uint8_t *start = reserve_base(e->reserve);
+  for (size_t i = 0; i < e->image_count; i++) {
+    const struct image_region *r = &e->image[i];
+    if (!r->data) bytes += (r->region.size + align - 1) / align * align;
+    else if (r->in_reserve && (uint64_t)(r->data - start) + r->mapped > kept_end)
+      kept_end = (uint64_t)(r->data - start) + r->mapped;
+  }
+  uint8_t *base = !bytes ? NULL
+                  : e->reserve_held ? reserve_take_more(e->reserve, kept_end, bytes)
+                                    : reserve_take(e->reserve, bytes);
+  if (!base && bytes && e->reserve_held) {
+    /* The kept regions stand in the way (the reserve grows with the program's memory, not with
+     * the gaps the regions that went left): copy them afresh too, all from the start. */
+    for (size_t i = 0; i < e->image_count; i++) {
+      struct image_region *r = &e->image[i];
+      if (!r->in_reserve) continue;
+      unregister_region(e, r);
+      free(r->sums);
+      r->sums = NULL;
+      r->data = NULL;
+      r->mapped = 0;
+      r->in_reserve = false;
+      r->fresh = true;
+      bytes += (r->region.size + align - 1) / align * align;
+    }
+    reserve_give_back(e->reserve);
+    e->reserve_held = false;
+    kept_end = 0;
+    base = reserve_take(e->reserve, bytes);
+  }
+  if (!base) {
+    struct reserve_info info;
+    reserve_status(e->reserve, &info);
+    char need[32], ready[32];
+    ckpt_format_bytes(bytes, need, sizeof need);
+    ckpt_format_bytes(info.bytes, ready, sizeof ready);
+    if (bytes)
+      ckpt_logf(CKPT_LOG_INFO, "image reserve not used: the image's new regions need %s, the "
+                "reserve has %s ready%s%s; copying them the old way", need, ready,
+                kept_end ? " after the regions kept in it" : "",
+                info.refused ? " (refused, see above)" : "");
+    return false;
+  }
   e->reserve_held = true;
   uint64_t at = 0;
   for (size_t i = 0; i < e->image_count; i++) {

@@ -66,8 +66,12 @@ void reserve_free(struct reserve *rs); /* unregisters and unmaps it */
  * NULL when it holds fewer ready bytes or an image has it already. Given back by
  * reserve_give_back once no image uses it. */
 uint8_t *reserve_take(struct reserve *rs, uint64_t bytes);
+/* A kept image holds the reserve up to `from` bytes (regions of it reused by the next image):
+ * `bytes` more for the next image's fresh regions, at base + from, or NULL if not ready. */
+uint8_t *reserve_take_more(struct reserve *rs, uint64_t from, uint64_t bytes);
 void reserve_give_back(struct reserve *rs);
 uint64_t reserve_align(const struct reserve *rs);
+const uint8_t *reserve_base(const struct reserve *rs);
 /* How much of [p, p + n) (inside the taken reserve) lies in p's registered piece: a copy must
  * not cross from one registered range into the next. */
 size_t reserve_piece_left(const struct reserve *rs, const uint8_t *p, size_t n);

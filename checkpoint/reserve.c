@@ -228,6 +228,18 @@ uint8_t *reserve_take(struct reserve *rs, uint64_t bytes) {
   return p;
 }
 
+uint8_t *reserve_take_more(struct reserve *rs, uint64_t from, uint64_t bytes) {
+  if (!rs) return NULL;
+  pthread_mutex_lock(&rs->lock);
+  uint8_t *p = NULL;
+  if (rs->taken && from <= rs->ready && bytes <= rs->ready - from) {
+    rs->used = from + bytes;
+    p = rs->base + from;
+  }
+  pthread_mutex_unlock(&rs->lock);
+  return p;
+}
+
 void reserve_give_back(struct reserve *rs) {
   if (!rs) return;
   pthread_mutex_lock(&rs->lock);
@@ -236,6 +248,8 @@ void reserve_give_back(struct reserve *rs) {
   pthread_cond_broadcast(&rs->wake); /* grow again if the program grew meanwhile */
   pthread_mutex_unlock(&rs->lock);
 }
+
+const uint8_t *reserve_base(const struct reserve *rs) { return rs ? rs->base : NULL; }
 
 uint64_t reserve_align(const struct reserve *rs) { return rs ? rs->align : IMAGE_ALIGN; }
 

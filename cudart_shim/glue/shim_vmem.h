@@ -68,6 +68,29 @@ cudaError_t shim_vmem_alloc(void **ptr, uint64_t size);
 /* The same on a given device (the driver layer: the current context's device). */
 cudaError_t shim_vmem_alloc_on(int device, void **ptr, uint64_t size);
 
+/* ---- copies that name another device's memory (vmem.c) ------------------------------------ */
+
+/* The devices vmem has allocated on, a bit each (device 31 and above share the last bit). */
+extern atomic_uint shim_vmem_devices_used;
+void shim_vmem_note_device(int device);
+
+/* Whether vmem holds memory of more than one device, so that a copy may name another device's
+ * memory than the current one's. One load; single-device programs stop here. */
+static inline int shim_vmem_multi_device(void)
+{
+  unsigned used = atomic_load_explicit(&shim_vmem_devices_used, memory_order_relaxed);
+  return (used & (used - 1)) != 0;
+}
+
+/* Under remap, memory is mapped only for the devices that may reach it, and the driver answers a
+ * plain copy of another device's memory (no peer access) with cudaErrorInvalidValue, where it
+ * stages cudaMalloc memory through the host. When dst or src (virtual pointers, checked) is such
+ * memory, run the copy where it can run and return 1 with its result: between two devices'
+ * memory as a peer copy, else with the owner current (an asynchronous copy waits for its stream
+ * first, keeping its order). 0: nothing done, the caller makes the call itself. */
+int shim_vmem_copy_across(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
+                          cudaStream_t stream, int async, cudaError_t *result);
+
 /* ---- what the runtime's and the driver's allocation calls share (memory.c) ---------------- */
 
 /* Free a vmem allocation as cudaFree does: wait for the device, reap stream frees, free. */

@@ -374,6 +374,7 @@ cudaError_t shim_vmem_alloc_on(int device, void **ptr, uint64_t size)
     rc = vmem_alloc(device, size, 0, ptr);
   if (rc == -ENOMEM) rc = suspend_start_wait(device, size, ptr);
   shim_sched_allocated(device);
+  if (rc == 0) shim_vmem_note_device(device);
   return shim_error_from_errno(rc);
 }
 
@@ -451,4 +452,66 @@ int shim_vmem_check_arg(enum shim_fn_id id, const void *p, uint64_t bytes, int r
     return -EFAULT;
   }
   return 0;
+}
+
+/* ---- copies that name another device's memory ------------------------------------------- */
+
+atomic_uint shim_vmem_devices_used;
+
+void shim_vmem_note_device(int device)
+{
+  unsigned bit = 1u << (device < 31 ? device : 31);
+  if (!(atomic_load_explicit(&shim_vmem_devices_used, memory_order_relaxed) & bit))
+    atomic_fetch_or_explicit(&shim_vmem_devices_used, bit, memory_order_relaxed);
+}
+
+/* The device of the vmem allocation holding p, or -1 (not vmem's: host or foreign memory). */
+static int owner_of(const void *p)
+{
+  struct vmem_info info;
+  if (!p || !vmem_in_range(p) || vmem_lookup(p, &info) != 0) return -1;
+  return info.device;
+}
+
+int shim_vmem_copy_across(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
+                          cudaStream_t stream, int async, cudaError_t *result)
+{
+  if (vmem_policy() != VMEM_REMAP) return 0;
+  int current;
+  if (shim_current_device(&current) != cudaSuccess) return 0;
+  int dst_owner = owner_of(dst), src_owner = owner_of(src);
+  int dst_foreign = dst_owner >= 0 && dst_owner != current && !vmem_peer_enabled(current, dst_owner);
+  int src_foreign = src_owner >= 0 && src_owner != current && !vmem_peer_enabled(current, src_owner);
+  if (!dst_foreign && !src_foreign) return 0;
+  if (async && shim_capture_possible()) {
+    enum cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (SHIM_REAL(cudaStreamIsCapturing)(stream, &capture) != cudaSuccess ||
+        capture != cudaStreamCaptureStatusNone)
+      return 0; /* a graph node: the real runtime decides, as it would natively */
+  }
+  static atomic_int said;
+  int owner = dst_foreign ? dst_owner : src_owner;
+  if (!atomic_exchange(&said, 1))
+    shim_info("a copy names device %d's memory while device %d is current, without peer access: "
+              "cudaw runs it on device %d (its memory is mapped for the devices that may reach "
+              "it, which the driver does not stage through)", owner, current, owner);
+  void *real_dst = shim_translate_in(dst);
+  const void *real_src = shim_translate_in(src);
+  if (dst_owner >= 0 && src_owner >= 0 && dst_owner != src_owner) {
+    *result = async ? SHIM_REAL(cudaMemcpyPeerAsync)(real_dst, dst_owner, real_src, src_owner,
+                                                     count, stream)
+                    : SHIM_REAL(cudaMemcpyPeer)(real_dst, dst_owner, real_src, src_owner, count);
+    return 1;
+  }
+  /* Host memory (or the owner's own) on the other side: the copy runs with the owner current.
+   * An asynchronous one keeps its order on the program's stream by waiting for it first. */
+  if (async && (*result = SHIM_REAL(cudaStreamSynchronize)(stream)) != cudaSuccess) return 1;
+  cudaError_t r = SHIM_REAL(cudaSetDevice)(owner);
+  if (r == cudaSuccess) {
+    r = SHIM_REAL(cudaMemcpy)(real_dst, real_src, count, kind);
+    cudaError_t back = SHIM_REAL(cudaSetDevice)(current);
+    if (r == cudaSuccess) r = back;
+  }
+  *result = r;
+  return 1;
 }

@@ -12,6 +12,9 @@
 #include "vmem.h"
 
 /* Not declared in C mode without CUDA_API_PER_THREAD_DEFAULT_STREAM. */
+cudaError_t cudaMemcpy_ptds(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t count,
+                                 enum cudaMemcpyKind kind, cudaStream_t stream);
 cudaError_t cudaMemcpy3D_ptds(const struct cudaMemcpy3DParms *p);
 cudaError_t cudaMemcpy3DAsync_ptsz(const struct cudaMemcpy3DParms *p, cudaStream_t stream);
 cudaError_t cudaMemcpy3DPeer_ptds(const struct cudaMemcpy3DPeerParms *p);
@@ -85,6 +88,32 @@ static int memset_in(enum shim_fn_id id, struct cudaMemsetParams *p)
   return result
 #define FAIL_INVALID() (result = shim_set_last_error(cudaErrorInvalidValue))
 
+/* ---- plain copies: another device's memory (shim_vmem_copy_across) ---- */
+
+#define COPY(name, async, stream_value, ...)                                                   \
+  SHIM_EXPORT cudaError_t name(void *dst, const void *src, size_t count,                       \
+                               enum cudaMemcpyKind kind __VA_OPT__(, ) __VA_ARGS__)            \
+  {                                                                                            \
+    ENTER(name);                                                                               \
+    if (pointer_in(SHIM_FN_##name, &dst, count, 1) != 0 ||                                     \
+        pointer_in(SHIM_FN_##name, (void **)&src, count, 1) != 0) {                            \
+      FAIL_INVALID();                                                                          \
+      LEAVE();                                                                                 \
+    }                                                                                          \
+    if (SHIM_UNLIKELY(shim_vmem_multi_device()) &&                                             \
+        shim_vmem_copy_across(dst, src, count, kind, stream_value, async, &result)) {          \
+      LEAVE();                                                                                 \
+    }                                                                                          \
+    result = REAL(name)(dst, src, count, kind STREAM_ARG(__VA_ARGS__));                        \
+    LEAVE();                                                                                   \
+  }
+#define STREAM_ARG(...) __VA_OPT__(, stream)
+
+COPY(cudaMemcpy, 0, NULL)
+COPY(cudaMemcpy_ptds, 0, NULL)
+COPY(cudaMemcpyAsync, 1, stream, cudaStream_t stream)
+COPY(cudaMemcpyAsync_ptsz, 1, stream, cudaStream_t stream)
+
 /* ---- 3D copies and memsets ---- */
 
 #define COPY3D(name, params_type, translate, ...)                                              \
@@ -101,7 +130,6 @@ static int memset_in(enum shim_fn_id id, struct cudaMemsetParams *p)
     }                                                                                          \
     LEAVE();                                                                                   \
   }
-#define STREAM_ARG(...) __VA_OPT__(, stream)
 
 COPY3D(cudaMemcpy3D, cudaMemcpy3DParms, copy3d_in)
 COPY3D(cudaMemcpy3D_ptds, cudaMemcpy3DParms, copy3d_in)

@@ -21,6 +21,7 @@
 #include <cuda.h>
 #include <pthread.h>
 #include <signal.h>
+#include <string.h>
 
 #include "cudaw_emu.h"
 
@@ -273,6 +274,30 @@ static void peer_copies(const char *when)
   CUDA_OK(cudaMemcpy(host, scratch0, sizeof host, cudaMemcpyDeviceToHost));
   for (size_t i = 0; i < sizeof host; i++)
     CHECK(host[i] == e2e_pattern(A0, i + 100), "%s: peer copies: byte %zu is %#x", when, i, host[i]);
+  /* Plain copies of the other device's memory, as programs write them with cudaMalloc memory:
+   * device 1 current, device 0's memory to the host (synchronous and on a stream of device 1),
+   * and host to device 0's memory. */
+  CUDA_OK(cudaSetDevice(1));
+  memset(host, 0, sizeof host);
+  CUDA_OK(cudaMemcpy(host, buffers[A0].p + 200, sizeof host, cudaMemcpyDefault));
+  for (size_t i = 0; i < sizeof host; i++)
+    CHECK(host[i] == e2e_pattern(A0, i + 200), "%s: copy of device 0's memory with device 1 "
+          "current: byte %zu is %#x", when, i, host[i]);
+  CUDA_OK(cudaStreamCreate(&stream));
+  memset(host, 0, sizeof host);
+  CUDA_OK(cudaMemcpyAsync(host, buffers[A0].p + 300, sizeof host, cudaMemcpyDeviceToHost, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  for (size_t i = 0; i < sizeof host; i++)
+    CHECK(host[i] == e2e_pattern(A0, i + 300), "%s: copy of device 0's memory on a stream of "
+          "device 1: byte %zu is %#x", when, i, host[i]);
+  CUDA_OK(cudaMemcpyAsync(scratch0, host, sizeof host, cudaMemcpyHostToDevice, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  CUDA_OK(cudaStreamDestroy(stream));
+  unsigned char back[sizeof host];
+  CUDA_OK(cudaMemcpy(back, scratch0, sizeof back, cudaMemcpyDeviceToHost));
+  CHECK(memcmp(back, host, sizeof back) == 0, "%s: host to device 0's memory with device 1 current",
+        when);
+  CUDA_OK(cudaSetDevice(0));
   CUDA_OK(cudaFree(scratch0));
   CUDA_OK(cudaFree(scratch1));
 }

@@ -254,8 +254,7 @@ EMU_EXPORT cudaError_t cudaMemcpyPeerAsync(void *dst, int dst_device, const void
   if (dst_device < 0 || dst_device >= devices || src_device < 0 || src_device >= devices)
     return emu_result(cudaErrorInvalidDevice);
   if (emu_stream_check(stream)) return emu_result(cudaErrorInvalidResourceHandle);
-  int err = emu_memory_copy2d_on(dst_device, dst, count, EMU_SIDE_DEVICE, src, count,
-                                 EMU_SIDE_DEVICE, count, 1);
+  int err = emu_memory_copy_peer(dst_device, dst, src, count);
   return emu_result(emu_error_from_errno(err));
 }
 

@@ -88,17 +88,17 @@ void emu_memory_reset(int device);
 
 /* Copies a width x height rectangle between pitched buffers, after checking that each side is the
  * memory its enum emu_side says and that device-side spans lie inside valid device memory, which
- * the device running the copy (the current one) can reach: VMM memory must be accessible
- * (cuMemSetAccess) to the device that touches it, which is the running device when the memory is
- * its own or it enabled peer access to its owner, else the owner (the copy is staged through the
- * host, as the runtime does between devices without peer access). -EINVAL on any violation, -EFAULT
- * for memory the device cannot reach (nothing copied). */
+ * the device running the copy (the current one) can reach. cudaMalloc memory of another device is
+ * staged through the host, as the runtime does between devices without peer access; VMM memory
+ * must be accessible (cuMemSetAccess) to the running device: the real driver answers a plain copy
+ * of another device's VMM memory with cudaErrorInvalidValue (seen on two H200s), so -EINVAL then.
+ * -EINVAL on any violation, -EFAULT for memory the device cannot reach (nothing copied). */
 int emu_memory_copy2d(void *dst, size_t dpitch, enum emu_side dst_side, const void *src,
                       size_t spitch, enum emu_side src_side, size_t width, size_t height);
-/* The same, run by `device` instead of the current one (cudaMemcpyPeer runs on the destination). */
-int emu_memory_copy2d_on(int device, void *dst, size_t dpitch, enum emu_side dst_side,
-                         const void *src, size_t spitch, enum emu_side src_side, size_t width,
-                         size_t height);
+/* cudaMemcpyPeer: count bytes of device memory, run by `device` (the destination). It names both
+ * devices, so VMM memory of the other one is staged through its owner where `device` has no
+ * access (the real driver does so without peer access). */
+int emu_memory_copy_peer(int device, void *dst, const void *src, size_t count);
 /* Sets a width x height rectangle of device memory to value; -EINVAL unless valid device memory,
  * -EFAULT when the current device cannot reach it. */
 int emu_memory_set2d(void *dst, size_t pitch, int value, size_t width, size_t height);

@@ -323,23 +323,27 @@ static int host_lookup_locked(uintptr_t address, uintptr_t *base, size_t *size) 
   return 0;
 }
 
-/* Whether a copy run by `device` reaches the memory of range (see emu_memory_copy2d). */
-static bool copy_reaches(const struct emu_range *range, int device) {
-  if (!range->mapped) return true; /* cudaMalloc memory: the runtime stages where it must */
-  int toucher = range->device == device || emu_peer_enabled(device, range->device)
-                    ? device : range->device;
-  return range->access & (1u << toucher);
+/* Whether a copy run by `device` reaches the memory of range (see emu_memory_copy2d): 0, -EFAULT
+ * when the device that touches it has no access, -EINVAL for VMM memory of another device that a
+ * plain copy cannot stage (as the real driver answers). */
+static int copy_reaches(const struct emu_range *range, int device, bool peer_copy) {
+  if (!range->mapped) return 0; /* cudaMalloc memory: the runtime stages where it must */
+  if (range->access & (1u << device)) return 0;
+  if (range->device == device || emu_peer_enabled(device, range->device)) return -EFAULT;
+  if (!peer_copy) return -EINVAL;
+  return range->access & (1u << range->device) ? 0 : -EFAULT;
 }
 
 /* Checks one side of a copy run by device: extent bytes from ptr. */
-static int check_side(const void *ptr, size_t extent, enum emu_side side, int device) {
+static int check_side(const void *ptr, size_t extent, enum emu_side side, int device,
+                      bool peer_copy) {
   if (extent == 0) return 0;
   if (!ptr) return -EINVAL;
   uintptr_t address = (uintptr_t)ptr;
   struct emu_range range;
   if (lookup_locked(address, &range) == 0) {
     if (!range_inside(range.base, range.size, address, extent)) return -EINVAL;
-    return copy_reaches(&range, device) ? 0 : -EFAULT;
+    return copy_reaches(&range, device, peer_copy);
   }
   if (is_device_address(address)) return -EINVAL; /* freed, never allocated, or unmapped */
   if (side != EMU_SIDE_DEVICE) return 0;
@@ -357,16 +361,10 @@ static size_t extent_2d(size_t pitch, size_t width, size_t height) {
 
 int emu_memory_copy2d(void *dst, size_t dpitch, enum emu_side dst_side, const void *src,
                       size_t spitch, enum emu_side src_side, size_t width, size_t height) {
-  return emu_memory_copy2d_on(emu_current_device(), dst, dpitch, dst_side, src, spitch, src_side,
-                              width, height);
-}
-
-int emu_memory_copy2d_on(int device, void *dst, size_t dpitch, enum emu_side dst_side,
-                         const void *src, size_t spitch, enum emu_side src_side, size_t width,
-                         size_t height) {
   pthread_mutex_lock(&lock);
-  int err = check_side(dst, extent_2d(dpitch, width, height), dst_side, device);
-  if (!err) err = check_side(src, extent_2d(spitch, width, height), src_side, device);
+  int device = emu_current_device();
+  int err = check_side(dst, extent_2d(dpitch, width, height), dst_side, device, false);
+  if (!err) err = check_side(src, extent_2d(spitch, width, height), src_side, device, false);
   if (!err && width && height) {
     for (size_t row = 0; row < height; row++)
       memmove((char *)dst + row * dpitch, (const char *)src + row * spitch, width);
@@ -375,10 +373,19 @@ int emu_memory_copy2d_on(int device, void *dst, size_t dpitch, enum emu_side dst
   return err;
 }
 
+int emu_memory_copy_peer(int device, void *dst, const void *src, size_t count) {
+  pthread_mutex_lock(&lock);
+  int err = check_side(dst, count, EMU_SIDE_DEVICE, device, true);
+  if (!err) err = check_side(src, count, EMU_SIDE_DEVICE, device, true);
+  if (!err && count) memmove(dst, src, count);
+  pthread_mutex_unlock(&lock);
+  return err;
+}
+
 int emu_memory_set2d(void *dst, size_t pitch, int value, size_t width, size_t height) {
   int device = emu_current_device();
   pthread_mutex_lock(&lock);
-  int err = check_side(dst, extent_2d(pitch, width, height), EMU_SIDE_DEVICE, device);
+  int err = check_side(dst, extent_2d(pitch, width, height), EMU_SIDE_DEVICE, device, false);
   if (!err && width && height) {
     for (size_t row = 0; row < height; row++) memset((char *)dst + row * pitch, value, width);
   }

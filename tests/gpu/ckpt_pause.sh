@@ -7,6 +7,8 @@
 # "short"), stay paused, and succeed once that process is gone.
 # usage: ckpt_pause.sh <cudaw libdir> <cudaw-ctl> <mem helper> pause|shortfall <vmem policy>
 #                      <program> [args...]
+# Environment: PAUSE_AFTER (seconds to let it run before the signal); CUDAW_* options such as
+# CUDAW_CKPT_RESERVE or CUDAW_CKPT_LIVE reach the program under cudaw.
 # Exit 77 without a GPU.
 libdir=$1 ctl=$2 helper=$3 mode=$4 policy=$5; shift 5
 fail() { echo "FAIL: $*"; [ -f "$out" ] && { echo "--- program output:"; cat "$out"; }
@@ -36,6 +38,9 @@ for i in $(seq 600); do
 done
 allocated=$(sed -n 's/.*allocated \([0-9]*\) bytes.*/\1/p' "$out")
 [ -n "$allocated" ] || fail "the program did not say what it allocated"
+# PAUSE_AFTER: seconds more of running first (the image reserve grows meanwhile).
+sleep "${PAUSE_AFTER:-0}"
+kill -0 $pid 2>/dev/null || fail "the program ended before the pause (PAUSE_AFTER too long)"
 free_running=$(free_of)
 t0=$(date +%s.%N)
 kill -USR1 $pid
@@ -81,4 +86,5 @@ under=$(grep checksum= "$out")
 echo "cudaw:  $under"
 [ "$native" = "$under" ] || fail "checksums differ"
 grep -q "forwarding to" "$log" || fail "the run did not go through cudaw"
+grep -E "saved .* regions|live|reserve|restored" "$log" | sed 's/^/log: /' | tail -6
 echo "identical"

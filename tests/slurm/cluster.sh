@@ -52,9 +52,15 @@ AutoDetect=off
 Name=gpu File=$gpu
 Name=shard Count=4 File=$gpu
 CONF
+  # Read from slurm.conf's folder. Where no systemd runs (containers, the GPU machine's VM),
+  # slurmd's cgroup/v2 plugin cannot ask dbus for its scope and slurmd would not start: it makes
+  # the scope's folder itself then.
+  cat > "$dir/cgroup.conf" <<CONF
+IgnoreSystemd=yes
+CONF
   cat > "$dir/slurm.conf" <<CONF
 ClusterName=cudawtest
-SlurmctldHost=$host
+SlurmctldHost=$host(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
 SlurmctldPort=$base
@@ -83,7 +89,7 @@ PreemptMode=GANG
 SchedulerTimeSlice=5
 GresTypes=gpu,shard
 PlugStackConfig=$plugstack
-NodeName=$host CPUs=$cpus Gres=gpu:1,shard:4 State=UNKNOWN
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus Gres=gpu:1,shard:4 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 PartitionName=cudaw Nodes=ALL MaxTime=INFINITE State=UP
 PartitionName=gang Nodes=ALL MaxTime=INFINITE State=UP OverSubscribe=FORCE:2

@@ -27,19 +27,36 @@ nvidia-smi -L >/dev/null 2>&1 || { echo "skipped: no GPU"; exit 77; }
 # 1. Slurm from the carried .deb files.
 if ! command -v slurmd >/dev/null 2>&1 && [ ! -x /usr/sbin/slurmd ]; then
   ls "$debs"/slurmd_*.deb >/dev/null 2>&1 || { echo "FAIL: no Slurm and no .deb files in $debs"; exit 1; }
-  echo "installing Slurm from $debs"
-  # No systemd here: keep the packages' scripts from starting services.
-  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
-  # Only what is missing: a newer library already there must not be downgraded.
-  missing=""
+  echo "unpacking Slurm from $debs"
+  # The GPU machine is not Debian 12 (another libc and package names), so dpkg -i refuses the
+  # packages' dependencies: unpack what is missing into / instead (no maintainer scripts, no
+  # services started), leaving alone any package whose libraries the system already has.
   for deb in "$debs"/*.deb; do
     package=$(dpkg-deb -f "$deb" Package)
-    [ "$package" = libslurm-dev ] && continue
-    dpkg -s "$package" 2>/dev/null | grep -q '^Status: install ok installed' || missing="$missing $deb"
+    case $package in libslurm-dev|adduser|lsb-base|ucf|readline-common) continue ;; esac
+    dpkg -s "$package" 2>/dev/null | grep -q '^Status: install ok installed' && continue
+    clash=$(dpkg-deb -c "$deb" | awk '$1 !~ /^d/ { print $6 }' | sed 's|^\./|/|' |
+      grep -E '^/(usr/)?lib/' | while read -r f; do [ -e "$f" ] && echo "$f"; done | head -1)
+    [ -z "$clash" ] || { echo "  $package: the system has $clash already"; continue; }
+    # Unpacked aside and copied file by file: extracting into / would replace the symlinks of a
+    # merged /usr (/lib -> usr/lib) with directories.
+    rm -rf /tmp/cudaw-slurm-unpack && dpkg -x "$deb" /tmp/cudaw-slurm-unpack ||
+      { echo "FAIL: dpkg -x $deb"; exit 1; }
+    (cd /tmp/cudaw-slurm-unpack && find . ! -type d) | while read -r f; do
+      dest=${f#.}
+      case $dest in /lib/*|/lib64/*|/bin/*|/sbin/*) dest=/usr$dest ;; esac
+      mkdir -p "$(dirname "$dest")" && cp -P "/tmp/cudaw-slurm-unpack/$f" "$dest"
+    done
+    echo "  $package"
   done
-  DEBIAN_FRONTEND=noninteractive dpkg -i $missing \
-    > /tmp/cudaw-slurm-dpkg.log 2>&1 || { tail -20 /tmp/cudaw-slurm-dpkg.log; echo "FAIL: dpkg -i"; exit 1; }
-  rm -f /usr/sbin/policy-rc.d
+  # What the packages' scripts would have done: the daemons' alternatives (slurmd runs
+  # slurmstepd by its plain name too).
+  for tool in slurmctld slurmd slurmstepd; do
+    [ -e /usr/sbin/$tool ] || ln -s /usr/sbin/$tool-wlm /usr/sbin/$tool
+  done
+  ldconfig
+  id munge >/dev/null 2>&1 || useradd -r -M -s /usr/sbin/nologin munge ||
+    { echo "FAIL: no munge user"; exit 1; }
 fi
 # 2. cudaw with the plugin, built as tests/gpu/device_run.sh builds it: the -dev packages the GPU
 #    machine lacks travel in .carry/debs and are unpacked into /tmp/deps, and spank.h comes from

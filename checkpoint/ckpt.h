@@ -158,6 +158,7 @@ struct ckpt_options {
   uint32_t pause_timeout_ms; /* CUDAW_PAUSE_TIMEOUT */
   int signal_number;         /* CUDAW_SIGNAL: SIGUSR1, SIGUSR2 or 0 for none */
   char run_dir[96];          /* CUDAW_RUN_DIR, or the default (see ckpt_default_run_dir) */
+  char sched_socket[108];    /* CUDAW_SCHED_SOCKET, or <run_dir>/cudawd.sock ("" if too long) */
   uint32_t streams;          /* CUDAW_CKPT_STREAMS: streams per device = staging buffers in all */
   uint64_t staging_bytes;    /* CUDAW_CKPT_STAGING: size of one staging buffer = one chunk */
   uint32_t threads;          /* CUDAW_CKPT_THREADS: host copy threads */
@@ -169,6 +170,7 @@ struct ckpt_options {
   int pin_early;             /* CUDAW_CKPT_PIN_EARLY: pin staging once the program has memory */
   int fill_kernel;           /* CUDAW_CKPT_FILL=kernel: fresh image pages filled by userfaultfd */
   int suspend_release;       /* CUDAW_SUSPEND=release: SIGTSTP checkpoints, SIGCONT resumes */
+  uint32_t suspend_start_wait_s; /* CUDAW_SUSPEND_START_WAIT: an early allocation waits this long */
   int live;                  /* CUDAW_CKPT_LIVE: a signal's checkpoint copies while the program runs */
   int reserve_auto;          /* CUDAW_CKPT_RESERVE=auto: a reserve the size of device memory */
   uint64_t reserve_bytes;    /* CUDAW_CKPT_RESERVE=SIZE (0: off unless auto) */

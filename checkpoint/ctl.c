@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,13 +161,23 @@ static int find_socket(pid_t pid, char *path, size_t len, bool *denied) {
   struct stat st;
   snprintf(proc, sizeof proc, "/proc/%ld", (long)pid);
   if (stat(proc, &st) != 0) return -ENOENT;
-  const char *formats[] = {"/run/user/%u/cudaw", "/tmp/cudaw-%u"};
-  for (size_t i = 0; i < 2; i++) {
+  const char *formats[] = {"/run/user/%u/cudaw", "/run/cudaw/%u", "/tmp/cudaw-%u"};
+  for (size_t i = 0; i < 3; i++) {
     snprintf(dir, sizeof dir, formats[i], (unsigned)st.st_uid);
     if (try_socket(dir, pid, path, len, denied) == 0) return 0;
   }
   if (st.st_uid == 0 && try_socket("/run/cudaw", pid, path, len, denied) == 0) return 0;
   return -ENOENT;
+}
+
+/* Why a pid's control socket is out of reach: whose the process is. */
+static void explain_owner(pid_t pid) {
+  char proc[32];
+  struct stat st;
+  snprintf(proc, sizeof proc, "/proc/%ld", (long)pid);
+  if (stat(proc, &st) != 0 || st.st_uid == geteuid() || geteuid() == 0) return;
+  fprintf(stderr, "cudaw-ctl: pid %ld belongs to uid %u; only that user or root may control it "
+          "(you are uid %u)\n", (long)pid, (unsigned)st.st_uid, (unsigned)geteuid());
 }
 
 /* Send `request` to pid and read the reply line into `reply`; returns an exit code. */
@@ -181,6 +192,7 @@ int ctl_ask(pid_t pid, const char *request, char *reply, size_t len) {
     if (denied) {
       fprintf(stderr, "cudaw-ctl: pid %ld: permission denied looking for its control socket\n",
               (long)pid);
+      explain_owner(pid);
       return EXIT_PERMISSION;
     }
     fprintf(stderr, "cudaw-ctl: pid %ld is not a cudaw process (no control socket)\n", (long)pid);
@@ -196,6 +208,7 @@ int ctl_ask(pid_t pid, const char *request, char *reply, size_t len) {
     close(fd);
     if (err == EACCES || err == EPERM) {
       fprintf(stderr, "cudaw-ctl: pid %ld: permission denied (%s)\n", (long)pid, addr.sun_path);
+      explain_owner(pid);
       return EXIT_PERMISSION;
     }
     if (err == ECONNREFUSED) { /* nobody listens: left behind by an earlier process */
@@ -532,9 +545,25 @@ static int command_dump(pid_t pid, const char *dir_arg) {
     fprintf(stderr, "cudaw-ctl: %s: %s\n", criu_dir, strerror(errno));
     return EXIT_FAILED;
   }
+  /* CRIU runs as root; the process writes its GPU image itself, as its own user. DIR and its
+   * criu/ stay root's (a user who could change them would have root restore what they wrote);
+   * DIR/image is the process owner's, 0700, and DIR only lets it through (0711). */
+  struct stat owner;
+  char proc[32];
+  snprintf(proc, sizeof proc, "/proc/%ld", (long)pid);
+  if (geteuid() == 0 && stat(proc, &owner) == 0 && owner.st_uid != 0) {
+    if ((mkdir(image, 0700) != 0 && errno != EEXIST) || chmod(dir, 0711) != 0 ||
+        chown(image, owner.st_uid, owner.st_gid) != 0 || chmod(image, 0700) != 0) {
+      fprintf(stderr, "cudaw-ctl: %s: cannot make it uid %u's: %s\n", image,
+              (unsigned)owner.st_uid, strerror(errno));
+      return EXIT_FAILED;
+    }
+  }
   flags.release_all = true;
   if ((code = command_checkpoint(pid, image)) != EXIT_OK) return code;
-  FILE *f = fopen(pid_file, "we");
+  int pid_fd = open(pid_file, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  FILE *f = pid_fd >= 0 ? fdopen(pid_fd, "w") : NULL;
+  if (!f && pid_fd >= 0) close(pid_fd);
   if (!f || fprintf(f, "%ld\n", (long)pid) < 0 || fclose(f) != 0) {
     fprintf(stderr, "cudaw-ctl: %s: %s; pid %ld stays paused\n", pid_file, strerror(errno), (long)pid);
     return EXIT_FAILED;

@@ -108,8 +108,10 @@ static int write_file(struct disk_job *job, struct file_task *t, ZSTD_CCtx *cctx
   }
   char path[PATH_MAX];
   snprintf(path, sizeof path, "%s/%s", job->dir, f->name);
-  int rc = 0, fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) rc = -errno;
+  /* The image is the program's memory: its owner's alone (0600, even over an older file of
+   * another mode), never written through a link someone planted. */
+  int rc = 0, fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0 || fchmod(fd, 0600) != 0) rc = -errno;
   if (!rc) rc = write_all(fd, out, out_len);
   if (!rc && fsync(fd) != 0) rc = -errno;
   if (!rc) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED); /* the page cache need not keep it */
@@ -267,14 +269,37 @@ static void sync_dir(const char *dir) {
   }
 }
 
+int disk_private_dir(const char *dir, char *reason, size_t len) {
+  if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+    int err = errno;
+    snprintf(reason, len, "image directory %s: cannot create it: %s", dir, strerror(err));
+    return -err;
+  }
+  struct stat st;
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    int err = errno ? errno : ENOTDIR;
+    snprintf(reason, len, "image directory %s: %s", dir, strerror(err));
+    return -err;
+  }
+  /* Another user's directory: they could swap the files under us; write only into our own. */
+  if (st.st_uid != geteuid()) {
+    snprintf(reason, len, "image directory %s belongs to uid %u, not to this process's uid %u: "
+             "an image goes only into a directory of its owner", dir, (unsigned)st.st_uid,
+             (unsigned)geteuid());
+    return -EPERM;
+  }
+  if ((st.st_mode & 077) && chmod(dir, st.st_mode & 07700) == 0)
+    ckpt_logf(CKPT_LOG_INFO, "image directory %s was mode %03o: made %03o (its owner's alone)",
+              dir, (unsigned)(st.st_mode & 0777), (unsigned)(st.st_mode & 0700));
+  return 0;
+}
+
 int disk_write_image(struct engine *e, const char *dir, bool compress, int threads,
                      struct disk_stats *stats, char *reason, size_t len) {
   double t0 = ckpt_now();
   *stats = (struct disk_stats){0};
-  if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
-    snprintf(reason, len, "image directory %s: cannot create it: %s", dir, strerror(errno));
-    return -errno;
-  }
+  int rc = disk_private_dir(dir, reason, len);
+  if (rc) return rc;
   char manifest_path[PATH_MAX], temporary[PATH_MAX];
   snprintf(manifest_path, sizeof manifest_path, "%s/" MANIFEST_NAME, dir);
   snprintf(temporary, sizeof temporary, "%s/" MANIFEST_NAME ".tmp", dir);
@@ -287,7 +312,7 @@ int disk_write_image(struct engine *e, const char *dir, bool compress, int threa
   struct disk_job job = {.dir = dir, .write = true, .compressed = compress, .reason = reason,
                          .reason_len = len};
   pthread_mutex_init(&job.lock, NULL);
-  int rc = plan_manifest(e, compress, &m);
+  rc = plan_manifest(e, compress, &m);
   if (!rc) {
     job.chunk_bytes = m.chunk_bytes;
     rc = make_tasks(e, &m, &job);

@@ -49,6 +49,9 @@ struct disk_stats {
   double seconds;
 };
 
+/* dir made (0700) or checked as a place for an image: a directory of this process's uid, made
+ * its owner's alone (group and other bits cleared, logged). 0, or -errno with reason. */
+int disk_private_dir(const char *dir, char *reason, size_t reason_len);
 /* Write the engine's image to dir (created if missing): the chunk files, each synced and
  * dropped from the page cache, then manifest.json (atomically, by rename). The image stays
  * in host memory; the caller drops it. `threads` writers run at once. */

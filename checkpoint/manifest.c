@@ -3,12 +3,14 @@
  * use, and every complaint names the manifest's path. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "disk.h"
 
@@ -63,8 +65,16 @@ int manifest_write(const struct manifest *m, const char *path, char *reason, siz
     snprintf(reason, len, "manifest %s: out of memory building it", path);
     return -ENOMEM;
   }
-  int rc = json_dump_file(root, path, JSON_INDENT(1) | JSON_COMPACT) == 0 ? 0 : -EIO;
+  /* Its owner's alone, like the image files (json_dump_file would create it 0666 & umask), and
+   * never through a name someone planted. */
+  unlink(path);
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  int rc = fd >= 0 && json_dumpfd(root, fd, JSON_INDENT(1) | JSON_COMPACT) == 0 ? 0 : -EIO;
   if (rc) snprintf(reason, len, "manifest %s: cannot write it: %s", path, strerror(errno));
+  if (fd >= 0 && close(fd) != 0 && !rc) {
+    rc = -EIO;
+    snprintf(reason, len, "manifest %s: cannot write it: %s", path, strerror(errno));
+  }
   json_decref(root);
   return rc;
 }

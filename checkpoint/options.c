@@ -30,6 +30,9 @@ static const struct ckpt_option_info table[] = {
     {"CUDAW_SIGNAL", "USR1", "signal that requests a checkpoint: USR1, USR2 or none"},
     {"CUDAW_RUN_DIR", "$XDG_RUNTIME_DIR/cudaw, /run/cudaw (root), /tmp/cudaw-<uid>",
      "absolute directory of the control sockets <pid>.sock, writable by its owner only"},
+    {"CUDAW_SCHED_SOCKET", "<run dir>/cudawd.sock",
+     "the cudawd socket to join (CUDAW_SHARE=1) and that cudaw-ctl sched asks; a node's system "
+     "cudawd (cudawd --system): /run/cudaw/cudawd.sock"},
     {"CUDAW_CKPT_STREAMS", "2 x threads",
      "copies in flight per device, and pinned staging buffers in all (shared by the devices)"},
     {"CUDAW_CKPT_STAGING", "4M", "size of one pinned staging buffer (= one checksummed chunk)"},
@@ -52,6 +55,10 @@ static const struct ckpt_option_info table[] = {
     {"CUDAW_SUSPEND", "off",
      "release: SIGTSTP checkpoints the program and releases its device memory, SIGCONT restores "
      "it (a Slurm job's suspend: SIGTSTP, about 2 s, SIGSTOP; resume: SIGCONT)"},
+    {"CUDAW_SUSPEND_START_WAIT", "5",
+     "with CUDAW_SUSPEND=release: for this many seconds after the program starts, an allocation "
+     "that does not fit waits for a job Slurm is suspending to release its memory (gang "
+     "scheduling: more than SchedulerTimeSlice + 2)"},
     {"CUDAW_CKPT_RESERVE", "off",
      "auto or a size (8G): keep page-locked host memory for the image, grown in the background "
      "as device memory grows, so that a checkpoint copies straight into it"},
@@ -182,6 +189,11 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
     if (strcmp(text, "0") == 0 || strcmp(text, "1") == 0) out->live = text[0] == '1';
     else rc = reject("CUDAW_CKPT_LIVE", text, error, error_len);
   }
+  out->suspend_start_wait_s = 5;
+  if ((text = getenv("CUDAW_SUSPEND_START_WAIT")) && *text) {
+    if (parse_count(text, 3600, &value) == 0) out->suspend_start_wait_s = (uint32_t)value;
+    else rc = reject("CUDAW_SUSPEND_START_WAIT", text, error, error_len);
+  }
   if ((text = getenv("CUDAW_SUSPEND")) && *text) {
     if (strcmp(text, "release") == 0 || strcmp(text, "off") == 0) out->suspend_release = text[0] == 'r';
     else rc = reject("CUDAW_SUSPEND", text, error, error_len);
@@ -210,5 +222,14 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
   }
   if (!out->run_dir[0] && ckpt_default_run_dir(out->run_dir, sizeof out->run_dir) != 0)
     out->run_dir[0] = '\0';
+  if ((text = getenv("CUDAW_SCHED_SOCKET")) && *text) {
+    if (text[0] != '/' || strlen(text) >= sizeof out->sched_socket)
+      rc = reject("CUDAW_SCHED_SOCKET", text, error, error_len);
+    else snprintf(out->sched_socket, sizeof out->sched_socket, "%s", text);
+  }
+  if (!out->sched_socket[0] && out->run_dir[0] &&
+      (size_t)snprintf(out->sched_socket, sizeof out->sched_socket, "%s/cudawd.sock",
+                       out->run_dir) >= sizeof out->sched_socket)
+    out->sched_socket[0] = '\0';
   return rc;
 }

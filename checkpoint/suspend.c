@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -27,18 +28,51 @@ static bool paused_by_us;  /* our checkpoint is under way or done, and no resume
 static bool in_flight;     /* our checkpoint is under way */
 static bool resume_wanted; /* SIGCONT came while our checkpoint was under way */
 static bool stop_when_released; /* the SIGTSTP came from a terminal and no SIGCONT followed yet */
+static bool want_running;  /* the last of SIGTSTP and SIGCONT was SIGCONT */
 static double suspended_at, continued_at;
+static double short_since, short_logged_at; /* restores refused for lack of device memory */
+
+/* A restore after SIGCONT that finds the device full is tried again this often: under gang
+ * scheduling or suspend preemption Slurm continues one job and suspends another at the same
+ * moment, and the other's release takes a while (up to its 2 s before SIGSTOP). */
+#define SHORT_RETRY_NS 100000000L
+#define SHORT_LOG_SECONDS 30.0
 
 int suspend_event_fd(void) { return event_pipe[0]; }
+
+static void submit_resume(void);
 
 static void resume_done(void *arg, const struct ckpt_result *result) {
   (void)arg;
   pthread_mutex_lock(&lock);
-  double since = ckpt_now() - continued_at;
+  double now = ckpt_now(), since = now - continued_at, waited = short_since ? now - short_since : 0;
+  if (result->error && (result->shortfall || result->error == -ENOMEM) && want_running &&
+      !paused_by_us) {
+    /* Still paused, as ours: wait for the memory, unless a SIGTSTP or another SIGCONT (which
+     * resumes itself) comes first. */
+    paused_by_us = true;
+    if (!short_since) short_since = now;
+    if (!short_logged_at || now - short_logged_at >= SHORT_LOG_SECONDS) {
+      short_logged_at = now;
+      ckpt_logf(CKPT_LOG_WARN, "suspend: restoring after SIGCONT: %s; another job on the device "
+                "may still be releasing its memory: trying again every %.1f s", result->reason,
+                SHORT_RETRY_NS / 1e9);
+    }
+    pthread_mutex_unlock(&lock);
+    nanosleep(&(struct timespec){0, SHORT_RETRY_NS}, NULL);
+    pthread_mutex_lock(&lock);
+    if (paused_by_us && want_running && !in_flight) submit_resume();
+    pthread_mutex_unlock(&lock);
+    return;
+  }
+  short_since = short_logged_at = 0;
   pthread_mutex_unlock(&lock);
   char bytes[32];
   ckpt_format_bytes(result->bytes, bytes, sizeof bytes);
-  if (result->error)
+  if (!result->error && waited > 0)
+    ckpt_logf(CKPT_LOG_INFO, "suspend: %s restored, running again %.3f s after SIGCONT (%.3f s "
+              "of it waiting for device memory)", bytes, since, waited);
+  else if (result->error)
     ckpt_logf(CKPT_LOG_ERROR,
               "suspend: restoring device memory after SIGCONT failed: %s; the program stays "
               "paused (cudaw-ctl resume %ld retries)", result->reason, (long)getpid());
@@ -91,6 +125,7 @@ static void checkpoint_done(void *arg, const struct ckpt_result *result) {
 
 static void on_stop_request(double at, bool from_terminal) {
   pthread_mutex_lock(&lock);
+  want_running = false;
   if (paused_by_us) { /* a second SIGTSTP before the SIGCONT */
     bool stop_now = from_terminal && !in_flight;
     if (from_terminal && in_flight) stop_when_released = true;
@@ -119,6 +154,7 @@ static void on_stop_request(double at, bool from_terminal) {
 static void on_continue(double at) {
   pthread_mutex_lock(&lock);
   continued_at = at;
+  want_running = true;
   stop_when_released = false;
   if (!paused_by_us) {
     /* A pause someone else asked for (cudaw-ctl, cudawd) is theirs to end. */
@@ -150,7 +186,8 @@ int suspend_start(void) {
     suspend_stop();
     return rc;
   }
-  paused_by_us = in_flight = resume_wanted = stop_when_released = false;
+  paused_by_us = in_flight = resume_wanted = stop_when_released = want_running = false;
+  short_since = short_logged_at = 0;
   return 0;
 }
 

@@ -1,6 +1,7 @@
 /* cudaw-ctl's scheduler commands: `sched` prints what cudawd holds per device and per program
  * (text, or one JSON object with --json), `priority <pid> N` sets a program's weight. They talk
- * to <run dir>/cudawd.sock; checkpoint/ctl.c dispatches to sched_ctl_main. */
+ * to CUDAW_SCHED_SOCKET (default <run dir>/cudawd.sock); checkpoint/ctl.c dispatches to
+ * sched_ctl_main. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
@@ -23,7 +24,7 @@ static int connect_daemon(void)
   struct ckpt_options options;
   ckpt_options_from_env(&options, NULL, 0);
   struct sockaddr_un addr = {.sun_family = AF_UNIX};
-  snprintf(addr.sun_path, sizeof addr.sun_path, "%s/%s", options.run_dir, SCHED_SOCKET_NAME);
+  snprintf(addr.sun_path, sizeof addr.sun_path, "%s", options.sched_socket);
   int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (fd < 0) return -errno;
   struct timeval timeout = {5, 0};
@@ -134,6 +135,11 @@ int sched_ctl_main(int count, const char *const *args, bool json)
     if (reply.status == -ESRCH) {
       fprintf(stderr, "cudaw-ctl: pid %ld does not share a GPU through cudawd\n", pid);
       return EXIT_NO_PROCESS;
+    }
+    if (reply.status == -EPERM) {
+      fprintf(stderr, "cudaw-ctl: priority: refused by cudawd: pid %ld belongs to another user "
+                      "(only its owner or root may change it)\n", pid);
+      return EXIT_PERMISSION;
     }
     if (reply.status) {
       fprintf(stderr, "cudaw-ctl: priority: %s\n", strerror(-reply.status));

@@ -31,21 +31,25 @@ static void on_stop(int signo)
 static void usage(FILE *out)
 {
   fprintf(out,
-          "usage: cudawd [--quantum SEC] [--min-run SEC] [--device-memory SIZE]\n"
+          "usage: cudawd [--system] [--quantum SEC] [--min-run SEC] [--device-memory SIZE]\n"
           "              [--metrics-file PATH] [--verbose]\n"
           "\n"
           "Schedules the programs run with `cudaw run --share` (CUDAW_SHARE=1) on this machine's\n"
           "GPUs: an allocation that does not fit waits while programs whose turn is over are\n"
           "checkpointed to host memory; they come back when memory frees or their turn comes.\n"
-          "Listens on <run dir>/%s (CUDAW_RUN_DIR; same user or root only).\n"
+          "Listens on CUDAW_SCHED_SOCKET (default <run dir>/%s; same user or root only).\n"
           "\n"
+          "  --system             the node's cudawd, shared by every user (run as root; default\n"
+          "                       socket /run/cudaw/%s, mode 0666 in a 0755 directory): any\n"
+          "                       user's program may join; each may change only its own user's\n"
+          "                       programs; only cudawd swaps programs of several users\n"
           "  --quantum SEC        length of a turn, times the program's priority (default 30)\n"
           "  --min-run SEC        a program idle on the GPU keeps its turn this long (default 1)\n"
           "  --device-memory SIZE memory to hand out per device: bytes, K/M/G/T or N%% of the\n"
           "                       device (default 90%%: the rest is contexts and libraries)\n"
           "  --metrics-file PATH  write the figures in Prometheus text format, every 2 s\n"
           "  --verbose            log every message and decision\n",
-          SCHED_SOCKET_NAME);
+          SCHED_SOCKET_NAME, SCHED_SOCKET_NAME);
 }
 
 static int parse_seconds(const char *text, double *out)
@@ -86,6 +90,9 @@ static int parse_args(int argc, char **argv, struct sched_config *config)
     } else if (!strcmp(arg, "--verbose") || !strcmp(arg, "-v")) {
       config->verbose = true;
       continue;
+    } else if (!strcmp(arg, "--system")) {
+      config->system = true;
+      continue;
     } else if (!value) {
       fprintf(stderr, "cudawd: %s: unknown option or missing value\n", arg);
       return -EINVAL;
@@ -114,20 +121,37 @@ static int parse_args(int argc, char **argv, struct sched_config *config)
 
 /* ---- the socket --------------------------------------------------------------------------- */
 
-/* Listen on <dir>/cudawd.sock; -EADDRINUSE if a cudawd already answers there. */
-static int open_listener(const char *dir, char *path, size_t path_len)
+/* A system cudawd's directory: root's, 0755 (every user reaches the socket; nobody else may
+ * plant names in it). Made so if it is root's and only its mode is narrower. */
+static int system_dir_prepare(const char *dir)
 {
-  char reason[200];
+  struct stat st;
+  if (lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == 0 &&
+      (st.st_mode & 0777) != 0755 && !(st.st_mode & (S_IWGRP | S_IWOTH)) && chmod(dir, 0755) != 0)
+    return -errno;
+  return 0;
+}
+
+/* Listen on path (<dir>/cudawd.sock); -EADDRINUSE if a cudawd already answers there. */
+static int open_listener(const char *path, bool system)
+{
+  char dir[sizeof ((struct sockaddr_un *)0)->sun_path], reason[200] = "";
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (!slash || slash == dir) {
+    fprintf(stderr, "cudawd: %s: the socket must be in a directory of its own\n", path);
+    return -EINVAL;
+  }
+  *slash = '\0';
   int rc = ckpt_run_dir_prepare(dir, reason, sizeof reason);
+  if (!rc && system) rc = system_dir_prepare(dir);
   if (rc) {
-    fprintf(stderr, "cudawd: %s\n", reason);
+    fprintf(stderr, "cudawd: %s\n", reason[0] ? reason : strerror(-rc));
     return rc;
   }
   struct sockaddr_un addr = {.sun_family = AF_UNIX};
-  if ((size_t)snprintf(addr.sun_path, sizeof addr.sun_path, "%s/%s", dir, SCHED_SOCKET_NAME) >=
-      sizeof addr.sun_path)
-    return -ENAMETOOLONG;
-  snprintf(path, path_len, "%s", addr.sun_path);
+  if (strlen(path) >= sizeof addr.sun_path) return -ENAMETOOLONG;
+  snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path);
   /* One cudawd per run dir: the lock is held for the daemon's life (two started at once would
    * otherwise unlink each other's socket). */
   char lock_path[sizeof addr.sun_path + 8];
@@ -141,8 +165,10 @@ static int open_listener(const char *dir, char *path, size_t path_len)
   int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (fd < 0) return -errno;
   unlink(addr.sun_path); /* we hold the lock: a socket here was left by a cudawd that died */
-  if (bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 || chmod(addr.sun_path, 0600) != 0 ||
-      listen(fd, 64) != 0) {
+  /* A system cudawd's socket: anyone may connect; what each peer may do is checked per
+   * connection and per message (SO_PEERCRED). */
+  if (bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 ||
+      chmod(addr.sun_path, system ? 0666 : 0600) != 0 || listen(fd, 64) != 0) {
     rc = -errno;
     close(fd);
     return rc;
@@ -157,13 +183,16 @@ int sched_send(struct program *p, const struct sched_msg *msg)
              ? 0 : -errno;
 }
 
-static bool peer_allowed(int fd, pid_t *pid)
+/* Who may connect: the same user or root; with --system, anyone (each message is then checked
+ * against the peer's uid). */
+static bool peer_allowed(const struct daemon *d, int fd, pid_t *pid, uid_t *uid)
 {
   struct ucred peer;
   socklen_t len = sizeof peer;
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0) return false;
   *pid = peer.pid;
-  return peer.uid == geteuid() || peer.uid == 0;
+  *uid = peer.uid;
+  return d->config.system || peer.uid == geteuid() || peer.uid == 0;
 }
 
 static void accept_one(struct daemon *d, int listen_fd)
@@ -171,6 +200,7 @@ static void accept_one(struct daemon *d, int listen_fd)
   int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
   if (fd < 0) return;
   pid_t pid = 0;
+  uid_t uid = (uid_t)-1;
   size_t count = 0;
   for (struct program *p = d->programs; p; p = p->next) count++;
   if (count >= SCHED_MAX_PROGRAMS) {
@@ -178,7 +208,7 @@ static void accept_one(struct daemon *d, int listen_fd)
     close(fd);
     return;
   }
-  if (!peer_allowed(fd, &pid)) {
+  if (!peer_allowed(d, fd, &pid, &uid)) {
     fprintf(stderr, "cudawd: refused pid %ld: another user (only uid %u or root may join)\n",
             (long)pid, (unsigned)geteuid());
     struct program refused = {.fd = fd};
@@ -195,6 +225,7 @@ static void accept_one(struct daemon *d, int listen_fd)
   }
   p->fd = fd;
   p->pid = pid; /* the kernel's word, not the message's */
+  p->uid = uid;
   p->priority = 1;
   for (int i = 0; i < SCHED_MAX_DEVICES; i++) p->slot[i] = -1;
   p->next = d->programs;
@@ -241,7 +272,8 @@ static void on_message(struct daemon *d, struct program *p, const struct sched_m
     p->joined = true;
     p->state = msg->value ? SCHED_SWAPPED_OUT : SCHED_RUNNING;
     p->state_since = p->accounted_at = p->resident_since = p->wanting_since = now;
-    fprintf(stderr, "cudawd: pid %ld joined%s\n", (long)p->pid, msg->value ? " (paused)" : "");
+    fprintf(stderr, "cudawd: pid %ld (uid %u) joined%s\n", (long)p->pid, (unsigned)p->uid,
+            msg->value ? " (paused)" : "");
     break;
   case SCHED_DEVICE:
     if (msg->device < 0 || msg->device >= SCHED_MAX_DEVICES) break;
@@ -274,6 +306,13 @@ static void on_message(struct daemon *d, struct program *p, const struct sched_m
     }
     break;
   case SCHED_DONE:
+    /* Only the answer to what cudawd asked of this program: a peer cannot swap itself out (or
+     * in) on the books while it holds its memory. */
+    if (d->transition != p) {
+      fprintf(stderr, "cudawd: pid %ld reported a swap cudawd did not ask for: ignored\n",
+              (long)p->pid);
+      break;
+    }
     sched_done(d, p, msg->value, msg->status, msg->bytes, msg->seconds);
     break;
   case SCHED_STATUS: {
@@ -290,8 +329,16 @@ static void on_message(struct daemon *d, struct program *p, const struct sched_m
     struct program *target = find_pid(d, msg->pid);
     struct sched_msg answer = {.version = SCHED_PROTO_VERSION, .type = SCHED_REPLY,
                                .pid = msg->pid, .status = target ? 0 : -ESRCH};
-    if (target && msg->value >= 1 && msg->value <= 100) target->priority = msg->value;
-    else if (target) answer.status = -EINVAL;
+    /* A user changes only their own programs (a system cudawd serves several); root all. */
+    if (target && p->uid != 0 && p->uid != target->uid) {
+      answer.status = -EPERM;
+      fprintf(stderr, "cudawd: refused uid %u (pid %ld) the priority of pid %ld (uid %u)\n",
+              (unsigned)p->uid, (long)p->pid, (long)target->pid, (unsigned)target->uid);
+    } else if (target && msg->value >= 1 && msg->value <= 100) {
+      target->priority = msg->value;
+    } else if (target) {
+      answer.status = -EINVAL;
+    }
     sched_send(p, &answer);
     break;
   }
@@ -359,15 +406,26 @@ int main(int argc, char **argv)
   char error[160] = "";
   if (ckpt_options_from_env(&options, error, sizeof error) != 0)
     fprintf(stderr, "cudawd: %s\n", error);
-  char path[sizeof ((struct sockaddr_un *)0)->sun_path];
-  int listen_fd = open_listener(options.run_dir, path, sizeof path);
+  if (d.config.system && geteuid() != 0) {
+    fprintf(stderr, "cudawd: --system: the node's cudawd runs as root (uid %u here); a user's "
+            "own cudawd needs no --system\n", (unsigned)geteuid());
+    return 2;
+  }
+  const char *path = options.sched_socket;
+  const char *socket_env = getenv("CUDAW_SCHED_SOCKET"), *dir_env = getenv("CUDAW_RUN_DIR");
+  if (d.config.system && !(socket_env && *socket_env) && !(dir_env && *dir_env))
+    path = "/run/cudaw/" SCHED_SOCKET_NAME; /* not root's own $XDG_RUNTIME_DIR */
+  if (!path[0]) {
+    fprintf(stderr, "cudawd: run dir %s too long for a socket path\n", options.run_dir);
+    return 1;
+  }
+  int listen_fd = open_listener(path, d.config.system);
   if (listen_fd == -EADDRINUSE) {
-    fprintf(stderr, "cudawd: another cudawd already answers on %s/%s\n", options.run_dir,
-            SCHED_SOCKET_NAME);
+    fprintf(stderr, "cudawd: another cudawd already answers on %s\n", path);
     return 1;
   }
   if (listen_fd < 0) {
-    fprintf(stderr, "cudawd: cannot listen in %s: %s\n", options.run_dir, strerror(-listen_fd));
+    fprintf(stderr, "cudawd: cannot listen on %s: %s\n", path, strerror(-listen_fd));
     return 1;
   }
   struct sigaction stop = {.sa_handler = on_stop};
@@ -375,8 +433,8 @@ int main(int argc, char **argv)
   sigaction(SIGINT, &stop, NULL);
   signal(SIGPIPE, SIG_IGN);
   d.started = sched_now();
-  fprintf(stderr, "cudawd: pid %ld listening on %s (quantum %.1f s)\n", (long)getpid(), path,
-          d.config.quantum);
+  fprintf(stderr, "cudawd: pid %ld listening on %s (quantum %.1f s%s)\n", (long)getpid(), path,
+          d.config.quantum, d.config.system ? ", system: every user of the node" : "");
   serve(&d, listen_fd);
   unlink(path);
   close(listen_fd);

@@ -18,6 +18,7 @@ struct sched_config {
   double device_fraction;  /* --device-memory N% (or the default margin) */
   const char *metrics_file;
   bool verbose;            /* --verbose: log every message and decision */
+  bool system;             /* --system: root, one cudawd for every user of the node */
 };
 
 struct device {
@@ -34,6 +35,7 @@ struct device {
 struct program {
   int fd;
   pid_t pid;
+  uid_t uid;               /* the peer's, from SO_PEERCRED */
   bool joined;             /* sent SCHED_HELLO (a connection without it is cudaw-ctl) */
   enum sched_program_state state;
   int slot[SCHED_MAX_DEVICES];        /* ordinal -> device index, -1 unknown */

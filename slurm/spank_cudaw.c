@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,7 @@ struct request {
   char mem[64];           /* --cudaw-mem, CUDAW_MEM_LIMIT */
   char vmem[16];          /* --cudaw-vmem, CUDAW_VMEM */
   bool suspend_release;   /* --cudaw-suspend=release (default) or keep */
+  char checkpoint_dir[256]; /* --cudaw-checkpoint-dir: requeue with the job's state (see below) */
 };
 
 /* plugstack.conf arguments (the site's choices). */
@@ -51,13 +53,15 @@ static struct {
   bool shard_jobs;        /* shards=on: jobs with shards run under cudaw, limited to their share */
   unsigned shards_per_gpu; /* shards_per_gpu=M; 0: read gres.conf */
   char gres_conf[PATH_MAX];
+  bool system_cudawd;     /* cudawd=system: sharing jobs of every user join the node's cudawd */
+  char system_dir[96];     /* system_dir=: its socket's directory, root's, 0755 */
   struct request defaults;
-} site = {CUDAW_SPANK_LIBDIR, CUDAW_SPANK_BINDIR, "", false, 0, "",
-          {false, false, "", "", true}};
+} site = {CUDAW_SPANK_LIBDIR, CUDAW_SPANK_BINDIR, "", false, 0, "", false, "/run/cudaw",
+          {false, false, "", "", true, ""}};
 
 static struct request job;
 
-enum option_id { OPT_CUDAW = 1, OPT_SHARE, OPT_MEM, OPT_VMEM, OPT_SUSPEND };
+enum option_id { OPT_CUDAW = 1, OPT_SHARE, OPT_MEM, OPT_VMEM, OPT_SUSPEND, OPT_CHECKPOINT_DIR };
 
 /* "4G", "1.5GiB", "8192M", "123456", "25%": the forms CUDAW_MEM_LIMIT takes (vmem/quota.c). */
 static bool valid_size(const char *text) {
@@ -116,6 +120,14 @@ static int option_seen(int val, const char *optarg, int remote) {
       }
       job.suspend_release = optarg[0] == 'r';
       return 0;
+    case OPT_CHECKPOINT_DIR:
+      if (!optarg || optarg[0] != '/' || strlen(optarg) >= sizeof job.checkpoint_dir) {
+        slurm_error("cudaw: --cudaw-checkpoint-dir=%s: expected an absolute directory",
+                    optarg ? optarg : "");
+        return -1;
+      }
+      snprintf(job.checkpoint_dir, sizeof job.checkpoint_dir, "%s", optarg);
+      return 0;
     default:
       return -1;
   }
@@ -131,6 +143,9 @@ static struct spank_option options[] = {
      "translate, off)", 1, OPT_VMEM, option_seen},
     {"cudaw-suspend", "release|keep", "under cudaw: on suspend, release the device memory "
      "(default) or keep it", 1, OPT_SUSPEND, option_seen},
+    {"cudaw-checkpoint-dir", "DIR", "under cudaw: on requeue, continue from the job's state in "
+     "DIR (needs CRIU on the nodes; otherwise a plain requeue, logged)", 1, OPT_CHECKPOINT_DIR,
+     option_seen},
     SPANK_OPTIONS_TABLE_END};
 
 /* key=value arguments from plugstack.conf. */
@@ -153,6 +168,13 @@ static int parse_arguments(int ac, char **av) {
     else if (KEY("bindir")) COPY(site.bindir);
     else if (KEY("partitions")) COPY(site.partitions);
     else if (KEY("gres_conf")) COPY(site.gres_conf);
+    else if (KEY("cudawd")) {
+      if (strcmp(value, "user") && strcmp(value, "system")) goto bad;
+      site.system_cudawd = value[0] == 's';
+    } else if (KEY("system_dir")) {
+      if (value[0] != '/' || strlen(value) > 80) goto bad; /* <dir>/cudawd.sock must fit */
+      COPY(site.system_dir);
+    }
     else if (KEY("shards")) {
       if (strcmp(value, "on") && strcmp(value, "off")) goto bad;
       site.shard_jobs = value[1] == 'n';
@@ -280,10 +302,14 @@ static bool wanted(spank_t sp) {
 }
 
 /* The run dir both the tasks and cudawd use: the job's CUDAW_RUN_DIR, else /tmp/cudaw-<uid>
- * (slurmstepd's tasks have no XDG_RUNTIME_DIR of their own). */
+ * (slurmstepd's tasks have no XDG_RUNTIME_DIR of their own), or with the system cudawd
+ * <system_dir>/<uid>, which the plugin made the user's (task_init_privileged). */
 static void run_dir(spank_t sp, char *out, size_t len) {
   if (job_env(sp, "CUDAW_RUN_DIR", out, (int)len)) return;
-  snprintf(out, len, "/tmp/cudaw-%u", (unsigned)getuid());
+  if (site.system_cudawd && job.share)
+    snprintf(out, len, "%s/%u", site.system_dir, (unsigned)getuid());
+  else
+    snprintf(out, len, "/tmp/cudaw-%u", (unsigned)getuid());
   spank_setenv(sp, "CUDAW_RUN_DIR", out, 1);
 }
 
@@ -298,17 +324,19 @@ static bool cudawd_answers(const char *path) {
 }
 
 /* --cudaw-share: start the user's cudawd on this node unless one answers (detached: it serves
- * the user's later jobs too; with proctrack/cgroup it ends with this job's step). */
-static void ensure_cudawd(const char *dir) {
+ * the user's later jobs too; with proctrack/cgroup it ends with this job's step). With
+ * cudawd=system, the node's cudawd (root, `cudawd --system`; its unit file is the better way). */
+static void ensure_cudawd(const char *dir, bool system) {
   char sock[PATH_MAX + 16], log[PATH_MAX + 16], daemon[PATH_MAX + 16];
   snprintf(sock, sizeof sock, "%s/cudawd.sock", dir);
   snprintf(log, sizeof log, "%s/cudawd.log", dir);
   snprintf(daemon, sizeof daemon, "%s/cudawd", site.bindir);
   if (cudawd_answers(sock)) return;
-  if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+  if (mkdir(dir, system ? 0755 : 0700) != 0 && errno != EEXIST) {
     slurm_error("cudaw: cannot create %s: %s", dir, strerror(errno));
     return;
   }
+  if (system) slurm_info("cudaw: starting the node's cudawd (%s --system, log %s)", daemon, log);
   pid_t child = fork();
   if (child < 0) return;
   if (child == 0) {
@@ -327,13 +355,88 @@ static void ensure_cudawd(const char *dir) {
       dup2(log_fd, 2);
     }
     setenv("CUDAW_RUN_DIR", dir, 1);
-    execl(daemon, "cudawd", (char *)NULL);
+    setenv("CUDAW_SCHED_SOCKET", sock, 1);
+    if (system) execl(daemon, "cudawd", "--system", (char *)NULL);
+    else execl(daemon, "cudawd", (char *)NULL);
     _exit(127);
   }
   waitpid(child, NULL, 0);
   for (int i = 0; i < 100 && !cudawd_answers(sock); i++) usleep(50000);
   if (!cudawd_answers(sock))
     slurm_error("cudaw: cudawd (%s) did not start, see %s; the job runs unshared", daemon, log);
+}
+
+/* <system_dir>/<uid>: the user's own run dir on a node with a system cudawd (its programs'
+ * control sockets; the user's alone, and made by root in root's directory, so that no other user
+ * can take the name first as in /tmp). 0 or -1 (logged). */
+static int user_run_dir(uid_t uid, gid_t gid, char *out, size_t len) {
+  snprintf(out, len, "%s/%u", site.system_dir, (unsigned)uid);
+  if (mkdir(out, 0700) != 0 && errno != EEXIST) {
+    slurm_error("cudaw: cannot create %s: %s", out, strerror(errno));
+    return -1;
+  }
+  struct stat st;
+  if (lstat(out, &st) != 0 || !S_ISDIR(st.st_mode) ||
+      (st.st_uid != uid && (st.st_uid != 0 || chown(out, uid, gid) != 0)) ||
+      ((st.st_mode & 0777) != 0700 && chmod(out, 0700) != 0)) {
+    slurm_error("cudaw: %s is not a directory of uid %u that the plugin can make its own; the "
+                "job's programs get no control socket", out, (unsigned)uid);
+    return -1;
+  }
+  return 0;
+}
+
+static char requeue_note[1024]; /* set in slurmstepd, printed by the first task */
+
+/* --cudaw-checkpoint-dir: a requeue that keeps the job's state needs `cudaw-ctl dump` (CRIU)
+ * when Slurm requeues the job, and a restore where it starts again. This version does not do
+ * that yet: the job is requeued as Slurm does it (it starts over), and the job's log says why,
+ * with what `criu check` answers on this node (Debian 12's CRIU 3.17 does not start on 6.x
+ * kernels). Once per step, in slurmstepd, as root (criu check needs it). */
+int slurm_spank_init_post_opt(spank_t sp, int ac, char **av) {
+  (void)ac;
+  (void)av;
+  if (!spank_remote(sp) || !job.checkpoint_dir[0]) return 0;
+  char criu[PATH_MAX] = "criu", command[PATH_MAX + 32], line[256], first_error[256] = "";
+  job_env(sp, "CUDAW_CRIU", criu, sizeof criu);
+  if (strchr(criu, '\'') || strchr(criu, '\n')) snprintf(criu, sizeof criu, "criu");
+  snprintf(command, sizeof command, "'%s' check 2>&1", criu);
+  FILE *out = popen(command, "r");
+  while (out && fgets(line, sizeof line, out))
+    if (!first_error[0] && (strstr(line, "Error") || strstr(line, "not found")) &&
+        !strstr(line, "exited, status")) { /* that one only says a helper of criu failed */
+      line[strcspn(line, "\n")] = '\0';
+      snprintf(first_error, sizeof first_error, "%s", line);
+    }
+  int status = out ? pclose(out) : -1;
+  const char *why = status == 0  ? "criu check passes, but requeue with state is not in this "
+                                   "version of the plugin yet"
+                    : first_error[0] ? first_error
+                                     : "criu is not installed or cannot run";
+  snprintf(requeue_note, sizeof requeue_note, "cudaw: --cudaw-checkpoint-dir=%s: requeue with "
+           "the job's state is not available (%s): if this job is requeued it starts over (a "
+           "plain requeue)", job.checkpoint_dir, why);
+  slurm_info("%s", requeue_note); /* slurmd's log; the job's own output gets it at task_init */
+  return 0;
+}
+
+/* In the task, as root, before it becomes the user: the node's cudawd and the user's run dir
+ * under it (cudawd=system). */
+int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av) {
+  (void)ac;
+  (void)av;
+  if (!spank_remote(sp) || !wanted(sp) || !job.share || !site.system_cudawd) return 0;
+  uid_t uid;
+  gid_t gid;
+  char dir[PATH_MAX];
+  if (spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS ||
+      spank_get_item(sp, S_JOB_GID, &gid) != ESPANK_SUCCESS) {
+    slurm_error("cudaw: cannot read the job's uid and gid");
+    return 0;
+  }
+  ensure_cudawd(site.system_dir, true);
+  if (!job_env(sp, "CUDAW_RUN_DIR", dir, sizeof dir)) user_run_dir(uid, gid, dir, sizeof dir);
+  return 0;
 }
 
 /* In the task, as the user, before exec: what `cudaw run` does, plus the job's settings. */
@@ -358,6 +461,15 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av) {
   if (job.vmem[0]) spank_setenv(sp, "CUDAW_VMEM", job.vmem, 1);
   if (job.suspend_release) spank_setenv(sp, "CUDAW_SUSPEND", "release", 1);
   if (job.share) spank_setenv(sp, "CUDAW_SHARE", "1", 1);
+  uint32_t task_id = 0;
+  if (requeue_note[0] && spank_get_item(sp, S_TASK_GLOBAL_ID, &task_id) == ESPANK_SUCCESS &&
+      task_id == 0)
+    fprintf(stderr, "%s\n", requeue_note); /* the task's stderr: the job's output */
+  if (job.share && site.system_cudawd) {
+    char sock[PATH_MAX + 16];
+    snprintf(sock, sizeof sock, "%s/cudawd.sock", site.system_dir);
+    spank_setenv(sp, "CUDAW_SCHED_SOCKET", sock, 1);
+  }
   run_dir(sp, dir, sizeof dir);
   return 0;
 }
@@ -366,9 +478,9 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av) {
 int slurm_spank_user_init(spank_t sp, int ac, char **av) {
   (void)ac;
   (void)av;
-  if (!spank_remote(sp) || !wanted(sp) || !job.share) return 0;
+  if (!spank_remote(sp) || !wanted(sp) || !job.share || site.system_cudawd) return 0;
   char dir[PATH_MAX];
   run_dir(sp, dir, sizeof dir);
-  ensure_cudawd(dir);
+  ensure_cudawd(dir, false);
   return 0;
 }

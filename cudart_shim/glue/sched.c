@@ -209,11 +209,11 @@ static void start_sched(void)
   if (strcmp(cudaw_option("CUDAW_SHARE"), "1") != 0) return;
   struct ckpt_options options;
   ckpt_options_from_env(&options, NULL, 0);
-  if ((size_t)snprintf(client.path, sizeof client.path, "%s/%s", options.run_dir,
-                       SCHED_SOCKET_NAME) >= sizeof client.path) {
+  if (!options.sched_socket[0]) {
     shim_warn("sched: run dir %s too long for a socket path: not sharing", options.run_dir);
     return;
   }
+  snprintf(client.path, sizeof client.path, "%s", options.sched_socket);
   /* Join now, so that the first allocation already asks cudawd (the thread re-joins later). */
   pthread_mutex_lock(&client.lease_lock);
   int joined = join();

@@ -7,10 +7,14 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "ckpt.h"
 #include "options.h"
@@ -314,6 +318,52 @@ cudaError_t shim_vmem_alloc(void **ptr, uint64_t size)
   return shim_vmem_alloc_on(device, ptr, size);
 }
 
+/* Seconds since this process started (/proc/self/stat's start time against CLOCK_BOOTTIME);
+ * a large number when unknown. */
+static double process_age(void)
+{
+  char text[1024];
+  FILE *f = fopen("/proc/self/stat", "re");
+  size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+  if (f) fclose(f);
+  text[n] = '\0';
+  char *p = strrchr(text, ')'); /* the command name may hold spaces */
+  unsigned long long start = 0;
+  for (int field = 2; p && field < 22; field++) p = strchr(p + 1, ' ');
+  if (!p || sscanf(p + 1, "%llu", &start) != 1) return 1e9;
+  struct timespec now;
+  clock_gettime(CLOCK_BOOTTIME, &now);
+  return (double)now.tv_sec + now.tv_nsec * 1e-9 - (double)start / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* CUDAW_SUSPEND=release (a Slurm job): a job that Slurm starts while it suspends another (gang
+ * scheduling, suspend preemption) can find the device still full, since the other job releases
+ * its memory only within its 2 s before the stop (or, when Slurm suspended it before its
+ * program started, at its next suspension). So in the program's first CUDAW_SUSPEND_START_WAIT
+ * seconds an allocation that does not fit tries again every 50 ms until it fits or that time
+ * is up (said once). Later ones fail at once, as without cudaw. */
+static int suspend_start_wait(int device, uint64_t size, void **ptr)
+{
+  struct ckpt_options options;
+  ckpt_options_from_env(&options, NULL, 0);
+  const double wait = options.suspend_start_wait_s;
+  double age = process_age();
+  if (!options.suspend_release || age >= wait) return -ENOMEM;
+  static _Atomic bool said;
+  if (!atomic_exchange(&said, true))
+    shim_info("suspend: an allocation of %" PRIu64 " bytes does not fit %.1f s after the start; "
+              "waiting up to %.1f s for a job Slurm is suspending to release its memory", size,
+              age, wait - age);
+  int rc = -ENOMEM;
+  while (rc == -ENOMEM && process_age() < wait) {
+    nanosleep(&(struct timespec){0, 50000000}, NULL);
+    SHIM_REAL(cudaGetLastError)();
+    rc = vmem_alloc(device, size, 0, ptr);
+  }
+  if (rc == 0) shim_info("suspend: the allocation fitted %.1f s after the start", process_age());
+  return rc;
+}
+
 cudaError_t shim_vmem_alloc_on(int device, void **ptr, uint64_t size)
 {
   if (shim_translate_end && !shim_drv_routing() && check_late_libraries() != 0)
@@ -332,6 +382,7 @@ cudaError_t shim_vmem_alloc_on(int device, void **ptr, uint64_t size)
   }
   for (int attempt = 0; rc == -ENOMEM && shim_sched_retry(device, size, attempt) == 0; attempt++)
     rc = vmem_alloc(device, size, 0, ptr);
+  if (rc == -ENOMEM) rc = suspend_start_wait(device, size, ptr);
   shim_sched_allocated(device);
   if (rc == 0) shim_vmem_note_device(device);
   return shim_error_from_errno(rc);

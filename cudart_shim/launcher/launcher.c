@@ -86,6 +86,14 @@ static int ensure_cudawd(void)
   struct ckpt_options options;
   char reason[200] = "";
   ckpt_options_from_env(&options, NULL, 0);
+  const char *chosen = getenv("CUDAW_SCHED_SOCKET");
+  if (chosen && *chosen) { /* someone else's cudawd (a node's system one): never started here */
+    if (!cudawd_answers(options.sched_socket))
+      fprintf(stderr, "cudaw run --share: no cudawd answers on %s (CUDAW_SCHED_SOCKET; a system "
+              "cudawd is started by its unit file or the Slurm plugin); running unshared until "
+              "one does\n", chosen);
+    return 0;
+  }
   if (ckpt_run_dir_prepare(options.run_dir, reason, sizeof reason) != 0) {
     fprintf(stderr, "cudaw run --share: %s\n", reason);
     return -1;

@@ -27,7 +27,8 @@ static const struct option {
     {"CUDAW_EMU_ALLOC", "next", "where cudaMalloc places memory: next (after the last "
                                 "allocation, a freed address comes back only after a wrap) or "
                                 "lowest (the lowest gap: freed addresses come back at once)"},
-    {"CUDAW_EMU_SHARED", "0", "1: every process of the user shares each device's memory"},
+    {"CUDAW_EMU_SHARED", "0", "1: every process of the user shares each device's memory; "
+                              "all: every process of every user"},
     {"CUDAW_EMU_SHARED_KEY", "default", "which shared devices (separates concurrent tests)"},
     {"CUDAW_EMU_CONTEXT_MEM", "0", "device memory each process's context costs, K/M/G suffix"},
 };

@@ -1,7 +1,7 @@
 /* emu_shared.c: CUDAW_EMU_SHARED=1 makes the emulated device one GPU shared by every process of
- * the user, as a real one is: a POSIX shared-memory ledger per device (and CUDAW_EMU_SHARED_KEY)
- * holds what each process has charged, and a charge fails when the sum would pass the device's
- * memory. A process killed with -9 leaves its share behind: it is reclaimed once its pid is seen
+ * the user (=all: of every user, for the multi-user tests), as a real one is: a POSIX
+ * shared-memory ledger per device (and CUDAW_EMU_SHARED_KEY) holds what each process has
+ * charged, and a charge fails when the sum would pass the device's memory. A process killed with -9 leaves its share behind: it is reclaimed once its pid is seen
  * dead (or reused: the start time differs, or a zombie). A robust mutex survives a holder's death. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -85,11 +85,18 @@ static uint64_t sum_used(const struct ledger *l) {
 }
 
 /* Opens (or creates) the ledger of one device; NULL with a message on failure. */
-static struct ledger *open_ledger(const char *key, int device) {
+static struct ledger *open_ledger(const char *key, int device, bool all_users) {
   char name[128];
-  snprintf(name, sizeof name, "/cudaw-emu-%u-%s-%d", (unsigned)geteuid(), key, device);
+  if (all_users) snprintf(name, sizeof name, "/cudaw-emu-all-%s-%d", key, device);
+  else snprintf(name, sizeof name, "/cudaw-emu-%u-%s-%d", (unsigned)geteuid(), key, device);
   bool created = true;
   int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  /* "all": one GPU for every user of the machine (a test double; the umask would narrow it) */
+  if (fd >= 0 && all_users && fchmod(fd, 0666) != 0) {
+    close(fd);
+    shm_unlink(name);
+    fd = -1;
+  }
   if (fd < 0 && errno == EEXIST) {
     created = false;
     fd = shm_open(name, O_RDWR | O_CLOEXEC, 0600);
@@ -137,7 +144,8 @@ static struct ledger *open_ledger(const char *key, int device) {
 
 int emu_shared_init(int devices) {
   const char *on = getenv("CUDAW_EMU_SHARED");
-  if (!on || strcmp(on, "1") != 0) return 0;
+  if (!on || (strcmp(on, "1") != 0 && strcmp(on, "all") != 0)) return 0;
+  bool all_users = strcmp(on, "all") == 0;
   const char *key = getenv("CUDAW_EMU_SHARED_KEY");
   if (!key || !*key) key = "default";
   for (const char *c = key; *c; c++)
@@ -148,7 +156,7 @@ int emu_shared_init(int devices) {
   my_pid = getpid();
   process_alive(my_pid, &my_start_time);
   for (int d = 0; d < devices; d++)
-    if (!(ledgers[d] = open_ledger(key, d))) {
+    if (!(ledgers[d] = open_ledger(key, d, all_users))) {
       for (int e = 0; e < d; e++) munmap(ledgers[e], sizeof *ledgers[e]), ledgers[e] = NULL;
       return -EIO;
     }

@@ -106,7 +106,7 @@ stop() {
   # Steps still running (a test that failed part way): end their slurmstepd, known by the
   # SLURM_CONF it inherited from our slurmd, before the daemons go.
   for pid in $(pgrep -x slurmstepd); do
-    tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "SLURM_CONF=$dir/slurm.conf" &&
+    { tr '\0' '\n' < "/proc/$pid/environ"; } 2>/dev/null | grep -qx "SLURM_CONF=$dir/slurm.conf" &&
       kill -9 $(pgrep -P "$pid") "$pid" 2>/dev/null
   done
   for pidfile in "$dir/slurmd.pid" "$dir/slurmctld.pid" "$dir/munge/munged.pid"; do

@@ -7,6 +7,9 @@
 # `apt-get download`) where it is not installed, since the GPU machine reaches no registry.
 #   usage: tests/slurm/gpu_suspend.sh [BUILD_DIR]      (default build-slurm-gpu; built if needed)
 #   GIB: ballast the job holds besides its model (default 8), STEPS (default 200)
+#   MODE=gang: instead, two such jobs whose memory does not fit together (a native filler
+#   process takes the rest of the GPU) under gang scheduling (partition gang, 5 s slices):
+#   both finish with losses identical to the native run, taking turns on the GPU.
 #   exit 0 / 1 / 77 (no GPU, no PyTorch, not root)
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -96,6 +99,45 @@ echo "native run: $STEPS steps, ballast $GIB GiB"
 "$PY" "$train" --steps "$STEPS" --ballast-gib "$GIB" --record "$dir/native.losses" > "$dir/native.out" 2>&1 ||
   { cat "$dir/native.out"; exit 1; }
 idle=$(gpu_used)
+if [ "${MODE:-suspend}" = gang ]; then
+  # The job's size: what PyTorch allocated at most, plus its context and libraries (~1 GiB).
+  job_mib=$(sed -n 's/.*max allocated \([0-9.]*\) GiB.*/\1/p' "$dir/native.out" |
+            awk '{ printf "%d", $1 * 1024 + 1024 }')
+  total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+  filler_mib=$((total - idle - job_mib * 3 / 2))
+  echo "gang: each job about $job_mib MiB; a native filler takes $filler_mib MiB of $total, so" \
+       "one job fits and two do not"
+  "$PY" -c "import torch, time; x = torch.empty($filler_mib << 20, dtype=torch.uint8, device='cuda'); print('filler', flush=True); time.sleep(100000)" \
+    > "$dir/filler.out" 2>&1 &
+  filler=$!
+  i=0
+  until grep -q filler "$dir/filler.out"; do
+    i=$((i + 1)); [ $i -lt 600 ] || { cat "$dir/filler.out"; kill $filler; exit 1; }
+    sleep 0.1
+  done
+  for j in 1 2; do
+    CUDAW_LOG=info CUDAW_SUSPEND_START_WAIT=60 sbatch -Q --cudaw -p gang -c "$(nproc)" \
+      -J "cudaw-gang$j" -o "$dir/gang$j.out" \
+      --wrap "$PY $train --steps $STEPS --ballast-gib $GIB --check $dir/native.losses" ||
+      { kill $filler; echo "FAIL: sbatch"; exit 1; }
+  done
+  peak=0 i=0
+  while [ -n "$(squeue -h -n cudaw-gang1,cudaw-gang2)" ]; do
+    i=$((i + 1)); [ $i -lt 12000 ] || { kill $filler; echo "FAIL: the gang jobs did not end in 20 min"; exit 1; }
+    used=$(gpu_used); [ "$used" -gt "$peak" ] && peak=$used
+    sleep 0.1
+  done
+  kill $filler
+  for j in 1 2; do
+    grep -E '^check:|^ballast|^times' "$dir/gang$j.out"
+    echo "job $j: $(grep -c 'suspend: .* released' "$dir/gang$j.out") releases," \
+         "$(grep -c 'waiting for device memory\|waiting up to' "$dir/gang$j.out") waits for memory"
+    grep -q '^check: ok' "$dir/gang$j.out" || { tail -20 "$dir/gang$j.out"; echo "FAIL: gang job $j"; exit 1; }
+  done
+  echo "ok: two jobs of about $job_mib MiB that do not fit together beside a filler of $filler_mib" \
+       "MiB took turns under gang scheduling; losses identical; GPU at most $peak of $total MiB"
+  exit 0
+fi
 CUDAW_LOG=info srun -N1 -n1 --cudaw -J cudaw-gpu "$PY" "$train" --steps "$STEPS" --ballast-gib "$GIB" \
   --check "$dir/native.losses" > "$dir/job.out" 2>&1 &
 srun_pid=$!

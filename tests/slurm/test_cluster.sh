@@ -8,7 +8,9 @@
 # it back with every byte verified, also when the release takes longer than Slurm's 2 s before
 # SIGSTOP (the job then stops holding part of it, and the log says so); a job of another user
 # cannot read or control it through cudaw-ctl; gang scheduling of two jobs lets them take turns, each
-# holding no device memory while suspended, both verified.
+# holding no device memory while suspended, both verified, also when their memory does not fit
+# together on one device they share; with cudawd=system, jobs of two users join the node's one
+# cudawd, which the plugin starts as root.
 #   usage: test_cluster.sh BUILD_DIR SLURM_JOB LIBCUDAW_EMU        exit 0 / 1 / 77 (skipped)
 set -u
 build=$1 job=$2 emu=$3
@@ -26,8 +28,10 @@ cleanup() {
   [ -z "$srun_pid" ] || kill "$srun_pid" 2>/dev/null
   # The cudawd that --cudaw-share started: the one whose run dir is ours.
   for pid in $(pgrep -x cudawd); do
-    tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "CUDAW_RUN_DIR=$dir/run" && kill "$pid"
+    { tr '\0' '\n' < "/proc/$pid/environ"; } 2>/dev/null | grep -qx "CUDAW_RUN_DIR=$dir/\(run\|sys\)" &&
+      kill "$pid"
   done
+  rm -f "/dev/shm/cudaw-emu-0-${dir#/tmp/}-0"
   sh "$cluster" stop "$dir"
   if [ "$status" -eq 0 ]; then rm -rf "$dir"; else echo "kept $dir (logs)"; fi
 }
@@ -67,6 +71,14 @@ echo "ok: --cudaw-mem=100M: $(grep total= "$dir/mem.out")"
 srun_job --cudaw-mem=lots "$job" 0 "$dir" > "$dir/bad.out" 2>&1 && fail "--cudaw-mem=lots was accepted"
 grep -q 'cudaw-mem=lots' "$dir/bad.out" || fail "--cudaw-mem=lots: no reason given: $(cat "$dir/bad.out")"
 echo "ok: --cudaw-mem=lots refused: $(grep -m1 'cudaw-mem=lots' "$dir/bad.out")"
+
+# --cudaw-checkpoint-dir: requeue with state is not available; the job runs and its log says
+# that a requeue would start it over, and why (criu check's answer on this node).
+srun_job --cudaw-checkpoint-dir="$dir/state" "$job" 0 "$dir" > "$dir/requeue.out" 2>&1 ||
+  fail "srun --cudaw-checkpoint-dir: $(cat "$dir/requeue.out")"
+grep -q "cudaw-checkpoint-dir=$dir/state: requeue with the job's state is not available (.*): if this job is requeued it starts over" \
+  "$dir/requeue.out" || fail "--cudaw-checkpoint-dir: no clear fallback line: $(cat "$dir/requeue.out")"
+echo "ok: $(grep -m1 'cudaw-checkpoint-dir' "$dir/requeue.out")"
 
 # --cudaw-share: the plugin starts the user's cudawd in the job's run dir and the job joins it.
 CUDAW_RUN_DIR="$dir/run" srun_job --cudaw-share "$job" 0 "$dir" > "$dir/share.out" 2>&1 ||
@@ -207,4 +219,73 @@ done
 echo "ok: gang scheduling: each job released its 64 MiB while the other ran; both verified" \
      "($(grep -c 'suspend: 64.00 MiB released' "$dir/gang1.out") and" \
      "$(grep -c 'suspend: 64.00 MiB released' "$dir/gang2.out") suspensions)"
+
+# 5. Gang scheduling of two jobs whose memory does not fit together: one emulated device of
+#    256 MiB that every process shares (CUDAW_EMU_SHARED=1: an allocation past it fails, as on a
+#    GPU), two jobs of 160 MiB. Slurm starts the second job and suspends one of them at once, and
+#    resumes one and suspends the other at once every 5 s: an allocation at the start and a
+#    restore after SIGCONT wait until the other job has released its memory. If Slurm suspends a
+#    job before its program starts, the program is stopped holding what it allocated until its
+#    next suspension: CUDAW_SUSPEND_START_WAIT=15 (> the 5 s time slice + 2 s) covers that.
+for j in 1 2; do
+  mkdir -p "$dir/fit$j"
+  CUDAW_EMU_SHARED=1 CUDAW_EMU_SHARED_KEY="${dir#/tmp/}" CUDAW_SUSPEND_START_WAIT=15 \
+    CUDAW_EMU_USED_FILE="$dir/fit$j.used" sbatch -Q --cudaw -p gang -c "$(nproc)" \
+    -J "cudaw-fit$j" -o "$dir/fit$j.out" --wrap "$job 160 $dir/fit$j" || fail "sbatch fit job $j"
+done
+i=0
+until [ -e "$dir/fit1/ready" ] && [ -e "$dir/fit2/ready" ]; do
+  i=$((i + 1)); [ $i -lt 600 ] || fail "the 160 MiB gang jobs did not both start: $(cat "$dir"/fit?.out)"
+  sleep 0.1
+done
+fit_used() { cut -d' ' -f1 "$dir/fit$1.used"; }
+seen1=0 seen2=0 i=0
+while [ $i -lt 250 ] && [ $((seen1 * seen2)) -eq 0 ]; do  # up to 25 s
+  a=$(fit_used 1) b=$(fit_used 2)
+  [ "$a" -ge $((160 << 20)) ] && [ "$b" -lt $((16 << 20)) ] && seen1=1
+  [ "$b" -ge $((160 << 20)) ] && [ "$a" -lt $((16 << 20)) ] && seen2=1
+  [ $((a + b)) -le $((256 << 20)) ] || fail "both jobs hold device memory: $a + $b bytes"
+  i=$((i + 1)); sleep 0.1
+done
+[ $((seen1 * seen2)) -eq 1 ] || fail "gang, 160 MiB each: not seen each job run alone ($seen1 $seen2)"
+touch "$dir/fit1/go" "$dir/fit2/go"
+i=0
+while [ -n "$(squeue -h -n cudaw-fit1,cudaw-fit2)" ]; do
+  i=$((i + 1)); [ $i -lt 400 ] || fail "the 160 MiB gang jobs did not finish within 40 s"
+  sleep 0.1
+done
+for j in 1 2; do
+  grep -q 'verified 160 MiB' "$dir/fit$j.out" || fail "fit job $j: $(cat "$dir/fit$j.out")"
+done
+echo "ok: gang scheduling of two 160 MiB jobs on one shared 256 MiB device: both verified;" \
+     "$(cat "$dir"/fit?.out | grep -c 'suspend: 160.00 MiB released') releases," \
+     "$(cat "$dir"/fit?.out | grep -c 'waiting for device memory\|waiting up to') waits for memory"
+cat "$dir"/fit?.out | grep 'waiting for device memory\|waiting up to\|does not fit\|still releasing' | head -4
+
+# 6. The node's system cudawd (plugstack.conf cudawd=system): --cudaw-share jobs of two users
+#    join one cudawd that the plugin starts as root; its directory is root's 0755, its socket
+#    0666, and each user's run dir under it is that user's, 0700. (slurmstepd reads
+#    plugstack.conf at each step.)
+sed -i "s|\$| cudawd=system system_dir=$dir/sys|" "$dir/plugstack.conf"
+users="0"
+id nobody >/dev/null 2>&1 && users="0 $(id -u nobody)"
+for uid in $users; do
+  if [ "$uid" -eq 0 ]; then
+    srun_job --cudaw-share "$job" 0 "$dir" > "$dir/sys$uid.out" 2>&1
+  else
+    (cd / && runuser -u nobody -- env SLURM_CONF="$SLURM_CONF" CUDAW_REAL_CUDART="$emu" \
+       CUDAW_EMU_MEM=256M CUDAW_LOG=info timeout 60 srun -N1 -n1 --cudaw-share "$job" 0 /tmp) \
+       > "$dir/sys$uid.out" 2>&1
+  fi || fail "uid $uid: srun --cudaw-share (system): $(cat "$dir/sys$uid.out")"
+  grep -q "sched: joined cudawd on $dir/sys/cudawd.sock" "$dir/sys$uid.out" ||
+    fail "uid $uid did not join the system cudawd: $(cat "$dir/sys$uid.out")"
+  grep -q "(uid $uid) joined" "$dir/sys/cudawd.log" ||
+    fail "the system cudawd did not see uid $uid: $(cat "$dir/sys/cudawd.log")"
+  [ "$(stat -c '%a %u' "$dir/sys/$uid")" = "700 $uid" ] ||
+    fail "$dir/sys/$uid: $(stat -c '%a %u' "$dir/sys/$uid"), expected 700 $uid"
+done
+[ "$(stat -c '%a %u' "$dir/sys")" = "755 0" ] || fail "$dir/sys: $(stat -c '%a %u' "$dir/sys")"
+[ "$(stat -c %a "$dir/sys/cudawd.sock")" = 666 ] || fail "socket: $(stat -c %a "$dir/sys/cudawd.sock")"
+[ "$(stat -c %a "$dir/sys/cudawd.log")" = 600 ] || fail "log: $(stat -c %a "$dir/sys/cudawd.log")"
+echo "ok: cudawd=system: uids $users joined $(head -1 "$dir/sys/cudawd.log" | cut -d' ' -f2-)"
 status=0

@@ -52,11 +52,12 @@ AutoDetect=off
 Name=gpu File=$gpu
 Name=shard Count=4 File=$gpu
 CONF
-  # Read from slurm.conf's folder. Where no systemd runs (containers, the GPU machine's VM),
-  # slurmd's cgroup/v2 plugin cannot ask dbus for its scope and slurmd would not start: it makes
-  # the scope's folder itself then.
+  # Read from slurm.conf's folder. Where no systemd runs (containers, the GPU machine's VM with
+  # cgroup v2), slurmd's cgroup/v2 plugin cannot ask dbus for its scope and slurmd would not start;
+  # this cluster tracks processes without cgroups (proctrack/linuxproc, task/none), and the v1
+  # plugin loads without touching any hierarchy.
   cat > "$dir/cgroup.conf" <<CONF
-IgnoreSystemd=yes
+CgroupPlugin=cgroup/v1
 CONF
   cat > "$dir/slurm.conf" <<CONF
 ClusterName=cudawtest

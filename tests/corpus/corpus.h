@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <unistd.h>
 
 #include <cuda_runtime.h>
 
@@ -31,11 +32,27 @@ inline int corpus_ignored = 0;
     }                                                                                  \
   } while (0)
 
+// A pause in the middle (run_corpus.sh under cudaw sets CORPUS_PAUSE_FILE): at the first
+// corpus_sync the program says PAUSE_POINT and waits until that file exists, while the runner
+// checkpoints and resumes it from outside (cudaw-ctl); the rest of its work, and its check, then
+// run on memory and library state that went through a checkpoint.
+inline void corpus_pause_point()
+{
+  static bool paused = false;
+  const char *go = std::getenv("CORPUS_PAUSE_FILE");
+  if (!go || paused) return;
+  paused = true;
+  std::printf("PAUSE_POINT\n");
+  std::fflush(stdout);
+  for (int i = 0; i < 1200 && access(go, F_OK) != 0; i++) usleep(50000);
+}
+
 // After the work: a sticky device error must not pass unnoticed.
 inline void corpus_sync()
 {
   CK(cudaDeviceSynchronize());
   CK(cudaGetLastError());
+  corpus_pause_point();
 }
 
 inline int corpus_close(double a, double b, double tol)

@@ -5,7 +5,8 @@
  * as the driver's pools do. A free lowers the used figure at once; the block goes back to its
  * segment once its stream passed the free (mem_async.c). Segments go back to vmem, whole and
  * newest first, at a synchronisation while the pool holds more than its release threshold, on
- * cudaMemPoolTrimTo, and when a destroyed pool empties. The real pool stays empty apart from
+ * cudaMemPoolTrimTo, when a destroyed pool empties, and (every empty one of the device's pools)
+ * when vmem runs out of memory for a new segment. The real pool stays empty apart from
  * allocations made during a stream capture, which it serves itself: the figures cudaw answers
  * are the real pool's plus these books. */
 #include <errno.h>
@@ -251,6 +252,22 @@ cudaError_t shim_pool_alloc(void *handle, uint64_t size, void **ptr)
   uint64_t bytes = (want + granule - 1) & ~(granule - 1);
   void *base = NULL;
   cudaError_t result = shim_vmem_alloc_on(device, &base, bytes);
+  if (result == cudaErrorMemoryAllocation) {
+    /* Out of memory: blocks whose frees are still on their way come back (the driver reuses them
+     * behind a dependency on the free; we wait for it), else the device's pools give their empty
+     * segments back, and the allocation is tried once more. */
+    SHIM_REAL(cudaGetLastError)();
+    shim_vmem_reap_frees(1);
+    pthread_mutex_lock(&lock);
+    p = books_of(handle, 0, false);
+    rc = p ? place_first_fit(p, want, ptr) : -ENOSPC;
+    if (rc == -ENOSPC)
+      for (struct pool_books *q = pools; q; q = q->next)
+        if (q->device == device) release_down_to(q, 0);
+    pthread_mutex_unlock(&lock);
+    if (rc != -ENOSPC) return shim_error_from_errno(rc);
+    result = shim_vmem_alloc_on(device, &base, bytes);
+  }
   if (result != cudaSuccess) return result;
   pthread_mutex_lock(&lock);
   struct segment *s = NULL;

@@ -6,7 +6,8 @@
  * gives the block back to its pool at once (work is synchronous here); reserved memory goes back
  * to the device only at a synchronisation (stream, event or device) while the pool holds more
  * than its release threshold (default 0), or by cudaMemPoolTrimTo: whole empty segments, newest
- * first, until the pool is at or below the threshold. The model is ours; the H100 check
+ * first, until the pool is at or below the threshold; and every empty segment of the device's
+ * pools when a new segment does not fit. The model is ours; the H100 check
  * (tests/gpu) says where the real driver differs. */
 #include <errno.h>
 #include <pthread.h>
@@ -159,6 +160,12 @@ static int pool_alloc_locked(struct emu_pool *p, size_t size, void **ptr) {
     size_t segment = (rounded + EMU_POOL_SEGMENT - 1) & ~(size_t)(EMU_POOL_SEGMENT - 1);
     if (segment < rounded) return -ENOMEM;
     int err = add_segment(p, segment);
+    if (err == -ENOMEM) {
+      /* Out of memory: the device's pools give their empty segments back, then once more. */
+      for (struct emu_pool *q = all_pools; q; q = q->next)
+        if (q->device == p->device) release_down_to(q, 0);
+      err = add_segment(p, segment);
+    }
     if (err) return err;
     index = p->count - 1;
     offset = 0;

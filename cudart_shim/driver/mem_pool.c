@@ -75,7 +75,8 @@ SHIM_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
 static void synchronized(void)
 {
   CUdevice device;
-  if (SHIM_DRV_REAL(cuCtxGetDevice)(&device) == CUDA_SUCCESS) shim_pool_synchronized((int)device);
+  if (shim_pool_holds_memory() && SHIM_DRV_REAL(cuCtxGetDevice)(&device) == CUDA_SUCCESS)
+    shim_pool_synchronized((int)device);
 }
 
 #define SYNC(name, params, args)                                                               \

@@ -337,9 +337,14 @@ int shim_pool_reuse(const void *ptr)
   return rc;
 }
 
+int shim_pool_holds_memory(void)
+{
+  return atomic_load_explicit(&segments_published, memory_order_acquire) != 0;
+}
+
 void shim_pool_synchronized(int device)
 {
-  if (atomic_load_explicit(&segments_published, memory_order_acquire) == 0) return;
+  if (!shim_pool_holds_memory()) return;
   shim_vmem_reap_frees(0); /* frees the synchronisation completed give their blocks back */
   pthread_mutex_lock(&lock);
   for (struct pool_books *p = pools; p; p = p->next)

@@ -177,6 +177,8 @@ int shim_pool_free_begin(const void *ptr, uint64_t *size, void **handle);
 void shim_pool_free_done(const void *ptr);
 /* A block whose free began is the program's again (same stream, same size): 0 or -EINVAL. */
 int shim_pool_reuse(const void *ptr);
+/* Whether any pool holds vmem memory (one load): synchronisations have nothing to do if not. */
+int shim_pool_holds_memory(void);
 /* A synchronisation on device returned: pools over their release threshold give empty segments
  * back to vmem. */
 void shim_pool_synchronized(int device);

@@ -77,7 +77,8 @@ SHIM_EXPORT cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool)
 static void synchronized(void)
 {
   int device;
-  if (shim_current_device(&device) == cudaSuccess) shim_pool_synchronized(device);
+  if (shim_pool_holds_memory() && shim_current_device(&device) == cudaSuccess)
+    shim_pool_synchronized(device);
 }
 
 #define SYNC(name, params, args)                                                               \

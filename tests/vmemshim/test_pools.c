@@ -83,6 +83,8 @@ int main(int argc, char **argv)
 {
   if (argc > 1 && strcmp(argv[1], "--relative") == 0) absolute = 0;
   setvbuf(stdout, NULL, _IOLBF, 0);
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) test_skip("no GPU");
   OK(cudaSetDevice(0));
   OK(cudaFree(0));
   cudaStream_t s1, s2;

@@ -29,6 +29,7 @@ struct pool_books;
 struct segment {
   uintptr_t base;
   uint64_t size;
+  uint64_t taken;        /* bytes of its blocks: a segment without room is skipped at once */
   struct block *blocks; /* sorted by offset */
   size_t count, capacity;
   struct pool_books *pool;
@@ -154,6 +155,7 @@ static int place(struct segment *s, uint64_t offset, uint64_t size)
   }
   s->blocks[i] = (struct block){offset, size, false};
   s->count++;
+  s->taken += size;
   s->pool->used += size;
   note_highs(s->pool);
   return 0;
@@ -201,6 +203,7 @@ static void drop_if_dead(struct pool_books *p)
 static int place_first_fit(struct pool_books *p, uint64_t size, void **ptr)
 {
   for (size_t i = 0; i < p->count; i++) {
+    if (p->segments[i]->size - p->segments[i]->taken < size) continue;
     int64_t offset = gap_in(p->segments[i], size);
     if (offset < 0) continue;
     int rc = place(p->segments[i], (uint64_t)offset, size);
@@ -314,6 +317,7 @@ void shim_pool_free_done(const void *ptr)
   struct segment *s = segment_at((uintptr_t)ptr, NULL);
   struct block *b = s ? block_at(s, (uintptr_t)ptr, &index) : NULL;
   if (b && b->freed) {
+    s->taken -= b->size;
     memmove(b, b + 1, (s->count - index - 1) * sizeof *b);
     s->count--;
     drop_if_dead(s->pool);
@@ -340,6 +344,24 @@ int shim_pool_reuse(const void *ptr)
 int shim_pool_holds_memory(void)
 {
   return atomic_load_explicit(&segments_published, memory_order_acquire) != 0;
+}
+
+int shim_pool_block_range(const void *ptr, uintptr_t *base, uint64_t *size)
+{
+  pthread_mutex_lock(&lock);
+  int rc = -ENOENT;
+  struct segment *s = segment_at((uintptr_t)ptr, NULL);
+  uint64_t offset = s ? (uintptr_t)ptr - s->base : 0;
+  for (size_t i = 0; s && i < s->count && rc; i++) {
+    struct block *b = &s->blocks[i];
+    if (offset >= b->offset && offset - b->offset < b->size && !b->freed) {
+      *base = s->base + b->offset;
+      *size = b->size;
+      rc = 0;
+    }
+  }
+  pthread_mutex_unlock(&lock);
+  return rc;
 }
 
 void shim_pool_synchronized(int device)

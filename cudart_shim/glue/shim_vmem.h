@@ -175,6 +175,9 @@ int shim_pool_owns(const void *ptr);
 int shim_pool_free_begin(const void *ptr, uint64_t *size, void **handle);
 /* The free's stream passed it: the block's room is the pool's again. */
 void shim_pool_free_done(const void *ptr);
+/* The live block containing ptr (what the driver's address range query answers): 0, or
+ * -ENOENT when ptr is in no live block. */
+int shim_pool_block_range(const void *ptr, uintptr_t *base, uint64_t *size);
 /* A block whose free began is the program's again (same stream, same size): 0 or -EINVAL. */
 int shim_pool_reuse(const void *ptr);
 /* Whether any pool holds vmem memory (one load): synchronisations have nothing to do if not. */

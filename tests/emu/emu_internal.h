@@ -162,6 +162,8 @@ cudaError_t emu_pool_alloc(void **ptr, size_t size, cudaMemPool_t pool, cudaStre
 /* Gives a pool block back to its pool: 0, -ENOENT when ptr is no pool's memory, -EINVAL when it
  * is inside a pool segment but no live block starts there. */
 int emu_pool_free(void *ptr);
+/* The pool block containing ptr: 0, or -ENOENT. */
+int emu_pool_block_range(const void *ptr, uintptr_t *base, size_t *size);
 /* A synchronisation on device: pools over their release threshold give empty segments back. */
 void emu_pool_synchronized(int device);
 /* cudaDeviceReset of device (its memory is already gone): pools start empty again. */

@@ -222,6 +222,26 @@ int emu_pool_free(void *ptr) {
   return err;
 }
 
+int emu_pool_block_range(const void *ptr, uintptr_t *base, size_t *size) {
+  pthread_mutex_lock(&pool_lock);
+  ready_locked();
+  int err = -ENOENT;
+  for (struct emu_pool *p = all_pools; p && err; p = p->next)
+    for (size_t i = 0; i < p->count && err; i++) {
+      struct segment *s = &p->segments[i];
+      if ((char *)ptr < s->base || (char *)ptr >= s->base + s->size) continue;
+      size_t offset = (size_t)((char *)ptr - s->base);
+      for (size_t b = 0; b < s->count && err; b++)
+        if (offset >= s->blocks[b].offset && offset - s->blocks[b].offset < s->blocks[b].size) {
+          *base = (uintptr_t)s->base + s->blocks[b].offset;
+          *size = s->blocks[b].size;
+          err = 0;
+        }
+    }
+  pthread_mutex_unlock(&pool_lock);
+  return err;
+}
+
 void emu_pool_synchronized(int device) {
   pthread_mutex_lock(&pool_lock);
   ready_locked();

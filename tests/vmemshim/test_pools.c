@@ -3,7 +3,8 @@
  * transcripts): it allocates and frees on two streams from the default pool and a created one,
  * synchronises, reads every pool attribute and cudaMemGetInfo, raises the release threshold,
  * trims, resets the high marks, switches the device's current pool and destroys a pool that
- * still has a block. It also checks the figures the pool model implies (2 MiB segments, blocks
+ * still has a block; then the same through the driver's calls (cuMemAllocAsync, cuMemPool*,
+ * cuStreamSynchronize, cuMemGetAddressRange). It also checks the figures the pool model implies (2 MiB segments, blocks
  * rounded to 512 bytes, memory given back at synchronisation above the threshold), so that it
  * fails by itself when pools do not behave. Also builds with nvcc for a GPU (same transcript
  * with and without cudaw there; the absolute checks are then skipped: the driver's steps are its
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include "test.h"
@@ -70,6 +72,59 @@ static void expect(const struct figures *f, unsigned long long reserved, unsigne
   if (!absolute) return;
   CHECK(f->reserved == reserved, "reserved %llu, expected %llu", f->reserved, reserved);
   CHECK(f->used == used, "used %llu, expected %llu", f->used, used);
+}
+
+/* A driver function, as the runtime hands it out (cudaw's own under cudaw). */
+static void *driver(const char *name)
+{
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult found;
+  OK(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found));
+  if (found != cudaDriverEntryPointSuccess || !fn) test_fail("no driver function %s", name);
+  return fn;
+}
+
+#define DRIVER(name) ((__typeof__(&name))driver(#name))
+#define CU_OK(call)                                                                            \
+  do {                                                                                         \
+    CUresult r_ = (call);                                                                      \
+    if (r_ != CUDA_SUCCESS) test_fail("%s: %d", #call, (int)r_);                              \
+  } while (0)
+
+/* The same through the driver's calls, on the default pool (its release threshold is 64 MiB and
+ * it holds one 2 MiB segment). */
+static void driver_calls(cudaMemPool_t pool, cudaStream_t stream)
+{
+  CUmemoryPool dpool = NULL;
+  CU_OK(DRIVER(cuDeviceGetDefaultMemPool)(&dpool, 0));
+  CHECK((void *)dpool == (void *)pool, "the driver's default pool is not the runtime's");
+  CUdeviceptr p = 0;
+  CU_OK(DRIVER(cuMemAllocAsync)(&p, 3 * MIB - 100, (CUstream)stream));
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  CU_OK(DRIVER(cuMemGetAddressRange)(&base, &size, p + 4096));
+  printf("%-16s base %s size %zu\n", "address range", base == p ? "=" : "!=", size);
+  CHECK(base == p, "cuMemGetAddressRange did not answer the block's start");
+  cuuint64_t used = 0, reserved = 0, runtime_used = 0;
+  CU_OK(DRIVER(cuMemPoolGetAttribute)(dpool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used));
+  CU_OK(DRIVER(cuMemPoolGetAttribute)(dpool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved));
+  OK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &runtime_used));
+  printf("%-16s reserved %9llu used %9llu\n", "driver alloc", (unsigned long long)reserved,
+         (unsigned long long)used);
+  CHECK(used == runtime_used, "driver and runtime disagree: used %llu and %llu",
+        (unsigned long long)used, (unsigned long long)runtime_used);
+  if (absolute) CHECK(reserved == 6 * MIB && size == 3 * MIB, "reserved %llu, block %zu",
+                      (unsigned long long)reserved, size);
+  CU_OK(DRIVER(cuMemFreeAsync)(p, (CUstream)stream));
+  CU_OK(DRIVER(cuStreamSynchronize)((CUstream)stream));
+  struct figures f = show("driver kept", "default", pool);
+  expect(&f, 6 * MIB, 100352);
+  CU_OK(DRIVER(cuMemPoolTrimTo)(dpool, 0));
+  cuuint64_t zero = 0;
+  CU_OK(DRIVER(cuMemPoolSetAttribute)(dpool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &zero));
+  f = show("driver trimmed", "default", pool);
+  expect(&f, 2 * MIB, 100352);
+  CHECK(!absolute || f.reserved_high == 2 * MIB, "the driver did not reset the high mark");
 }
 
 static void expect_taken(long long bytes)
@@ -202,6 +257,8 @@ int main(int argc, char **argv)
   OK(cudaStreamSynchronize(s1));
   printf("%-16s taken %lld\n", "destroyed freed", (long long)free_at_start - (long long)free_now());
   expect_taken(2 * MIB);
+
+  driver_calls(pool, s1);
 
   /* Back to a threshold of 0: everything goes at the next synchronisation. */
   OK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &zero));

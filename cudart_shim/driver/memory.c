@@ -157,13 +157,24 @@ SHIM_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
   return result;
 }
 
-/* vmem packs small allocations into shared chunks: the driver would answer with the chunk. */
+/* vmem packs small allocations into shared chunks, and pools' blocks into segments: the driver
+ * would answer with the chunk or the segment. */
 SHIM_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
   ENTER(cuMemGetAddressRange_v2);
   CUresult result;
   struct vmem_info info;
-  if (vmem_owns((const void *)(uintptr_t)dptr)) {
+  uintptr_t block_base;
+  uint64_t block_size;
+  if (vmem_owns((const void *)(uintptr_t)dptr) &&
+      shim_pool_owns((const void *)(uintptr_t)dptr)) {
+    /* A pool's block, not the segment it lies in. */
+    result = shim_pool_block_range((const void *)(uintptr_t)dptr, &block_base, &block_size) == 0
+                 ? CUDA_SUCCESS
+                 : CUDA_ERROR_NOT_FOUND;
+    if (result == CUDA_SUCCESS && pbase) *pbase = (CUdeviceptr)block_base;
+    if (result == CUDA_SUCCESS && psize) *psize = (size_t)block_size;
+  } else if (vmem_owns((const void *)(uintptr_t)dptr)) {
     if (vmem_lookup((const void *)(uintptr_t)dptr, &info) != 0) {
       result = CUDA_ERROR_NOT_FOUND;
     } else {

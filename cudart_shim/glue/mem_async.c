@@ -21,6 +21,7 @@ struct pending_free {
   cudaStream_t stream;
   unsigned streams_destroyed;  /* shim_streams_destroyed when freed: stream still names it */
   const void *where;
+  void *pool;                  /* the pool's handle (the block goes back to it), or NULL */
 };
 
 /* A created stream's handle names one stream; the default-stream handles name one per device
@@ -59,6 +60,7 @@ void shim_vmem_forget_frees(void)
   spare_count = 0;
   atomic_store_explicit(&pending_published, 0, memory_order_release);
   pthread_mutex_unlock(&lock);
+  shim_pool_forget();
 }
 
 void shim_vmem_reap_frees(int wait)
@@ -86,8 +88,12 @@ void shim_vmem_reap_frees(int wait)
       continue;
     }
     /* Completed, or the context is broken (sticky error): either way nothing runs any more. */
-    int rc = vmem_free(f->ptr, f->where);
-    if (rc != 0) shim_warn("cudaFreeAsync(%p): deferred free failed (%d)", f->ptr, rc);
+    if (f->pool) {
+      shim_pool_free_done(f->ptr);
+    } else {
+      int rc = vmem_free(f->ptr, f->where);
+      if (rc != 0) shim_warn("cudaFreeAsync(%p): deferred free failed (%d)", f->ptr, rc);
+    }
     keep_spare(f->event);
   }
   pending_count = kept;
@@ -111,7 +117,7 @@ int shim_vmem_free_pending(const void *vptr)
  * default-stream handles name one stream per thread or device) that were not destroyed since
  * (their handle may name a new stream), and only for the same size (the block is the program's
  * again, as it was). The newest such block is taken. */
-static int reuse_freed(cudaStream_t stream, uint64_t size, void **ptr)
+static int reuse_freed(cudaStream_t stream, uint64_t size, void *pool, void **ptr)
 {
   if (!names_one_stream(stream) ||
       atomic_load_explicit(&pending_published, memory_order_acquire) == 0)
@@ -120,7 +126,8 @@ static int reuse_freed(cudaStream_t stream, uint64_t size, void **ptr)
   pthread_mutex_lock(&lock);
   size_t i = pending_count;
   while (i > 0 && !(pending[i - 1].stream == stream && pending[i - 1].size == size &&
-                    pending[i - 1].streams_destroyed == destroyed))
+                    pending[i - 1].pool == pool && pending[i - 1].streams_destroyed == destroyed &&
+                    (!pool || shim_pool_reuse(pending[i - 1].ptr) == 0)))
     i--;
   int found = i > 0;
   if (found) {
@@ -138,7 +145,8 @@ static int reuse_freed(cudaStream_t stream, uint64_t size, void **ptr)
 
 /* Record the free of vptr (size bytes) on stream; vmem gets the block back once the stream
  * passed here. */
-static cudaError_t defer_free(void *vptr, uint64_t size, cudaStream_t stream, const void *where)
+static cudaError_t defer_free(void *vptr, uint64_t size, cudaStream_t stream, const void *where,
+                              void *pool)
 {
   /* Read before the event is recorded, so that a destroy of stream racing with this free makes
    * the block's stream unknown, never the reverse. */
@@ -167,7 +175,8 @@ static cudaError_t defer_free(void *vptr, uint64_t size, cudaStream_t stream, co
     keep_spare(event);
     goto out;
   }
-  pending[pending_count++] = (struct pending_free){vptr, size, event, stream, destroyed, where};
+  pending[pending_count++] =
+      (struct pending_free){vptr, size, event, stream, destroyed, where, pool};
   atomic_store_explicit(&pending_published, pending_count, memory_order_release);
 out:
   pthread_mutex_unlock(&lock);
@@ -207,11 +216,28 @@ cudaError_t shim_vmem_malloc_async(void **ptr, size_t size, cudaStream_t stream,
     }
     return result;
   }
+  if (!pool) {
+    /* The device's current pool, which the program's pool calls name. */
+    int device;
+    if (shim_current_device(&device) != cudaSuccess ||
+        SHIM_REAL(cudaDeviceGetMemPool)((cudaMemPool_t *)&pool, device) != cudaSuccess) {
+      SHIM_REAL(cudaGetLastError)();
+      pool = NULL;
+    }
+  }
+  if (size == 0 && pool) {
+    *ptr = NULL; /* as the driver's pools answer */
+    return cudaSuccess;
+  }
+  /* Frees their streams have passed give their room back first, as in the driver's pools. */
+  shim_vmem_reap_frees(0);
   /* Under translate without the driver layer, a late library may have stopped allocations
    * (glue/vmem.c): only vmem decides then. */
-  if ((!shim_translate_end || shim_drv_routing()) && reuse_freed(stream, size, ptr))
+  uint64_t want = pool ? (size + SHIM_POOL_BLOCK_ALIGN - 1) & ~(SHIM_POOL_BLOCK_ALIGN - 1) : size;
+  if ((!shim_translate_end || shim_drv_routing()) && reuse_freed(stream, want, pool, ptr))
     return cudaSuccess;
-  return shim_set_last_error(shim_vmem_alloc(ptr, size));
+  if (!pool) return shim_set_last_error(shim_vmem_alloc(ptr, size));
+  return shim_set_last_error(shim_pool_alloc(pool, size, ptr));
 }
 
 cudaError_t shim_vmem_free_async(void *ptr, cudaStream_t stream, const void *where,
@@ -221,6 +247,26 @@ cudaError_t shim_vmem_free_async(void *ptr, cudaStream_t stream, const void *whe
     cudaError_t result = real_free(ptr, stream);
     if (result == cudaSuccess && ptr) shim_mem_untrack(SHIM_MEM_PASSTHROUGH, ptr, NULL);
     return result;
+  }
+  uint64_t size = 0;
+  void *pool = NULL;
+  if (shim_pool_owns(ptr)) {
+    int active;
+    cudaError_t result = capturing(stream, &active);
+    if (result != cudaSuccess) return result;
+    if (active) {
+      shim_warn("cudaFreeAsync(%p): freeing cudaw virtual memory inside a stream capture is not "
+                "supported (allocate it inside the capture, or free it outside)", ptr);
+      return shim_set_last_error(cudaErrorStreamCaptureUnsupported);
+    }
+    if (shim_pool_free_begin(ptr, &size, &pool) != 0) {
+      shim_warn("cudaFreeAsync(%p): not the start of a live allocation (interior pointer, unknown "
+                "pointer or double free)", ptr);
+      return shim_set_last_error(cudaErrorInvalidValue);
+    }
+    result = defer_free(ptr, size, stream, where, pool);
+    if (result != cudaSuccess) shim_pool_free_done(ptr); /* no event: the block is free now */
+    return shim_set_last_error(result);
   }
   struct vmem_info info;
   if (vmem_lookup(ptr, &info) != 0 || info.offset != 0 || shim_vmem_free_pending(ptr)) {
@@ -236,6 +282,6 @@ cudaError_t shim_vmem_free_async(void *ptr, cudaStream_t stream, const void *whe
               "supported (allocate it inside the capture, or free it outside)", ptr);
     return shim_set_last_error(cudaErrorStreamCaptureUnsupported);
   }
-  return shim_set_last_error(defer_free(ptr, info.size, stream, where));
+  return shim_set_last_error(defer_free(ptr, info.size, stream, where, NULL));
 }
 

@@ -17,6 +17,14 @@ cudaError_t shim_vmem_free_synced(void *vptr, const void *where)
    * slot of a shared slab is handed out again at once. Blocks freed on streams are then done. */
   SHIM_REAL(cudaDeviceSynchronize)();
   shim_vmem_reap_frees(1);
+  if (shim_pool_owns(vptr)) {
+    /* Stream-ordered memory freed by cudaFree: its block goes back to its pool. */
+    uint64_t size;
+    void *pool;
+    if (shim_pool_free_begin(vptr, &size, &pool) != 0) return cudaErrorInvalidValue;
+    shim_pool_free_done(vptr);
+    return cudaSuccess;
+  }
   return shim_error_from_errno(vmem_free(vptr, where));
 }
 

@@ -160,6 +160,49 @@ void shim_vmem_reap_frees(int wait);
 /* 1 when vptr was freed with cudaFreeAsync and that free has not completed yet. */
 int shim_vmem_free_pending(const void *vptr);
 
+/* ---- stream-ordered memory pools over vmem (mem_pool.c) ------------------------------------ */
+
+#define SHIM_POOL_SEGMENT ((uint64_t)2 << 20) /* a pool reserves memory in these steps */
+#define SHIM_POOL_BLOCK_ALIGN ((uint64_t)512)  /* a block's size is rounded up to this */
+
+/* Allocate size bytes for the program from the pool whose real handle is `handle` (its books
+ * are made on first use): first fit in its segments, else a new vmem segment. */
+cudaError_t shim_pool_alloc(void *handle, uint64_t size, void **ptr);
+/* Whether ptr lies in a pool's segment (cheap while no pool holds memory). */
+int shim_pool_owns(const void *ptr);
+/* A free of the block starting at ptr begins: the pool's used figure drops by its *size; the
+ * block stays taken until shim_pool_free_done. -EINVAL when no live block starts at ptr. */
+int shim_pool_free_begin(const void *ptr, uint64_t *size, void **handle);
+/* The free's stream passed it: the block's room is the pool's again. */
+void shim_pool_free_done(const void *ptr);
+/* The live block containing ptr (what the driver's address range query answers): 0, or
+ * -ENOENT when ptr is in no live block. */
+int shim_pool_block_range(const void *ptr, uintptr_t *base, uint64_t *size);
+/* A block whose free began is the program's again (same stream, same size): 0 or -EINVAL. */
+int shim_pool_reuse(const void *ptr);
+/* Whether any pool holds vmem memory (one load): synchronisations have nothing to do if not. */
+int shim_pool_holds_memory(void);
+/* A synchronisation on device returned: pools over their release threshold give empty segments
+ * back to vmem. */
+void shim_pool_synchronized(int device);
+/* cudaMemPoolTrimTo: empty segments back until at most keep bytes are reserved. */
+void shim_pool_trim(void *handle, uint64_t keep);
+/* The real pool was destroyed: its memory goes once its blocks are freed. */
+void shim_pool_destroyed(void *handle);
+struct shim_pool_figures {
+  uint64_t reserved, reserved_high, used, used_high;
+};
+/* What the books say of the pool (zeros for a pool that never held vmem memory). */
+void shim_pool_figures(void *handle, struct shim_pool_figures *out);
+enum shim_pool_setting {
+  SHIM_POOL_THRESHOLD,
+  SHIM_POOL_RESET_RESERVED_HIGH,
+  SHIM_POOL_RESET_USED_HIGH,
+};
+void shim_pool_set(void *handle, enum shim_pool_setting setting, uint64_t value);
+/* vmem is starting over (device reset): forget every pool's books (the memory is gone). */
+void shim_pool_forget(void);
+
 /* ---- memory that is not vmem's (mem_registry.c) -------------------------------------------- */
 
 enum shim_mem_kind {

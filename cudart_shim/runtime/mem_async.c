@@ -1,7 +1,7 @@
 /* The runtime's stream-ordered allocation calls: cudaMallocAsync, cudaMallocFromPoolAsync,
- * cudaFreeAsync and their _ptsz variants, over the shared body in glue/mem_async.c. Memory pools
- * (cudaMemPool*) are passed through; allocations from them come from vmem (pool attributes such
- * as the release threshold do not apply). Listed in gen/api.d/vmem.conf. */
+ * cudaFreeAsync and their _ptsz variants, over the shared body in glue/mem_async.c. The pools
+ * themselves are the real runtime's; their blocks come from cudaw's books over vmem
+ * (glue/mem_pool.c), whose figures runtime/mem_pool.c answers. Listed in gen/api.d/vmem.conf. */
 #include "shim_generated.h"
 #include "shim_vmem.h"
 

@@ -77,7 +77,9 @@ EMU_EXPORT cudaError_t cudaMalloc(void **ptr, size_t size) {
 EMU_EXPORT cudaError_t cudaFree(void *ptr) {
   emu_init();
   if (!ptr) return cudaSuccess;
-  int err = emu_memory_free(ptr, EMU_KIND_BIT(EMU_SPACE_DEVICE) | EMU_KIND_BIT(EMU_SPACE_MANAGED));
+  int err = emu_pool_free(ptr); /* stream-ordered memory may be freed by cudaFree too */
+  if (err == -ENOENT)
+    err = emu_memory_free(ptr, EMU_KIND_BIT(EMU_SPACE_DEVICE) | EMU_KIND_BIT(EMU_SPACE_MANAGED));
   return emu_result(err ? cudaErrorInvalidValue : cudaSuccess);
 }
 
@@ -109,8 +111,7 @@ EMU_EXPORT cudaError_t cudaMallocManaged(void **ptr, size_t size, unsigned int f
 }
 
 cudaError_t emu_malloc_async(void **ptr, size_t size, cudaStream_t stream) {
-  if (emu_stream_check(stream)) return emu_result(cudaErrorInvalidResourceHandle);
-  return allocate(ptr, size, EMU_SPACE_DEVICE);
+  return emu_pool_alloc(ptr, size, NULL, stream);
 }
 
 cudaError_t emu_free_async(void *ptr, cudaStream_t stream) {

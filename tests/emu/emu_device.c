@@ -175,6 +175,7 @@ EMU_EXPORT cudaError_t cudaSetDeviceFlags(unsigned int flags) {
 EMU_EXPORT cudaError_t cudaDeviceSynchronize(void) {
   emu_init();
   emu_work_wait(current_device);
+  emu_pool_synchronized(current_device);
   return cudaSuccess;
 }
 
@@ -182,6 +183,7 @@ EMU_EXPORT cudaError_t cudaDeviceSynchronize(void) {
 EMU_EXPORT cudaError_t cudaDeviceReset(void) {
   emu_init();
   emu_memory_reset(current_device);
+  emu_pool_reset(current_device);
   atomic_store(&peer_access[current_device], 0u);
   cudaGetLastError();
   return cudaSuccess;

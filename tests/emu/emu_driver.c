@@ -131,9 +131,78 @@ static CUresult emu_cuCtxDisablePeerAccess(CUcontext peer) {
   return peer_result(cudaDeviceDisablePeerAccess(device));
 }
 
-static CUresult emu_cuCtxSynchronize(void) { return CUDA_SUCCESS; }
+static CUresult emu_cuCtxSynchronize(void) {
+  emu_pool_synchronized(emu_current_device());
+  return CUDA_SUCCESS;
+}
 
-static CUresult emu_cuStreamSynchronize(CUstream stream) { return check_stream(stream); }
+static CUresult emu_cuStreamSynchronize(CUstream stream) {
+  CUresult result = check_stream(stream);
+  if (result == CUDA_SUCCESS) emu_pool_synchronized(emu_current_device());
+  return result;
+}
+
+/* ---- stream-ordered allocation and pools: the runtime's (emu_pool.c) under driver names ---- */
+
+static CUresult from_runtime(cudaError_t error) {
+  switch (error) {
+  case cudaSuccess: return CUDA_SUCCESS;
+  case cudaErrorInvalidValue: return CUDA_ERROR_INVALID_VALUE;
+  case cudaErrorMemoryAllocation: return CUDA_ERROR_OUT_OF_MEMORY;
+  case cudaErrorInvalidResourceHandle: return CUDA_ERROR_INVALID_HANDLE;
+  case cudaErrorInvalidDevice: return CUDA_ERROR_INVALID_DEVICE;
+  case cudaErrorInvalidConfiguration: return CUDA_ERROR_INVALID_VALUE;
+  case cudaErrorIllegalAddress: return CUDA_ERROR_ILLEGAL_ADDRESS;
+  default: return CUDA_ERROR_NOT_FOUND;
+  }
+}
+
+static CUresult emu_cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream stream) {
+  if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+  void *ptr = NULL;
+  CUresult result = from_runtime(emu_pool_alloc(&ptr, size, NULL, (cudaStream_t)stream));
+  if (result == CUDA_SUCCESS) *dptr = (CUdeviceptr)(uintptr_t)ptr;
+  return result;
+}
+
+static CUresult emu_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool,
+                                            CUstream stream) {
+  if (!dptr || !pool) return CUDA_ERROR_INVALID_VALUE;
+  void *ptr = NULL;
+  CUresult result =
+      from_runtime(emu_pool_alloc(&ptr, size, (cudaMemPool_t)pool, (cudaStream_t)stream));
+  if (result == CUDA_SUCCESS) *dptr = (CUdeviceptr)(uintptr_t)ptr;
+  return result;
+}
+
+static CUresult emu_cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
+  return from_runtime(emu_free_async((void *)(uintptr_t)dptr, (cudaStream_t)stream));
+}
+
+static CUresult emu_cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice device) {
+  return from_runtime(cudaDeviceGetDefaultMemPool((cudaMemPool_t *)pool, (int)device));
+}
+
+static CUresult emu_cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice device) {
+  return from_runtime(cudaDeviceGetMemPool((cudaMemPool_t *)pool, (int)device));
+}
+
+/* The driver's attribute numbers are the runtime's. */
+static CUresult emu_cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr,
+                                          void *value) {
+  return from_runtime(
+      cudaMemPoolGetAttribute((cudaMemPool_t)pool, (enum cudaMemPoolAttr)attr, value));
+}
+
+static CUresult emu_cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr,
+                                          void *value) {
+  return from_runtime(
+      cudaMemPoolSetAttribute((cudaMemPool_t)pool, (enum cudaMemPoolAttr)attr, value));
+}
+
+static CUresult emu_cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
+  return from_runtime(cudaMemPoolTrimTo((cudaMemPool_t)pool, keep));
+}
 
 static CUresult emu_cuMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
   if (!free_bytes || !total_bytes) return CUDA_ERROR_INVALID_VALUE;
@@ -266,6 +335,13 @@ static CUresult emu_cuPointerGetAttribute(void *data, CUpointer_attribute attrib
 }
 
 static CUresult emu_cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdeviceptr ptr) {
+  uintptr_t block;
+  size_t bytes;
+  if (emu_pool_block_range((const void *)(uintptr_t)ptr, &block, &bytes) == 0) {
+    if (base) *base = block; /* a pool's block, not its segment */
+    if (size) *size = bytes;
+    return CUDA_SUCCESS;
+  }
   struct emu_range range;
   if (emu_memory_lookup((const void *)(uintptr_t)ptr, &range)) return CUDA_ERROR_NOT_FOUND;
   if (base) *base = range.base;
@@ -383,18 +459,6 @@ static CUresult delta_launch(CUfunction function, unsigned grid_x, unsigned grid
 }
 
 /* ---- modules and launches: the emu's libraries (emu_launch.c) under the driver's names ---- */
-
-static CUresult from_runtime(cudaError_t error) {
-  switch (error) {
-  case cudaSuccess: return CUDA_SUCCESS;
-  case cudaErrorInvalidValue: return CUDA_ERROR_INVALID_VALUE;
-  case cudaErrorMemoryAllocation: return CUDA_ERROR_OUT_OF_MEMORY;
-  case cudaErrorInvalidResourceHandle: return CUDA_ERROR_INVALID_HANDLE;
-  case cudaErrorInvalidConfiguration: return CUDA_ERROR_INVALID_VALUE;
-  case cudaErrorIllegalAddress: return CUDA_ERROR_ILLEGAL_ADDRESS;
-  default: return CUDA_ERROR_NOT_FOUND;
-  }
-}
 
 static CUresult emu_cuModuleLoadData(CUmodule *module, const void *image) {
   if (!module || !image) return CUDA_ERROR_INVALID_VALUE;
@@ -565,6 +629,8 @@ E(cuModuleLoadData); E(cuModuleGetFunction); E(cuModuleUnload); E(cuLaunchKernel
 E(cuFuncGetName); E(cuMemcpy2D); E(cuGraphCreate); E(cuGraphAddKernelNode);
 E(cuGraphInstantiateWithFlags); E(cuGraphLaunch); E(cuGraphAddNode); E(cuGraphDestroy); E(cuGraphExecDestroy);
 E(cuGetErrorString); E(cuStreamBeginCapture); E(cuStreamEndCapture); E(cuStreamIsCapturing);
+E(cuMemAllocAsync); E(cuMemAllocFromPoolAsync); E(cuMemFreeAsync); E(cuDeviceGetDefaultMemPool);
+E(cuDeviceGetMemPool); E(cuMemPoolGetAttribute); E(cuMemPoolSetAttribute); E(cuMemPoolTrimTo);
 
 /* A function of a driver newer than cudaw's toolkit: not in cuda.h, so cudaw has no wrapper for
  * it and must say so (status: ungated_functions). Returns 42. */
@@ -596,6 +662,9 @@ static const struct entry *const entries[] = {
     &entry_cuGraphAddKernelNode, &entry_cuGraphInstantiateWithFlags, &entry_cuGraphLaunch,
     &entry_cuGraphDestroy, &entry_cuGraphExecDestroy, &entry_cuGraphAddNode,
     &entry_cuStreamBeginCapture, &entry_cuStreamEndCapture, &entry_cuStreamIsCapturing,
+    &entry_cuMemAllocAsync, &entry_cuMemAllocFromPoolAsync, &entry_cuMemFreeAsync,
+    &entry_cuDeviceGetDefaultMemPool, &entry_cuDeviceGetMemPool, &entry_cuMemPoolGetAttribute,
+    &entry_cuMemPoolSetAttribute, &entry_cuMemPoolTrimTo,
 };
 
 cudaError_t emu_get_driver_entry_point(const char *symbol, void **func,

@@ -154,6 +154,21 @@ cudaError_t emu_begin_capture(cudaStream_t stream);
 cudaError_t emu_end_capture(cudaStream_t stream, cudaGraph_t *graph);
 cudaError_t emu_is_capturing(cudaStream_t stream, enum cudaStreamCaptureStatus *status);
 
+/* ---- emu_pool.c: stream-ordered memory pools ---- */
+#define EMU_POOL_SEGMENT ((size_t)2 << 20) /* a pool reserves device memory in these steps */
+#define EMU_POOL_BLOCK_ALIGN ((size_t)512)  /* a block's size is rounded up to this */
+/* Allocates from pool (NULL: the current device's current pool) on stream. */
+cudaError_t emu_pool_alloc(void **ptr, size_t size, cudaMemPool_t pool, cudaStream_t stream);
+/* Gives a pool block back to its pool: 0, -ENOENT when ptr is no pool's memory, -EINVAL when it
+ * is inside a pool segment but no live block starts there. */
+int emu_pool_free(void *ptr);
+/* The pool block containing ptr: 0, or -ENOENT. */
+int emu_pool_block_range(const void *ptr, uintptr_t *base, size_t *size);
+/* A synchronisation on device: pools over their release threshold give empty segments back. */
+void emu_pool_synchronized(int device);
+/* cudaDeviceReset of device (its memory is already gone): pools start empty again. */
+void emu_pool_reset(int device);
+
 /* ---- emu_stream.c ---- */
 /* 0 when stream is a default stream or a live created one, else -EBADF. */
 int emu_stream_check(cudaStream_t stream);

@@ -142,6 +142,7 @@ cudaError_t emu_stream_query(cudaStream_t stream) {
 cudaError_t emu_stream_sync(cudaStream_t stream) {
   if (emu_stream_check(stream)) return emu_result(cudaErrorInvalidResourceHandle);
   emu_work_wait(emu_current_device());
+  emu_pool_synchronized(emu_current_device());
   return cudaSuccess;
 }
 
@@ -234,6 +235,7 @@ EMU_EXPORT cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t 
 EMU_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   struct emu_event *e = live_event(event);
   if (e && e->held_on) emu_stream_release(e->held_on); /* waiting lets the stream catch up */
+  if (e) emu_pool_synchronized(emu_current_device());
   return emu_result(e ? cudaSuccess : cudaErrorInvalidResourceHandle);
 }
 

@@ -1,6 +1,6 @@
 /* emu_vmem_api.c: the emulated entry points cudaw's vmem glue needs beyond the basics: 3D copies
  * and memsets between linear buffers, batched copies, CUDA arrays (host buffers behind an opaque
- * handle), the default memory pool, stream capture (its status only), and held streams (events recorded on a
+ * handle), stream capture (its status only), and held streams (events recorded on a
  * held stream stay incomplete), so stream-ordered frees can be tested. */
 #include <errno.h>
 #include <pthread.h>
@@ -18,8 +18,6 @@ cudaError_t cudaMemset3D_ptds(struct cudaPitchedPtr ptr, int value, struct cudaE
 cudaError_t cudaMemset3DAsync_ptsz(struct cudaPitchedPtr ptr, int value, struct cudaExtent extent,
                                    cudaStream_t stream);
 cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream, enum cudaStreamCaptureStatus *status);
-cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t pool,
-                                         cudaStream_t stream);
 
 /* ---- held streams ---- */
 
@@ -266,27 +264,4 @@ EMU_EXPORT cudaError_t cudaFreeArray(cudaArray_t array) {
   free(a->data);
   free(a);
   return cudaSuccess;
-}
-
-/* ---- memory pools: one default pool per device, allocations are plain ---- */
-
-static int default_pool;
-
-EMU_EXPORT cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int device) {
-  emu_init();
-  if (!pool) return emu_result(cudaErrorInvalidValue);
-  if (device < 0 || device >= emu_device_count()) return emu_result(cudaErrorInvalidDevice);
-  *pool = (cudaMemPool_t)&default_pool; /* one pool serves every device: allocations are plain */
-  return cudaSuccess;
-}
-
-EMU_EXPORT cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t pool,
-                                               cudaStream_t stream) {
-  if (pool != (cudaMemPool_t)&default_pool) return emu_result(cudaErrorInvalidValue);
-  return emu_malloc_async(ptr, size, stream);
-}
-
-EMU_EXPORT cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t pool,
-                                                    cudaStream_t stream) {
-  return cudaMallocFromPoolAsync(ptr, size, pool, stream ? stream : cudaStreamPerThread);
 }

@@ -16,6 +16,10 @@ struct sched_config {
   double idle_cpu;         /* a program using less CPU than this fraction counts as idle */
   uint64_t device_memory;  /* --device-memory in bytes; 0: device_fraction of the device */
   double device_fraction;  /* --device-memory N% (or the default margin) */
+  double swap_timeout;     /* --swap-timeout: a checkpoint or resume not answered by then no
+                            * longer holds up the others */
+  const char *gpu_list;    /* --gpu-list: the driver's GPU directory; keys must be its UUIDs
+                            * (when it exists); "none": any well-formed key */
   const char *metrics_file;
   bool verbose;            /* --verbose: log every message and decision */
 };
@@ -50,6 +54,11 @@ struct program {
   double gpu_seconds, swap_seconds, wait_seconds;
   uint64_t swaps;
   double skip_until;       /* a checkpoint of it failed (pause timeout): try others first */
+  int pending_op;          /* the SCHED_DONE it owes: 1 checkpoint, 2 resume, 0 none */
+  double connected_at;
+  uint64_t last_grant_bytes;
+  double last_grant_at;    /* 0: never granted */
+  uint64_t retries, failed; /* see struct sched_program_detail */
   /* CPU use from /proc/<pid>/stat, for the idle test */
   double cpu_time, cpu_at;
   bool idle;
@@ -62,6 +71,8 @@ struct daemon {
   struct program *programs;
   struct program *transition;  /* the program whose checkpoint or resume is under way */
   struct sched_program_info exited[SCHED_MAX_EXITED]; /* the last programs gone, oldest first */
+  struct sched_program_detail exited_detail[SCHED_MAX_EXITED];
+  double exited_grant_at[SCHED_MAX_EXITED];
   int exited_count;
   double started;
 };
@@ -80,6 +91,9 @@ void sched_account(struct daemon *d);
 void sched_set_state(struct daemon *d, struct program *p, enum sched_program_state state);
 /* Decide: grant what fits, deny what never fits, resume, checkpoint. Sends the messages. */
 void sched_step(struct daemon *d);
+/* Why p waits, its last grant and its counts, as the snapshot shows them. */
+void sched_program_detail(const struct daemon *d, const struct program *p,
+                          struct sched_program_detail *out);
 /* The program is gone (exit, kill, closed socket): its share is free at once. */
 void sched_forget(struct daemon *d, struct program *p);
 /* Its checkpoint (op 1) or resume (op 2) of `bytes` ended with status (0 or -errno) after

@@ -33,6 +33,7 @@ static struct {
   _Atomic bool connected;
   bool warned;                 /* the one "running unshared" warning was given */
   bool paused_by_sched;        /* cudawd paused us: resume ourselves if it goes away */
+  bool ever_joined;            /* a cudawd scheduled us once: wait for the next before failing */
   /* The lease: what cudawd granted per device ordinal. Held across admit..allocated. */
   pthread_mutex_t lease_lock;
   uint64_t granted[SCHED_MAX_DEVICES];
@@ -119,7 +120,10 @@ static int join(void)
     rc = send_msg((struct sched_msg){.type = SCHED_USAGE, .device = d,
                                      .bytes = client.granted[d]});
   }
-  if (rc == 0) atomic_store(&client.connected, true);
+  if (rc == 0) {
+    atomic_store(&client.connected, true);
+    client.ever_joined = true;
+  }
   return rc;
 }
 
@@ -172,7 +176,8 @@ static void *run(void *unused)
       if (client.paused_by_sched && ckpt_state() == CKPT_PAUSED && ckpt_request_resume() == 0)
         client.paused_by_sched = false;
       pthread_mutex_lock(&client.lease_lock);
-      int rc = join();
+      /* An allocation waiting for a cudawd may have joined one meanwhile. */
+      int rc = atomic_load(&client.connected) ? 0 : join();
       pthread_mutex_unlock(&client.lease_lock);
       if (rc == 0) {
         shim_info("sched: joined cudawd on %s", client.path);
@@ -328,14 +333,36 @@ int shim_sched_admit(int device, uint64_t size)
 
 int shim_sched_retry(int device, uint64_t size, int attempt)
 {
-  if (!holds_lease || !atomic_load(&client.connected) || attempt >= SHIM_SCHED_RETRIES)
-    return -ENOMEM;
+  if (!holds_lease || attempt >= SHIM_SCHED_RETRIES) return -ENOMEM;
+  if (!atomic_load(&client.connected)) {
+    /* cudawd went away (killed, restarted): while a new one may come and make room, try the
+     * allocation again every 100 ms and look for it, rather than fail the program. */
+    if (!client.ever_joined) return -ENOMEM;
+    if (attempt == 0)
+      shim_warn("sched: an allocation of %llu bytes on device %d failed while no cudawd "
+                "schedules us: waiting for one (up to %d s)", (unsigned long long)size, device,
+                SHIM_SCHED_RETRIES / 10);
+    usleep(100000);
+    SHIM_REAL(cudaGetLastError)();
+    if (join() != 0) return 0; /* memory may have freed meanwhile: the caller tries again */
+    shim_info("sched: joined cudawd on %s again", client.path);
+  }
   if (attempt > 0) usleep(100000); /* cudawd granted, yet it still failed: give frees time */
   SHIM_REAL(cudaGetLastError)(); /* the failed attempt's error is not the program's */
   if (attempt == 0)
     shim_info("sched: a granted allocation of %llu bytes on device %d failed: asking cudawd "
               "to make room", (unsigned long long)size, device);
   return ask(device, size, SCHED_ALLOC_FAILED) == 0 ? 0 : -ENOMEM;
+}
+
+void shim_sched_failed(int device, uint64_t size, int rc)
+{
+  if (!client.sharing || device < 0 || device >= SCHED_MAX_DEVICES) return;
+  if (!atomic_load(&client.connected)) return;
+  shim_warn("sched: an allocation of %llu bytes on device %d failed (%s) while sharing: the "
+            "program gets the error", (unsigned long long)size, device, strerror(-rc));
+  send_msg((struct sched_msg){.type = SCHED_FAILED, .device = device, .bytes = size,
+                              .status = rc});
 }
 
 void shim_sched_allocated(int device)

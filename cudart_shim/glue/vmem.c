@@ -311,7 +311,10 @@ cudaError_t shim_vmem_alloc_on(int device, void **ptr, uint64_t size)
   shim_vmem_reap_frees(0);
   /* Sharing the GPU (CUDAW_SHARE=1): wait until cudawd says the memory fits. */
   int rc = shim_sched_admit(device, size);
-  if (rc != 0) return shim_error_from_errno(rc);
+  if (rc != 0) {
+    shim_sched_failed(device, size, rc); /* never fits: the native error, counted */
+    return shim_error_from_errno(rc);
+  }
   rc = vmem_alloc(device, size, 0, ptr);
   if (rc == -ENOMEM) {
     /* Like the runtime's pools: blocks freed on streams still running come back first. */
@@ -323,6 +326,7 @@ cudaError_t shim_vmem_alloc_on(int device, void **ptr, uint64_t size)
   for (int attempt = 0; rc == -ENOMEM && shim_sched_retry(device, size, attempt) == 0; attempt++)
     rc = vmem_alloc(device, size, 0, ptr);
   shim_sched_allocated(device);
+  if (rc == -ENOMEM) shim_sched_failed(device, size, rc);
   return shim_error_from_errno(rc);
 }
 

@@ -4,9 +4,12 @@
  * in keeps its turn (no thrashing) and is swapped out once it has passed, priorities order the
  * victims, and a program that leaves frees its share at once. The messages cudawd would send are
  * recorded by the sched_send below. */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "daemon.h"
 #include "test.h"
@@ -77,8 +80,36 @@ int main(void)
   CHECK_EQ(sched_device_slot(&d, "device-two", 1000), -EINVAL);
   CHECK_EQ(sched_device_slot(&d, "00112233445566778899AABBCCDDEEFF", 1000), -EINVAL);
   CHECK_EQ(sched_device_slot(&d, "\x1b[2J0011223344556677889900aabbcc", 1000), -EINVAL);
-  CHECK_EQ(sched_device_slot(&d, one, 2000), -EINVAL);
   CHECK_EQ(sched_device_slot(&d, "0123456789abcdef0123456789abcdef", 0), -EINVAL);
+  CHECK_EQ(sched_device_slot(&d, one, (uint64_t)1 << 51), -EINVAL);
+  /* One size per device while a program uses it; a junk size is replaced once its sayer left. */
+  struct program user = {.joined = true, .slot = {dev1, -1, -1, -1, -1, -1, -1, -1}};
+  d.programs = &user;
+  CHECK_EQ(sched_device_slot(&d, one, 2000), -EINVAL);
+  d.programs = NULL;
+  CHECK_EQ(sched_device_slot(&d, one, 2000), dev1);
+  CHECK_EQ(d.device[dev1].total, 2000);
+  CHECK_EQ(sched_device_slot(&d, one, 1000), dev1);
+  CHECK_EQ(d.device[dev1].total, 1000);
+  /* With the driver's GPU list (a fake one here), only its UUIDs are devices of this machine. */
+  char dir[] = "/tmp/cudaw-gpus-XXXXXX", path[128];
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(path, sizeof path, "%s/0000:01:00.0", dir);
+  CHECK(mkdir(path, 0700) == 0);
+  snprintf(path, sizeof path, "%s/0000:01:00.0/information", dir);
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  fprintf(f, "Model: \t\t NVIDIA H100 80GB HBM3\nGPU UUID: \t GPU-FFEEDDCC-bbaa-9988-7766-554433221100\n");
+  fclose(f);
+  d.config.gpu_list = dir;
+  CHECK_EQ(sched_device_slot(&d, one, 1000), dev1);
+  CHECK_EQ(sched_device_slot(&d, "0123456789abcdef0123456789abcdef", 1000), -ENODEV);
+  snprintf(path, sizeof path, "%s/nothing-here", dir);
+  d.config.gpu_list = path; /* no driver directory: any well-formed key */
+  CHECK(sched_device_slot(&d, "0123456789abcdef0123456789abcdef", 1000) >= 0);
+  d.config.gpu_list = NULL;
+  snprintf(path, sizeof path, "rm -rf '%s'", dir);
+  CHECK(system(path) == 0);
   /* Slots nobody uses are given back: 20 junk-free but distinct devices fit in 8 slots. */
   char key[33];
   for (int i = 0; i < 20; i++) {

@@ -69,7 +69,7 @@ static pid_t start_cudawd_quantum(const char *quantum)
   snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
   snprintf(metrics, sizeof metrics, "%s/metrics.prom", run_dir);
   const char *argv[] = {cudawd_path, "--device-memory", "96M", "--quantum", quantum, "--min-run",
-                        "0.2", "--metrics-file", metrics, "--verbose", NULL};
+                        "0.2", "--metrics-file", metrics, "--verbose", "--gpu-list", "none", NULL};
   return spawn(argv, log);
 }
 
@@ -440,7 +440,7 @@ static void test_soak(unsigned seed)
   snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
   snprintf(metrics, sizeof metrics, "%s/metrics.prom", run_dir);
   const char *dargv[] = {cudawd_path, "--device-memory", "128M", "--quantum", "0.5", "--min-run",
-                         "0.2", "--metrics-file", metrics, NULL};
+                         "0.2", "--metrics-file", metrics, "--gpu-list", "none", NULL};
   pid_t daemon = spawn(dargv, log);
   wait_for_cudawd();
   srand(seed);

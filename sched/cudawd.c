@@ -314,6 +314,7 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
     }
     p->bytes[slot] = msg->held;
     p->in_flight[slot] = false;
+    p->usage_seen[slot] = true;
     if (msg->value & SCHED_ALLOC_FREE_KNOWN)
       sched_observe_free(d, p, slot, msg->held, msg->device_free);
     if (msg->value & SCHED_ALLOC_FAILED) {
@@ -329,6 +330,9 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
     break;
   case SCHED_USAGE:
     if (slot >= 0 && plausible_size(d, slot, msg->bytes)) {
+      if (!p->usage_seen[slot] && p->state == SCHED_RUNNING)
+        sched_joined_usage(d, slot, msg->bytes);
+      p->usage_seen[slot] = true;
       p->bytes[slot] = msg->bytes;
       p->in_flight[slot] = false;
     } else if (slot >= 0) {

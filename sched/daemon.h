@@ -46,6 +46,8 @@ struct program {
   int want_slot;
   uint64_t want_bytes;
   bool in_flight[SCHED_MAX_DEVICES]; /* per device index: granted, allocation not reported yet */
+  uint64_t before_grant[SCHED_MAX_DEVICES]; /* what it held when that grant was given */
+  bool usage_seen[SCHED_MAX_DEVICES]; /* reported what it holds since its hello */
   int priority;            /* weight: a turn lasts quantum x priority; higher goes first */
   double state_since;      /* when it entered its state */
   double accounted_at;     /* time is accounted to its state up to here */
@@ -100,6 +102,10 @@ void sched_forget(struct daemon *d, struct program *p);
  * `seconds`. */
 void sched_done(struct daemon *d, struct program *p, int op, int status, uint64_t bytes,
                 double seconds);
+
+/* A program that just joined holds `bytes` on slot (resident): memory the device counted outside
+ * the books until now (it ran unshared, or under an earlier cudawd) is in them from now on. */
+void sched_joined_usage(struct daemon *d, int slot, uint64_t bytes);
 
 /* cudawd.c */
 int sched_send(struct program *p, const struct sched_msg *msg);

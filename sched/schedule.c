@@ -288,9 +288,15 @@ void sched_observe_free(struct daemon *d, const struct program *reporter, int sl
    * but not allocated yet, so they do not count as allocated). */
   uint64_t used = dev->total - device_free, booked = held;
   for (const struct program *p = d->programs; p; p = p->next)
-    if (p != reporter && p->joined && is_resident(p->state) && !p->in_flight[slot])
-      booked += p->bytes[slot];
+    if (p != reporter && p->joined && is_resident(p->state))
+      booked += p->in_flight[slot] ? p->before_grant[slot] : p->bytes[slot];
   dev->outside = used > booked ? used - booked : 0;
+}
+
+void sched_joined_usage(struct daemon *d, int slot, uint64_t bytes)
+{
+  struct device *dev = &d->device[slot];
+  dev->outside = dev->outside > bytes ? dev->outside - bytes : 0;
 }
 
 static bool fits(const struct daemon *d, const struct program *p)
@@ -343,6 +349,7 @@ static void grant_or_deny(struct daemon *d)
       sched_set_state(d, p, SCHED_RUNNING);
     } else if (fits(d, p)) {
       uint64_t before = p->bytes[p->want_slot];
+      p->before_grant[p->want_slot] = before;
       p->last_grant_bytes = p->want_bytes > before ? p->want_bytes - before : 0;
       p->last_grant_at = sched_now();
       p->bytes[p->want_slot] = p->want_bytes;
@@ -438,11 +445,26 @@ void sched_step(struct daemon *d)
     return;
   }
 
-  struct program *head = next_wanting(d, now, false);
-  if (!head || fits(d, head)) return;
-  bool waiting_too = !others_running(d, head);
-  if (!can_make_room(d, head, now, waiting_too)) return;
-  struct program *victim = choose_victim(d, head, now, waiting_too);
+  /* Make room for the first wanting program (in the order of `before`) for which room can be
+   * made: one that cannot be helped now (it needs nearly the whole device, and the memory
+   * outside the books is in the way) must not hold up the others behind it. */
+  struct program *order[SCHED_MAX_PROGRAMS];
+  int count = 0;
+  for (struct program *p = d->programs; p && count < SCHED_MAX_PROGRAMS; p = p->next)
+    if (wanting(p) && !never_fits(d, p)) order[count++] = p;
+  struct program *victim = NULL;
+  for (int tried = 0; tried < count && !victim; tried++) {
+    int best = tried;
+    for (int i = tried + 1; i < count; i++)
+      if (before(order[i], order[best])) best = i;
+    struct program *head = order[best];
+    order[best] = order[tried];
+    order[tried] = head;
+    if (fits(d, head)) return; /* granted or resumed at the next step */
+    bool waiting_too = !others_running(d, head);
+    if (can_make_room(d, head, now, waiting_too))
+      victim = choose_victim(d, head, now, waiting_too);
+  }
   if (!victim) return;
   send_simple(victim, SCHED_CHECKPOINT, 0);
   victim->pending_op = 1;

@@ -34,6 +34,8 @@ static struct {
   bool warned;                 /* the one "running unshared" warning was given */
   bool paused_by_sched;        /* cudawd paused us: resume ourselves if it goes away */
   bool ever_joined;            /* a cudawd scheduled us once: wait for the next before failing */
+  unsigned generation;         /* joins so far: an answer from an earlier cudawd is no grant */
+  bool admitting;              /* an allocation is between admit and allocated */
   /* The lease: what cudawd granted per device ordinal. Held across admit..allocated. */
   pthread_mutex_t lease_lock;
   uint64_t granted[SCHED_MAX_DEVICES];
@@ -121,6 +123,7 @@ static int join(void)
                                      .bytes = client.granted[d]});
   }
   if (rc == 0) {
+    client.generation++;
     atomic_store(&client.connected, true);
     client.ever_joined = true;
   }
@@ -157,6 +160,10 @@ static void transition(int op)
 static void report_usage(void)
 {
   if (pthread_mutex_trylock(&client.lease_lock) != 0) return; /* an allocation is under way */
+  if (client.admitting) { /* its grant is booked until it reports what it allocated */
+    pthread_mutex_unlock(&client.lease_lock);
+    return;
+  }
   for (int d = 0; d < SCHED_MAX_DEVICES; d++) {
     if (!client.described[d]) continue;
     uint64_t held = held_bytes(d);
@@ -170,13 +177,23 @@ static void report_usage(void)
 static void *run(void *unused)
 {
   (void)unused;
+  time_t last_resume_try = 0;
   for (;;) {
     if (!atomic_load(&client.connected)) {
-      /* Unshared: come back ourselves if cudawd had paused us, then look for a cudawd. */
-      if (client.paused_by_sched && ckpt_state() == CKPT_PAUSED && ckpt_request_resume() == 0)
-        client.paused_by_sched = false;
-      pthread_mutex_lock(&client.lease_lock);
-      /* An allocation waiting for a cudawd may have joined one meanwhile. */
+      /* Unshared: come back ourselves if cudawd had paused us (once a second while memory is
+       * short), then look for a cudawd. */
+      struct timespec now;
+      clock_gettime(CLOCK_MONOTONIC, &now);
+      if (client.paused_by_sched && ckpt_state() == CKPT_PAUSED && now.tv_sec != last_resume_try) {
+        last_resume_try = now.tv_sec;
+        if (ckpt_request_resume() == 0) client.paused_by_sched = false;
+      }
+      /* Never wait for the lease here: an allocation holding it may be waiting for an answer
+       * that only this thread reads (it joined a cudawd itself, in shim_sched_retry). */
+      if (pthread_mutex_trylock(&client.lease_lock) != 0) {
+        if (!atomic_load(&client.connected)) usleep(20000);
+        continue;
+      }
       int rc = atomic_load(&client.connected) ? 0 : join();
       pthread_mutex_unlock(&client.lease_lock);
       if (rc == 0) {
@@ -257,7 +274,9 @@ static void learn_device(int device)
 }
 
 /* Wait for cudawd's answer without counting as a call in flight, so that cudawd may pause us
- * meanwhile; come back through the gate. */
+ * meanwhile; come back through the gate. Called with lease_lock held, which is let go while the
+ * gate holds us: paused, and cudawd gone, the connection thread must be able to join the next
+ * one (the caller sees the generation change and asks again). */
 static int wait_answer(void)
 {
   int stepped_out = shim_gate_step_out();
@@ -266,7 +285,9 @@ static int wait_answer(void)
   client.reply_ready = false;
   int status = client.reply_status;
   pthread_mutex_unlock(&client.reply_lock);
+  pthread_mutex_unlock(&client.lease_lock);
   shim_gate_step_in(stepped_out);
+  pthread_mutex_lock(&client.lease_lock);
   return status;
 }
 
@@ -274,8 +295,8 @@ static SHIM_TLS bool lease_granted; /* this admit got a grant: report what was a
 
 /* Ask cudawd for `size` more bytes on device (flags: SCHED_ALLOC_*), with what the device says is
  * free so that cudawd counts memory outside its books. Called with lease_lock held. 0: allocate
- * (granted); 1: allocate unscheduled (cudawd gone or not scheduling it: said on stderr);
- * -ENOMEM: it can never fit. */
+ * (granted); 1: allocate unscheduled (cudawd does not schedule this device: said on stderr);
+ * 2: the same, cudawd went away (the connection thread said so); -ENOMEM: it can never fit. */
 static int ask(int device, uint64_t size, int flags)
 {
   uint64_t granule = vmem_granule(), held = held_bytes(device);
@@ -294,8 +315,14 @@ static int ask(int device, uint64_t size, int flags)
   pthread_mutex_lock(&client.reply_lock);
   client.reply_ready = false;
   pthread_mutex_unlock(&client.reply_lock);
-  if (send_msg(msg) != 0) return 1; /* cudawd is gone: the thread notices and warns */
+  unsigned generation = client.generation;
+  if (send_msg(msg) != 0) return 2; /* cudawd is gone: the thread notices and warns */
   int status = wait_answer();
+  if (client.generation != generation && atomic_load(&client.connected)) {
+    /* The answer came from (or for the loss of) a cudawd that has gone since: ask the new one,
+     * which knows what we hold from our hello. */
+    return ask(device, size, flags);
+  }
   if (status == 0) {
     client.granted[device] = need;
     client.reported[device] = held;
@@ -307,7 +334,7 @@ static int ask(int device, uint64_t size, int flags)
               (unsigned long long)need, device);
     return -ENOMEM;
   }
-  if (status == -ENOTCONN) return 1; /* lost(): it said we run unshared */
+  if (status == -ENOTCONN) return 2; /* lost(): it said we run unshared */
   /* Any other answer (cudawd does not schedule this device: -ENODEV) is no grant: say so. */
   shim_warn("sched: cudawd did not grant %llu bytes on device %d (%s): allocating UNSCHEDULED",
             (unsigned long long)need, device, strerror(-status));
@@ -320,12 +347,14 @@ int shim_sched_admit(int device, uint64_t size)
   pthread_mutex_lock(&client.lease_lock);
   holds_lease = true;
   lease_granted = false;
+  client.admitting = true;
   if (!atomic_load(&client.connected)) return 0;
   if (!client.described[device]) learn_device(device);
   int rc = ask(device, size, 0);
   if (rc > 0) return 0;
   if (rc != 0) {
     holds_lease = false;
+    client.admitting = false;
     pthread_mutex_unlock(&client.lease_lock);
   }
   return rc;
@@ -334,6 +363,7 @@ int shim_sched_admit(int device, uint64_t size)
 int shim_sched_retry(int device, uint64_t size, int attempt)
 {
   if (!holds_lease || attempt >= SHIM_SCHED_RETRIES) return -ENOMEM;
+  SHIM_REAL(cudaGetLastError)(); /* the failed attempt's error is not the program's */
   if (!atomic_load(&client.connected)) {
     /* cudawd went away (killed, restarted): while a new one may come and make room, try the
      * allocation again every 100 ms and look for it, rather than fail the program. */
@@ -343,16 +373,16 @@ int shim_sched_retry(int device, uint64_t size, int attempt)
                 "schedules us: waiting for one (up to %d s)", (unsigned long long)size, device,
                 SHIM_SCHED_RETRIES / 10);
     usleep(100000);
-    SHIM_REAL(cudaGetLastError)();
     if (join() != 0) return 0; /* memory may have freed meanwhile: the caller tries again */
     shim_info("sched: joined cudawd on %s again", client.path);
+  } else if (attempt > 0) {
+    usleep(100000); /* cudawd granted, yet it still failed: give frees time */
   }
-  if (attempt > 0) usleep(100000); /* cudawd granted, yet it still failed: give frees time */
-  SHIM_REAL(cudaGetLastError)(); /* the failed attempt's error is not the program's */
   if (attempt == 0)
     shim_info("sched: a granted allocation of %llu bytes on device %d failed: asking cudawd "
               "to make room", (unsigned long long)size, device);
-  return ask(device, size, SCHED_ALLOC_FAILED) == 0 ? 0 : -ENOMEM;
+  int rc = ask(device, size, SCHED_ALLOC_FAILED);
+  return rc == 0 || rc == 2 ? 0 : -ENOMEM; /* 2: cudawd went away: wait for the next one */
 }
 
 void shim_sched_failed(int device, uint64_t size, int rc)
@@ -379,5 +409,6 @@ void shim_sched_allocated(int device)
     client.reported[device] = held;
   }
   holds_lease = false;
+  client.admitting = false;
   pthread_mutex_unlock(&client.lease_lock);
 }

@@ -425,60 +425,153 @@ static void test_launcher(void)
   printf("cudaw run --share started cudawd pid %d; the job joined it\n", peer.pid);
 }
 
+/* Whether file holds the text. */
+static bool file_has(const char *path, const char *text)
+{
+  FILE *f = fopen(path, "r");
+  char line[1024];
+  bool found = false;
+  while (f && !found && fgets(line, sizeof line, f)) found = strstr(line, text) != NULL;
+  if (f) fclose(f);
+  return found;
+}
+
+/* The soak's cudawd (again after a kill, same log and metrics file). */
+static pid_t start_soak_cudawd(void)
+{
+  char log[128], metrics[128];
+  snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
+  snprintf(metrics, sizeof metrics, "%s/metrics.prom", run_dir);
+  const char *argv[] = {cudawd_path, "--device-memory", "128M", "--quantum", "0.5", "--min-run",
+                        "0.2", "--metrics-file", metrics, "--gpu-list", "none", NULL};
+  pid_t daemon = spawn(argv, log);
+  wait_for_cudawd();
+  return daemon;
+}
+
+/* No program cudawd lists (running or exited) had an allocation fail, but the one too-large job
+ * (pid too_large), whose one failure is the native error it must get. Returns how many programs
+ * were seen waiting (a reason other than none) or granted. */
+static void check_failures(const struct sched_snapshot *s, pid_t too_large, unsigned seed)
+{
+  for (int i = 0; i < s->programs; i++) {
+    const struct sched_program_info *p = &s->program[i];
+    uint64_t want = p->pid == too_large && p->state == SCHED_EXITED ? 1 : 0;
+    if (p->pid == too_large && p->state != SCHED_EXITED) continue;
+    CHECK(s->detail[i].failed == want, "seed %u: pid %d (%s) has %llu failed allocations, "
+          "expected %llu", seed, p->pid, sched_state_name(p->state),
+          (unsigned long long)s->detail[i].failed, (unsigned long long)want);
+  }
+}
+
 /* The soak: on one emulated device that every process shares (CUDAW_EMU_SHARED=1, so that an
- * over-grant fails an allocation), 12 jobs of random sizes (20-70% of the device) start at random
- * times; one is killed with -9 in the middle. Every other job must finish with its data verified:
- * none may see an allocation fail. argv seed: SOAK_SEED. */
+ * over-grant fails an allocation), 12 jobs of random sizes (20-70% of the device) and random
+ * allocation patterns (big, small, grow and shrink, stream-ordered, pieces) start at random
+ * times; one more needs 120% of the device in its first allocation. In the middle one job is killed with -9, and so is cudawd,
+ * which is started again: the jobs run on (unshared a moment, saying so) and re-join it. Every
+ * job but the killed one and the too-large one must finish with its data verified, and cudawd
+ * must count 0 failed allocations but the too-large job's one. argv seed: SOAK_SEED. */
 static void test_soak(unsigned seed)
 {
-  enum { JOBS = 12 };
+  enum { JOBS = 12, ALL = JOBS + 1 };
+  static const char *const patterns[] = {"big", "small", "grow", "async", "pieces"};
+  static const char *const pattern_rounds[] = {"6", "4", "14", "10", "6"};
   const uint64_t device = 128u << 20;
   setenv("CUDAW_EMU_SHARED", "1", 1);
   setenv("CUDAW_EMU_SHARED_KEY", run_dir + 5, 1); /* past "/tmp/" */
   setenv("CUDAW_EMU_MEM", "128M", 1);
-  char log[128], metrics[128];
-  snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
-  snprintf(metrics, sizeof metrics, "%s/metrics.prom", run_dir);
-  const char *dargv[] = {cudawd_path, "--device-memory", "128M", "--quantum", "0.5", "--min-run",
-                         "0.2", "--metrics-file", metrics, "--gpu-list", "none", NULL};
-  pid_t daemon = spawn(dargv, log);
-  wait_for_cudawd();
+  pid_t daemon = start_soak_cudawd();
   srand(seed);
-  pid_t jobs[JOBS];
-  int codes[JOBS], killed = rand() % JOBS;
-  char sizes[JOBS][32];
-  double start[JOBS], t0 = now();
-  for (int i = 0; i < JOBS; i++) {
-    uint64_t bytes = device / 100 * (uint64_t)(20 + rand() % 51);
+  pid_t jobs[ALL], pids[ALL];
+  int codes[ALL], killed = rand() % JOBS, pattern[ALL];
+  char sizes[ALL][32], logs[ALL][128];
+  double start[ALL], t0 = now();
+  double daemon_kill_at = 2.0 + (double)(rand() % 1000) / 1000.0;
+  long daemon_down_ms = 200 + rand() % 600;
+  for (int i = 0; i < ALL; i++) {
+    /* The too-large job's first quarter is already more than the device. */
+    uint64_t bytes = i == JOBS ? device / 100 * 480 : device / 100 * (uint64_t)(20 + rand() % 51);
     snprintf(sizes[i], sizeof sizes[i], "%llu", (unsigned long long)(bytes & ~(uint64_t)0xfff));
-    start[i] = (double)(rand() % 2000) / 1000.0;
-    jobs[i] = 0;
+    snprintf(logs[i], sizeof logs[i], "%s/job%d.log", run_dir, i);
+    start[i] = i == JOBS ? 0.1 : (double)(rand() % 2000) / 1000.0;
+    pattern[i] = rand() % 5;
+    jobs[i] = pids[i] = 0;
     codes[i] = -1000;
   }
-  bool kill_done = false;
-  for (int started = 0; started < JOBS || reap(jobs, codes, JOBS) > 0;) {
+  for (int i = 0; i < ALL; i++)
+    printf("job %d: %s bytes, %s, starts at %.2f s\n", i, sizes[i],
+           i == JOBS ? "too-large" : patterns[pattern[i]], start[i]);
+  bool kill_done = false, daemon_killed = false, seen_waiting = false, seen_grant = false;
+  pid_t too_large = 0;
+  struct sched_snapshot s;
+  double snapshot_at = 0;
+  for (int started = 0; started < ALL || reap(jobs, codes, ALL) > 0;) {
     double t = now() - t0;
-    for (int i = 0; i < JOBS; i++)
+    for (int i = 0; i < ALL; i++)
       if (!jobs[i] && codes[i] == -1000 && t >= start[i]) {
-        jobs[i] = start_job(sizes[i], "3", "");
+        const char *argv[] = {job_path, sizes[i], i == JOBS ? "1" : pattern_rounds[pattern[i]],
+                              i == JOBS ? "too-large" : patterns[pattern[i]], NULL};
+        pids[i] = jobs[i] = spawn(argv, logs[i]);
+        if (i == JOBS) too_large = pids[i];
         started++;
       }
     if (!kill_done && t > 2.5 && jobs[killed]) {
+      printf("kill -9 of job %d (pid %d, %s)\n", killed, jobs[killed], patterns[pattern[killed]]);
       kill(jobs[killed], SIGKILL);
       kill_done = true;
+    }
+    if (t - snapshot_at > 0.2 && !(daemon_killed && t < daemon_kill_at + 1) && snapshot(&s)) {
+      snapshot_at = t;
+      for (int i = 0; i < s.programs; i++) {
+        seen_waiting |= s.detail[i].wait_reason != SCHED_WAIT_NONE;
+        seen_grant |= s.detail[i].last_grant_ago >= 0 && s.detail[i].last_grant_bytes > 0;
+      }
+      check_failures(&s, too_large, seed);
+    }
+    if (!daemon_killed && t > daemon_kill_at && codes[JOBS] != -1000) { /* too-large done */
+      CHECK(snapshot(&s));
+      check_failures(&s, too_large, seed);
+      bool counted = false;
+      for (int i = 0; i < s.programs; i++)
+        counted |= s.program[i].pid == too_large && s.program[i].state == SCHED_EXITED;
+      CHECK(counted, "seed %u: the too-large job (pid %d) is not listed as exited with its "
+            "failed allocation", seed, too_large);
+      printf("kill -9 of cudawd at %.1f s, started again %ld ms later\n", t, daemon_down_ms);
+      kill(daemon, SIGKILL);
+      waitpid(daemon, NULL, 0);
+      daemon_killed = true;
+      sleep_ms(daemon_down_ms);
+      daemon = start_soak_cudawd();
     }
     CHECK(t < 200, "the soak did not finish in 200 s");
     sleep_ms(20);
   }
-  for (int i = 0; i < JOBS; i++)
-    CHECK(codes[i] == 0 || (i == killed && codes[i] == -SIGKILL), "seed %u: job %d (%s bytes) "
-          "ended with %d", seed, i, sizes[i], codes[i]);
+  for (int i = 0; i < ALL; i++)
+    CHECK(codes[i] == 0 || (i == killed && codes[i] == -SIGKILL), "seed %u: job %d (%s bytes, %s) "
+          "ended with %d (log %s)", seed, i, sizes[i], i == JOBS ? "too-large" :
+          patterns[pattern[i]], codes[i], logs[i]);
+  CHECK(daemon_killed, "seed %u: the jobs ended before cudawd was killed", seed);
+  CHECK(snapshot(&s));
+  check_failures(&s, too_large, seed);
+  CHECK(seen_waiting, "seed %u: no program was ever shown waiting", seed);
+  CHECK(seen_grant, "seed %u: no program was ever shown with a last grant", seed);
+  /* The jobs said that they ran unshared a moment, and re-joined: the new cudawd knows them. */
+  int went_away = 0, rejoined = 0;
+  for (int i = 0; i < JOBS; i++) {
+    went_away += file_has(logs[i], "went away");
+    CHECK(!file_has(logs[i], "UNSCHEDULED"), "seed %u: job %d allocated unscheduled (%s)", seed,
+          i, logs[i]);
+    for (int k = 0; k < s.programs; k++) rejoined += s.program[k].pid == pids[i];
+  }
+  CHECK(went_away > 0, "seed %u: no job logged that cudawd went away", seed);
+  CHECK(rejoined > 0, "seed %u: no job re-joined the new cudawd", seed);
   kill(daemon, SIGTERM);
   waitpid(daemon, NULL, 0);
   char name[128];
   snprintf(name, sizeof name, "/cudaw-emu-%u-%s-0", (unsigned)geteuid(), run_dir + 5);
   shm_unlink(name);
-  printf("soak seed %u: %d jobs verified in %.1f s\n", seed, JOBS, now() - t0);
+  printf("soak seed %u: %d jobs verified in %.1f s (%d saw cudawd go, %d re-joined)\n", seed,
+         JOBS, now() - t0, went_away, rejoined);
 }
 
 int main(int argc, char **argv)

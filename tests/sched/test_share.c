@@ -4,7 +4,9 @@
  *              never exceeds the capacity, swaps > 0; cudaw-ctl sched/priority, metrics file
  *   faults     kill -9 of a swapped-out job frees its share at once; kill -9 of cudawd mid-run:
  *              the jobs run on unshared (a swapped-out one resumes itself) and re-join a new one
- *   too-large  a job that alone needs more than the capacity gets cudaErrorMemoryAllocation
+ *   too-large  a job that alone needs more than the capacity gets cudaErrorMemoryAllocation, and
+ *              cudawd counts it as its one failed allocation (table, JSON, metrics); a job that
+ *              waits is shown "waiting for memory", with its need and what is free
  *   idle       early hand-over: a job idle on the GPU gives its turn before the quantum ends
  *   timeout    a job that cannot reach its pause is skipped: the next candidate is swapped out
  *   launcher   cudaw run --share starts a cudawd when none answers, and the job joins it
@@ -297,6 +299,48 @@ static void test_faults(pid_t daemon)
   waitpid(daemon, NULL, 0);
 }
 
+/* Whether file holds the text. */
+static bool file_has(const char *path, const char *text)
+{
+  FILE *f = fopen(path, "r");
+  char line[1024];
+  bool found = false;
+  while (f && !found && fgets(line, sizeof line, f)) found = strstr(line, text) != NULL;
+  if (f) fclose(f);
+  return found;
+}
+
+/* Run cudaw-ctl with its standard output to path; its exit code. */
+static int run_ctl_to(const char *path, const char *a, const char *b)
+{
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0 || dup2(fd, 1) < 0) _exit(127);
+    execl(ctl_path, ctl_path, a, b, (char *)NULL);
+    _exit(127);
+  }
+  int status;
+  CHECK(waitpid(pid, &status, 0) == pid);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* path holds one valid JSON document (python3's json module when there is one). */
+static void check_json(const char *path)
+{
+  if (system("command -v python3 >/dev/null 2>&1") != 0) {
+    printf("no python3: %s not parsed\n", path);
+    return;
+  }
+  char command[512];
+  snprintf(command, sizeof command, "python3 -c 'import json,sys; json.load(open(sys.argv[1]))' '%s'",
+           path);
+  CHECK(system(command) == 0, "%s is not valid JSON", path);
+}
+
+/* A job that alone needs more than the capacity gets the native error; cudawd counts that one
+ * failed allocation (table, JSON, metrics), and the wait reason and last grant are shown. */
 static void test_too_large(pid_t daemon)
 {
   pid_t job = start_job("125829120", "1", "too-large"); /* 120 MiB > 96 MiB */
@@ -304,6 +348,69 @@ static void test_too_large(pid_t daemon)
   CHECK(waitpid(job, &status, 0) == job);
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the too-large job did not get "
         "cudaErrorMemoryAllocation (status %#x)", status);
+  struct sched_snapshot s;
+  const struct sched_program_info *p = NULL;
+  for (int i = 0; i < 40 && !p; i++) { /* its socket closes a moment after it exits */
+    CHECK(snapshot(&s));
+    p = find_exited(&s, job);
+    if (!p) sleep_ms(25);
+  }
+  CHECK(p != NULL, "the too-large job is not listed as exited");
+  const struct sched_program_detail *w = &s.detail[p - s.program];
+  CHECK_EQ(w->failed, 1);
+  CHECK_EQ(w->retries, 0);
+  CHECK(w->last_grant_ago >= 0 && w->last_grant_bytes == 30 * MIB, "last grant %llu bytes %.1f s "
+        "ago: expected its 30 MiB pieces", (unsigned long long)w->last_grant_bytes,
+        w->last_grant_ago);
+  char out[128], text[8192];
+  snprintf(out, sizeof out, "%s/sched.json", run_dir);
+  CHECK_EQ(run_ctl_to(out, "--json", "sched"), 0);
+  check_json(out);
+  FILE *f = fopen(out, "r");
+  CHECK(f != NULL);
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = '\0';
+  CHECK(strstr(text, "\"failed_allocations\":1") && strstr(text, "\"alloc_retries\":0") &&
+        strstr(text, "\"last_grant\":{\"bytes\":31457280") && strstr(text, "\"wait\":{\"reason\""),
+        "cudaw-ctl --json sched lacks the failed count, retries, last grant or wait: %s", text);
+  snprintf(out, sizeof out, "%s/sched.txt", run_dir);
+  CHECK_EQ(run_ctl_to(out, "sched", NULL), 0);
+  CHECK(file_has(out, "FAILED") && file_has(out, "LAST GRANT") && file_has(out, "30.00 MiB"),
+        "cudaw-ctl sched does not show the failed count or the last grant");
+  /* A job that waits is shown waiting for memory, with what it needs and what is free. */
+  pid_t holder = start_job(JOB_BYTES, "40", NULL), waiter = 0;
+  bool waited = false;
+  for (int i = 0; i < 400 && !waited; i++) {
+    if (!waiter && snapshot(&s) && s.devices && s.device[0].resident >= 72 * MIB)
+      waiter = start_job(JOB_BYTES, "1", NULL);
+    if (waiter && snapshot(&s) && (p = find(&s, waiter)) != NULL) {
+      w = &s.detail[p - s.program];
+      waited = w->wait_reason == SCHED_WAIT_MEMORY && w->need_bytes > 0 &&
+               w->free_bytes < w->need_bytes;
+    }
+    sleep_ms(10);
+  }
+  CHECK(waited, "the second job was never shown waiting for memory");
+  CHECK_EQ(run_ctl_to(out, "sched", NULL), 0);
+  CHECK(file_has(out, "waiting for memory:") || file_has(out, "swapping"),
+        "cudaw-ctl sched does not say why the job waits");
+  CHECK_EQ(waitpid(holder, &status, 0), holder);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK_EQ(waitpid(waiter, &status, 0), waiter);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK(snapshot(&s));
+  for (int i = 0; i < s.programs; i++)
+    if (s.program[i].pid == holder || s.program[i].pid == waiter) CHECK_EQ(s.detail[i].failed, 0);
+  sleep_ms(2100); /* the metrics file carries the same */
+  char metrics[128], line[160];
+  snprintf(metrics, sizeof metrics, "%s/metrics.prom", run_dir);
+  snprintf(line, sizeof line, "cudawd_program_failed_allocations_total{pid=\"%d\"} 1", job);
+  CHECK(file_has(metrics, line), "%s lacks %s", metrics, line);
+  CHECK(file_has(metrics, "cudawd_program_wait{pid=") &&
+        file_has(metrics, "cudawd_program_last_grant_bytes{pid=") &&
+        file_has(metrics, "cudawd_program_alloc_retries_total{pid="), "%s lacks the wait, last "
+        "grant or retry series", metrics);
   kill(daemon, SIGTERM);
   waitpid(daemon, NULL, 0);
 }
@@ -423,17 +530,6 @@ static void test_launcher(void)
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "job status %#x", status);
   CHECK(seen, "the job under cudaw run --share never joined a cudawd");
   printf("cudaw run --share started cudawd pid %d; the job joined it\n", peer.pid);
-}
-
-/* Whether file holds the text. */
-static bool file_has(const char *path, const char *text)
-{
-  FILE *f = fopen(path, "r");
-  char line[1024];
-  bool found = false;
-  while (f && !found && fgets(line, sizeof line, f)) found = strstr(line, text) != NULL;
-  if (f) fclose(f);
-  return found;
 }
 
 /* The soak's cudawd (again after a kill, same log and metrics file). */

@@ -508,7 +508,10 @@ void sched_program_detail(const struct daemon *d, const struct program *p,
   out->wait_reason = SCHED_WAIT_MEMORY;
   out->need_bytes = extra(p, slot);
   out->free_bytes = d->device[slot].used ? available(d, slot) : 0;
-  const struct program *ahead = d->transition;
+  /* A checkpoint under way makes room (for it or for one ahead of it); a resume under way is
+   * another program going first. */
+  const struct program *ahead =
+      d->transition && d->transition->state == SCHED_SWAPPING_IN ? d->transition : NULL;
   if (!ahead || ahead == p) {
     ahead = NULL;
     for (const struct program *q = d->programs; q; q = q->next)

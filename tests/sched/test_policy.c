@@ -2,8 +2,11 @@
  * program waiting on device 0 swaps out only programs holding memory there), programs that fit
  * together are granted at once, a program larger than the capacity is refused, a program swapped
  * in keeps its turn (no thrashing) and is swapped out once it has passed, priorities order the
- * victims, and a program that leaves frees its share at once. The messages cudawd would send are
- * recorded by the sched_send below. */
+ * victims, and a program that leaves frees its share at once; device keys are checked (a UUID's
+ * hex digits, one size while used, the driver's GPU list); what the snapshot says of a waiting
+ * program; a checkpoint never answered stops holding up the others after swap_timeout; one that
+ * no victim can help does not hold up the next. The messages cudawd would send are recorded by
+ * the sched_send below. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -191,6 +194,52 @@ int main(void)
   for (int i = 0; i < snapshot.programs; i++)
     exited |= snapshot.program[i].pid == a->pid && snapshot.program[i].state == SCHED_EXITED;
   CHECK(exited, "the program that left is not listed as exited");
+
+  /* What the snapshot says of a waiting program, and a checkpoint never answered: after
+   * swap_timeout it no longer holds up the others; its late answer is still taken. */
+  static struct daemon e;
+  e.config = (struct sched_config){.quantum = 1, .min_run = 0.1, .idle_cpu = 0.02,
+                                   .device_memory = 100, .swap_timeout = 5};
+  int ds = sched_device_slot(&e, zero, 1000);
+  struct program *r = join(&e, 6, ds, 80), *q = join(&e, 7, ds, 0);
+  r->resident_since = past;
+  want(q, ds, 50);
+  sched_step(&e);
+  CHECK(last_sent(&pid, &status) == SCHED_CHECKPOINT && pid == r->pid);
+  struct sched_program_detail info;
+  sched_program_detail(&e, q, &info);
+  CHECK(info.wait_reason == SCHED_WAIT_MEMORY && info.need_bytes == 50 && info.free_bytes == 20,
+        "wait %d need %llu free %llu", info.wait_reason, (unsigned long long)info.need_bytes,
+        (unsigned long long)info.free_bytes);
+  sched_program_detail(&e, r, &info);
+  CHECK_EQ(info.wait_reason, SCHED_WAIT_SWAPPING_OUT);
+  r->state_since = sched_now() - 6; /* no answer for 6 s */
+  sched_step(&e);
+  CHECK(e.transition == NULL && last_sent(&pid, &status) == 0);
+  sched_done(&e, r, 1, 0, 80, 6.0); /* the late answer */
+  CHECK_EQ(r->state, SCHED_SWAPPED_OUT);
+  sched_step(&e);
+  CHECK(last_sent(&pid, &status) == SCHED_GRANT && pid == q->pid && status == 0);
+  sched_program_detail(&e, q, &info);
+  CHECK(info.wait_reason == SCHED_WAIT_NONE && info.last_grant_bytes == 50 && info.last_grant_ago >= 0);
+  sched_program_detail(&e, r, &info); /* swapped out, 80 does not fit beside q's 50 */
+  CHECK(info.wait_reason == SCHED_WAIT_MEMORY && info.need_bytes == 80 && info.free_bytes == 50);
+
+  /* One that no victim can help (the memory outside the books is in the way) does not hold up
+   * the program behind it, for which room can be made. */
+  static struct daemon hol;
+  hol.config = (struct sched_config){.quantum = 1, .min_run = 0.1, .idle_cpu = 0.02,
+                                   .device_memory = 100};
+  int fs = sched_device_slot(&hol, one, 120); /* capacity 100 of 120 */
+  hol.device[fs].outside = 30;
+  struct program *g = join(&hol, 3, fs, 40), *big = join(&hol, 4, fs, 95), *h = join(&hol, 5, fs, 0);
+  g->resident_since = past;
+  big->state = SCHED_SWAPPED_OUT;
+  big->wanting_since = past; /* first in line */
+  want(h, fs, 60);
+  sched_step(&hol);
+  CHECK(last_sent(&pid, &status) == SCHED_CHECKPOINT && pid == g->pid,
+        "the program that cannot be helped held up the next one (sent %d to %d)", (int)status, pid);
   printf("ok\n");
   return 0;
 }

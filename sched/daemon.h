@@ -31,6 +31,7 @@ struct device {
   uint64_t total;          /* what the device has (its first SCHED_DEVICE) */
   uint64_t outside;        /* held outside cudawd's books: contexts, libraries, other processes
                             * (from the last free figure a program reported) */
+  double outside_at;       /* when `outside` was last observed (or probed) */
   uint64_t max_resident;
   uint64_t swaps;
 };

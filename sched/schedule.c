@@ -291,6 +291,7 @@ void sched_observe_free(struct daemon *d, const struct program *reporter, int sl
     if (p != reporter && p->joined && is_resident(p->state))
       booked += p->in_flight[slot] ? p->before_grant[slot] : p->bytes[slot];
   dev->outside = used > booked ? used - booked : 0;
+  dev->outside_at = sched_now();
 }
 
 void sched_joined_usage(struct daemon *d, int slot, uint64_t bytes)
@@ -338,6 +339,19 @@ static struct program *next_wanting(struct daemon *d, double now, bool resumable
   return best;
 }
 
+static void grant(struct daemon *d, struct program *p)
+{
+  uint64_t before = p->bytes[p->want_slot];
+  p->before_grant[p->want_slot] = before;
+  p->last_grant_bytes = p->want_bytes > before ? p->want_bytes - before : 0;
+  p->last_grant_at = sched_now();
+  p->bytes[p->want_slot] = p->want_bytes;
+  p->in_flight[p->want_slot] = true;
+  p->wants = false;
+  send_simple(p, SCHED_GRANT, 0);
+  sched_set_state(d, p, SCHED_RUNNING);
+}
+
 static void grant_or_deny(struct daemon *d)
 {
   for (struct program *p = d->programs; p; p = p->next) {
@@ -348,15 +362,7 @@ static void grant_or_deny(struct daemon *d)
       send_simple(p, SCHED_GRANT, -ENOMEM);
       sched_set_state(d, p, SCHED_RUNNING);
     } else if (fits(d, p)) {
-      uint64_t before = p->bytes[p->want_slot];
-      p->before_grant[p->want_slot] = before;
-      p->last_grant_bytes = p->want_bytes > before ? p->want_bytes - before : 0;
-      p->last_grant_at = sched_now();
-      p->bytes[p->want_slot] = p->want_bytes;
-      p->in_flight[p->want_slot] = true;
-      p->wants = false;
-      send_simple(p, SCHED_GRANT, 0);
-      sched_set_state(d, p, SCHED_RUNNING);
+      grant(d, p);
     } else if (p->state == SCHED_RUNNING) {
       sched_set_state(d, p, SCHED_WAITING);
     }
@@ -429,6 +435,46 @@ static void check_transition(struct daemon *d, double now)
   d->transition = NULL;
 }
 
+#define REJOIN_GRACE 1.5
+
+/* An estimate of the memory outside the books older than this may be stale (what it counted may
+ * have left: programs that ran unshared and exited) and alone no longer blocks everything. */
+#define OUTSIDE_STALE 2.0
+
+/* Nothing can be done for the wanting programs (in `order`): if the first one fits in the
+ * capacity and waits only for memory estimated outside the books long ago, let it try (grant or
+ * resume). Its allocation fails if the memory is really taken, and the retry brings a fresh
+ * figure; one try per OUTSIDE_STALE. Without this a stale estimate stops every grant for good. */
+static void probe(struct daemon *d, struct program **order, int count, double now)
+{
+  for (int i = 0; i < count; i++) {
+    struct program *p = order[i];
+    bool only_outside = true;
+    for (int s = 0; s < SCHED_MAX_DEVICES && only_outside; s++) {
+      const struct device *dev = &d->device[s];
+      if (!dev->used || !deficit(d, p, s)) continue;
+      only_outside = sched_resident(d, s) + extra(p, s) <= dev->capacity &&
+                     now - dev->outside_at >= OUTSIDE_STALE;
+    }
+    if (!only_outside || (p->state == SCHED_SWAPPED_OUT &&
+                          (p->skip_until > now || now - d->started < REJOIN_GRACE)))
+      continue;
+    fprintf(stderr, "cudawd: pid %ld waits only for memory estimated outside the books a while "
+            "ago: letting it try\n", (long)p->pid);
+    for (int s = 0; s < SCHED_MAX_DEVICES; s++)
+      if (d->device[s].used && deficit(d, p, s)) d->device[s].outside_at = now;
+    if (p->state == SCHED_SWAPPED_OUT) {
+      send_simple(p, SCHED_RESUME, 0);
+      p->pending_op = 2;
+      sched_set_state(d, p, SCHED_SWAPPING_IN);
+      d->transition = p;
+    } else if (p->wants) {
+      grant(d, p);
+    }
+    return;
+  }
+}
+
 void sched_step(struct daemon *d)
 {
   double now = sched_now();
@@ -436,7 +482,9 @@ void sched_step(struct daemon *d)
   if (d->transition) return; /* one checkpoint or resume at a time */
   grant_or_deny(d);
 
-  struct program *back = next_wanting(d, now, true);
+  /* A cudawd just started lets the programs of an earlier one re-join (they try every second)
+   * before it resumes any: their memory is not in its books until then. */
+  struct program *back = now - d->started >= REJOIN_GRACE ? next_wanting(d, now, true) : NULL;
   if (back) {
     send_simple(back, SCHED_RESUME, 0);
     back->pending_op = 2;
@@ -465,7 +513,10 @@ void sched_step(struct daemon *d)
     if (can_make_room(d, head, now, waiting_too))
       victim = choose_victim(d, head, now, waiting_too);
   }
-  if (!victim) return;
+  if (!victim) {
+    probe(d, order, count, now);
+    return;
+  }
   send_simple(victim, SCHED_CHECKPOINT, 0);
   victim->pending_op = 1;
   sched_set_state(d, victim, SCHED_SWAPPING_OUT);

@@ -1,8 +1,9 @@
 /* Sharing a GPU through cudawd (CUDAW_SHARE=1). A thread keeps the connection: it reports the
  * device memory vmem holds when it shrinks, and runs the checkpoints and resumes cudawd asks for
  * through the checkpoint module. Allocations ask cudawd before the memory they hold grows beyond
- * what it granted. If cudawd goes away, the program resumes itself if cudawd had paused it, runs
- * unshared (one warning) and re-joins when a cudawd answers again. */
+ * what it granted. If cudawd goes away, the program runs unshared (one warning), re-joins when a
+ * cudawd answers again, and, if cudawd had paused it, resumes itself unless a new cudawd came
+ * within SELF_RESUME_AFTER seconds (which then resumes it when it fits). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
@@ -33,6 +34,7 @@ static struct {
   _Atomic bool connected;
   bool warned;                 /* the one "running unshared" warning was given */
   bool paused_by_sched;        /* cudawd paused us: resume ourselves if it goes away */
+  time_t lost_at;              /* when the connection was lost (monotonic seconds) */
   bool ever_joined;            /* a cudawd scheduled us once: wait for the next before failing */
   unsigned generation;         /* joins so far: an answer from an earlier cudawd is no grant */
   bool admitting;              /* an allocation is between admit and allocated */
@@ -130,8 +132,15 @@ static int join(void)
   return rc;
 }
 
+/* A cudawd that went away is usually started again at once: one that paused us waits this long
+ * for the next to resume it when memory allows, before resuming on its own. */
+#define SELF_RESUME_AFTER 5
+
 static void lost(void)
 {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  client.lost_at = now.tv_sec;
   atomic_store(&client.connected, false);
   pthread_mutex_lock(&client.conn_lock);
   if (client.fd >= 0) close(client.fd);
@@ -184,7 +193,8 @@ static void *run(void *unused)
        * short), then look for a cudawd. */
       struct timespec now;
       clock_gettime(CLOCK_MONOTONIC, &now);
-      if (client.paused_by_sched && ckpt_state() == CKPT_PAUSED && now.tv_sec != last_resume_try) {
+      if (client.paused_by_sched && ckpt_state() == CKPT_PAUSED && now.tv_sec != last_resume_try &&
+          now.tv_sec - client.lost_at >= SELF_RESUME_AFTER) {
         last_resume_try = now.tv_sec;
         if (ckpt_request_resume() == 0) client.paused_by_sched = false;
       }
@@ -367,7 +377,7 @@ int shim_sched_retry(int device, uint64_t size, int attempt)
   if (!atomic_load(&client.connected)) {
     /* cudawd went away (killed, restarted): while a new one may come and make room, try the
      * allocation again every 100 ms and look for it, rather than fail the program. */
-    if (!client.ever_joined) return -ENOMEM;
+    if (!client.ever_joined && access(client.path, F_OK) != 0) return -ENOMEM; /* no cudawd */
     if (attempt == 0)
       shim_warn("sched: an allocation of %llu bytes on device %d failed while no cudawd "
                 "schedules us: waiting for one (up to %d s)", (unsigned long long)size, device,

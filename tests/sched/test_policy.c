@@ -5,7 +5,8 @@
  * victims, and a program that leaves frees its share at once; device keys are checked (a UUID's
  * hex digits, one size while used, the driver's GPU list); what the snapshot says of a waiting
  * program; a checkpoint never answered stops holding up the others after swap_timeout; one that
- * no victim can help does not hold up the next. The messages cudawd would send are recorded by
+ * no victim can help does not hold up the next; a stale estimate of the memory outside the books
+ * does not block for good. The messages cudawd would send are recorded by
  * the sched_send below. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -240,6 +241,23 @@ int main(void)
   sched_step(&hol);
   CHECK(last_sent(&pid, &status) == SCHED_CHECKPOINT && pid == g->pid,
         "the program that cannot be helped held up the next one (sent %d to %d)", (int)status, pid);
+
+  /* A stale estimate of the memory outside the books (what it counted left) does not block a
+   * lone waiting program for good: while fresh it waits, once stale it may try. */
+  static struct daemon stale;
+  stale.config = hol.config;
+  int ss = sched_device_slot(&stale, one, 120);
+  stale.device[ss].outside = 50;
+  stale.device[ss].outside_at = sched_now();
+  struct program *lone = join(&stale, 0, ss, 40);
+  want(lone, ss, 100);
+  sched_step(&stale);
+  CHECK_EQ(last_sent(&pid, &status), 0);
+  CHECK_EQ(lone->state, SCHED_WAITING);
+  stale.device[ss].outside_at = sched_now() - 3;
+  sched_step(&stale);
+  CHECK(last_sent(&pid, &status) == SCHED_GRANT && pid == lone->pid && status == 0,
+        "a stale estimate still blocks the lone program");
   printf("ok\n");
   return 0;
 }

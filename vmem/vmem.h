@@ -34,6 +34,9 @@ struct vmem_config {
   enum vmem_policy policy;   /* CUDAW_VMEM_POLICY */
   int check;                 /* CUDAW_CHECK: keep a history of frees for use-after-free reports */
   unsigned free_history;     /* entries in that history when check is on; 0: 4096 */
+  uint64_t slab_max_bytes;   /* remap: what one physical allocation re-created at a resume may
+                              * back (a chunk freed while its slab lives keeps its memory until
+                              * the slab goes); 0: 256 MiB; 1: no slabs, every chunk its own */
 };
 
 /* Initialise the address space: pick the policy, reserve the virtual range on the host

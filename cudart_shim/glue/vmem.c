@@ -70,6 +70,10 @@ static int read_config(const struct vmem_prims *prims, void *ctx, struct vmem_co
   if (invalid)
     shim_warn("CUDAW_CHECK=%s is not 0 or 1; using the default (%d)", cudaw_option("CUDAW_CHECK"),
               config->check);
+  /* Sharing a GPU: memory a program frees must leave the device at once, or cudawd counts it as
+   * held by someone else and nobody can give it back: no slabs at a resume (a freed chunk keeps
+   * its slab's memory until the slab goes). A resume then maps every chunk on its own. */
+  if (strcmp(cudaw_option("CUDAW_SHARE"), "1") == 0) config->slab_max_bytes = 1;
   const char *va = cudaw_option("CUDAW_VA_SIZE");
   if (strcmp(va, "auto") != 0 && vmem_parse_size(va, 0, &config->va_size) != 0) {
     shim_error("CUDAW_VA_SIZE=%s: expected a size such as 256G", va);

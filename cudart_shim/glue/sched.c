@@ -391,6 +391,7 @@ int shim_sched_retry(int device, uint64_t size, int attempt)
   if (attempt == 0)
     shim_info("sched: a granted allocation of %llu bytes on device %d failed: asking cudawd "
               "to make room", (unsigned long long)size, device);
+  if (!client.described[device]) learn_device(device); /* admitted while no cudawd answered */
   int rc = ask(device, size, SCHED_ALLOC_FAILED);
   return rc == 0 || rc == 2 ? 0 : -ENOMEM; /* 2: cudawd went away: wait for the next one */
 }

@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +44,9 @@ static int exit_for(int rc)
   return rc == -EACCES || rc == -EPERM ? EXIT_PERMISSION : EXIT_NO_DAEMON;
 }
 
-static int ask(int type, pid_t pid, int value, void *reply, size_t reply_len)
+/* Ask cudawd; the answer must be reply_len bytes, or at least min_len (an older cudawd's shorter
+ * snapshot: the rest stays zero). */
+static int ask(int type, pid_t pid, int value, void *reply, size_t reply_len, size_t min_len)
 {
   int fd = connect_daemon();
   if (fd < 0) return exit_for(fd);
@@ -58,11 +61,42 @@ static int ask(int type, pid_t pid, int value, void *reply, size_t reply_len)
     fprintf(stderr, "cudaw-ctl: cudawd refused: it belongs to another user\n");
     return EXIT_PERMISSION;
   }
-  if (n != (ssize_t)reply_len || answer->version != SCHED_PROTO_VERSION) {
+  if (n < (ssize_t)min_len || n > (ssize_t)reply_len || answer->version != SCHED_PROTO_VERSION) {
     fprintf(stderr, "cudaw-ctl: cudawd gave no valid answer (%zd bytes)\n", n);
     return EXIT_FAILED;
   }
   return EXIT_OK;
+}
+
+/* Why a program waits, in words (plain ASCII, fit for JSON as it is). */
+static const char *wait_text(const struct sched_program_detail *w, char *out, size_t size)
+{
+  char need[32], free_bytes[32];
+  ckpt_format_bytes(w->need_bytes, need, sizeof need);
+  ckpt_format_bytes(w->free_bytes, free_bytes, sizeof free_bytes);
+  switch (w->wait_reason) {
+  case SCHED_WAIT_MEMORY:
+    snprintf(out, size, "waiting for memory: %s needed, %s free", need, free_bytes);
+    break;
+  case SCHED_WAIT_QUEUED:
+    snprintf(out, size, "queued behind pid %d (%s needed, %s free)", w->behind_pid, need,
+             free_bytes);
+    break;
+  case SCHED_WAIT_SWAPPING_OUT: snprintf(out, size, "swapping out"); break;
+  case SCHED_WAIT_SWAPPING_IN: snprintf(out, size, "swapping in"); break;
+  default: snprintf(out, size, "-"); break;
+  }
+  return out;
+}
+
+/* "72.00 MiB 3.2 s ago", or "-" before the first grant. */
+static const char *grant_text(const struct sched_program_detail *w, char *out, size_t size)
+{
+  char bytes[32];
+  ckpt_format_bytes(w->last_grant_bytes, bytes, sizeof bytes);
+  if (w->last_grant_ago < 0) snprintf(out, size, "-");
+  else snprintf(out, size, "%s %.1f s ago", bytes, w->last_grant_ago);
+  return out;
 }
 
 static void print_json(const struct sched_snapshot *s)
@@ -72,18 +106,28 @@ static void print_json(const struct sched_snapshot *s)
     const struct sched_device_info *d = &s->device[i];
     char key[SCHED_KEY_LEN + 1];
     printf("%s{\"device\":%d,\"key\":\"%s\",\"capacity\":%" PRIu64 ",\"resident_bytes\":%" PRIu64
-           ",\"max_resident_bytes\":%" PRIu64 ",\"swaps\":%" PRIu64 ",\"programs\":%d}",
+           ",\"max_resident_bytes\":%" PRIu64 ",\"swaps\":%" PRIu64 ",\"programs\":%d"
+           ",\"users\":%d}",
            i ? "," : "", i, sched_key_printable(d->key, key), d->capacity, d->resident, d->max_resident, d->swaps,
-           d->programs);
+           d->programs, d->users);
   }
   printf("],\"programs\":[");
   for (int i = 0; i < s->programs; i++) {
     const struct sched_program_info *p = &s->program[i];
+    const struct sched_program_detail *w = &s->detail[i];
+    char why[160];
     printf("%s{\"pid\":%d,\"state\":\"%s\",\"priority\":%d,\"bytes\":%" PRIu64
            ",\"devices\":%d,\"gpu_seconds\":%.3f,\"swaps\":%" PRIu64
-           ",\"swap_seconds\":%.3f,\"wait_seconds\":%.3f}",
+           ",\"swap_seconds\":%.3f,\"wait_seconds\":%.3f",
            i ? "," : "", p->pid, sched_state_name(p->state), p->priority, p->bytes,
            p->device_mask, p->gpu_seconds, p->swaps, p->swap_seconds, p->wait_seconds);
+    printf(",\"wait\":{\"reason\":\"%s\",\"text\":\"%s\",\"behind_pid\":%d,\"needed_bytes\":%" PRIu64
+           ",\"free_bytes\":%" PRIu64 "},\"last_grant\":{\"bytes\":%" PRIu64
+           ",\"seconds_ago\":%.3f},\"alloc_retries\":%" PRIu64 ",\"failed_allocations\":%" PRIu64
+           "}",
+           sched_wait_name(w->wait_reason), wait_text(w, why, sizeof why), w->behind_pid,
+           w->need_bytes, w->free_bytes, w->last_grant_bytes, w->last_grant_ago, w->retries,
+           w->failed);
   }
   printf("]}\n");
 }
@@ -103,14 +147,17 @@ static void print_text(const struct sched_snapshot *s)
     printf("%-6d %-34s %12s %12s %12s %6" PRIu64 "\n", i, sched_key_printable(d->key, key), a, b,
            c, d->swaps);
   }
-  printf("%-8s %-12s %4s %12s %10s %6s %10s %10s\n", "PID", "STATE", "PRIO", "BYTES", "GPU_S",
-         "SWAPS", "SWAP_S", "WAIT_S");
+  printf("%-8s %-12s %4s %12s %10s %6s %10s %10s %7s %6s  %-24s %s\n", "PID", "STATE", "PRIO",
+         "BYTES", "GPU_S", "SWAPS", "SWAP_S", "WAIT_S", "RETRIES", "FAILED", "LAST GRANT", "WHY");
   for (int i = 0; i < s->programs; i++) {
     const struct sched_program_info *p = &s->program[i];
+    const struct sched_program_detail *w = &s->detail[i];
+    char why[160], grant[64];
     ckpt_format_bytes(p->bytes, a, sizeof a);
-    printf("%-8d %-12s %4d %12s %10.1f %6" PRIu64 " %10.2f %10.1f\n", p->pid,
-           sched_state_name(p->state), p->priority, a, p->gpu_seconds, p->swaps, p->swap_seconds,
-           p->wait_seconds);
+    printf("%-8d %-12s %4d %12s %10.1f %6" PRIu64 " %10.2f %10.1f %7" PRIu64 " %6" PRIu64
+           "  %-24s %s\n", p->pid, sched_state_name(p->state), p->priority, a, p->gpu_seconds,
+           p->swaps, p->swap_seconds, p->wait_seconds, w->retries, w->failed,
+           grant_text(w, grant, sizeof grant), wait_text(w, why, sizeof why));
   }
 }
 
@@ -119,7 +166,8 @@ int sched_ctl_main(int count, const char *const *args, bool json)
   if (count == 1 && strcmp(args[0], "sched") == 0) {
     struct sched_snapshot *snapshot = calloc(1, sizeof *snapshot);
     if (!snapshot) return EXIT_FAILED;
-    int code = ask(SCHED_STATUS, 0, 0, snapshot, sizeof *snapshot);
+    int code = ask(SCHED_STATUS, 0, 0, snapshot, sizeof *snapshot,
+                   offsetof(struct sched_snapshot, detail));
     if (code == EXIT_OK) json ? print_json(snapshot) : print_text(snapshot);
     free(snapshot);
     return code;
@@ -130,7 +178,7 @@ int sched_ctl_main(int count, const char *const *args, bool json)
   if (count == 3 && strcmp(args[0], "priority") == 0 && pid > 0 && !*end && value >= 1 &&
       value <= 100) {
     struct sched_msg reply;
-    int code = ask(SCHED_PRIORITY, (pid_t)pid, (int)value, &reply, sizeof reply);
+    int code = ask(SCHED_PRIORITY, (pid_t)pid, (int)value, &reply, sizeof reply, sizeof reply);
     if (code != EXIT_OK) return code;
     if (reply.status == -ESRCH) {
       fprintf(stderr, "cudaw-ctl: pid %ld does not share a GPU through cudawd\n", pid);

@@ -32,7 +32,8 @@ static void usage(FILE *out)
 {
   fprintf(out,
           "usage: cudawd [--system] [--quantum SEC] [--min-run SEC] [--device-memory SIZE]\n"
-          "              [--metrics-file PATH] [--verbose]\n"
+          "              [--swap-timeout SEC] [--gpu-list DIR|none] [--metrics-file PATH]\n"
+          "              [--verbose]\n"
           "\n"
           "Schedules the programs run with `cudaw run --share` (CUDAW_SHARE=1) on this machine's\n"
           "GPUs: an allocation that does not fit waits while programs whose turn is over are\n"
@@ -47,6 +48,10 @@ static void usage(FILE *out)
           "  --min-run SEC        a program idle on the GPU keeps its turn this long (default 1)\n"
           "  --device-memory SIZE memory to hand out per device: bytes, K/M/G/T or N%% of the\n"
           "                       device (default 90%%: the rest is contexts and libraries)\n"
+          "  --swap-timeout SEC   a checkpoint or resume not answered by then stops holding up\n"
+          "                       the others (default 600)\n"
+          "  --gpu-list DIR|none  a device key must be the UUID of a GPU listed there, when the\n"
+          "                       directory exists (default /proc/driver/nvidia/gpus)\n"
           "  --metrics-file PATH  write the figures in Prometheus text format, every 2 s\n"
           "  --verbose            log every message and decision\n",
           SCHED_SOCKET_NAME, SCHED_SOCKET_NAME);
@@ -80,7 +85,8 @@ static int parse_device_memory(const char *text, struct sched_config *config)
 static int parse_args(int argc, char **argv, struct sched_config *config)
 {
   *config = (struct sched_config){.quantum = 30, .min_run = 1, .idle_cpu = 0.02,
-                                  .device_fraction = 0.9};
+                                  .device_fraction = 0.9, .swap_timeout = 600,
+                                  .gpu_list = "/proc/driver/nvidia/gpus"};
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
     int rc = 0;
@@ -102,6 +108,10 @@ static int parse_args(int argc, char **argv, struct sched_config *config)
       rc = parse_seconds(value, &config->min_run);
     } else if (!strcmp(arg, "--device-memory")) {
       rc = parse_device_memory(value, config);
+    } else if (!strcmp(arg, "--swap-timeout")) {
+      rc = parse_seconds(value, &config->swap_timeout);
+    } else if (!strcmp(arg, "--gpu-list")) {
+      config->gpu_list = value;
     } else if (!strcmp(arg, "--metrics-file")) {
       config->metrics_file = value;
     } else {
@@ -195,6 +205,8 @@ static bool peer_allowed(const struct daemon *d, int fd, pid_t *pid, uid_t *uid)
   return d->config.system || peer.uid == geteuid() || peer.uid == 0;
 }
 
+static void remove_program(struct daemon *d, struct program *p);
+
 static void accept_one(struct daemon *d, int listen_fd)
 {
   int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
@@ -202,7 +214,19 @@ static void accept_one(struct daemon *d, int listen_fd)
   pid_t pid = 0;
   uid_t uid = (uid_t)-1;
   size_t count = 0;
-  for (struct program *p = d->programs; p; p = p->next) count++;
+  struct program *idle = NULL; /* the oldest connection that never joined (the list is newest first) */
+  for (struct program *p = d->programs; p; p = p->next) {
+    count++;
+    if (!p->joined) idle = p;
+  }
+  if (count >= SCHED_MAX_PROGRAMS && idle) {
+    /* A program or cudaw-ctl says what it wants at once: one that holds a connection without
+     * joining must not lock the others out. */
+    fprintf(stderr, "cudawd: %d connections: closing the oldest that never joined (pid %ld)\n",
+            SCHED_MAX_PROGRAMS, (long)idle->pid);
+    remove_program(d, idle);
+    count--;
+  }
   if (count >= SCHED_MAX_PROGRAMS) {
     fprintf(stderr, "cudawd: refused a connection: %d programs already\n", SCHED_MAX_PROGRAMS);
     close(fd);
@@ -227,6 +251,7 @@ static void accept_one(struct daemon *d, int listen_fd)
   p->pid = pid; /* the kernel's word, not the message's */
   p->uid = uid;
   p->priority = 1;
+  p->connected_at = sched_now();
   for (int i = 0; i < SCHED_MAX_DEVICES; i++) p->slot[i] = -1;
   p->next = d->programs;
   d->programs = p;
@@ -259,7 +284,16 @@ static int slot_of(const struct program *p, int ordinal)
   return ordinal >= 0 && ordinal < SCHED_MAX_DEVICES ? p->slot[ordinal] : -1;
 }
 
-static void on_message(struct daemon *d, struct program *p, const struct sched_msg *msg)
+/* A size a peer says it holds on slot must be at most what the device has. */
+static bool plausible_size(const struct daemon *d, int slot, uint64_t bytes)
+{
+  return bytes <= d->device[slot].total;
+}
+
+/* Handle one message; false to close the connection (the peer broke the protocol). A program's
+ * messages count only after its hello, and a result only when it was asked for: a buggy or
+ * hostile peer can change nothing but its own standing. */
+static bool on_message(struct daemon *d, struct program *p, const struct sched_msg *msg)
 {
   double now = sched_now();
   int slot = slot_of(p, msg->device);
@@ -267,63 +301,105 @@ static void on_message(struct daemon *d, struct program *p, const struct sched_m
     fprintf(stderr, "cudawd: pid %ld: message %u device %d bytes %llu held %llu status %d value %d\n",
             (long)p->pid, msg->type, msg->device, (unsigned long long)msg->bytes,
             (unsigned long long)msg->held, msg->status, msg->value);
+  bool program_message = msg->type == SCHED_DEVICE || msg->type == SCHED_ALLOC ||
+                         msg->type == SCHED_USAGE || msg->type == SCHED_DONE ||
+                         msg->type == SCHED_FAILED;
+  if (program_message && !p->joined) {
+    fprintf(stderr, "cudawd: pid %ld: message %u before its hello: closing\n", (long)p->pid,
+            msg->type);
+    return false;
+  }
   switch (msg->type) {
   case SCHED_HELLO:
+    if (p->joined || (msg->value != 0 && msg->value != 1)) {
+      fprintf(stderr, "cudawd: pid %ld: %s hello: closing\n", (long)p->pid,
+              p->joined ? "a second" : "a malformed");
+      return false;
+    }
     p->joined = true;
     p->state = msg->value ? SCHED_SWAPPED_OUT : SCHED_RUNNING;
     p->state_since = p->accounted_at = p->resident_since = p->wanting_since = now;
     fprintf(stderr, "cudawd: pid %ld (uid %u) joined%s\n", (long)p->pid, (unsigned)p->uid,
             msg->value ? " (paused)" : "");
     break;
-  case SCHED_DEVICE:
+  case SCHED_DEVICE: {
     if (msg->device < 0 || msg->device >= SCHED_MAX_DEVICES) break;
-    p->slot[msg->device] = sched_device_slot(d, msg->key, msg->bytes);
+    int got = sched_device_slot(d, msg->key, msg->bytes);
+    if (got < 0) {
+      char key[SCHED_KEY_LEN + 1];
+      fprintf(stderr, "cudawd: pid %ld: device %d (%s, %llu bytes) not scheduled: %s\n",
+              (long)p->pid, msg->device, sched_key_printable(msg->key, key),
+              (unsigned long long)msg->bytes,
+              got == -ENODEV ? "not the UUID of a GPU of this machine"
+              : got == -ENOSPC ? "every device slot is in use"
+                               : "not a UUID's hex digits, or another size than its other users say");
+    }
+    p->slot[msg->device] = got;
     break;
+  }
   case SCHED_ALLOC:
-    if (slot < 0) {
+    if (slot < 0 || !plausible_size(d, slot, msg->held)) {
       struct sched_msg answer = {.version = SCHED_PROTO_VERSION, .type = SCHED_GRANT,
-                                 .status = -ENODEV};
-      sched_send(p, &answer); /* an unknown device is not ours to schedule: let it allocate */
+                                 .status = slot < 0 ? -ENODEV : -EINVAL};
+      sched_send(p, &answer); /* not ours to schedule: the program says it runs unscheduled */
       break;
     }
     p->bytes[slot] = msg->held;
     p->in_flight[slot] = false;
+    p->usage_seen[slot] = true;
     if (msg->value & SCHED_ALLOC_FREE_KNOWN)
       sched_observe_free(d, p, slot, msg->held, msg->device_free);
-    if (msg->value & SCHED_ALLOC_FAILED)
+    if (msg->value & SCHED_ALLOC_FAILED) {
+      p->retries++;
       fprintf(stderr, "cudawd: pid %ld: a granted allocation failed on the device (%llu MiB "
               "outside cudawd's books): making room\n", (long)p->pid,
               (unsigned long long)(d->device[slot].outside >> 20));
+    }
     if (!p->wants) p->wanting_since = now;
     p->wants = true;
     p->want_slot = slot;
-    p->want_bytes = msg->bytes;
+    p->want_bytes = msg->bytes; /* more than the device has: refused as never fitting */
     break;
   case SCHED_USAGE:
-    if (slot >= 0) {
+    if (slot >= 0 && plausible_size(d, slot, msg->bytes)) {
+      if (!p->usage_seen[slot] && p->state == SCHED_RUNNING)
+        sched_joined_usage(d, slot, msg->bytes);
+      p->usage_seen[slot] = true;
       p->bytes[slot] = msg->bytes;
       p->in_flight[slot] = false;
+    } else if (slot >= 0) {
+      fprintf(stderr, "cudawd: pid %ld: says it holds %llu bytes on a device of %llu: ignored\n",
+              (long)p->pid, (unsigned long long)msg->bytes,
+              (unsigned long long)d->device[slot].total);
     }
     break;
   case SCHED_DONE:
-    /* Only the answer to what cudawd asked of this program: a peer cannot swap itself out (or
-     * in) on the books while it holds its memory. */
-    if (d->transition != p) {
-      fprintf(stderr, "cudawd: pid %ld reported a swap cudawd did not ask for: ignored\n",
-              (long)p->pid);
+    if (msg->value != p->pending_op || !p->pending_op) {
+      fprintf(stderr, "cudawd: pid %ld: a result (%d) it was not asked for: ignored\n",
+              (long)p->pid, msg->value);
       break;
     }
-    sched_done(d, p, msg->value, msg->status, msg->bytes, msg->seconds);
+    p->pending_op = 0;
+    sched_done(d, p, msg->value, msg->status > 0 ? -EINVAL : msg->status, msg->bytes,
+               msg->seconds >= 0 && msg->seconds < 1e9 ? msg->seconds : 0);
+    break;
+  case SCHED_FAILED:
+    p->failed++;
+    fprintf(stderr, "cudawd: pid %ld: an allocation of %llu bytes on device %d FAILED: the error "
+            "(%s) went back to the program\n", (long)p->pid, (unsigned long long)msg->bytes,
+            msg->device, strerror(msg->status < 0 && msg->status > -4096 ? -msg->status : EIO));
     break;
   case SCHED_STATUS: {
     struct sched_snapshot *snapshot = calloc(1, sizeof *snapshot);
     if (!snapshot) break;
     sched_account(d);
     sched_fill_snapshot(d, snapshot);
-    if (send(p->fd, snapshot, sizeof *snapshot, MSG_NOSIGNAL) < 0)
-      fprintf(stderr, "cudawd: status reply: %s\n", strerror(errno));
+    /* Never wait on a peer: one that asks and does not read is dropped. */
+    bool sent = send(p->fd, snapshot, sizeof *snapshot, MSG_NOSIGNAL | MSG_DONTWAIT) ==
+                (ssize_t)sizeof *snapshot;
+    if (!sent) fprintf(stderr, "cudawd: status reply to pid %ld: %s\n", (long)p->pid, strerror(errno));
     free(snapshot);
-    break;
+    return sent;
   }
   case SCHED_PRIORITY: {
     struct program *target = find_pid(d, msg->pid);
@@ -343,8 +419,10 @@ static void on_message(struct daemon *d, struct program *p, const struct sched_m
     break;
   }
   default:
-    fprintf(stderr, "cudawd: pid %ld sent an unknown message type %u\n", (long)p->pid, msg->type);
+    fprintf(stderr, "cudawd: pid %ld sent an unknown message type %u: ignored\n", (long)p->pid,
+            msg->type);
   }
+  return true;
 }
 
 /* Read one message; false when the connection is over. */
@@ -360,8 +438,7 @@ static bool receive(struct daemon *d, struct program *p)
     return false;
   }
   msg.key[SCHED_KEY_LEN - 1] = '\0';
-  on_message(d, p, &msg);
-  return true;
+  return on_message(d, p, &msg);
 }
 
 static void serve(struct daemon *d, int listen_fd)

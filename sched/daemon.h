@@ -16,6 +16,10 @@ struct sched_config {
   double idle_cpu;         /* a program using less CPU than this fraction counts as idle */
   uint64_t device_memory;  /* --device-memory in bytes; 0: device_fraction of the device */
   double device_fraction;  /* --device-memory N% (or the default margin) */
+  double swap_timeout;     /* --swap-timeout: a checkpoint or resume not answered by then no
+                            * longer holds up the others */
+  const char *gpu_list;    /* --gpu-list: the driver's GPU directory; keys must be its UUIDs
+                            * (when it exists); "none": any well-formed key */
   const char *metrics_file;
   bool verbose;            /* --verbose: log every message and decision */
   bool system;             /* --system: root, one cudawd for every user of the node */
@@ -28,6 +32,7 @@ struct device {
   uint64_t total;          /* what the device has (its first SCHED_DEVICE) */
   uint64_t outside;        /* held outside cudawd's books: contexts, libraries, other processes
                             * (from the last free figure a program reported) */
+  double outside_at;       /* when `outside` was last observed (or probed) */
   uint64_t max_resident;
   uint64_t swaps;
 };
@@ -44,6 +49,8 @@ struct program {
   int want_slot;
   uint64_t want_bytes;
   bool in_flight[SCHED_MAX_DEVICES]; /* per device index: granted, allocation not reported yet */
+  uint64_t before_grant[SCHED_MAX_DEVICES]; /* what it held when that grant was given */
+  bool usage_seen[SCHED_MAX_DEVICES]; /* reported what it holds since its hello */
   int priority;            /* weight: a turn lasts quantum x priority; higher goes first */
   double state_since;      /* when it entered its state */
   double accounted_at;     /* time is accounted to its state up to here */
@@ -52,6 +59,11 @@ struct program {
   double gpu_seconds, swap_seconds, wait_seconds;
   uint64_t swaps;
   double skip_until;       /* a checkpoint of it failed (pause timeout): try others first */
+  int pending_op;          /* the SCHED_DONE it owes: 1 checkpoint, 2 resume, 0 none */
+  double connected_at;
+  uint64_t last_grant_bytes;
+  double last_grant_at;    /* 0: never granted */
+  uint64_t retries, failed; /* see struct sched_program_detail */
   /* CPU use from /proc/<pid>/stat, for the idle test */
   double cpu_time, cpu_at;
   bool idle;
@@ -64,6 +76,8 @@ struct daemon {
   struct program *programs;
   struct program *transition;  /* the program whose checkpoint or resume is under way */
   struct sched_program_info exited[SCHED_MAX_EXITED]; /* the last programs gone, oldest first */
+  struct sched_program_detail exited_detail[SCHED_MAX_EXITED];
+  double exited_grant_at[SCHED_MAX_EXITED];
   int exited_count;
   double started;
 };
@@ -82,12 +96,19 @@ void sched_account(struct daemon *d);
 void sched_set_state(struct daemon *d, struct program *p, enum sched_program_state state);
 /* Decide: grant what fits, deny what never fits, resume, checkpoint. Sends the messages. */
 void sched_step(struct daemon *d);
+/* Why p waits, its last grant and its counts, as the snapshot shows them. */
+void sched_program_detail(const struct daemon *d, const struct program *p,
+                          struct sched_program_detail *out);
 /* The program is gone (exit, kill, closed socket): its share is free at once. */
 void sched_forget(struct daemon *d, struct program *p);
 /* Its checkpoint (op 1) or resume (op 2) of `bytes` ended with status (0 or -errno) after
  * `seconds`. */
 void sched_done(struct daemon *d, struct program *p, int op, int status, uint64_t bytes,
                 double seconds);
+
+/* A program that just joined holds `bytes` on slot (resident): memory the device counted outside
+ * the books until now (it ran unshared, or under an earlier cudawd) is in them from now on. */
+void sched_joined_usage(struct daemon *d, int slot, uint64_t bytes);
 
 /* cudawd.c */
 int sched_send(struct program *p, const struct sched_msg *msg);

@@ -25,12 +25,25 @@ void sched_fill_snapshot(const struct daemon *d, struct sched_snapshot *out)
     info->resident = sched_resident(d, s);
     info->max_resident = dev->max_resident;
     info->swaps = dev->swaps;
-    for (const struct program *p = d->programs; p; p = p->next)
+    for (const struct program *p = d->programs; p; p = p->next) {
       if (p->joined && p->bytes[s]) info->programs++;
+      bool uses = false;
+      for (int o = 0; p->joined && o < SCHED_MAX_DEVICES; o++) uses |= p->slot[o] == s;
+      info->users += uses;
+    }
   }
   for (const struct program *p = d->programs; p && out->programs < SCHED_MAX_PROGRAMS; p = p->next)
-    if (p->joined) sched_program_info(p, &out->program[out->programs++]);
-  for (int i = 0; i < d->exited_count; i++) out->program[out->programs++] = d->exited[i];
+    if (p->joined) {
+      sched_program_detail(d, p, &out->detail[out->programs]);
+      sched_program_info(p, &out->program[out->programs++]);
+    }
+  double now = sched_now();
+  for (int i = 0; i < d->exited_count; i++) {
+    out->detail[out->programs] = d->exited_detail[i];
+    out->detail[out->programs].last_grant_ago =
+        d->exited_grant_at[i] > 0 ? now - d->exited_grant_at[i] : -1;
+    out->program[out->programs++] = d->exited[i];
+  }
 }
 
 void sched_program_info(const struct program *p, struct sched_program_info *info)
@@ -91,6 +104,33 @@ int sched_write_metrics(const struct daemon *d, const char *path)
       fprintf(f, "%s{pid=\"%d\"} %.15g\n", series[k].name, p->pid, values[k]);
     }
   }
+  static const struct { const char *name, *type, *help; } detail_series[] = {
+    {"cudawd_program_failed_allocations_total", "counter",
+     "Allocations whose error went back to the program while it shared the GPU."},
+    {"cudawd_program_alloc_retries_total", "counter",
+     "Granted allocations that failed on the device and were asked again."},
+    {"cudawd_program_last_grant_bytes", "gauge", "Bytes its last grant added (0: none yet)."},
+    {"cudawd_program_last_grant_age_seconds", "gauge", "Seconds since its last grant (-1: none)."},
+    {"cudawd_program_wait_needed_bytes", "gauge", "Memory it waits for (0: not waiting for any)."},
+    {"cudawd_program_wait_free_bytes", "gauge", "What its device has free for it while it waits."},
+  };
+  for (size_t k = 0; k < sizeof detail_series / sizeof detail_series[0]; k++) {
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", detail_series[k].name, detail_series[k].help,
+            detail_series[k].name, detail_series[k].type);
+    for (int i = 0; i < snapshot.programs; i++) {
+      const struct sched_program_detail *w = &snapshot.detail[i];
+      double values[] = {(double)w->failed, (double)w->retries, (double)w->last_grant_bytes,
+                         w->last_grant_ago, (double)w->need_bytes, (double)w->free_bytes};
+      fprintf(f, "%s{pid=\"%d\"} %.15g\n", detail_series[k].name, snapshot.program[i].pid,
+              values[k]);
+    }
+  }
+  fprintf(f, "# HELP cudawd_program_wait Why the program waits: reason none, memory, queued (behind "
+             "another pid), swapping_out or swapping_in.\n# TYPE cudawd_program_wait gauge\n");
+  for (int i = 0; i < snapshot.programs; i++)
+    fprintf(f, "cudawd_program_wait{pid=\"%d\",reason=\"%s\",behind=\"%d\"} 1\n",
+            snapshot.program[i].pid, sched_wait_name(snapshot.detail[i].wait_reason),
+            snapshot.detail[i].behind_pid);
   /* The state as a label of its own series, so that the others keep one series per program. */
   fprintf(f, "# HELP cudawd_program_state The program's state (running, waiting, swapped_out...).\n"
              "# TYPE cudawd_program_state gauge\n");

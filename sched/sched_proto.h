@@ -31,6 +31,9 @@ enum sched_msg_type {
   SCHED_STATUS,      /* answered with one struct sched_snapshot */
   SCHED_PRIORITY,    /* set program `pid`'s priority to `value`; answered with SCHED_REPLY */
   SCHED_REPLY,       /* status 0 or -errno (-ESRCH: no such program) */
+  /* program -> cudawd (added within version 2: an older cudawd logs and ignores it) */
+  SCHED_FAILED,      /* an allocation of `bytes` on `device` failed and its error (status,
+                      * -errno) went back to the program */
 };
 
 struct sched_msg {
@@ -67,8 +70,8 @@ struct sched_device_info {
   uint64_t resident;      /* bytes the resident programs hold */
   uint64_t max_resident;  /* the highest `resident` seen */
   uint64_t swaps;         /* checkpoints of programs holding memory here */
-  int32_t programs;       /* programs using it */
-  int32_t unused;
+  int32_t programs;       /* programs holding memory on it */
+  int32_t users;          /* joined programs that described it (0: its slot may be reused) */
 };
 
 struct sched_program_info {
@@ -83,6 +86,27 @@ struct sched_program_info {
   double wait_seconds;    /* time it waited (for memory or, swapped out, for its turn) */
 };
 
+/* Why a program waits (sched_program_detail.wait_reason). */
+enum sched_wait_reason {
+  SCHED_WAIT_NONE = 0,      /* not waiting */
+  SCHED_WAIT_MEMORY,        /* needs need_bytes more on its device, which has free_bytes free */
+  SCHED_WAIT_QUEUED,        /* also needs memory, and pid behind_pid goes first */
+  SCHED_WAIT_SWAPPING_OUT,  /* its checkpoint is under way */
+  SCHED_WAIT_SWAPPING_IN,   /* its resume is under way */
+};
+
+struct sched_program_detail {
+  int32_t wait_reason;      /* enum sched_wait_reason */
+  int32_t behind_pid;       /* SCHED_WAIT_QUEUED: the program ahead of it */
+  uint64_t need_bytes;      /* what it waits for beyond what it holds resident */
+  uint64_t free_bytes;      /* what cudawd can hand out on that device now */
+  uint64_t last_grant_bytes;/* its last grant: bytes added to what it held */
+  double last_grant_ago;    /* seconds since that grant; < 0: none yet */
+  uint64_t retries;         /* granted allocations that failed on the device and were asked
+                             * again (cudawd made room) */
+  uint64_t failed;          /* allocations whose error went back to the program */
+};
+
 struct sched_snapshot {
   uint32_t version;
   uint32_t type;          /* SCHED_STATUS */
@@ -92,6 +116,9 @@ struct sched_snapshot {
   double uptime;
   struct sched_device_info device[SCHED_MAX_DEVICES];
   struct sched_program_info program[SCHED_MAX_PROGRAMS + SCHED_MAX_EXITED];
+  /* Added within version 2, after everything an older cudaw-ctl reads (it receives the snapshot
+   * cut short; a newer cudaw-ctl accepts an older cudawd's shorter one, details unknown). */
+  struct sched_program_detail detail[SCHED_MAX_PROGRAMS + SCHED_MAX_EXITED]; /* per program[] */
 };
 
 /* A device key fit to print anywhere (terminal, JSON, metrics labels): letters, digits, '-', '.'
@@ -108,6 +135,12 @@ static inline const char *sched_key_printable(const char *key, char out[SCHED_KE
   }
   out[i] = '\0';
   return out;
+}
+
+static inline const char *sched_wait_name(int reason)
+{
+  static const char *const names[] = {"none", "memory", "queued", "swapping_out", "swapping_in"};
+  return reason >= 0 && reason <= SCHED_WAIT_SWAPPING_IN ? names[reason] : "unknown";
 }
 
 static inline const char *sched_state_name(int state)

@@ -3,7 +3,10 @@
  * priority, or min-run when they leave the GPU idle) until it does. A program swapped in keeps
  * its turn until then, so nothing thrashes; programs that fit together are never swapped. */
 #define _GNU_SOURCE
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -26,6 +29,50 @@ static bool valid_description(const char *key, uint64_t total)
   return key[32] == '\0' && total > 0 && total <= ((uint64_t)1 << 50);
 }
 
+/* The hex digits of the "GPU UUID:" line of a driver information file, lower case; false if it
+ * has none. */
+static bool read_uuid(const char *path, char out[33])
+{
+  FILE *f = fopen(path, "re");
+  if (!f) return false;
+  char line[256];
+  bool found = false;
+  while (!found && fgets(line, sizeof line, f)) {
+    const char *text = strstr(line, "GPU UUID:");
+    if (!text) continue;
+    int n = 0;
+    for (text += 9; *text && n < 32; text++) {
+      char c = (char)tolower((unsigned char)*text);
+      if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')) out[n++] = c;
+      else if (c == 'g' || c == 'p' || c == 'u') n = 0; /* the "GPU-" prefix is not digits */
+    }
+    out[n] = '\0';
+    found = n == 32;
+  }
+  fclose(f);
+  return found;
+}
+
+/* Whether key names a GPU of this machine: one of the driver's GPU directories lists it, or there
+ * is no such directory to ask (no NVIDIA driver: the emulated device, tests) or --gpu-list none. */
+static bool known_gpu(const struct daemon *d, const char *key)
+{
+  const char *dir = d->config.gpu_list;
+  if (!dir || !strcmp(dir, "none")) return true;
+  DIR *gpus = opendir(dir);
+  if (!gpus) return errno == ENOENT;
+  bool known = false;
+  for (struct dirent *e; !known && (e = readdir(gpus));) {
+    if (e->d_name[0] == '.') continue;
+    char path[PATH_MAX], uuid[33];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s/information", dir, e->d_name) < sizeof path &&
+        read_uuid(path, uuid))
+      known = strncmp(uuid, key, 32) == 0;
+  }
+  closedir(gpus);
+  return known;
+}
+
 /* Whether a joined program uses device slot s (a slot nobody uses can be given to another). */
 static bool slot_in_use(const struct daemon *d, int s)
 {
@@ -38,13 +85,20 @@ static bool slot_in_use(const struct daemon *d, int s)
 int sched_device_slot(struct daemon *d, const char *key, uint64_t total)
 {
   if (!valid_description(key, total)) return -EINVAL;
+  if (!known_gpu(d, key)) return -ENODEV;
+  int reuse = -1;
   for (int s = 0; s < SCHED_MAX_DEVICES; s++)
-    if (d->device[s].used && strncmp(d->device[s].key, key, SCHED_KEY_LEN) == 0)
-      return d->device[s].total == total ? s : -EINVAL; /* one device, one size */
+    if (d->device[s].used && strncmp(d->device[s].key, key, SCHED_KEY_LEN) == 0) {
+      if (d->device[s].total == total) return s;
+      if (slot_in_use(d, s)) return -EINVAL; /* one device, one size */
+      reuse = s; /* whoever said the other size left: the slot is this one's now */
+    }
   /* A never-used slot first, else one whose programs all left. */
   for (int s = 0; s < 2 * SCHED_MAX_DEVICES; s++) {
     struct device *dev = &d->device[s % SCHED_MAX_DEVICES];
-    if (dev->used && (s < SCHED_MAX_DEVICES || slot_in_use(d, s % SCHED_MAX_DEVICES))) continue;
+    if (reuse >= 0 && s % SCHED_MAX_DEVICES != reuse) continue;
+    if (reuse < 0 && dev->used && (s < SCHED_MAX_DEVICES || slot_in_use(d, s % SCHED_MAX_DEVICES)))
+      continue;
     *dev = (struct device){0};
     dev->used = true;
     snprintf(dev->key, sizeof dev->key, "%.*s", SCHED_KEY_LEN - 1, key);
@@ -156,10 +210,19 @@ void sched_forget(struct daemon *d, struct program *p)
   account_one(d, p, sched_now());
   if (d->exited_count == SCHED_MAX_EXITED) {
     memmove(d->exited, d->exited + 1, sizeof d->exited - sizeof d->exited[0]);
+    memmove(d->exited_detail, d->exited_detail + 1,
+            sizeof d->exited_detail - sizeof d->exited_detail[0]);
+    memmove(d->exited_grant_at, d->exited_grant_at + 1,
+            sizeof d->exited_grant_at - sizeof d->exited_grant_at[0]);
     d->exited_count--;
   }
-  sched_program_info(p, &d->exited[d->exited_count]);
-  d->exited[d->exited_count++].state = SCHED_EXITED;
+  int i = d->exited_count++;
+  sched_program_info(p, &d->exited[i]);
+  d->exited[i].state = SCHED_EXITED;
+  d->exited_detail[i] = (struct sched_program_detail){.last_grant_bytes = p->last_grant_bytes,
+                                                      .retries = p->retries,
+                                                      .failed = p->failed};
+  d->exited_grant_at[i] = p->last_grant_at;
   p->joined = false; /* its bytes no longer count anywhere */
 }
 
@@ -225,9 +288,16 @@ void sched_observe_free(struct daemon *d, const struct program *reporter, int sl
    * but not allocated yet, so they do not count as allocated). */
   uint64_t used = dev->total - device_free, booked = held;
   for (const struct program *p = d->programs; p; p = p->next)
-    if (p != reporter && p->joined && is_resident(p->state) && !p->in_flight[slot])
-      booked += p->bytes[slot];
+    if (p != reporter && p->joined && is_resident(p->state))
+      booked += p->in_flight[slot] ? p->before_grant[slot] : p->bytes[slot];
   dev->outside = used > booked ? used - booked : 0;
+  dev->outside_at = sched_now();
+}
+
+void sched_joined_usage(struct daemon *d, int slot, uint64_t bytes)
+{
+  struct device *dev = &d->device[slot];
+  dev->outside = dev->outside > bytes ? dev->outside - bytes : 0;
 }
 
 static bool fits(const struct daemon *d, const struct program *p)
@@ -269,6 +339,19 @@ static struct program *next_wanting(struct daemon *d, double now, bool resumable
   return best;
 }
 
+static void grant(struct daemon *d, struct program *p)
+{
+  uint64_t before = p->bytes[p->want_slot];
+  p->before_grant[p->want_slot] = before;
+  p->last_grant_bytes = p->want_bytes > before ? p->want_bytes - before : 0;
+  p->last_grant_at = sched_now();
+  p->bytes[p->want_slot] = p->want_bytes;
+  p->in_flight[p->want_slot] = true;
+  p->wants = false;
+  send_simple(p, SCHED_GRANT, 0);
+  sched_set_state(d, p, SCHED_RUNNING);
+}
+
 static void grant_or_deny(struct daemon *d)
 {
   for (struct program *p = d->programs; p; p = p->next) {
@@ -279,11 +362,7 @@ static void grant_or_deny(struct daemon *d)
       send_simple(p, SCHED_GRANT, -ENOMEM);
       sched_set_state(d, p, SCHED_RUNNING);
     } else if (fits(d, p)) {
-      p->bytes[p->want_slot] = p->want_bytes;
-      p->in_flight[p->want_slot] = true;
-      p->wants = false;
-      send_simple(p, SCHED_GRANT, 0);
-      sched_set_state(d, p, SCHED_RUNNING);
+      grant(d, p);
     } else if (p->state == SCHED_RUNNING) {
       sched_set_state(d, p, SCHED_WAITING);
     }
@@ -344,27 +423,155 @@ static bool others_running(const struct daemon *d, const struct program *head)
   return false;
 }
 
+/* The transition under way no longer holds up the others once it has taken swap_timeout: its
+ * program keeps counting as resident until it answers (a late answer is still taken). */
+static void check_transition(struct daemon *d, double now)
+{
+  struct program *p = d->transition;
+  if (!p || !(d->config.swap_timeout > 0) || now - p->state_since < d->config.swap_timeout)
+    return;
+  fprintf(stderr, "cudawd: pid %ld did not answer its %s within %.0f s: scheduling the others\n",
+          (long)p->pid, p->pending_op == 1 ? "checkpoint" : "resume", d->config.swap_timeout);
+  d->transition = NULL;
+}
+
+#define REJOIN_GRACE 1.5
+
+/* An estimate of the memory outside the books older than this may be stale (what it counted may
+ * have left: programs that ran unshared and exited) and alone no longer blocks everything. */
+#define OUTSIDE_STALE 2.0
+
+/* Nothing can be done for the wanting programs (in `order`): if the first one fits in the
+ * capacity and waits only for memory estimated outside the books long ago, let it try (grant or
+ * resume). Its allocation fails if the memory is really taken, and the retry brings a fresh
+ * figure; one try per OUTSIDE_STALE. Without this a stale estimate stops every grant for good. */
+static void probe(struct daemon *d, struct program **order, int count, double now)
+{
+  for (int i = 0; i < count; i++) {
+    struct program *p = order[i];
+    bool only_outside = true;
+    for (int s = 0; s < SCHED_MAX_DEVICES && only_outside; s++) {
+      const struct device *dev = &d->device[s];
+      if (!dev->used || !deficit(d, p, s)) continue;
+      only_outside = sched_resident(d, s) + extra(p, s) <= dev->capacity &&
+                     now - dev->outside_at >= OUTSIDE_STALE;
+    }
+    if (!only_outside || (p->state == SCHED_SWAPPED_OUT &&
+                          (p->skip_until > now || now - d->started < REJOIN_GRACE)))
+      continue;
+    fprintf(stderr, "cudawd: pid %ld waits only for memory estimated outside the books a while "
+            "ago: letting it try\n", (long)p->pid);
+    for (int s = 0; s < SCHED_MAX_DEVICES; s++)
+      if (d->device[s].used && deficit(d, p, s)) d->device[s].outside_at = now;
+    if (p->state == SCHED_SWAPPED_OUT) {
+      send_simple(p, SCHED_RESUME, 0);
+      p->pending_op = 2;
+      sched_set_state(d, p, SCHED_SWAPPING_IN);
+      d->transition = p;
+    } else if (p->wants) {
+      grant(d, p);
+    }
+    return;
+  }
+}
+
 void sched_step(struct daemon *d)
 {
-  if (d->transition) return; /* one checkpoint or resume at a time */
   double now = sched_now();
+  check_transition(d, now);
+  if (d->transition) return; /* one checkpoint or resume at a time */
   grant_or_deny(d);
 
-  struct program *back = next_wanting(d, now, true);
+  /* A cudawd just started lets the programs of an earlier one re-join (they try every second)
+   * before it resumes any: their memory is not in its books until then. */
+  struct program *back = now - d->started >= REJOIN_GRACE ? next_wanting(d, now, true) : NULL;
   if (back) {
     send_simple(back, SCHED_RESUME, 0);
+    back->pending_op = 2;
     sched_set_state(d, back, SCHED_SWAPPING_IN);
     d->transition = back;
     return;
   }
 
-  struct program *head = next_wanting(d, now, false);
-  if (!head || fits(d, head)) return;
-  bool waiting_too = !others_running(d, head);
-  if (!can_make_room(d, head, now, waiting_too)) return;
-  struct program *victim = choose_victim(d, head, now, waiting_too);
-  if (!victim) return;
+  /* Make room for the first wanting program (in the order of `before`) for which room can be
+   * made: one that cannot be helped now (it needs nearly the whole device, and the memory
+   * outside the books is in the way) must not hold up the others behind it. */
+  struct program *order[SCHED_MAX_PROGRAMS];
+  int count = 0;
+  for (struct program *p = d->programs; p && count < SCHED_MAX_PROGRAMS; p = p->next)
+    if (wanting(p) && !never_fits(d, p)) order[count++] = p;
+  struct program *victim = NULL;
+  for (int tried = 0; tried < count && !victim; tried++) {
+    int best = tried;
+    for (int i = tried + 1; i < count; i++)
+      if (before(order[i], order[best])) best = i;
+    struct program *head = order[best];
+    order[best] = order[tried];
+    order[tried] = head;
+    if (fits(d, head)) return; /* granted or resumed at the next step */
+    bool waiting_too = !others_running(d, head);
+    if (can_make_room(d, head, now, waiting_too))
+      victim = choose_victim(d, head, now, waiting_too);
+  }
+  if (!victim) {
+    probe(d, order, count, now);
+    return;
+  }
   send_simple(victim, SCHED_CHECKPOINT, 0);
+  victim->pending_op = 1;
   sched_set_state(d, victim, SCHED_SWAPPING_OUT);
   d->transition = victim;
+}
+
+/* What cudawd can still hand out on slot: the least of its capacity and what the device has once
+ * the memory outside its books is counted. */
+static uint64_t available(const struct daemon *d, int slot)
+{
+  const struct device *dev = &d->device[slot];
+  uint64_t resident = sched_resident(d, slot);
+  uint64_t left = dev->capacity > resident ? dev->capacity - resident : 0;
+  uint64_t used = resident + dev->outside;
+  if (dev->total && (used >= dev->total ? 0 : dev->total - used) < left)
+    left = used >= dev->total ? 0 : dev->total - used;
+  return left;
+}
+
+void sched_program_detail(const struct daemon *d, const struct program *p,
+                          struct sched_program_detail *out)
+{
+  double now = sched_now();
+  *out = (struct sched_program_detail){.last_grant_bytes = p->last_grant_bytes,
+                                       .last_grant_ago = p->last_grant_at > 0
+                                                             ? now - p->last_grant_at : -1,
+                                       .retries = p->retries, .failed = p->failed};
+  if (p->state == SCHED_SWAPPING_OUT) out->wait_reason = SCHED_WAIT_SWAPPING_OUT;
+  else if (p->state == SCHED_SWAPPING_IN) out->wait_reason = SCHED_WAIT_SWAPPING_IN;
+  if (out->wait_reason || !wanting(p)) return;
+  /* The device it waits on: its allocation's, or (swapped out) the first one it lacks room on. */
+  int slot = p->wants ? p->want_slot : -1;
+  for (int s = 0; slot < 0 && s < SCHED_MAX_DEVICES; s++)
+    if (d->device[s].used && deficit(d, p, s)) slot = s;
+  if (slot < 0) { /* it fits: it waits for the transition under way, or after a failed resume */
+    for (int s = 0; slot < 0 && s < SCHED_MAX_DEVICES; s++)
+      if (d->device[s].used && p->bytes[s]) slot = s;
+    if (slot < 0) slot = 0;
+  }
+  out->wait_reason = SCHED_WAIT_MEMORY;
+  out->need_bytes = extra(p, slot);
+  out->free_bytes = d->device[slot].used ? available(d, slot) : 0;
+  /* A checkpoint under way makes room (for it or for one ahead of it); a resume under way is
+   * another program going first. */
+  const struct program *ahead =
+      d->transition && d->transition->state == SCHED_SWAPPING_IN ? d->transition : NULL;
+  if (!ahead || ahead == p) {
+    ahead = NULL;
+    for (const struct program *q = d->programs; q; q = q->next)
+      if (q != p && wanting(q) && !never_fits(d, q) && before(q, p) &&
+          (!ahead || before(q, ahead)))
+        ahead = q;
+  }
+  if (ahead) {
+    out->wait_reason = SCHED_WAIT_QUEUED;
+    out->behind_pid = ahead->pid;
+  }
 }

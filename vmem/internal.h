@@ -14,6 +14,7 @@
 /* translate: freed chunks' device memory kept per device, and the largest one kept (backing.c) */
 #define VMEM_KEPT_MAX 4
 #define VMEM_KEPT_MAX_BYTES (16ull << 20)
+#define SLAB_DEFAULT_MAX_BYTES (256ull << 20) /* a resume's slab, unless the config says */
 #define VMEM_MIN_ALIGN 256u
 #define VMEM_UNIT 512u /* arenas hand out multiples of this (cudaMalloc's own rounding) */
 #define VMEM_NATIVE_ROUND 512u /* cudaMalloc's own rounding, used for translate's large chunks */
@@ -93,6 +94,7 @@ struct vmem_space {
   uint64_t extent_count, extent_capacity, live_chunks;
   int devices;
   uint64_t mem_limit;
+  uint64_t slab_max_bytes; /* see struct vmem_config */
   struct device_state *device;
   uint64_t epoch, released_chunks;
   uint64_t moved_bytes, moved_chunks; /* translate: what the last recreate could not put back */

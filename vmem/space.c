@@ -148,6 +148,7 @@ static int init_locked(struct vmem_space *s, const struct vmem_config *config) {
   if (s->size == 0 || s->size > (1ull << 47)) return -EINVAL;
   s->granules = s->size >> s->shift;
   s->mem_limit = config->mem_limit;
+  s->slab_max_bytes = config->slab_max_bytes ? config->slab_max_bytes : SLAB_DEFAULT_MAX_BYTES;
   s->check = config->check != 0;
   s->identity = config->identity != 0 && s->policy == VMEM_TRANSLATE;
 

@@ -37,6 +37,9 @@ struct vmem_config {
   unsigned free_history;     /* entries in that history when check is on; 0: 4096 */
   int identity;              /* translate: a chunk's virtual address is its real one wherever that
                                 range is free (see vmem_alloc); 0: always from the virtual range */
+  uint64_t slab_max_bytes;   /* remap: what one physical allocation re-created at a resume may
+                              * back (a chunk freed while its slab lives keeps its memory until
+                              * the slab goes); 0: 256 MiB; 1: no slabs, every chunk its own */
 };
 
 /* Initialise the address space: pick the policy, reserve the virtual range on the host

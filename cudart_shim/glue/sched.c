@@ -1,8 +1,9 @@
 /* Sharing a GPU through cudawd (CUDAW_SHARE=1). A thread keeps the connection: it reports the
  * device memory vmem holds when it shrinks, and runs the checkpoints and resumes cudawd asks for
  * through the checkpoint module. Allocations ask cudawd before the memory they hold grows beyond
- * what it granted. If cudawd goes away, the program resumes itself if cudawd had paused it, runs
- * unshared (one warning) and re-joins when a cudawd answers again. */
+ * what it granted. If cudawd goes away, the program runs unshared (one warning), re-joins when a
+ * cudawd answers again, and, if cudawd had paused it, resumes itself unless a new cudawd came
+ * within SELF_RESUME_AFTER seconds (which then resumes it when it fits). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
@@ -33,6 +34,10 @@ static struct {
   _Atomic bool connected;
   bool warned;                 /* the one "running unshared" warning was given */
   bool paused_by_sched;        /* cudawd paused us: resume ourselves if it goes away */
+  time_t lost_at;              /* when the connection was lost (monotonic seconds) */
+  bool ever_joined;            /* a cudawd scheduled us once: wait for the next before failing */
+  unsigned generation;         /* joins so far: an answer from an earlier cudawd is no grant */
+  bool admitting;              /* an allocation is between admit and allocated */
   /* The lease: what cudawd granted per device ordinal. Held across admit..allocated. */
   pthread_mutex_t lease_lock;
   uint64_t granted[SCHED_MAX_DEVICES];
@@ -119,12 +124,23 @@ static int join(void)
     rc = send_msg((struct sched_msg){.type = SCHED_USAGE, .device = d,
                                      .bytes = client.granted[d]});
   }
-  if (rc == 0) atomic_store(&client.connected, true);
+  if (rc == 0) {
+    client.generation++;
+    atomic_store(&client.connected, true);
+    client.ever_joined = true;
+  }
   return rc;
 }
 
+/* A cudawd that went away is usually started again at once: one that paused us waits this long
+ * for the next to resume it when memory allows, before resuming on its own. */
+#define SELF_RESUME_AFTER 5
+
 static void lost(void)
 {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  client.lost_at = now.tv_sec;
   atomic_store(&client.connected, false);
   pthread_mutex_lock(&client.conn_lock);
   if (client.fd >= 0) close(client.fd);
@@ -153,6 +169,10 @@ static void transition(int op)
 static void report_usage(void)
 {
   if (pthread_mutex_trylock(&client.lease_lock) != 0) return; /* an allocation is under way */
+  if (client.admitting) { /* its grant is booked until it reports what it allocated */
+    pthread_mutex_unlock(&client.lease_lock);
+    return;
+  }
   for (int d = 0; d < SCHED_MAX_DEVICES; d++) {
     if (!client.described[d]) continue;
     uint64_t held = held_bytes(d);
@@ -166,13 +186,25 @@ static void report_usage(void)
 static void *run(void *unused)
 {
   (void)unused;
+  time_t last_resume_try = 0;
   for (;;) {
     if (!atomic_load(&client.connected)) {
-      /* Unshared: come back ourselves if cudawd had paused us, then look for a cudawd. */
-      if (client.paused_by_sched && ckpt_state() == CKPT_PAUSED && ckpt_request_resume() == 0)
-        client.paused_by_sched = false;
-      pthread_mutex_lock(&client.lease_lock);
-      int rc = join();
+      /* Unshared: come back ourselves if cudawd had paused us (once a second while memory is
+       * short), then look for a cudawd. */
+      struct timespec now;
+      clock_gettime(CLOCK_MONOTONIC, &now);
+      if (client.paused_by_sched && ckpt_state() == CKPT_PAUSED && now.tv_sec != last_resume_try &&
+          now.tv_sec - client.lost_at >= SELF_RESUME_AFTER) {
+        last_resume_try = now.tv_sec;
+        if (ckpt_request_resume() == 0) client.paused_by_sched = false;
+      }
+      /* Never wait for the lease here: an allocation holding it may be waiting for an answer
+       * that only this thread reads (it joined a cudawd itself, in shim_sched_retry). */
+      if (pthread_mutex_trylock(&client.lease_lock) != 0) {
+        if (!atomic_load(&client.connected)) usleep(20000);
+        continue;
+      }
+      int rc = atomic_load(&client.connected) ? 0 : join();
       pthread_mutex_unlock(&client.lease_lock);
       if (rc == 0) {
         shim_info("sched: joined cudawd on %s", client.path);
@@ -252,7 +284,9 @@ static void learn_device(int device)
 }
 
 /* Wait for cudawd's answer without counting as a call in flight, so that cudawd may pause us
- * meanwhile; come back through the gate. */
+ * meanwhile; come back through the gate. Called with lease_lock held, which is let go while the
+ * gate holds us: paused, and cudawd gone, the connection thread must be able to join the next
+ * one (the caller sees the generation change and asks again). */
 static int wait_answer(void)
 {
   int stepped_out = shim_gate_step_out();
@@ -261,7 +295,9 @@ static int wait_answer(void)
   client.reply_ready = false;
   int status = client.reply_status;
   pthread_mutex_unlock(&client.reply_lock);
+  pthread_mutex_unlock(&client.lease_lock);
   shim_gate_step_in(stepped_out);
+  pthread_mutex_lock(&client.lease_lock);
   return status;
 }
 
@@ -269,8 +305,8 @@ static SHIM_TLS bool lease_granted; /* this admit got a grant: report what was a
 
 /* Ask cudawd for `size` more bytes on device (flags: SCHED_ALLOC_*), with what the device says is
  * free so that cudawd counts memory outside its books. Called with lease_lock held. 0: allocate
- * (granted); 1: allocate unscheduled (cudawd gone or not scheduling it: said on stderr);
- * -ENOMEM: it can never fit. */
+ * (granted); 1: allocate unscheduled (cudawd does not schedule this device: said on stderr);
+ * 2: the same, cudawd went away (the connection thread said so); -ENOMEM: it can never fit. */
 static int ask(int device, uint64_t size, int flags)
 {
   uint64_t granule = vmem_granule(), held = held_bytes(device);
@@ -289,8 +325,14 @@ static int ask(int device, uint64_t size, int flags)
   pthread_mutex_lock(&client.reply_lock);
   client.reply_ready = false;
   pthread_mutex_unlock(&client.reply_lock);
-  if (send_msg(msg) != 0) return 1; /* cudawd is gone: the thread notices and warns */
+  unsigned generation = client.generation;
+  if (send_msg(msg) != 0) return 2; /* cudawd is gone: the thread notices and warns */
   int status = wait_answer();
+  if (client.generation != generation && atomic_load(&client.connected)) {
+    /* The answer came from (or for the loss of) a cudawd that has gone since: ask the new one,
+     * which knows what we hold from our hello. */
+    return ask(device, size, flags);
+  }
   if (status == 0) {
     client.granted[device] = need;
     client.reported[device] = held;
@@ -302,7 +344,7 @@ static int ask(int device, uint64_t size, int flags)
               (unsigned long long)need, device);
     return -ENOMEM;
   }
-  if (status == -ENOTCONN) return 1; /* lost(): it said we run unshared */
+  if (status == -ENOTCONN) return 2; /* lost(): it said we run unshared */
   /* Any other answer (cudawd does not schedule this device: -ENODEV) is no grant: say so. */
   shim_warn("sched: cudawd did not grant %llu bytes on device %d (%s): allocating UNSCHEDULED",
             (unsigned long long)need, device, strerror(-status));
@@ -315,12 +357,14 @@ int shim_sched_admit(int device, uint64_t size)
   pthread_mutex_lock(&client.lease_lock);
   holds_lease = true;
   lease_granted = false;
+  client.admitting = true;
   if (!atomic_load(&client.connected)) return 0;
   if (!client.described[device]) learn_device(device);
   int rc = ask(device, size, 0);
   if (rc > 0) return 0;
   if (rc != 0) {
     holds_lease = false;
+    client.admitting = false;
     pthread_mutex_unlock(&client.lease_lock);
   }
   return rc;
@@ -328,14 +372,38 @@ int shim_sched_admit(int device, uint64_t size)
 
 int shim_sched_retry(int device, uint64_t size, int attempt)
 {
-  if (!holds_lease || !atomic_load(&client.connected) || attempt >= SHIM_SCHED_RETRIES)
-    return -ENOMEM;
-  if (attempt > 0) usleep(100000); /* cudawd granted, yet it still failed: give frees time */
+  if (!holds_lease || attempt >= SHIM_SCHED_RETRIES) return -ENOMEM;
   SHIM_REAL(cudaGetLastError)(); /* the failed attempt's error is not the program's */
+  if (!atomic_load(&client.connected)) {
+    /* cudawd went away (killed, restarted): while a new one may come and make room, try the
+     * allocation again every 100 ms and look for it, rather than fail the program. */
+    if (!client.ever_joined && access(client.path, F_OK) != 0) return -ENOMEM; /* no cudawd */
+    if (attempt == 0)
+      shim_warn("sched: an allocation of %llu bytes on device %d failed while no cudawd "
+                "schedules us: waiting for one (up to %d s)", (unsigned long long)size, device,
+                SHIM_SCHED_RETRIES / 10);
+    usleep(100000);
+    if (join() != 0) return 0; /* memory may have freed meanwhile: the caller tries again */
+    shim_info("sched: joined cudawd on %s again", client.path);
+  } else if (attempt > 0) {
+    usleep(100000); /* cudawd granted, yet it still failed: give frees time */
+  }
   if (attempt == 0)
     shim_info("sched: a granted allocation of %llu bytes on device %d failed: asking cudawd "
               "to make room", (unsigned long long)size, device);
-  return ask(device, size, SCHED_ALLOC_FAILED) == 0 ? 0 : -ENOMEM;
+  if (!client.described[device]) learn_device(device); /* admitted while no cudawd answered */
+  int rc = ask(device, size, SCHED_ALLOC_FAILED);
+  return rc == 0 || rc == 2 ? 0 : -ENOMEM; /* 2: cudawd went away: wait for the next one */
+}
+
+void shim_sched_failed(int device, uint64_t size, int rc)
+{
+  if (!client.sharing || device < 0 || device >= SCHED_MAX_DEVICES) return;
+  if (!atomic_load(&client.connected)) return;
+  shim_warn("sched: an allocation of %llu bytes on device %d failed (%s) while sharing: the "
+            "program gets the error", (unsigned long long)size, device, strerror(-rc));
+  send_msg((struct sched_msg){.type = SCHED_FAILED, .device = device, .bytes = size,
+                              .status = rc});
 }
 
 void shim_sched_allocated(int device)
@@ -352,5 +420,6 @@ void shim_sched_allocated(int device)
     client.reported[device] = held;
   }
   holds_lease = false;
+  client.admitting = false;
   pthread_mutex_unlock(&client.lease_lock);
 }

@@ -20,4 +20,8 @@ void shim_sched_allocated(int device);
 #define SHIM_SCHED_RETRIES 300
 int shim_sched_retry(int device, uint64_t size, int attempt);
 
+/* An allocation on device failed with rc (-errno) and its error goes back to the program: tells
+ * cudawd (which counts failed allocations: sharing should never make one) when sharing. */
+void shim_sched_failed(int device, uint64_t size, int rc);
+
 #endif

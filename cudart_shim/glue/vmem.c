@@ -82,6 +82,10 @@ static int read_config(const struct vmem_prims *prims, void *ctx, struct vmem_co
     shim_warn("CUDAW_VMEM_IDENTITY=%s is not 0 or 1; using the default (%d)",
               cudaw_option("CUDAW_VMEM_IDENTITY"), config->identity);
   if (config->check) config->identity = 0;
+  /* Sharing a GPU: memory a program frees must leave the device at once, or cudawd counts it as
+   * held by someone else and nobody can give it back: no slabs at a resume (a freed chunk keeps
+   * its slab's memory until the slab goes). A resume then maps every chunk on its own. */
+  if (strcmp(cudaw_option("CUDAW_SHARE"), "1") == 0) config->slab_max_bytes = 1;
   const char *va = cudaw_option("CUDAW_VA_SIZE");
   if (strcmp(va, "auto") != 0 && vmem_parse_size(va, 0, &config->va_size) != 0) {
     shim_error("CUDAW_VA_SIZE=%s: expected a size such as 256G", va);
@@ -371,7 +375,10 @@ cudaError_t shim_vmem_alloc_on(int device, void **ptr, uint64_t size)
   shim_vmem_reap_frees(0);
   /* Sharing the GPU (CUDAW_SHARE=1): wait until cudawd says the memory fits. */
   int rc = shim_sched_admit(device, size);
-  if (rc != 0) return shim_error_from_errno(rc);
+  if (rc != 0) {
+    shim_sched_failed(device, size, rc); /* never fits: the native error, counted */
+    return shim_error_from_errno(rc);
+  }
   rc = vmem_alloc(device, size, 0, ptr);
   if (rc == -ENOMEM) {
     /* Like the runtime's pools: blocks freed on streams still running come back first. */
@@ -385,6 +392,7 @@ cudaError_t shim_vmem_alloc_on(int device, void **ptr, uint64_t size)
   if (rc == -ENOMEM) rc = suspend_start_wait(device, size, ptr);
   shim_sched_allocated(device);
   if (rc == 0) shim_vmem_note_device(device);
+  if (rc == -ENOMEM) shim_sched_failed(device, size, rc);
   return shim_error_from_errno(rc);
 }
 

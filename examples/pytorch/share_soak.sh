@@ -59,6 +59,11 @@ for mode in together staggered; do
   if grep -q "OutOfMemory\|out of memory" "$OUT"/$mode[1-6].log; then
     echo "$mode: an allocation failed"; fail=1
   fi
+  # cudawd's own count of allocations whose error went back to a program: must be 0 for all.
+  failed=$(grep -o '"failed_allocations":[0-9]*' "$OUT/$mode.json" | grep -vc ':0$')
+  retries=$(grep -o '"alloc_retries":[0-9]*' "$OUT/$mode.json" | awk -F: '{s += $2} END {print s + 0}')
+  echo "$mode: programs with failed allocations: $failed; granted allocations retried: $retries"
+  [ "$failed" -eq 0 ] || fail=1
   kill "$daemon"; wait "$daemon" 2>/dev/null
 done
 [ $fail -eq 0 ] && echo "share soak: all 12 runs identical to solo, 0 failed allocations"

@@ -2,11 +2,18 @@
  * program waiting on device 0 swaps out only programs holding memory there), programs that fit
  * together are granted at once, a program larger than the capacity is refused, a program swapped
  * in keeps its turn (no thrashing) and is swapped out once it has passed, priorities order the
- * victims, and a program that leaves frees its share at once. The messages cudawd would send are
- * recorded by the sched_send below. */
+ * victims, and a program that leaves frees its share at once; device keys are checked (a UUID's
+ * hex digits, one size while used, the driver's GPU list); what the snapshot says of a waiting
+ * program; a checkpoint never answered stops holding up the others after swap_timeout; one that
+ * no victim can help does not hold up the next; a stale estimate of the memory outside the books
+ * does not block for good. The messages cudawd would send are recorded by
+ * the sched_send below. */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "daemon.h"
 #include "test.h"
@@ -77,8 +84,36 @@ int main(void)
   CHECK_EQ(sched_device_slot(&d, "device-two", 1000), -EINVAL);
   CHECK_EQ(sched_device_slot(&d, "00112233445566778899AABBCCDDEEFF", 1000), -EINVAL);
   CHECK_EQ(sched_device_slot(&d, "\x1b[2J0011223344556677889900aabbcc", 1000), -EINVAL);
-  CHECK_EQ(sched_device_slot(&d, one, 2000), -EINVAL);
   CHECK_EQ(sched_device_slot(&d, "0123456789abcdef0123456789abcdef", 0), -EINVAL);
+  CHECK_EQ(sched_device_slot(&d, one, (uint64_t)1 << 51), -EINVAL);
+  /* One size per device while a program uses it; a junk size is replaced once its sayer left. */
+  struct program user = {.joined = true, .slot = {dev1, -1, -1, -1, -1, -1, -1, -1}};
+  d.programs = &user;
+  CHECK_EQ(sched_device_slot(&d, one, 2000), -EINVAL);
+  d.programs = NULL;
+  CHECK_EQ(sched_device_slot(&d, one, 2000), dev1);
+  CHECK_EQ(d.device[dev1].total, 2000);
+  CHECK_EQ(sched_device_slot(&d, one, 1000), dev1);
+  CHECK_EQ(d.device[dev1].total, 1000);
+  /* With the driver's GPU list (a fake one here), only its UUIDs are devices of this machine. */
+  char dir[] = "/tmp/cudaw-gpus-XXXXXX", path[128];
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(path, sizeof path, "%s/0000:01:00.0", dir);
+  CHECK(mkdir(path, 0700) == 0);
+  snprintf(path, sizeof path, "%s/0000:01:00.0/information", dir);
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  fprintf(f, "Model: \t\t NVIDIA H100 80GB HBM3\nGPU UUID: \t GPU-FFEEDDCC-bbaa-9988-7766-554433221100\n");
+  fclose(f);
+  d.config.gpu_list = dir;
+  CHECK_EQ(sched_device_slot(&d, one, 1000), dev1);
+  CHECK_EQ(sched_device_slot(&d, "0123456789abcdef0123456789abcdef", 1000), -ENODEV);
+  snprintf(path, sizeof path, "%s/nothing-here", dir);
+  d.config.gpu_list = path; /* no driver directory: any well-formed key */
+  CHECK(sched_device_slot(&d, "0123456789abcdef0123456789abcdef", 1000) >= 0);
+  d.config.gpu_list = NULL;
+  snprintf(path, sizeof path, "rm -rf '%s'", dir);
+  CHECK(system(path) == 0);
   /* Slots nobody uses are given back: 20 junk-free but distinct devices fit in 8 slots. */
   char key[33];
   for (int i = 0; i < 20; i++) {
@@ -160,6 +195,69 @@ int main(void)
   for (int i = 0; i < snapshot.programs; i++)
     exited |= snapshot.program[i].pid == a->pid && snapshot.program[i].state == SCHED_EXITED;
   CHECK(exited, "the program that left is not listed as exited");
+
+  /* What the snapshot says of a waiting program, and a checkpoint never answered: after
+   * swap_timeout it no longer holds up the others; its late answer is still taken. */
+  static struct daemon e;
+  e.config = (struct sched_config){.quantum = 1, .min_run = 0.1, .idle_cpu = 0.02,
+                                   .device_memory = 100, .swap_timeout = 5};
+  int ds = sched_device_slot(&e, zero, 1000);
+  struct program *r = join(&e, 6, ds, 80), *q = join(&e, 7, ds, 0);
+  r->resident_since = past;
+  want(q, ds, 50);
+  sched_step(&e);
+  CHECK(last_sent(&pid, &status) == SCHED_CHECKPOINT && pid == r->pid);
+  struct sched_program_detail info;
+  sched_program_detail(&e, q, &info);
+  CHECK(info.wait_reason == SCHED_WAIT_MEMORY && info.need_bytes == 50 && info.free_bytes == 20,
+        "wait %d need %llu free %llu", info.wait_reason, (unsigned long long)info.need_bytes,
+        (unsigned long long)info.free_bytes);
+  sched_program_detail(&e, r, &info);
+  CHECK_EQ(info.wait_reason, SCHED_WAIT_SWAPPING_OUT);
+  r->state_since = sched_now() - 6; /* no answer for 6 s */
+  sched_step(&e);
+  CHECK(e.transition == NULL && last_sent(&pid, &status) == 0);
+  sched_done(&e, r, 1, 0, 80, 6.0); /* the late answer */
+  CHECK_EQ(r->state, SCHED_SWAPPED_OUT);
+  sched_step(&e);
+  CHECK(last_sent(&pid, &status) == SCHED_GRANT && pid == q->pid && status == 0);
+  sched_program_detail(&e, q, &info);
+  CHECK(info.wait_reason == SCHED_WAIT_NONE && info.last_grant_bytes == 50 && info.last_grant_ago >= 0);
+  sched_program_detail(&e, r, &info); /* swapped out, 80 does not fit beside q's 50 */
+  CHECK(info.wait_reason == SCHED_WAIT_MEMORY && info.need_bytes == 80 && info.free_bytes == 50);
+
+  /* One that no victim can help (the memory outside the books is in the way) does not hold up
+   * the program behind it, for which room can be made. */
+  static struct daemon hol;
+  hol.config = (struct sched_config){.quantum = 1, .min_run = 0.1, .idle_cpu = 0.02,
+                                   .device_memory = 100};
+  int fs = sched_device_slot(&hol, one, 120); /* capacity 100 of 120 */
+  hol.device[fs].outside = 30;
+  struct program *g = join(&hol, 3, fs, 40), *big = join(&hol, 4, fs, 95), *h = join(&hol, 5, fs, 0);
+  g->resident_since = past;
+  big->state = SCHED_SWAPPED_OUT;
+  big->wanting_since = past; /* first in line */
+  want(h, fs, 60);
+  sched_step(&hol);
+  CHECK(last_sent(&pid, &status) == SCHED_CHECKPOINT && pid == g->pid,
+        "the program that cannot be helped held up the next one (sent %d to %d)", (int)status, pid);
+
+  /* A stale estimate of the memory outside the books (what it counted left) does not block a
+   * lone waiting program for good: while fresh it waits, once stale it may try. */
+  static struct daemon stale;
+  stale.config = hol.config;
+  int ss = sched_device_slot(&stale, one, 120);
+  stale.device[ss].outside = 50;
+  stale.device[ss].outside_at = sched_now();
+  struct program *lone = join(&stale, 0, ss, 40);
+  want(lone, ss, 100);
+  sched_step(&stale);
+  CHECK_EQ(last_sent(&pid, &status), 0);
+  CHECK_EQ(lone->state, SCHED_WAITING);
+  stale.device[ss].outside_at = sched_now() - 3;
+  sched_step(&stale);
+  CHECK(last_sent(&pid, &status) == SCHED_GRANT && pid == lone->pid && status == 0,
+        "a stale estimate still blocks the lone program");
   printf("ok\n");
   return 0;
 }

@@ -3,8 +3,10 @@
  *   share      three jobs needing 75% each all finish with their data verified, max_resident
  *              never exceeds the capacity, swaps > 0; cudaw-ctl sched/priority, metrics file
  *   faults     kill -9 of a swapped-out job frees its share at once; kill -9 of cudawd mid-run:
- *              the jobs run on unshared (a swapped-out one resumes itself) and re-join a new one
- *   too-large  a job that alone needs more than the capacity gets cudaErrorMemoryAllocation
+ *              the jobs run on unshared (a swapped-out one is resumed by the new cudawd, or by itself after 5 s) and re-join a new one
+ *   too-large  a job that alone needs more than the capacity gets cudaErrorMemoryAllocation, and
+ *              cudawd counts it as its one failed allocation (table, JSON, metrics); a job that
+ *              waits is shown "waiting for memory", with its need and what is free
  *   idle       early hand-over: a job idle on the GPU gives its turn before the quantum ends
  *   timeout    a job that cannot reach its pause is skipped: the next candidate is swapped out
  *   launcher   cudaw run --share starts a cudawd when none answers, and the job joins it
@@ -69,7 +71,7 @@ static pid_t start_cudawd_quantum(const char *quantum)
   snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
   snprintf(metrics, sizeof metrics, "%s/metrics.prom", run_dir);
   const char *argv[] = {cudawd_path, "--device-memory", "96M", "--quantum", quantum, "--min-run",
-                        "0.2", "--metrics-file", metrics, "--verbose", NULL};
+                        "0.2", "--metrics-file", metrics, "--verbose", "--gpu-list", "none", NULL};
   return spawn(argv, log);
 }
 
@@ -297,6 +299,48 @@ static void test_faults(pid_t daemon)
   waitpid(daemon, NULL, 0);
 }
 
+/* Whether file holds the text. */
+static bool file_has(const char *path, const char *text)
+{
+  FILE *f = fopen(path, "r");
+  char line[1024];
+  bool found = false;
+  while (f && !found && fgets(line, sizeof line, f)) found = strstr(line, text) != NULL;
+  if (f) fclose(f);
+  return found;
+}
+
+/* Run cudaw-ctl with its standard output to path; its exit code. */
+static int run_ctl_to(const char *path, const char *a, const char *b)
+{
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0 || dup2(fd, 1) < 0) _exit(127);
+    execl(ctl_path, ctl_path, a, b, (char *)NULL);
+    _exit(127);
+  }
+  int status;
+  CHECK(waitpid(pid, &status, 0) == pid);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* path holds one valid JSON document (python3's json module when there is one). */
+static void check_json(const char *path)
+{
+  if (system("command -v python3 >/dev/null 2>&1") != 0) {
+    printf("no python3: %s not parsed\n", path);
+    return;
+  }
+  char command[512];
+  snprintf(command, sizeof command, "python3 -c 'import json,sys; json.load(open(sys.argv[1]))' '%s'",
+           path);
+  CHECK(system(command) == 0, "%s is not valid JSON", path);
+}
+
+/* A job that alone needs more than the capacity gets the native error; cudawd counts that one
+ * failed allocation (table, JSON, metrics), and the wait reason and last grant are shown. */
 static void test_too_large(pid_t daemon)
 {
   pid_t job = start_job("125829120", "1", "too-large"); /* 120 MiB > 96 MiB */
@@ -304,6 +348,69 @@ static void test_too_large(pid_t daemon)
   CHECK(waitpid(job, &status, 0) == job);
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the too-large job did not get "
         "cudaErrorMemoryAllocation (status %#x)", status);
+  struct sched_snapshot s;
+  const struct sched_program_info *p = NULL;
+  for (int i = 0; i < 40 && !p; i++) { /* its socket closes a moment after it exits */
+    CHECK(snapshot(&s));
+    p = find_exited(&s, job);
+    if (!p) sleep_ms(25);
+  }
+  CHECK(p != NULL, "the too-large job is not listed as exited");
+  const struct sched_program_detail *w = &s.detail[p - s.program];
+  CHECK_EQ(w->failed, 1);
+  CHECK_EQ(w->retries, 0);
+  CHECK(w->last_grant_ago >= 0 && w->last_grant_bytes == 30 * MIB, "last grant %llu bytes %.1f s "
+        "ago: expected its 30 MiB pieces", (unsigned long long)w->last_grant_bytes,
+        w->last_grant_ago);
+  char out[128], text[8192];
+  snprintf(out, sizeof out, "%s/sched.json", run_dir);
+  CHECK_EQ(run_ctl_to(out, "--json", "sched"), 0);
+  check_json(out);
+  FILE *f = fopen(out, "r");
+  CHECK(f != NULL);
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = '\0';
+  CHECK(strstr(text, "\"failed_allocations\":1") && strstr(text, "\"alloc_retries\":0") &&
+        strstr(text, "\"last_grant\":{\"bytes\":31457280") && strstr(text, "\"wait\":{\"reason\""),
+        "cudaw-ctl --json sched lacks the failed count, retries, last grant or wait: %s", text);
+  snprintf(out, sizeof out, "%s/sched.txt", run_dir);
+  CHECK_EQ(run_ctl_to(out, "sched", NULL), 0);
+  CHECK(file_has(out, "FAILED") && file_has(out, "LAST GRANT") && file_has(out, "30.00 MiB"),
+        "cudaw-ctl sched does not show the failed count or the last grant");
+  /* A job that waits is shown waiting for memory, with what it needs and what is free. */
+  pid_t holder = start_job(JOB_BYTES, "40", NULL), waiter = 0;
+  bool waited = false;
+  for (int i = 0; i < 400 && !waited; i++) {
+    if (!waiter && snapshot(&s) && s.devices && s.device[0].resident >= 72 * MIB)
+      waiter = start_job(JOB_BYTES, "1", NULL);
+    if (waiter && snapshot(&s) && (p = find(&s, waiter)) != NULL) {
+      w = &s.detail[p - s.program];
+      waited = w->wait_reason == SCHED_WAIT_MEMORY && w->need_bytes > 0 &&
+               w->free_bytes < w->need_bytes;
+    }
+    sleep_ms(10);
+  }
+  CHECK(waited, "the second job was never shown waiting for memory");
+  CHECK_EQ(run_ctl_to(out, "sched", NULL), 0);
+  CHECK(file_has(out, "waiting for memory:") || file_has(out, "swapping"),
+        "cudaw-ctl sched does not say why the job waits");
+  CHECK_EQ(waitpid(holder, &status, 0), holder);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK_EQ(waitpid(waiter, &status, 0), waiter);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK(snapshot(&s));
+  for (int i = 0; i < s.programs; i++)
+    if (s.program[i].pid == holder || s.program[i].pid == waiter) CHECK_EQ(s.detail[i].failed, 0);
+  sleep_ms(2100); /* the metrics file carries the same */
+  char metrics[128], line[160];
+  snprintf(metrics, sizeof metrics, "%s/metrics.prom", run_dir);
+  snprintf(line, sizeof line, "cudawd_program_failed_allocations_total{pid=\"%d\"} 1", job);
+  CHECK(file_has(metrics, line), "%s lacks %s", metrics, line);
+  CHECK(file_has(metrics, "cudawd_program_wait{pid=") &&
+        file_has(metrics, "cudawd_program_last_grant_bytes{pid=") &&
+        file_has(metrics, "cudawd_program_alloc_retries_total{pid="), "%s lacks the wait, last "
+        "grant or retry series", metrics);
   kill(daemon, SIGTERM);
   waitpid(daemon, NULL, 0);
 }
@@ -425,60 +532,146 @@ static void test_launcher(void)
   printf("cudaw run --share started cudawd pid %d; the job joined it\n", peer.pid);
 }
 
+/* The soak's cudawd (again after a kill, same log and metrics file). */
+static pid_t start_soak_cudawd(void)
+{
+  char log[128], metrics[128];
+  snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
+  snprintf(metrics, sizeof metrics, "%s/metrics.prom", run_dir);
+  const char *argv[] = {cudawd_path, "--device-memory", "128M", "--quantum", "0.5", "--min-run",
+                        "0.2", "--metrics-file", metrics, "--gpu-list", "none", NULL};
+  pid_t daemon = spawn(argv, log);
+  wait_for_cudawd();
+  return daemon;
+}
+
+/* No program cudawd lists (running or exited) had an allocation fail, but the one too-large job
+ * (pid too_large), whose one failure is the native error it must get. Returns how many programs
+ * were seen waiting (a reason other than none) or granted. */
+static void check_failures(const struct sched_snapshot *s, pid_t too_large, unsigned seed)
+{
+  for (int i = 0; i < s->programs; i++) {
+    const struct sched_program_info *p = &s->program[i];
+    uint64_t want = p->pid == too_large && p->state == SCHED_EXITED ? 1 : 0;
+    if (p->pid == too_large && p->state != SCHED_EXITED) continue;
+    CHECK(s->detail[i].failed == want, "seed %u: pid %d (%s) has %llu failed allocations, "
+          "expected %llu", seed, p->pid, sched_state_name(p->state),
+          (unsigned long long)s->detail[i].failed, (unsigned long long)want);
+  }
+}
+
 /* The soak: on one emulated device that every process shares (CUDAW_EMU_SHARED=1, so that an
- * over-grant fails an allocation), 12 jobs of random sizes (20-70% of the device) start at random
- * times; one is killed with -9 in the middle. Every other job must finish with its data verified:
- * none may see an allocation fail. argv seed: SOAK_SEED. */
+ * over-grant fails an allocation), 12 jobs of random sizes (20-70% of the device) and random
+ * allocation patterns (big, small, grow and shrink, stream-ordered, pieces) start at random
+ * times; one more needs 120% of the device in its first allocation. In the middle one job is killed with -9, and so is cudawd,
+ * which is started again: the jobs run on (unshared a moment, saying so) and re-join it. Every
+ * job but the killed one and the too-large one must finish with its data verified, and cudawd
+ * must count 0 failed allocations but the too-large job's one. argv seed: SOAK_SEED. */
 static void test_soak(unsigned seed)
 {
-  enum { JOBS = 12 };
+  enum { JOBS = 12, ALL = JOBS + 1 };
+  static const char *const patterns[] = {"big", "small", "grow", "async", "pieces"};
+  static const char *const pattern_rounds[] = {"6", "4", "14", "10", "6"};
   const uint64_t device = 128u << 20;
   setenv("CUDAW_EMU_SHARED", "1", 1);
   setenv("CUDAW_EMU_SHARED_KEY", run_dir + 5, 1); /* past "/tmp/" */
   setenv("CUDAW_EMU_MEM", "128M", 1);
-  char log[128], metrics[128];
-  snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
-  snprintf(metrics, sizeof metrics, "%s/metrics.prom", run_dir);
-  const char *dargv[] = {cudawd_path, "--device-memory", "128M", "--quantum", "0.5", "--min-run",
-                         "0.2", "--metrics-file", metrics, NULL};
-  pid_t daemon = spawn(dargv, log);
-  wait_for_cudawd();
+  pid_t daemon = start_soak_cudawd();
   srand(seed);
-  pid_t jobs[JOBS];
-  int codes[JOBS], killed = rand() % JOBS;
-  char sizes[JOBS][32];
-  double start[JOBS], t0 = now();
-  for (int i = 0; i < JOBS; i++) {
-    uint64_t bytes = device / 100 * (uint64_t)(20 + rand() % 51);
+  pid_t jobs[ALL], pids[ALL];
+  int codes[ALL], killed = rand() % JOBS, pattern[ALL];
+  char sizes[ALL][32], logs[ALL][128];
+  double start[ALL], t0 = now();
+  double daemon_kill_at = 2.0 + (double)(rand() % 1000) / 1000.0; /* at the latest */
+  long daemon_down_ms = 200 + rand() % 600;
+  for (int i = 0; i < ALL; i++) {
+    /* The too-large job's first quarter is already more than the device. */
+    uint64_t bytes = i == JOBS ? device / 100 * 480 : device / 100 * (uint64_t)(20 + rand() % 51);
     snprintf(sizes[i], sizeof sizes[i], "%llu", (unsigned long long)(bytes & ~(uint64_t)0xfff));
-    start[i] = (double)(rand() % 2000) / 1000.0;
-    jobs[i] = 0;
+    snprintf(logs[i], sizeof logs[i], "%s/job%d.log", run_dir, i);
+    start[i] = i == JOBS ? 0.1 : (double)(rand() % 2000) / 1000.0;
+    pattern[i] = rand() % 5;
+    jobs[i] = pids[i] = 0;
     codes[i] = -1000;
   }
-  bool kill_done = false;
-  for (int started = 0; started < JOBS || reap(jobs, codes, JOBS) > 0;) {
+  for (int i = 0; i < ALL; i++)
+    printf("job %d: %s bytes, %s, starts at %.2f s\n", i, sizes[i],
+           i == JOBS ? "too-large" : patterns[pattern[i]], start[i]);
+  bool kill_done = false, daemon_killed = false, seen_waiting = false, seen_grant = false;
+  pid_t too_large = 0;
+  struct sched_snapshot s;
+  double snapshot_at = 0;
+  for (int started = 0; started < ALL || reap(jobs, codes, ALL) > 0;) {
     double t = now() - t0;
-    for (int i = 0; i < JOBS; i++)
+    for (int i = 0; i < ALL; i++)
       if (!jobs[i] && codes[i] == -1000 && t >= start[i]) {
-        jobs[i] = start_job(sizes[i], "3", "");
+        const char *argv[] = {job_path, sizes[i], i == JOBS ? "1" : pattern_rounds[pattern[i]],
+                              i == JOBS ? "too-large" : patterns[pattern[i]], NULL};
+        pids[i] = jobs[i] = spawn(argv, logs[i]);
+        if (i == JOBS) too_large = pids[i];
         started++;
       }
-    if (!kill_done && t > 2.5 && jobs[killed]) {
+    int running = 0;
+    for (int i = 0; i < JOBS; i++) running += jobs[i] != 0;
+    if (!kill_done && t > 1.5 && jobs[killed]) {
+      printf("kill -9 of job %d (pid %d, %s)\n", killed, jobs[killed], patterns[pattern[killed]]);
       kill(jobs[killed], SIGKILL);
       kill_done = true;
+    }
+    if (t - snapshot_at > 0.2 && !(daemon_killed && t < daemon_kill_at + 1) && snapshot(&s)) {
+      snapshot_at = t;
+      for (int i = 0; i < s.programs; i++) {
+        seen_waiting |= s.detail[i].wait_reason != SCHED_WAIT_NONE;
+        seen_grant |= s.detail[i].last_grant_ago >= 0 && s.detail[i].last_grant_bytes > 0;
+      }
+      check_failures(&s, too_large, seed);
+    }
+    /* cudawd dies mid-run: once the too-large job is done, with 3 jobs running (or later). */
+    if (!daemon_killed && codes[JOBS] != -1000 && t > 1.0 && (running >= 3 || t > daemon_kill_at)) {
+      CHECK(snapshot(&s));
+      check_failures(&s, too_large, seed);
+      bool counted = false;
+      for (int i = 0; i < s.programs; i++)
+        counted |= s.program[i].pid == too_large && s.program[i].state == SCHED_EXITED;
+      CHECK(counted, "seed %u: the too-large job (pid %d) is not listed as exited with its "
+            "failed allocation", seed, too_large);
+      printf("kill -9 of cudawd at %.1f s, started again %ld ms later\n", t, daemon_down_ms);
+      kill(daemon, SIGKILL);
+      waitpid(daemon, NULL, 0);
+      daemon_killed = true;
+      sleep_ms(daemon_down_ms);
+      daemon = start_soak_cudawd();
     }
     CHECK(t < 200, "the soak did not finish in 200 s");
     sleep_ms(20);
   }
-  for (int i = 0; i < JOBS; i++)
-    CHECK(codes[i] == 0 || (i == killed && codes[i] == -SIGKILL), "seed %u: job %d (%s bytes) "
-          "ended with %d", seed, i, sizes[i], codes[i]);
+  for (int i = 0; i < ALL; i++)
+    CHECK(codes[i] == 0 || (i == killed && codes[i] == -SIGKILL), "seed %u: job %d (%s bytes, %s) "
+          "ended with %d (log %s)", seed, i, sizes[i], i == JOBS ? "too-large" :
+          patterns[pattern[i]], codes[i], logs[i]);
+  CHECK(daemon_killed, "seed %u: the jobs ended before cudawd was killed", seed);
+  CHECK(snapshot(&s));
+  check_failures(&s, too_large, seed);
+  CHECK(seen_waiting, "seed %u: no program was ever shown waiting", seed);
+  CHECK(seen_grant, "seed %u: no program was ever shown with a last grant", seed);
+  /* The jobs said that they ran unshared a moment, and re-joined: the new cudawd knows them. */
+  int went_away = 0, rejoined = 0;
+  for (int i = 0; i < JOBS; i++) {
+    bool saw = file_has(logs[i], "went away");
+    went_away += saw;
+    CHECK(!file_has(logs[i], "UNSCHEDULED"), "seed %u: job %d allocated unscheduled (%s)", seed,
+          i, logs[i]);
+    for (int k = 0; saw && k < s.programs; k++) rejoined += s.program[k].pid == pids[i];
+  }
+  CHECK(went_away > 0, "seed %u: no job logged that cudawd went away", seed);
+  CHECK(rejoined > 0, "seed %u: no job re-joined the new cudawd", seed);
   kill(daemon, SIGTERM);
   waitpid(daemon, NULL, 0);
   char name[128];
   snprintf(name, sizeof name, "/cudaw-emu-%u-%s-0", (unsigned)geteuid(), run_dir + 5);
   shm_unlink(name);
-  printf("soak seed %u: %d jobs verified in %.1f s\n", seed, JOBS, now() - t0);
+  printf("soak seed %u: %d jobs verified in %.1f s (%d saw cudawd go, %d re-joined)\n", seed,
+         JOBS, now() - t0, went_away, rejoined);
 }
 
 int main(int argc, char **argv)

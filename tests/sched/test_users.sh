@@ -160,7 +160,7 @@ as $other "$spoof" "$sys/cudawd.sock" "$victim_pid" > "$tmp/spoof.out" 2>&1 ||
   fail "the spoofing peer could not talk to cudawd: $(cat "$tmp/spoof.out")"
 grep -q "status -1 " "$tmp/spoof.out" || fail "raw priority request for another user's pid: $(cat "$tmp/spoof.out")"
 sleep 0.2
-grep -q "reported a swap cudawd did not ask for: ignored" "$tmp/cudawd.log" ||
+grep -q "a result (1) it was not asked for: ignored" "$tmp/cudawd.log" ||
   fail "cudawd took a swap report it did not ask for: $(cat "$tmp/cudawd.log")"
 echo "ok: a peer's unasked swap report is ignored, its raw priority request refused: $(cat "$tmp/spoof.out")"
 # Both ran (each was ready with its 160 MiB resident), so cudawd swapped one out for the other.

@@ -51,7 +51,7 @@ run() {
     rm -f "$log".ld.* "$log.go"
     local preload=""
     [ -n "${3:-}" ] && preload=$(ls "$LIB"/libcudart.so.* | head -1)
-    LD_DEBUG=libs LD_DEBUG_OUTPUT="$log.ld" CUDAW_LOG=info CUDAW_VMEM=$mode \
+    env LD_DEBUG=libs LD_DEBUG_OUTPUT="$log.ld" CUDAW_LOG=info CUDAW_VMEM=$mode \
       LD_LIBRARY_PATH="$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" LD_PRELOAD="$preload" \
       ${CUDAW_CTL:+CORPUS_PAUSE_FILE="$log.go"} timeout -k 5 "$LIMIT" "$exe" > "$log" 2>&1 &
     pid=$!

@@ -276,6 +276,9 @@ static void on_message(struct daemon *d, struct program *p, const struct sched_m
   case SCHED_DONE:
     sched_done(d, p, msg->value, msg->status, msg->bytes, msg->seconds);
     break;
+  case SCHED_GPU_IDLE:
+    sched_idle_hint(d, p, msg->value != 0);
+    break;
   case SCHED_STATUS: {
     struct sched_snapshot *snapshot = calloc(1, sizeof *snapshot);
     if (!snapshot) break;

@@ -31,6 +31,9 @@ enum sched_msg_type {
   SCHED_STATUS,      /* answered with one struct sched_snapshot */
   SCHED_PRIORITY,    /* set program `pid`'s priority to `value`; answered with SCHED_REPLY */
   SCHED_REPLY,       /* status 0 or -errno (-ESRCH: no such program) */
+  /* program -> cudawd (an older cudawd logs and ignores it) */
+  SCHED_GPU_IDLE,    /* value 1: no CUDA call for CUDAW_SHARE_IDLE_MS (host work); 0: calls again
+                      * (a thread waits at the gate if it is paused) */
 };
 
 struct sched_msg {

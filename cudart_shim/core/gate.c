@@ -114,12 +114,27 @@ struct shim_gate_slot *shim_gate_register(void)
   return slot;
 }
 
+static atomic_uint waiters;
+
 void shim_gate_wait_open(void)
 {
   pthread_mutex_lock(&gate_lock);
+  atomic_fetch_add_explicit(&waiters, 1, memory_order_relaxed);
   while (atomic_load_explicit(&shim_gate_closed, memory_order_acquire))
     pthread_cond_wait(&gate_opened, &gate_lock);
+  atomic_fetch_sub_explicit(&waiters, 1, memory_order_relaxed);
   pthread_mutex_unlock(&gate_lock);
+}
+
+unsigned shim_gate_waiters(void) { return atomic_load_explicit(&waiters, memory_order_relaxed); }
+
+uint64_t shim_gate_calls_begun(void)
+{
+  uint64_t count = 0;
+  for (struct shim_gate_slot *slot = atomic_load_explicit(&all_slots, memory_order_acquire); slot;
+       slot = slot->all)
+    count += atomic_load_explicit(&slot->calls, memory_order_relaxed);
+  return count;
 }
 
 void shim_gate_enter_slow(struct shim_gate_slot *slot)

@@ -83,6 +83,7 @@ struct shim_gate_slot {
   struct shim_gate_slot *all; /* the next slot ever made (the list the closer walks) */
   struct shim_gate_slot *spare; /* the next free slot (under the gate's lock) */
   bool in_use;                /* owned by a live thread (under the gate's lock) */
+  atomic_uint calls;          /* counted calls the owner began (written by the owner only) */
 } __attribute__((aligned(64)));
 
 /* Nonzero while a pause holds API calls. Read by every call and by the trampolines (asm). */
@@ -110,6 +111,9 @@ void shim_gate_enter_slow(struct shim_gate_slot *slot);
  * the processor may still let the load pass the store, which the closer's membarrier covers. */
 SHIM_ALWAYS_INLINE void shim_gate_mark(struct shim_gate_slot *slot)
 {
+  /* A plain load and store on the owner's own line: the activity the sharing client watches. */
+  atomic_store_explicit(&slot->calls, atomic_load_explicit(&slot->calls, memory_order_relaxed) + 1,
+                        memory_order_relaxed);
   if (SHIM_LIKELY(!slot->fenced)) {
     atomic_store_explicit(&slot->in_flight, 1, memory_order_relaxed);
     atomic_signal_fence(memory_order_seq_cst);
@@ -184,6 +188,10 @@ int shim_gate_close(uint64_t timeout_ns);
 void shim_gate_open(void);
 /* Counted calls in flight now (a snapshot, for status and tests). */
 unsigned shim_gate_calls_in_flight(void);
+/* Counted calls begun so far by every thread (grows; a snapshot), and threads waiting now at the
+ * closed gate: whether the program uses the GPU, for the sharing client's idle hint. */
+uint64_t shim_gate_calls_begun(void);
+unsigned shim_gate_waiters(void);
 
 /* An API call whose real entry point is missing: leave the gate, log once, and return
  * cudaErrorNotSupported (or the initialisation error). */

@@ -7,17 +7,26 @@
  * it fills at share x wall time up to share x WINDOW_MS and each completed batch takes its GPU
  * time out; a launch waits at the gate (stepped out of the gate's count, so that a pause goes
  * on) while the bucket, less the estimated GPU time still queued, is below zero. Several streams
- * busy at once count once each: a multi-stream program is held back conservatively. */
+ * busy at once count once each: a multi-stream program is held back conservatively.
+ * Programs with a share below 100% take turns on each device through a lock file in the run
+ * directory (flock): one launches only while it holds the device's token and gives it back once
+ * its queued work is done. Without it, two programs' kernels would time-slice on the GPU and each
+ * batch's elapsed time would include the other's slices, so both would be held back too much. A
+ * thread of the metered program closes quiet batches, reads completed ones and gives the token
+ * back when the program has nothing queued on the device. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "ckpt.h"
 #include "options.h"
 #include "shim_generated.h"
 #include "shim_gpu_share.h"
@@ -44,6 +53,7 @@ struct batch {
   int device;
   cudaEvent_t start, end;
   unsigned launches;
+  unsigned launching; /* launches between shim_gpu_before and _after: not closed meanwhile */
   uint64_t opened_ns, last_ns;
 };
 
@@ -56,6 +66,13 @@ struct closed_batch {
 struct pool {
   cudaEvent_t *events;
   size_t count, capacity;
+};
+
+/* A device's turn among programs with shares: the lock file, and whether we hold it. */
+struct token {
+  bool opened;
+  int fd; /* -1: no coordination on this device (the file could not be opened) */
+  bool held;
 };
 
 static struct {
@@ -74,6 +91,8 @@ static struct {
   double bucket_ms[BUCKETS];
   uint64_t bucket_id[BUCKETS];
   struct pool pool[MAX_DEVICES];
+  struct token token[MAX_DEVICES];
+  bool thread_started;
 } meter = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static uint64_t now_ns(void)
@@ -140,7 +159,7 @@ static void account(double busy_ms, unsigned launches, uint64_t now)
 }
 
 /* Read back every closed batch that completed; keep the others in order. */
-static void poll(uint64_t now)
+static void read_back(uint64_t now)
 {
   meter.polled_ns = now;
   unsigned kept = 0;
@@ -203,12 +222,104 @@ static void hold(void)
     pthread_mutex_lock(&meter.lock);
     uint64_t now = now_ns();
     refill(now);
-    poll(now);
+    read_back(now);
   }
   meter.held_ms += (double)(now_ns() - began) * 1e-6;
   pthread_mutex_unlock(&meter.lock);
   shim_gate_step_in(stepped_out); /* may wait for a pause; then take the lock again */
   pthread_mutex_lock(&meter.lock);
+}
+
+/* ---- turns: the device's token (lock held unless said otherwise) ---- */
+
+/* The device's lock file <run dir>/gpu-share-<uuid>.lock, opened once; -1 when unavailable. */
+static int token_fd(int device)
+{
+  struct token *t = &meter.token[device];
+  if (t->opened) return t->fd;
+  t->opened = true;
+  t->fd = -1;
+  struct cudaDeviceProp prop;
+  memset(&prop, 0, sizeof prop);
+  struct ckpt_options options;
+  char reason[200] = "", path[256], uuid[33];
+  if (SHIM_REAL(cudaGetDeviceProperties)(&prop, device) != cudaSuccess) return -1;
+  for (int i = 0; i < 16; i++) snprintf(uuid + 2 * i, 3, "%02x", (unsigned char)prop.uuid.bytes[i]);
+  ckpt_options_from_env(&options, NULL, 0);
+  if (ckpt_run_dir_prepare(options.run_dir, reason, sizeof reason) != 0 ||
+      (size_t)snprintf(path, sizeof path, "%s/gpu-share-%s.lock", options.run_dir, uuid) >=
+          sizeof path ||
+      (t->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0) {
+    shim_warn("gpu share: no turns with other programs on device %d (%s): kernels of programs "
+              "with shares may overlap and be held back more than their shares", device,
+              t->fd < 0 && !reason[0] ? strerror(errno) : reason);
+    t->fd = -1;
+  }
+  return t->fd;
+}
+
+/* Wait for the device's turn. Steps out of the gate's count and drops the lock while it waits. */
+static void take_token(int device)
+{
+  struct token *t = &meter.token[device];
+  int fd = token_fd(device);
+  if (t->held || fd < 0) return;
+  if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+    t->held = true;
+    return;
+  }
+  int stepped_out = shim_gate_step_out();
+  uint64_t began = now_ns();
+  pthread_mutex_unlock(&meter.lock);
+  int rc;
+  while ((rc = flock(fd, LOCK_EX)) != 0 && errno == EINTR) {
+  }
+  pthread_mutex_lock(&meter.lock);
+  if (rc == 0) t->held = true;
+  meter.held_ms += (double)(now_ns() - began) * 1e-6;
+  refill(now_ns());
+  pthread_mutex_unlock(&meter.lock);
+  shim_gate_step_in(stepped_out);
+  pthread_mutex_lock(&meter.lock);
+}
+
+/* Give back the tokens of devices where nothing of ours is open or queued. */
+static void release_idle_tokens(void)
+{
+  for (int device = 0; device < MAX_DEVICES; device++) {
+    struct token *t = &meter.token[device];
+    if (!t->held) continue;
+    bool busy = false;
+    for (int i = 0; i < OPEN_MAX && !busy; i++)
+      busy = meter.open[i].open && meter.open[i].device == device;
+    for (unsigned i = 0; i < meter.pending_count && !busy; i++)
+      busy = meter.pending[i].device == device;
+    if (busy) continue;
+    flock(t->fd, LOCK_UN);
+    t->held = false;
+  }
+}
+
+/* The metered program's thread: every millisecond, close batches whose streams went quiet, read
+ * back completed ones and give back tokens nobody here needs. Not while paused (a driver call
+ * could wait for the driver's process checkpoint). */
+static void *watch(void *unused)
+{
+  (void)unused;
+  for (;;) {
+    struct timespec pause = {0, 1000000};
+    nanosleep(&pause, NULL);
+    if (ckpt_state() != CKPT_RUNNING) continue;
+    pthread_mutex_lock(&meter.lock);
+    uint64_t now = now_ns();
+    for (int i = 0; i < OPEN_MAX; i++)
+      if (meter.open[i].open && !meter.open[i].launching && now - meter.open[i].last_ns > GAP_NS)
+        close_batch(&meter.open[i]);
+    if (meter.pending_count) read_back(now);
+    release_idle_tokens();
+    pthread_mutex_unlock(&meter.lock);
+  }
+  return NULL;
 }
 
 /* ---- launches ---- */
@@ -224,18 +335,19 @@ static bool capturing(void *stream)
  * index, or -1 when the events could not be had. Closes batches whose streams went quiet. */
 static int batch_for(void *stream, int device, uint64_t now)
 {
-  int found = -1, free_slot = -1, oldest = 0;
+  int found = -1, free_slot = -1, oldest = -1;
   for (int i = 0; i < OPEN_MAX; i++) {
     struct batch *b = &meter.open[i];
-    if (b->open && now - b->last_ns > GAP_NS) close_batch(b);
+    if (b->open && !b->launching && now - b->last_ns > GAP_NS) close_batch(b);
     if (!b->open) {
       if (free_slot < 0) free_slot = i;
       continue;
     }
     if (b->stream == stream && b->device == device) found = i;
-    if (b->last_ns < meter.open[oldest].last_ns || !meter.open[oldest].open) oldest = i;
+    if (!b->launching && (oldest < 0 || b->last_ns < meter.open[oldest].last_ns)) oldest = i;
   }
   if (found >= 0) return found;
+  if (free_slot < 0 && oldest < 0) return -1; /* every slot has a launch under way: not metered */
   if (free_slot < 0) {
     close_batch(&meter.open[oldest]);
     free_slot = oldest;
@@ -247,7 +359,7 @@ static int batch_for(void *stream, int device, uint64_t now)
     give_event(device, end);
     return -1;
   }
-  *b = (struct batch){true, ++meter.generation, stream, device, start, end, 0, now, now};
+  *b = (struct batch){true, ++meter.generation, stream, device, start, end, 0, 0, now, now};
   return free_slot;
 }
 
@@ -263,11 +375,15 @@ void shim_gpu_before(void *stream, int per_thread, struct shim_gpu_ticket *ticke
   pthread_mutex_lock(&meter.lock);
   uint64_t now = now_ns();
   refill(now);
-  if (now - meter.polled_ns >= POLL_NS || over_share()) poll(now);
+  if (now - meter.polled_ns >= POLL_NS || over_share()) read_back(now);
   hold();
+  if (meter.percent && meter.percent < 100 && meter.thread_started) take_token(device);
   if (meter.percent) {
     ticket->batch = batch_for(stream, device, now_ns());
-    if (ticket->batch >= 0) ticket->generation = meter.open[ticket->batch].generation;
+    if (ticket->batch >= 0) {
+      ticket->generation = meter.open[ticket->batch].generation;
+      meter.open[ticket->batch].launching++;
+    }
   }
   pthread_mutex_unlock(&meter.lock);
 }
@@ -278,6 +394,7 @@ void shim_gpu_after(struct shim_gpu_ticket *ticket)
   pthread_mutex_lock(&meter.lock);
   struct batch *b = &meter.open[ticket->batch];
   if (b->open && b->generation == ticket->generation) {
+    b->launching--;
     if (SHIM_REAL(cudaEventRecord)(b->end, (cudaStream_t)b->stream) != cudaSuccess) {
       b->launches = 0; /* no end to measure to: drop the batch */
       close_batch(b);
@@ -332,6 +449,21 @@ int shim_gpu_set_share(int percent)
   meter.refilled_ns = now;
   if (percent) meter.ever = true;
   if (percent && meter.balance_ms > rate() * WINDOW_MS) meter.balance_ms = rate() * WINDOW_MS;
+  if (percent && !meter.thread_started) {
+    pthread_t thread;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    meter.thread_started = pthread_create(&thread, &attr, watch, NULL) == 0;
+    pthread_attr_destroy(&attr);
+    if (!meter.thread_started) shim_warn("gpu share: cannot start its thread: no turns");
+  }
+  if (percent == 0 || percent == 100 || !meter.thread_started) /* no turns now */
+    for (int device = 0; device < MAX_DEVICES; device++)
+      if (meter.token[device].held) {
+        flock(meter.token[device].fd, LOCK_UN);
+        meter.token[device].held = false;
+      }
   atomic_store_explicit(&shim_gpu_metered, percent != 0, memory_order_relaxed);
   pthread_mutex_unlock(&meter.lock);
   return 0;

@@ -5,7 +5,9 @@
  *     time of 20-45% of the last second;
  *   - unlimited, then `cudaw-ctl limit <pid> --gpu 30` live, then `--gpu off`: the rate in the
  *     limited phase must be 20-45% of the first phase's, and come back above 70% after off;
- *   - a malformed share is refused by cudaw-ctl (exit 2) and by the program (bad_request).
+ *   - a malformed share is refused by cudaw-ctl (exit 2) and by the program (bad_request);
+ *   - two at once with 70% and 30% (they take turns through the device's lock file): 55-85% and
+ *     20-45% of the unlimited rate.
  *   usage: sched_test_gpu_share JOB CUDAW_CTL */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -211,6 +213,18 @@ int main(int argc, char **argv)
   CHECK(before > 0 && during > 0 && after > 0, "windows missing in %s", out);
   check_ratio("cudaw-ctl limit --gpu 30", during / before);
   CHECK(after / before > 0.7, "after --gpu off: %.1f%% of the first phase", 100 * after / before);
+
+  /* Two at once, 70/30. */
+  char out_b[256];
+  snprintf(out, sizeof out, "%s/pair_a.out", run_dir);
+  snprintf(out_b, sizeof out_b, "%s/pair_b.out", run_dir);
+  pid_t a = start_job("3", "70", out), b = start_job("3", "30", out_b);
+  finish(a);
+  finish(b);
+  double rate_a = total_rate(out) / free_rate, rate_b = total_rate(out_b) / free_rate;
+  printf("70/30 at once: %.1f%% and %.1f%% of the unlimited rate\n", 100 * rate_a, 100 * rate_b);
+  CHECK(rate_a >= 0.55 && rate_a <= 0.85, "the 70%% job ran at %.1f%%", 100 * rate_a);
+  check_ratio("the 30% job beside a 70% one", rate_b);
 
   char command[128];
   snprintf(command, sizeof command, "rm -rf '%s'", run_dir);

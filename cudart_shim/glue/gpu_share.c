@@ -10,7 +10,8 @@
  * busy at once count once each: a multi-stream program is held back conservatively.
  * Programs with a share below 100% take turns on each device through a lock file in the run
  * directory (flock): one launches only while it holds the device's token and gives it back once
- * its queued work is done. Without it, two programs' kernels would time-slice on the GPU and each
+ * its queued work is done (a program over its share rests until a burst's worth is back in its
+ * bucket, so turns are bursts, not single kernels). Without it, two programs' kernels would time-slice on the GPU and each
  * batch's elapsed time would include the other's slices, so both would be held back too much. A
  * thread of the metered program closes quiet batches, reads completed ones and gives the token
  * back when the program has nothing queued on the device. */
@@ -80,6 +81,7 @@ static struct {
   int percent;                 /* 0: no share */
   bool ever;                   /* a share was set once: status reports it */
   double balance_ms;
+  bool resting;                /* over its share: holding launches until the bucket is half full */
   uint64_t refilled_ns, polled_ns, since_ns;
   struct batch open[OPEN_MAX];
   unsigned generation;
@@ -199,11 +201,30 @@ static void close_batch(struct batch *b)
 /* GPU time the program has queued and not yet seen complete, estimated. */
 static double queued_ms(void) { return meter.queued_launches * meter.ms_per_launch; }
 
+/* What a resting program waits for in its bucket: enough for a burst of half a window (a burst
+ * of b ms spends b x (1 - share)), and at most half its bucket, so that while one program has
+ * its burst the others' buckets (share x window) do not overflow. */
+static double resume_ms(void)
+{
+  double share = rate(), part = share < 1 - share ? share : 1 - share;
+  double ms = part * WINDOW_MS / 2;
+  return ms > 2.0 ? ms : 2.0;
+}
+
+/* Over its share: the bucket, less what is queued, below zero; once over, the program rests
+ * until resume_ms is back, so that it runs in bursts (turns) rather than one kernel at a time,
+ * which would hand the device's token back and forth at every kernel. */
 static bool over_share(void)
 {
   if (meter.pending_count + OPEN_MAX >= PENDING_MAX) return true;
-  return meter.percent < 100 && meter.balance_ms - queued_ms() < 0;
+  if (meter.percent >= 100) return meter.resting = false;
+  double allowance = meter.balance_ms - queued_ms();
+  if (allowance < 0) meter.resting = true;
+  else if (meter.resting && allowance >= resume_ms()) meter.resting = false;
+  return meter.resting;
 }
+
+static void release_idle_tokens(void);
 
 /* Wait while the program is over its share. Steps out of the gate's count while it sleeps. */
 static void hold(void)
@@ -212,10 +233,10 @@ static void hold(void)
   int stepped_out = shim_gate_step_out();
   uint64_t began = now_ns();
   while (meter.percent && over_share()) {
-    double deficit = queued_ms() - meter.balance_ms;
+    double deficit = queued_ms() + resume_ms() - meter.balance_ms;
     double wait_ms = meter.percent < 100 && deficit > 0 ? deficit / rate() : 0.2;
     if (wait_ms < 0.1) wait_ms = 0.1;
-    if (wait_ms > 2.0) wait_ms = 2.0;
+    if (wait_ms > 0.5) wait_ms = 0.5; /* read back soon: our queue drains, the token goes back */
     pthread_mutex_unlock(&meter.lock);
     struct timespec pause = {0, (long)(wait_ms * 1e6)};
     nanosleep(&pause, NULL);
@@ -223,6 +244,7 @@ static void hold(void)
     uint64_t now = now_ns();
     refill(now);
     read_back(now);
+    release_idle_tokens();
   }
   meter.held_ms += (double)(now_ns() - began) * 1e-6;
   pthread_mutex_unlock(&meter.lock);
@@ -300,14 +322,14 @@ static void release_idle_tokens(void)
   }
 }
 
-/* The metered program's thread: every millisecond, close batches whose streams went quiet, read
+/* The metered program's thread: every half millisecond, close batches whose streams went quiet, read
  * back completed ones and give back tokens nobody here needs. Not while paused (a driver call
  * could wait for the driver's process checkpoint). */
 static void *watch(void *unused)
 {
   (void)unused;
   for (;;) {
-    struct timespec pause = {0, 1000000};
+    struct timespec pause = {0, 500000};
     nanosleep(&pause, NULL);
     if (ckpt_state() != CKPT_RUNNING) continue;
     pthread_mutex_lock(&meter.lock);
@@ -446,6 +468,7 @@ int shim_gpu_set_share(int percent)
     for (int i = 0; i < OPEN_MAX; i++)
       if (meter.open[i].open) close_batch(&meter.open[i]);
   meter.percent = percent;
+  meter.resting = false;
   meter.refilled_ns = now;
   if (percent) meter.ever = true;
   if (percent && meter.balance_ms > rate() * WINDOW_MS) meter.balance_ms = rate() * WINDOW_MS;

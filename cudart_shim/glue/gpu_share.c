@@ -280,29 +280,32 @@ static int token_fd(int device)
   return t->fd;
 }
 
-/* Wait for the device's turn. Steps out of the gate's count and drops the lock while it waits. */
+/* Wait for the device's turn. Steps out of the gate's count and drops the lock while it waits;
+ * tries again if the thread gave the token back before the lock was taken again. */
 static void take_token(int device)
 {
   struct token *t = &meter.token[device];
   int fd = token_fd(device);
-  if (t->held || fd < 0) return;
-  if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
-    t->held = true;
-    return;
+  while (!t->held && fd >= 0 && meter.percent && meter.percent < 100) {
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      t->held = true;
+      return;
+    }
+    int stepped_out = shim_gate_step_out();
+    uint64_t began = now_ns();
+    pthread_mutex_unlock(&meter.lock);
+    int rc;
+    while ((rc = flock(fd, LOCK_EX)) != 0 && errno == EINTR) {
+    }
+    pthread_mutex_lock(&meter.lock);
+    if (rc == 0) t->held = true;
+    meter.held_ms += (double)(now_ns() - began) * 1e-6;
+    refill(now_ns());
+    pthread_mutex_unlock(&meter.lock);
+    shim_gate_step_in(stepped_out);
+    pthread_mutex_lock(&meter.lock);
+    if (rc != 0) return; /* flock failed: go on without turns */
   }
-  int stepped_out = shim_gate_step_out();
-  uint64_t began = now_ns();
-  pthread_mutex_unlock(&meter.lock);
-  int rc;
-  while ((rc = flock(fd, LOCK_EX)) != 0 && errno == EINTR) {
-  }
-  pthread_mutex_lock(&meter.lock);
-  if (rc == 0) t->held = true;
-  meter.held_ms += (double)(now_ns() - began) * 1e-6;
-  refill(now_ns());
-  pthread_mutex_unlock(&meter.lock);
-  shim_gate_step_in(stepped_out);
-  pthread_mutex_lock(&meter.lock);
 }
 
 /* Give back the tokens of devices where nothing of ours is open or queued. */

@@ -9,12 +9,14 @@
 #      (cudaw-ctl limit <pid>, read mid-run).
 # Prints every figure and exits 1 when a target is missed, 77 without a GPU.
 # Usage: tests/sched/gpu_share_bench.sh <cudaw build dir> [out dir]
-# Environment: SECONDS_EACH (10), RUNS (3), KERNEL_MS (2), SHARE_A (70), SHARE_B (30).
+# Environment: SECONDS_EACH (10), RUNS (3), KERNEL_MS (2), SHARE_A (70), SHARE_B (30), JOB (the
+# job program; tests/sched/sched_gpu_share_loop of the build).
+# (cudaw run execs the job, so the pid of `cudaw run` is the job's.)
 set -u
 B=$(cd "${1:?usage: gpu_share_bench.sh <build dir> [out dir]}" && pwd)
 OUT=${2:-/tmp/cudaw-gpu-share-bench}
 mkdir -p "$OUT"
-JOB="$B/tests/sched/sched_gpu_share_loop"
+JOB=${JOB:-"$B/tests/sched/sched_gpu_share_loop"}
 [ -x "$JOB" ] || { echo "no $JOB (built with nvcc only)"; exit 1; }
 SECS=${SECONDS_EACH:-10}
 RUNS=${RUNS:-3}
@@ -22,7 +24,7 @@ A=${SHARE_A:-70}
 S_B=${SHARE_B:-30}
 export CUDAW_RUN_DIR="$OUT/run"
 rm -rf "$CUDAW_RUN_DIR"; mkdir -p "$CUDAW_RUN_DIR"
-calc() { awk "BEGIN { printf \"%.4f\", $1 }"; }
+calc() { awk "BEGIN { printf \"%.2f\", $1 }"; }
 rate_of() { awk '/^RATE/ { print $2 }' "$1"; }
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
@@ -56,9 +58,7 @@ pair() { # label shareA shareB
   env ${3:+CUDAW_GPU_SHARE=$3} "$B/bin/cudaw" run -- "$JOB" "$SECS" "$iters" > "$OUT/${label}_b.log" 2>&1 &
   pb=$!
   sleep $(calc "$SECS / 2")
-  for p in $pa $pb; do
-    for c in $(pgrep -P $p) $p; do "$B/bin/cudaw-ctl" limit "$c" 2>/dev/null; done
-  done | grep -v "no GPU share" > "$OUT/${label}_measured.txt"
+  for p in $pa $pb; do "$B/bin/cudaw-ctl" limit "$p" 2>&1; done > "$OUT/${label}_measured.txt"
   wait $pa; local ra=$?; wait $pb; local rb=$?
   [ $ra -eq 0 ] && [ $rb -eq 0 ] || { echo "$label: a job failed"; cat "$OUT/${label}"_?.log; exit 1; }
 }

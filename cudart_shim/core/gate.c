@@ -51,6 +51,7 @@ static void release_slot(void *opaque)
   /* A thread that ends inside a counted call (cancelled, pthread_exit from a callback) must not
    * hold every later pause. */
   atomic_store_explicit(&slot->in_flight, 0, memory_order_release);
+  atomic_store_explicit(&slot->blocking, 0, memory_order_relaxed);
   pthread_mutex_lock(&slots_lock);
   slot->in_use = false;
   slot->spare = spare_slots;
@@ -72,6 +73,7 @@ static void after_fork_child(void)
     slot->fenced = !use_membarrier;
     if (slot == shim_gate_self || !slot->in_use) continue;
     atomic_store(&slot->in_flight, 0);
+    atomic_store(&slot->blocking, 0);
     slot->in_use = false;
     slot->spare = spare_slots;
     spare_slots = slot;
@@ -127,6 +129,15 @@ void shim_gate_wait_open(void)
 }
 
 unsigned shim_gate_waiters(void) { return atomic_load_explicit(&waiters, memory_order_relaxed); }
+
+unsigned shim_gate_calls_blocking(void)
+{
+  unsigned count = 0;
+  for (struct shim_gate_slot *slot = atomic_load_explicit(&all_slots, memory_order_acquire); slot;
+       slot = slot->all)
+    count += atomic_load_explicit(&slot->blocking, memory_order_relaxed) != 0;
+  return count;
+}
 
 uint64_t shim_gate_calls_begun(void)
 {

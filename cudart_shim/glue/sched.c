@@ -181,15 +181,16 @@ static double seconds_now(void)
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* The idle hint: any counted call begun, in flight, or waiting at a closed gate is activity
- * (cudaw's own threads call the real runtime directly and do not count). */
+/* The idle hint: any counted call begun, in flight, or waiting at a closed gate is activity, and
+ * so is a thread inside a synchronisation (waiting for the device's work). cudaw's own threads
+ * call the real runtime directly and do not count. */
 static void watch_idle(void)
 {
   if (client.idle_seconds <= 0) return;
   double now = seconds_now();
   uint64_t calls = shim_gate_calls_begun();
   if (calls != client.calls_seen || shim_gate_calls_in_flight() || shim_gate_waiters() ||
-      atomic_load(&client.asking) || !client.active_at) {
+      shim_gate_calls_blocking() || atomic_load(&client.asking) || !client.active_at) {
     client.calls_seen = calls;
     client.active_at = now;
     if (client.idle_told && send_msg((struct sched_msg){.type = SCHED_GPU_IDLE, .value = 0}) == 0)

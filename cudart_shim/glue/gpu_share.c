@@ -202,13 +202,15 @@ static void close_batch(struct batch *b)
 static double queued_ms(void) { return meter.queued_launches * meter.ms_per_launch; }
 
 /* What a resting program waits for in its bucket: enough for a burst of half a window (a burst
- * of b ms spends b x (1 - share)), and at most half its bucket, so that while one program has
- * its burst the others' buckets (share x window) do not overflow. */
+ * of b ms spends b x (1 - share)), and at most half of the others' share, so that while one
+ * program has its burst the others' buckets (share x window) do not overflow; at least 2 ms, but
+ * never more than half its own bucket (a 1% share's bucket holds 1 ms). */
 static double resume_ms(void)
 {
   double share = rate(), part = share < 1 - share ? share : 1 - share;
   double ms = part * WINDOW_MS / 2;
-  return ms > 2.0 ? ms : 2.0;
+  if (ms < 2.0) ms = 2.0;
+  return ms < share * WINDOW_MS / 2 ? ms : share * WINDOW_MS / 2; /* reachable: under the cap */
 }
 
 /* Over its share: the bucket, less what is queued, below zero; once over, the program rests

@@ -6,6 +6,7 @@
  *   - unlimited, then `cudaw-ctl limit <pid> --gpu 30` live, then `--gpu off`: the rate in the
  *     limited phase must be 20-45% of the first phase's, and come back above 70% after off;
  *   - a malformed share is refused by cudaw-ctl (exit 2) and by the program (bad_request);
+ *   - a 1% share (a bucket smaller than one kernel) runs at most 5% of the rate and ends;
  *   - two at once with 70% and 30% (they take turns through the device's lock file): 50-85% and
  *     20-45% of the unlimited rate.
  *   usage: sched_test_gpu_share JOB CUDAW_CTL */
@@ -213,6 +214,15 @@ int main(int argc, char **argv)
   CHECK(before > 0 && during > 0 && after > 0, "windows missing in %s", out);
   check_ratio("cudaw-ctl limit --gpu 30", during / before);
   CHECK(after / before > 0.7, "after --gpu off: %.1f%% of the first phase", 100 * after / before);
+
+  /* A 1% share (its bucket holds 1 ms, less than one kernel) still runs, slowly. */
+  snprintf(out, sizeof out, "%s/tiny.out", run_dir);
+  double tiny_start = now();
+  finish(start_job("1", "1", out));
+  double tiny = total_rate(out) / free_rate;
+  printf("CUDAW_GPU_SHARE=1: %.1f%% of the unlimited rate, done in %.2f s\n", 100 * tiny,
+         now() - tiny_start);
+  CHECK(tiny <= 0.05, "a 1%% share ran at %.1f%%", 100 * tiny);
 
   /* Two at once, 70/30. */
   char out_b[256];

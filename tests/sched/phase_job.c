@@ -2,11 +2,14 @@
  * four pieces, then PHASES times runs a GPU phase (for GPU_MS: read every piece back, check that
  * each byte holds what the last round wrote, write the next value) and a host phase of HOST_MS
  * without any CUDA call, spent spinning on the CPU ("spin": data loading) or asleep ("sleep").
- *   usage: sched_phase_job BYTES PHASES GPU_MS HOST_MS spin|sleep
+ * With "sync" the GPU phase is one piece of device work of GPU_MS (the emulated device's deferred
+ * work, as a long kernel) waited for in cudaDeviceSynchronize, after one round.
+ *   usage: sched_phase_job BYTES PHASES GPU_MS HOST_MS spin|sleep|sync
  * Prints "phases <n> rounds <r> verified in <seconds> s". Exit 0: data verified; 1: a check
  * failed. */
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +27,27 @@ static double now(void)
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static double work_until;
+
+static int work_done(void *unused)
+{
+  (void)unused;
+  return now() >= work_until;
+}
+
+/* A long kernel: device work that ends after `seconds`, waited for in a synchronisation. */
+static void long_kernel(double seconds)
+{
+  const char *path = getenv("CUDAW_REAL_CUDART");
+  void *emu = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
+  int (*defer)(int (*)(void *), void *) =
+      emu ? (int (*)(int (*)(void *), void *))dlsym(emu, "cudaw_emu_defer") : NULL;
+  CHECK(defer, "sync needs the emulated device (CUDAW_REAL_CUDART)");
+  work_until = now() + seconds;
+  CHECK(defer(work_done, NULL) == 0);
+  CHECK(cudaDeviceSynchronize() == cudaSuccess);
+}
+
 static unsigned char value(int piece, long round)
 {
   return (unsigned char)(getpid() * 7 + piece * 31 + round);
@@ -35,7 +59,7 @@ int main(int argc, char **argv)
   size_t piece_bytes = strtoull(argv[1], NULL, 0) / PIECES;
   long phases = strtol(argv[2], NULL, 0);
   double gpu_seconds = strtod(argv[3], NULL) * 1e-3, host_seconds = strtod(argv[4], NULL) * 1e-3;
-  int spin = strcmp(argv[5], "spin") == 0;
+  int spin = strcmp(argv[5], "spin") == 0, sync = strcmp(argv[5], "sync") == 0;
   double start = now();
   void *piece[PIECES];
   for (int i = 0; i < PIECES; i++) {
@@ -58,6 +82,7 @@ int main(int argc, char **argv)
         CHECK(cudaMemset(piece[i], value(i, round + 1), piece_bytes) == cudaSuccess);
       }
       round++;
+      if (sync) long_kernel(gpu_seconds);
     } while (now() < until);
     until = now() + host_seconds;
     if (spin) {

@@ -5,7 +5,9 @@
  * CUDA call gives its turn to the waiting one and comes back when it calls again: both must
  * finish with their data verified in under 70% of the time of running them one after another,
  * with swaps, and never more resident than the capacity. Without the hint (0) the second job
- * waits for the first to end: the same run must take at least 90% of that time.
+ * waits for the first to end: the same run must take at least 90% of that time. A job that waits
+ * 3 s in cudaDeviceSynchronize for a long kernel is not idle: the job waiting beside it gets no
+ * swap (--min-run 30, so that the CPU-based idle test cannot swap it either).
  *   usage: sched_test_idle_share CUDAWD JOB */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -31,6 +33,12 @@
 
 static const char *cudawd_path, *job_path;
 static char run_dir[64];
+static pid_t current_daemon; /* ended at exit, also when a check fails */
+
+static void end_daemon(void)
+{
+  if (current_daemon > 0) kill(current_daemon, SIGTERM);
+}
 
 static double now(void)
 {
@@ -68,17 +76,60 @@ static bool snapshot(struct sched_snapshot *out)
 
 /* Both jobs under a fresh cudawd with CUDAW_SHARE_IDLE_MS=idle_ms; the seconds until both ended.
  * *swaps: cudawd's count at the end. */
-static double run_pair(const char *idle_ms, uint64_t *swaps)
+static pid_t start_cudawd(const char *name, const char *min_run)
 {
-  char log[128], phases[16], gpu[16], host[16];
-  snprintf(log, sizeof log, "%s/cudawd-%s.log", run_dir, idle_ms);
+  char log[128];
+  snprintf(log, sizeof log, "%s/cudawd-%s.log", run_dir, name);
   const char *daemon_argv[] = {cudawd_path, "--device-memory", "96M", "--quantum", "30",
-                               "--verbose", NULL};
+                               "--min-run", min_run, "--verbose", NULL};
   pid_t daemon = spawn(daemon_argv, log);
+  current_daemon = daemon;
   struct sched_snapshot s;
   int tries = 0;
   while (!snapshot(&s) && ++tries < 200) usleep(25000);
   CHECK(tries < 200, "cudawd did not answer in %s", run_dir);
+  return daemon;
+}
+
+static void finish(pid_t job, const char *log)
+{
+  int status;
+  CHECK(waitpid(job, &status, 0) == job);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "job %d failed (status %d); see %s", job,
+        status, log);
+}
+
+/* A job in a long synchronisation beside a waiting one: no swap. */
+static void run_sync(void)
+{
+  pid_t daemon = start_cudawd("sync", "30");
+  setenv("CUDAW_SHARE_IDLE_MS", "300", 1);
+  char log[128];
+  snprintf(log, sizeof log, "%s/jobs-sync.log", run_dir);
+  const char *long_argv[] = {job_path, "75497472", "1", "3000", "0", "sync", NULL};
+  const char *short_argv[] = {job_path, "75497472", "1", "100", "0", "spin", NULL};
+  pid_t first = spawn(long_argv, log);
+  struct sched_snapshot s;
+  for (int i = 0; i < 400; i++) { /* until it holds its memory */
+    if (snapshot(&s) && s.devices && s.device[0].resident >= 72 * MIB) break;
+    usleep(10000);
+  }
+  pid_t second = spawn(short_argv, log);
+  finish(first, log);
+  finish(second, log);
+  CHECK(snapshot(&s));
+  printf("a job 3 s in cudaDeviceSynchronize beside a waiting one: %llu swaps\n",
+         (unsigned long long)s.device[0].swaps);
+  CHECK(s.device[0].swaps == 0, "the synchronising job was swapped out as idle");
+  kill(daemon, SIGTERM);
+  waitpid(daemon, NULL, 0);
+}
+
+static double run_pair(const char *idle_ms, uint64_t *swaps)
+{
+  char log[128], phases[16], gpu[16], host[16];
+  pid_t daemon = start_cudawd(idle_ms, "1");
+  struct sched_snapshot s;
   setenv("CUDAW_SHARE_IDLE_MS", idle_ms, 1);
   snprintf(phases, sizeof phases, "%d", PHASES);
   snprintf(gpu, sizeof gpu, "%d", GPU_MS);
@@ -120,6 +171,7 @@ static double run_pair(const char *idle_ms, uint64_t *swaps)
 int main(int argc, char **argv)
 {
   CHECK(argc == 3, "usage: %s CUDAWD JOB", argv[0]);
+  atexit(end_daemon);
   cudawd_path = argv[1];
   job_path = argv[2];
   snprintf(run_dir, sizeof run_dir, "/tmp/cudaw-idle-XXXXXX");
@@ -134,6 +186,7 @@ int main(int argc, char **argv)
   CHECK(swaps > 0, "no swaps: the jobs never took turns");
   CHECK(hinted < 0.70 * serial, "%.2f s with the idle hint, not under 70%% of %.1f s", hinted,
         serial);
+  run_sync();
   double unhinted = run_pair("0", &swaps);
   printf("without the hint: %.2f s (%.0f%%)\n", unhinted, 100 * unhinted / serial);
   CHECK(unhinted >= 0.9 * serial, "%.2f s without the hint: the test does not measure the hint",

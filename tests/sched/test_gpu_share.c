@@ -182,7 +182,7 @@ int main(int argc, char **argv)
   snprintf(args, sizeof args, "status %ld", (long)pid);
   CHECK(ctl(args, reply, sizeof reply) == 0 && strstr(reply, "GPU share 30%"), "status");
   finish(pid);
-  check_ratio("CUDAW_GPU_SHARE=30", total_rate(out) / free_rate);
+  double env_rate = total_rate(out); /* checked below, against the best unlimited rate seen */
 
   /* Live: unlimited 1.5 s, limited to 30% until 3.5 s, then off. */
   snprintf(out, sizeof out, "%s/live.out", run_dir);
@@ -214,6 +214,12 @@ int main(int argc, char **argv)
   CHECK(before > 0 && during > 0 && after > 0, "windows missing in %s", out);
   check_ratio("cudaw-ctl limit --gpu 30", during / before);
   CHECK(after / before > 0.7, "after --gpu off: %.1f%% of the first phase", 100 * after / before);
+  /* The unlimited rate is the best one seen: on a loaded machine one run may come out slow, which
+   * would make the limited ones look fast. */
+  if (before > free_rate) free_rate = before;
+  if (after > free_rate) free_rate = after;
+  printf("unlimited, best seen: %.1f launches/s\n", free_rate);
+  check_ratio("CUDAW_GPU_SHARE=30", env_rate / free_rate);
 
   /* A 1% share (its bucket holds 1 ms, less than one kernel) still runs, slowly. */
   snprintf(out, sizeof out, "%s/tiny.out", run_dir);

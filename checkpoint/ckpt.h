@@ -138,6 +138,10 @@ struct ckpt_host_ops {
   /* Optional. More members for status: writes `,"name":value...` (at most len bytes with the
    * NUL) and returns its length, 0 for nothing. Called on the control thread, gate open or not. */
   size_t (*status_extra)(void *ctx, char *buf, size_t len);
+  /* Optional. A request line the module does not know itself (the shim's "limit ..."): writes
+   * one JSON line with its newline into reply (at most len bytes with the NUL) and returns 0, or
+   * -ENOENT for a request the host does not know either. Called on the control thread. */
+  int (*extra_request)(void *ctx, const char *request, char *reply, size_t len);
   /* Optional (all three or none): live checkpoints. live_begin runs with the gate open and the
    * program running: from then on, memory the program frees stays mapped (and its range unused)
    * until live_end, so that a copy queued on it still reads valid memory; then it visits the

@@ -8,7 +8,8 @@
  * "resume hold [lease=MS]" (restore, keep the gate closed). Only the same uid or root may talk
  * to it (SO_PEERCRED). The thread also turns signal-pipe bytes into checkpoint requests.
  * Checkpoint, resume and hold replies are written by the transition thread when it is done. It
- * also hands suspend mode's SIGTSTP/SIGCONT events to suspend.c. */
+ * also hands suspend mode's SIGTSTP/SIGCONT events to suspend.c. Requests it does not know go to
+ * the host's extra_request ("limit [gpu=PERCENT|off]": the GPU share). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -334,6 +335,9 @@ static void serve(int fd, const char *request, int read_rc, double received) {
     op = CKPT_OP_CHECKPOINT;
   } else if (read_rc == 0 && parse_group_step(request, &op, &step) == 0) {
     checkpoint = step;
+  } else if (read_rc == 0 && ckpt_rt.ops->extra_request &&
+             ckpt_rt.ops->extra_request(ckpt_rt.ctx, request, line, sizeof line) == 0) {
+    /* answered by the host (limit) */
   } else {
     format_refusal(line, sizeof line, "bad_request",
                    0, read_rc == -EMSGSIZE  ? "request line too long; expected status, checkpoint or resume"
@@ -341,7 +345,7 @@ static void serve(int fd, const char *request, int read_rc, double received) {
                                               : "expected one line: status, checkpoint [live|live=0] "
                                                 "[release=all] [compress=zstd] [to=/absolute/dir], "
                                                 "resume [hold [lease=MS]], hold [lease=MS], drain "
-                                                "[wait=MS] or unhold");
+                                                "[wait=MS], unhold or limit [gpu=PERCENT|off]");
   }
   if (op) {
     const char *refusal = "";

@@ -66,6 +66,13 @@ static void usage(FILE *out) {
           "                                        criu restore from DIR/criu, then resume (the "
           "driver's restore,\n"
           "                                        the image read back and verified)\n"
+          "       cudaw-ctl [--json] limit <pid> [--gpu PERCENT|off]\n"
+          "                                        the share of the GPU's time <pid> may use (1-100; "
+          "its launches\n"
+          "                                        are metered and held back; 100 meters only), "
+          "live; without\n"
+          "                                        --gpu: the share and the GPU time it used in the "
+          "last second\n"
           "       cudaw-ctl [--json] sched              what cudawd shares: devices, programs\n"
           "       cudaw-ctl priority <pid> N            weight N (1-100) of a program under cudawd\n"
           "       cudaw-ctl --help\n"
@@ -323,6 +330,14 @@ static void print_status(pid_t pid, const char *reply) {
   if (json_number(reply, "ungated_functions") > 0)
     printf("; NOT fully held: %.0f driver functions run without cudaw's gate (named in the log)",
            json_number(reply, "ungated_functions"));
+  if (strstr(reply, "\"gpu_share\":")) {
+    char share[32] = "none";
+    if (json_number(reply, "gpu_share") > 0)
+      snprintf(share, sizeof share, "%.0f%%", json_number(reply, "gpu_share"));
+    printf("; GPU share %s, GPU time %.1f%% of the last second (launches held back %.3f s)",
+           share, 100.0 * json_number(reply, "gpu_busy_fraction"),
+           json_number(reply, "gpu_held_seconds"));
+  }
   if (ctl_json_get(reply, "last_op", last_op, sizeof last_op)) {
     char last_bytes[32];
     ckpt_format_bytes((uint64_t)json_number(reply, "last_bytes"), last_bytes, sizeof last_bytes);
@@ -385,6 +400,46 @@ static int command_pid(const char *command, pid_t pid) {
   else if (code != EXIT_OK) ctl_print_failure(pid, reply);
   else if (strcmp(command, "status") == 0) print_status(pid, reply);
   else ctl_print_transition(pid, reply);
+  return code;
+}
+
+/* cudaw-ctl limit <pid> [--gpu PERCENT|off]: set (or show) the GPU share. */
+static int command_limit(pid_t pid, const char *gpu) {
+  char request[128], reply[8192];
+  if (gpu) {
+    char *end;
+    long value = strtol(gpu, &end, 10);
+    if (*end == '%') end++;
+    bool off = strcmp(gpu, "off") == 0;
+    if (!off && (end == gpu || *end || value < 0 || value > 100)) {
+      fprintf(stderr, "cudaw-ctl: --gpu %s: expected a percentage from 1 to 100, or off\n", gpu);
+      return EXIT_USAGE;
+    }
+    snprintf(request, sizeof request, "limit gpu=%ld\n", off ? 0L : value);
+  } else {
+    snprintf(request, sizeof request, "limit\n");
+  }
+  int code = ctl_ask(pid, request, reply, sizeof reply);
+  if (code != EXIT_OK) return code;
+  code = ctl_exit_for_reply(reply);
+  if (json_output) printf("%s\n", reply);
+  else if (code != EXIT_OK) ctl_print_failure(pid, reply);
+  else {
+    double share = json_number(reply, "gpu_share"), before = json_number(reply, "previous_gpu_share");
+    if (!strstr(reply, "\"gpu_share\":")) share = 0;
+    char now_text[16] = "none", before_text[16] = "none";
+    if (share > 0) snprintf(now_text, sizeof now_text, "%.0f%%", share);
+    if (before > 0) snprintf(before_text, sizeof before_text, "%.0f%%", before);
+    if (gpu)
+      printf("pid %ld: GPU share %s (was %s)\n", (long)pid, now_text, before_text);
+    else if (share > 0)
+      printf("pid %ld: GPU share %.0f%%; GPU time %.1f%% of the last second, %.3f s in all; "
+             "launches held back %.3f s\n", (long)pid, share,
+             100.0 * json_number(reply, "gpu_busy_fraction"), json_number(reply, "gpu_busy_seconds"),
+             json_number(reply, "gpu_held_seconds"));
+    else
+      printf("pid %ld: no GPU share (not metered)\n", (long)pid);
+  }
   return code;
 }
 
@@ -452,6 +507,7 @@ static int parse_pid(const char *text, pid_t *pid) {
 static struct {
   bool release_all, compress, live;
   const char *to_dir;
+  const char *gpu; /* limit --gpu */
   const char *criu;
   char **criu_args; /* after "--" */
   int criu_arg_count;
@@ -674,6 +730,8 @@ int main(int argc, char **argv) {
       flags.live = true;
     } else if (strcmp(argv[i], "--zstd") == 0) {
       flags.compress = true;
+    } else if (strcmp(argv[i], "--gpu") == 0 && i + 1 < argc) {
+      flags.gpu = argv[++i];
     } else if ((strcmp(argv[i], "--to") == 0 || strcmp(argv[i], "--criu") == 0) && i + 1 < argc) {
       *(argv[i][2] == 't' ? &flags.to_dir : &flags.criu) = argv[i + 1];
       i++;
@@ -693,6 +751,13 @@ int main(int argc, char **argv) {
   if (count && sched_ctl_main && (!strcmp(args[0], "sched") || !strcmp(args[0], "priority")))
     return sched_ctl_main(count, args, json_output);
   pid_t pid;
+  if (count == 2 && strcmp(args[0], "limit") == 0 && parse_pid(args[1], &pid) == 0 &&
+      !checkpoint_flags)
+    return command_limit(pid, flags.gpu);
+  if (flags.gpu) {
+    usage(stderr);
+    return EXIT_USAGE;
+  }
   if (count == 2 && strcmp(args[0], "checkpoint") == 0 && parse_pid(args[1], &pid) == 0 &&
       (!flags.compress || flags.to_dir))
     return command_checkpoint(pid, flags.to_dir);

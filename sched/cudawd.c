@@ -389,6 +389,9 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
             "(%s) went back to the program\n", (long)p->pid, (unsigned long long)msg->bytes,
             msg->device, strerror(msg->status < 0 && msg->status > -4096 ? -msg->status : EIO));
     break;
+  case SCHED_GPU_IDLE:
+    sched_idle_hint(d, p, msg->value != 0);
+    break;
   case SCHED_STATUS: {
     struct sched_snapshot *snapshot = calloc(1, sizeof *snapshot);
     if (!snapshot) break;

@@ -67,6 +67,8 @@ struct program {
   /* CPU use from /proc/<pid>/stat, for the idle test */
   double cpu_time, cpu_at;
   bool idle;
+  bool gpu_idle;           /* it said it makes no CUDA call (SCHED_GPU_IDLE): may be swapped out at
+                            * once; swapped out, it is not brought back until it calls again */
   struct program *next;
 };
 
@@ -99,6 +101,8 @@ void sched_step(struct daemon *d);
 /* Why p waits, its last grant and its counts, as the snapshot shows them. */
 void sched_program_detail(const struct daemon *d, const struct program *p,
                           struct sched_program_detail *out);
+/* The program said it is idle on the GPU (host work), or that it calls again. */
+void sched_idle_hint(struct daemon *d, struct program *p, bool idle);
 /* The program is gone (exit, kill, closed socket): its share is free at once. */
 void sched_forget(struct daemon *d, struct program *p);
 /* Its checkpoint (op 1) or resume (op 2) of `bytes` ended with status (0 or -errno) after

@@ -34,6 +34,9 @@ enum sched_msg_type {
   /* program -> cudawd (added within version 2: an older cudawd logs and ignores it) */
   SCHED_FAILED,      /* an allocation of `bytes` on `device` failed and its error (status,
                       * -errno) went back to the program */
+  /* program -> cudawd (an older cudawd logs and ignores it) */
+  SCHED_GPU_IDLE,    /* value 1: no CUDA call for CUDAW_SHARE_IDLE_MS (host work); 0: calls again
+                      * (a thread waits at the gate if it is paused) */
 };
 
 struct sched_msg {

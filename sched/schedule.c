@@ -1,7 +1,9 @@
 /* cudawd's policy: per device, hand out memory while it fits; when a program's allocation or a
  * swapped-out program does not fit, checkpoint resident programs whose turn is over (quantum x
  * priority, or min-run when they leave the GPU idle) until it does. A program swapped in keeps
- * its turn until then, so nothing thrashes; programs that fit together are never swapped. */
+ * its turn until then, so nothing thrashes; programs that fit together are never swapped. A
+ * program that says it makes no CUDA call (SCHED_GPU_IDLE: host work, data loading) gives its turn
+ * at once, and once out is not brought back before it calls again. */
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <dirent.h>
@@ -203,6 +205,15 @@ static void send_simple(struct program *p, enum sched_msg_type type, int status)
   sched_send(p, &msg);
 }
 
+void sched_idle_hint(struct daemon *d, struct program *p, bool idle)
+{
+  if (!p->joined || p->gpu_idle == idle) return;
+  if (d->config.verbose)
+    fprintf(stderr, "cudawd: pid %ld: %s (%s)\n", (long)p->pid,
+            idle ? "idle on the GPU" : "calls the GPU again", sched_state_name(p->state));
+  p->gpu_idle = idle;
+}
+
 void sched_forget(struct daemon *d, struct program *p)
 {
   if (d->transition == p) d->transition = NULL;
@@ -321,8 +332,8 @@ static bool before(const struct program *a, const struct program *b)
 
 static bool wanting(const struct program *p)
 {
-  return p->joined && (p->state == SCHED_SWAPPED_OUT || p->state == SCHED_WAITING ||
-                       (p->state == SCHED_RUNNING && p->wants));
+  return p->joined && ((p->state == SCHED_SWAPPED_OUT && (!p->gpu_idle || p->wants)) ||
+                       p->state == SCHED_WAITING || (p->state == SCHED_RUNNING && p->wants));
 }
 
 /* The first wanting program in the order of `before`; with resumable_only, the first swapped-out
@@ -380,7 +391,8 @@ static bool may_preempt(const struct daemon *d, const struct program *v, const s
   double turn = now - v->resident_since;
   int weight = v->priority > 0 ? v->priority : 1;
   if (v->state == SCHED_WAITING) return turn >= d->config.min_run;
-  return turn >= d->config.quantum * weight || (v->idle && turn >= d->config.min_run);
+  return turn >= d->config.quantum * weight || v->gpu_idle ||
+         (v->idle && turn >= d->config.min_run);
 }
 
 /* Whether checkpointing the programs that may be preempted covers head's deficit everywhere. */

@@ -51,6 +51,7 @@ static void release_slot(void *opaque)
   /* A thread that ends inside a counted call (cancelled, pthread_exit from a callback) must not
    * hold every later pause. */
   atomic_store_explicit(&slot->in_flight, 0, memory_order_release);
+  atomic_store_explicit(&slot->blocking, 0, memory_order_relaxed);
   pthread_mutex_lock(&slots_lock);
   slot->in_use = false;
   slot->spare = spare_slots;
@@ -72,6 +73,7 @@ static void after_fork_child(void)
     slot->fenced = !use_membarrier;
     if (slot == shim_gate_self || !slot->in_use) continue;
     atomic_store(&slot->in_flight, 0);
+    atomic_store(&slot->blocking, 0);
     slot->in_use = false;
     slot->spare = spare_slots;
     spare_slots = slot;
@@ -114,12 +116,36 @@ struct shim_gate_slot *shim_gate_register(void)
   return slot;
 }
 
+static atomic_uint waiters;
+
 void shim_gate_wait_open(void)
 {
   pthread_mutex_lock(&gate_lock);
+  atomic_fetch_add_explicit(&waiters, 1, memory_order_relaxed);
   while (atomic_load_explicit(&shim_gate_closed, memory_order_acquire))
     pthread_cond_wait(&gate_opened, &gate_lock);
+  atomic_fetch_sub_explicit(&waiters, 1, memory_order_relaxed);
   pthread_mutex_unlock(&gate_lock);
+}
+
+unsigned shim_gate_waiters(void) { return atomic_load_explicit(&waiters, memory_order_relaxed); }
+
+unsigned shim_gate_calls_blocking(void)
+{
+  unsigned count = 0;
+  for (struct shim_gate_slot *slot = atomic_load_explicit(&all_slots, memory_order_acquire); slot;
+       slot = slot->all)
+    count += atomic_load_explicit(&slot->blocking, memory_order_relaxed) != 0;
+  return count;
+}
+
+uint64_t shim_gate_calls_begun(void)
+{
+  uint64_t count = 0;
+  for (struct shim_gate_slot *slot = atomic_load_explicit(&all_slots, memory_order_acquire); slot;
+       slot = slot->all)
+    count += atomic_load_explicit(&slot->calls, memory_order_relaxed);
+  return count;
 }
 
 void shim_gate_enter_slow(struct shim_gate_slot *slot)

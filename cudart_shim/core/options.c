@@ -34,6 +34,12 @@ const struct cudaw_option cudaw_options[] = {
                        "use after free"},
   {"CUDAW_SHARE", "0", "1: share the GPU with other programs through cudawd (cudaw run --share "
                        "sets it)"},
+  {"CUDAW_SHARE_IDLE_MS", "500", "sharing: after this many milliseconds without a CUDA call the "
+                              "program tells cudawd it is idle, which may then swap it out for "
+                              "a waiting program (0: never)"},
+  {"CUDAW_GPU_SHARE", "", "share of the GPU's time the program may use, in percent (1-100): "
+                          "launches are metered and held back (cudaw-ctl limit <pid> --gpu "
+                          "changes it live)"},
   {"CUDAW_PROFILE", "0", "1: time cudaw's start-up (loading, registrations, vmem's start) and "
                          "print the profile at exit"},
 };

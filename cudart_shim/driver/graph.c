@@ -7,6 +7,7 @@
 
 #include <string.h>
 
+#include "shim_gpu_share.h"
 #include "shim_vmem.h"
 
 #define ENTER(name)                                            \
@@ -196,18 +197,23 @@ INSTANTIATE(cuGraphInstantiateWithParams_ptsz,
             (CUgraphExec *phGraphExec, CUgraph hGraph,
              CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams), instantiateParams)
 
-#define GRAPH_LAUNCH(name)                                                               \
+/* A graph launch is metered like a kernel launch when the program has a GPU share. */
+#define GRAPH_LAUNCH(name, per_thread)                                                   \
   SHIM_EXPORT CUresult name(CUgraphExec hGraphExec, CUstream hStream)                    \
   {                                                                                      \
     ENTER(name);                                                                         \
+    struct shim_gpu_ticket ticket = {-1, 0};                                             \
+    if (SHIM_UNLIKELY(atomic_load_explicit(&shim_gpu_metered, memory_order_relaxed)))    \
+      shim_gpu_before(hStream, per_thread, &ticket);                                     \
     CUresult result = shim_kparam_exec_stale(hGraphExec) ? stale()                       \
                                                          : REAL(name)(hGraphExec, hStream); \
+    shim_gpu_after(&ticket);                                                             \
     shim_gate_leave();                                                                   \
     return result;                                                                       \
   }
 
-GRAPH_LAUNCH(cuGraphLaunch)
-GRAPH_LAUNCH(cuGraphLaunch_ptsz)
+GRAPH_LAUNCH(cuGraphLaunch, 0)
+GRAPH_LAUNCH(cuGraphLaunch_ptsz, 1)
 
 /* Whether hStream is being captured (active or invalidated), for the count of open captures
  * (runtime/stream.c); is_capturing: the driver's query of the end call's variant. */

@@ -2,7 +2,7 @@
  * fatbins, CuPy's RawKernels, Triton's cubins) are recorded with their images, their functions
  * and kernels by name, and cuLaunchKernel(Ex) and cooperative launches hand their arguments to
  * the same preparation as the runtime's launches: under CUDAW_VMEM=translate the virtual device
- * pointers in them become real ones. Listed in gen/api.d/driver.conf. */
+ * pointers in them become real ones. With a GPU share, launches are metered (shim_gpu_share.h). Listed in gen/api.d/driver.conf. */
 #define _GNU_SOURCE
 #include "shim_driver.h"
 
@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kparam.h"
+#include "shim_gpu_share.h"
 #include "shim_kparam.h"
 
 #define ENTER(name)                                            \
@@ -215,24 +216,31 @@ CUresult shim_drv_prepare(CUfunction f, void **params, void **extra,
 /* A launch's translated path is a function of its own (name##_prepared: the real entry point,
  * the launch's parameters, then `extra`, NULL for cooperative launches), so that the fast path's
  * frame does not hold the argument copy. */
-#define LAUNCH_PREPARED(name, call_translated, ...)                                            \
+#define LAUNCH_PREPARED(name, call_translated, stream, per_thread, ...)                         \
   static __attribute__((noinline)) CUresult name##_prepared(__typeof__(&name) forward,         \
                                                             __VA_ARGS__, void **extra)         \
   {                                                                                            \
     struct shim_kparam_frame frame;                                                            \
-    CUresult result = shim_drv_prepare(f, kernelParams, extra, &frame);                        \
+    frame.args = kernelParams;                                                                 \
+    frame.extra = extra;                                                                       \
+    frame.heap = NULL;                                                                         \
+    struct shim_gpu_ticket ticket;                                                             \
+    shim_gpu_before(stream, per_thread, &ticket);                                              \
+    CUresult result = shim_kparam_active() ? shim_drv_prepare(f, kernelParams, extra, &frame)  \
+                                           : CUDA_SUCCESS;                                     \
     if (result == CUDA_SUCCESS) {                                                              \
       void **translated_params = frame.args, **translated_extra = frame.extra;                 \
       (void)translated_extra;                                                                  \
       result = forward call_translated;                                                        \
     }                                                                                          \
+    shim_gpu_after(&ticket);                                                                   \
     shim_kparam_frame_release(&frame);                                                         \
     return result;                                                                             \
   }
 
 #define LAUNCH_BODY(name, call_args, ...)                                                 \
   ENTER(name);                                                                            \
-  CUresult result = SHIM_LIKELY(!shim_kparam_active())                                    \
+  CUresult result = SHIM_LIKELY(!shim_launch_slow())                                      \
                         ? REAL(name) call_args                                            \
                         : name##_prepared(REAL(name), __VA_ARGS__);                       \
   shim_gate_leave();                                                                      \
@@ -244,18 +252,21 @@ CUresult shim_drv_prepare(CUfunction f, void **params, void **extra,
       CUstream hStream
 #define GRID gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream
 
-LAUNCH_PREPARED(cuLaunchKernel, (f, GRID, translated_params, translated_extra), CUfunction f,
-                GRID_PARAMS, void **kernelParams)
-LAUNCH_PREPARED(cuLaunchKernel_ptsz, (f, GRID, translated_params, translated_extra),
+#define CONFIG_STREAM (config ? (void *)config->hStream : NULL)
+LAUNCH_PREPARED(cuLaunchKernel, (f, GRID, translated_params, translated_extra), hStream, 0,
+                CUfunction f, GRID_PARAMS, void **kernelParams)
+LAUNCH_PREPARED(cuLaunchKernel_ptsz, (f, GRID, translated_params, translated_extra), hStream, 1,
                 CUfunction f, GRID_PARAMS, void **kernelParams)
 LAUNCH_PREPARED(cuLaunchKernelEx, (config, f, translated_params, translated_extra),
-                const CUlaunchConfig *config, CUfunction f, void **kernelParams)
+                CONFIG_STREAM, 0, const CUlaunchConfig *config, CUfunction f,
+                void **kernelParams)
 LAUNCH_PREPARED(cuLaunchKernelEx_ptsz, (config, f, translated_params, translated_extra),
-                const CUlaunchConfig *config, CUfunction f, void **kernelParams)
-LAUNCH_PREPARED(cuLaunchCooperativeKernel, (f, GRID, translated_params), CUfunction f,
-                GRID_PARAMS, void **kernelParams)
-LAUNCH_PREPARED(cuLaunchCooperativeKernel_ptsz, (f, GRID, translated_params), CUfunction f,
-                GRID_PARAMS, void **kernelParams)
+                CONFIG_STREAM, 1, const CUlaunchConfig *config, CUfunction f,
+                void **kernelParams)
+LAUNCH_PREPARED(cuLaunchCooperativeKernel, (f, GRID, translated_params), hStream, 0,
+                CUfunction f, GRID_PARAMS, void **kernelParams)
+LAUNCH_PREPARED(cuLaunchCooperativeKernel_ptsz, (f, GRID, translated_params), hStream, 1,
+                CUfunction f, GRID_PARAMS, void **kernelParams)
 
 SHIM_EXPORT CUresult cuLaunchKernel(CUfunction f, GRID_PARAMS, void **kernelParams, void **extra)
 {

@@ -19,6 +19,7 @@
 #include "delta_kernel_image.h"
 #include "shim_ckpt.h"
 #include "shim_generated.h"
+#include "shim_gpu_share.h"
 #include "shim_profile.h"
 #include "shim_texture.h"
 #include "shim_vmem.h"
@@ -953,7 +954,14 @@ static size_t status_extra(void *ctx, char *buf, size_t len)
   int n = snprintf(buf, len, ",\"moved_bytes\":%llu,\"moved_chunks\":%llu",
                    (unsigned long long)stats.moved_bytes, (unsigned long long)stats.moved_chunks);
   if (n < 0 || (size_t)n >= len) return 0;
+  n += (int)shim_gpu_status_json(buf + n, len - (size_t)n);
   return (size_t)n + shim_profile_json(buf + n, len - (size_t)n);
+}
+
+static int extra_request(void *ctx, const char *request, char *reply, size_t len)
+{
+  (void)ctx;
+  return shim_gpu_limit_request(request, reply, len);
 }
 
 static const struct ckpt_host_ops host_ops = {
@@ -983,6 +991,7 @@ static const struct ckpt_host_ops host_ops = {
   .device_bytes = device_bytes,
   .refuse_checkpoint = refuse_checkpoint,
   .status_extra = status_extra,
+  .extra_request = extra_request,
   .log = log_message,
 };
 

@@ -1,15 +1,19 @@
 /* Sharing a GPU through cudawd (CUDAW_SHARE=1). A thread keeps the connection: it reports the
  * device memory vmem holds when it shrinks, and runs the checkpoints and resumes cudawd asks for
  * through the checkpoint module. Allocations ask cudawd before the memory they hold grows beyond
- * what it granted. If cudawd goes away, the program runs unshared (one warning), re-joins when a
- * cudawd answers again, and, if cudawd had paused it, resumes itself unless a new cudawd came
- * within SELF_RESUME_AFTER seconds (which then resumes it when it fits). */
+ * what it granted. The thread also watches the gate: after CUDAW_SHARE_IDLE_MS without a CUDA
+ * call it tells cudawd the program is idle (cudawd may swap it out for a waiting program and
+ * leaves it out until a call waits at the gate again). If cudawd goes away, the program runs
+ * unshared (one warning), re-joins when a cudawd answers again, and, if cudawd had paused it,
+ * resumes itself unless a new cudawd came within SELF_RESUME_AFTER seconds (which then resumes
+ * it when it fits). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -38,6 +42,13 @@ static struct {
   bool ever_joined;            /* a cudawd scheduled us once: wait for the next before failing */
   unsigned generation;         /* joins so far: an answer from an earlier cudawd is no grant */
   bool admitting;              /* an allocation is between admit and allocated */
+  /* The idle hint (thread only): CUDAW_SHARE_IDLE_MS, the gate's call count when last seen
+   * moving, and whether cudawd was told we are idle. */
+  double idle_seconds;
+  uint64_t calls_seen;
+  double active_at;
+  bool idle_told;
+  atomic_int asking;           /* allocations waiting for cudawd's answer: not idle */
   /* The lease: what cudawd granted per device ordinal. Held across admit..allocated. */
   pthread_mutex_t lease_lock;
   uint64_t granted[SCHED_MAX_DEVICES];
@@ -117,6 +128,7 @@ static int join(void)
   pthread_mutex_unlock(&client.conn_lock);
   bool paused = client.paused_by_sched && ckpt_state() == CKPT_PAUSED;
   rc = send_msg((struct sched_msg){.type = SCHED_HELLO, .value = paused});
+  if (rc == 0 && client.idle_told) rc = send_msg((struct sched_msg){.type = SCHED_GPU_IDLE, .value = 1});
   for (int d = 0; rc == 0 && d < SCHED_MAX_DEVICES; d++) {
     if (!client.described[d]) continue;
     describe(d);
@@ -183,6 +195,36 @@ static void report_usage(void)
   pthread_mutex_unlock(&client.lease_lock);
 }
 
+static double seconds_now(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The idle hint: any counted call begun, in flight, or waiting at a closed gate is activity, and
+ * so is a thread inside a synchronisation (waiting for the device's work). cudaw's own threads
+ * call the real runtime directly and do not count. */
+static void watch_idle(void)
+{
+  if (client.idle_seconds <= 0) return;
+  double now = seconds_now();
+  uint64_t calls = shim_gate_calls_begun();
+  if (calls != client.calls_seen || shim_gate_calls_in_flight() || shim_gate_waiters() ||
+      shim_gate_calls_blocking() || atomic_load(&client.asking) || !client.active_at) {
+    client.calls_seen = calls;
+    client.active_at = now;
+    if (client.idle_told && send_msg((struct sched_msg){.type = SCHED_GPU_IDLE, .value = 0}) == 0)
+      client.idle_told = false;
+    return;
+  }
+  if (!client.idle_told && now - client.active_at >= client.idle_seconds &&
+      send_msg((struct sched_msg){.type = SCHED_GPU_IDLE, .value = 1}) == 0) {
+    client.idle_told = true;
+    shim_debug("sched: no CUDA call for %.3f s: told cudawd we are idle", now - client.active_at);
+  }
+}
+
 static void *run(void *unused)
 {
   (void)unused;
@@ -232,6 +274,7 @@ static void *run(void *unused)
       else if (msg.type == SCHED_REPLY && msg.status == -EACCES) lost();
     }
     report_usage();
+    watch_idle();
   }
   return NULL;
 }
@@ -239,6 +282,14 @@ static void *run(void *unused)
 static void start_sched(void)
 {
   if (strcmp(cudaw_option("CUDAW_SHARE"), "1") != 0) return;
+  const char *idle = cudaw_option("CUDAW_SHARE_IDLE_MS");
+  char *end;
+  long idle_ms = strtol(idle, &end, 10);
+  if (end == idle || *end || idle_ms < 0 || idle_ms > 3600000) {
+    shim_warn("CUDAW_SHARE_IDLE_MS=%s: not a number of milliseconds; using 500", idle);
+    idle_ms = 500;
+  }
+  client.idle_seconds = (double)idle_ms * 1e-3;
   struct ckpt_options options;
   ckpt_options_from_env(&options, NULL, 0);
   if (!options.sched_socket[0]) {
@@ -289,6 +340,7 @@ static void learn_device(int device)
  * one (the caller sees the generation change and asks again). */
 static int wait_answer(void)
 {
+  atomic_fetch_add(&client.asking, 1);
   int stepped_out = shim_gate_step_out();
   pthread_mutex_lock(&client.reply_lock);
   while (!client.reply_ready) pthread_cond_wait(&client.reply_cond, &client.reply_lock);
@@ -297,6 +349,7 @@ static int wait_answer(void)
   pthread_mutex_unlock(&client.reply_lock);
   pthread_mutex_unlock(&client.lease_lock);
   shim_gate_step_in(stepped_out);
+  atomic_fetch_sub(&client.asking, 1);
   pthread_mutex_lock(&client.lease_lock);
   return status;
 }

@@ -10,6 +10,7 @@
 #include "ckpt.h"
 #include "shim_ckpt.h"
 #include "shim_generated.h"
+#include "shim_gpu_share.h"
 #include "shim_texture.h"
 #include "shim_vmem.h"
 
@@ -27,6 +28,7 @@ SHIM_EXPORT cudaError_t cudaDeviceReset(void)
     shim_texture_forget_all();
     ckpt_device_reset();
     shim_ckpt_device_reset(device);
+    shim_gpu_device_reset();
   }
   cudaError_t result = ((__typeof__(&cudaDeviceReset))real)();
   shim_gate_leave();

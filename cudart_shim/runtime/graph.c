@@ -5,6 +5,7 @@
 #include <errno.h>
 
 #include "shim_generated.h"
+#include "shim_gpu_share.h"
 #include "shim_kparam.h"
 #include "shim_vmem.h"
 
@@ -239,20 +240,25 @@ SHIM_EXPORT cudaError_t cudaGraphInstantiateWithParams_ptsz(
     cudaGraphExec_t *pGraphExec, cudaGraph_t graph, cudaGraphInstantiateParams *instantiateParams)
 INSTANTIATE(cudaGraphInstantiateWithParams_ptsz, instantiateParams)
 
-#define GRAPH_LAUNCH(name)                                                                      \
+/* A graph launch is metered like a kernel launch when the program has a GPU share. */
+#define GRAPH_LAUNCH(name, per_thread)                                                          \
   SHIM_EXPORT cudaError_t name(cudaGraphExec_t graphExec, cudaStream_t stream)                  \
   {                                                                                            \
     shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_##name);                                       \
     if (!real) return shim_missing(SHIM_FN_##name);                                            \
+    struct shim_gpu_ticket ticket = {-1, 0};                                                   \
+    if (SHIM_UNLIKELY(atomic_load_explicit(&shim_gpu_metered, memory_order_relaxed)))          \
+      shim_gpu_before(stream, per_thread, &ticket);                                            \
     cudaError_t result = shim_kparam_exec_stale(graphExec)                                     \
                              ? stale_refused()                                                 \
                              : ((__typeof__(&name))real)(graphExec, stream);                   \
+    shim_gpu_after(&ticket);                                                                   \
     shim_gate_leave();                                                                         \
     return result;                                                                             \
   }
 
-GRAPH_LAUNCH(cudaGraphLaunch)
-GRAPH_LAUNCH(cudaGraphLaunch_ptsz)
+GRAPH_LAUNCH(cudaGraphLaunch, 0)
+GRAPH_LAUNCH(cudaGraphLaunch_ptsz, 1)
 
 /* Whether stream is being captured (active or invalidated), for the count of open captures
  * (runtime/stream.c). */

@@ -1,10 +1,12 @@
 /* Hand-written launch overrides: every way a kernel is launched with an args[] array passes its
- * arguments through shim_kparam_prepare when kparam is active (translate policy or CUDAW_CHECK);
- * otherwise the call goes straight on (two loads). Launches during stream capture take the same
- * path. Listed in gen/api.d/kparam.conf. */
+ * arguments through shim_kparam_prepare when kparam is active (translate policy or CUDAW_CHECK),
+ * and is metered when the program has a GPU share (shim_gpu_before/after); otherwise the call
+ * goes straight on (three loads, one branch). Launches during stream capture take the same path.
+ * Listed in gen/api.d/kparam.conf. */
 #include <errno.h>
 
 #include "shim_generated.h"
+#include "shim_gpu_share.h"
 #include "shim_kparam.h"
 #include "shim_vmem.h"
 
@@ -28,15 +30,22 @@ static cudaError_t refused(int rc)
 
 /* The six-argument launches: (func, grid, block, args, shared memory, stream). The translated
  * path is a function of its own, so that the fast path's frame does not hold the argument copy. */
-#define LAUNCH6(name, func_type, how)                                                            \
+#define LAUNCH6(name, func_type, how, per_thread)                                                \
   static __attribute__((noinline)) cudaError_t name##_prepared(                                \
       __typeof__(&name) forward, func_type func, dim3 grid, dim3 block, void **args,            \
       size_t shared_mem, cudaStream_t stream)                                                  \
   {                                                                                            \
     struct shim_kparam_frame frame;                                                            \
-    int rc = shim_kparam_prepare((const void *)func, how, args, NULL, &frame);                 \
+    frame.args = args;                                                                         \
+    frame.heap = NULL;                                                                         \
+    struct shim_gpu_ticket ticket;                                                             \
+    shim_gpu_before(stream, per_thread, &ticket);                                              \
+    int rc = shim_kparam_active()                                                              \
+                 ? shim_kparam_prepare((const void *)func, how, args, NULL, &frame)            \
+                 : 0;                                                                          \
     cudaError_t result =                                                                       \
         rc ? refused(rc) : forward(func, grid, block, frame.args, shared_mem, stream);         \
+    shim_gpu_after(&ticket);                                                                   \
     shim_kparam_frame_release(&frame);                                                         \
     return result;                                                                             \
   }                                                                                            \
@@ -47,28 +56,35 @@ static cudaError_t refused(int rc)
     if (!real) return shim_missing(SHIM_FN_##name);                                            \
     __typeof__(&name) forward = (__typeof__(&name))real;                                       \
     cudaError_t result =                                                                       \
-        SHIM_LIKELY(!shim_kparam_active())                                                     \
+        SHIM_LIKELY(!shim_launch_slow())                                                       \
             ? forward(func, grid, block, args, shared_mem, stream)                             \
             : name##_prepared(forward, func, grid, block, args, shared_mem, stream);           \
     shim_gate_leave();                                                                         \
     return result;                                                                             \
   }
 
-LAUNCH6(__cudaLaunchKernel, cudaKernel_t, SHIM_KPARAM_HANDLE)
-LAUNCH6(__cudaLaunchKernel_ptsz, cudaKernel_t, SHIM_KPARAM_HANDLE)
-LAUNCH6(cudaLaunchKernel, const void *, SHIM_KPARAM_HOST_FUN_OR_HANDLE)
-LAUNCH6(cudaLaunchKernel_ptsz, const void *, SHIM_KPARAM_HOST_FUN_OR_HANDLE)
-LAUNCH6(cudaLaunchCooperativeKernel, const void *, SHIM_KPARAM_HOST_FUN_OR_HANDLE)
-LAUNCH6(cudaLaunchCooperativeKernel_ptsz, const void *, SHIM_KPARAM_HOST_FUN_OR_HANDLE)
+LAUNCH6(__cudaLaunchKernel, cudaKernel_t, SHIM_KPARAM_HANDLE, 0)
+LAUNCH6(__cudaLaunchKernel_ptsz, cudaKernel_t, SHIM_KPARAM_HANDLE, 1)
+LAUNCH6(cudaLaunchKernel, const void *, SHIM_KPARAM_HOST_FUN_OR_HANDLE, 0)
+LAUNCH6(cudaLaunchKernel_ptsz, const void *, SHIM_KPARAM_HOST_FUN_OR_HANDLE, 1)
+LAUNCH6(cudaLaunchCooperativeKernel, const void *, SHIM_KPARAM_HOST_FUN_OR_HANDLE, 0)
+LAUNCH6(cudaLaunchCooperativeKernel_ptsz, const void *, SHIM_KPARAM_HOST_FUN_OR_HANDLE, 1)
 
-#define LAUNCH_EX(name)                                                                         \
+#define LAUNCH_EX(name, per_thread)                                                             \
   static __attribute__((noinline)) cudaError_t name##_prepared(                                \
       __typeof__(&name) forward, const cudaLaunchConfig_t *config, const void *func,           \
       void **args)                                                                             \
   {                                                                                            \
     struct shim_kparam_frame frame;                                                            \
-    int rc = shim_kparam_prepare(func, SHIM_KPARAM_HOST_FUN_OR_HANDLE, args, NULL, &frame);    \
+    frame.args = args;                                                                         \
+    frame.heap = NULL;                                                                         \
+    struct shim_gpu_ticket ticket;                                                             \
+    shim_gpu_before(config ? config->stream : NULL, per_thread, &ticket);                      \
+    int rc = shim_kparam_active()                                                              \
+                 ? shim_kparam_prepare(func, SHIM_KPARAM_HOST_FUN_OR_HANDLE, args, NULL, &frame) \
+                 : 0;                                                                          \
     cudaError_t result = rc ? refused(rc) : forward(config, func, frame.args);                 \
+    shim_gpu_after(&ticket);                                                                   \
     shim_kparam_frame_release(&frame);                                                         \
     return result;                                                                             \
   }                                                                                            \
@@ -77,12 +93,12 @@ LAUNCH6(cudaLaunchCooperativeKernel_ptsz, const void *, SHIM_KPARAM_HOST_FUN_OR_
     shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_##name);                                       \
     if (!real) return shim_missing(SHIM_FN_##name);                                            \
     __typeof__(&name) forward = (__typeof__(&name))real;                                       \
-    cudaError_t result = SHIM_LIKELY(!shim_kparam_active())                                    \
+    cudaError_t result = SHIM_LIKELY(!shim_launch_slow())                                      \
                              ? forward(config, func, args)                                     \
                              : name##_prepared(forward, config, func, args);                   \
     shim_gate_leave();                                                                         \
     return result;                                                                             \
   }
 
-LAUNCH_EX(cudaLaunchKernelExC)
-LAUNCH_EX(cudaLaunchKernelExC_ptsz)
+LAUNCH_EX(cudaLaunchKernelExC, 0)
+LAUNCH_EX(cudaLaunchKernelExC_ptsz, 1)

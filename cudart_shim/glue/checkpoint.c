@@ -378,17 +378,11 @@ static int restore_stacks(void)
   return rc;
 }
 
-static int release_all(void *ctx);
-
 static int recreate_all(void *ctx, uint64_t *shortfall)
 {
+  (void)ctx;
   *shortfall = 0;
-  /* Under translate the program's memory must come back at its old real addresses (identity):
-   * it is re-created first, and the contexts' stack memory, which the driver may have grown and
-   * placed among it since the program started, takes what is left. Elsewhere the stacks come
-   * first, so that a shortfall is found before any memory is re-created. */
-  bool stacks_first = !shim_vmem_running() || vmem_policy() != VMEM_TRANSLATE;
-  int rc = stacks_first ? restore_stacks() : 0;
+  int rc = restore_stacks();
   if (rc) return rc;
   shim_depth++;
   rc = shim_vmem_running() ? vmem_recreate_all(shortfall) : 0;
@@ -401,12 +395,6 @@ static int recreate_all(void *ctx, uint64_t *shortfall)
     }
   }
   shim_depth--;
-  if (rc == 0 && !stacks_first && (rc = restore_stacks()) != 0) {
-    shim_depth++;
-    release_all(ctx); /* all or nothing */
-    shim_depth--;
-    return rc;
-  }
   if (rc == 0 && shim_vmem_running()) rc = after_recreate();
   if (rc) release_stacks();
   return rc;

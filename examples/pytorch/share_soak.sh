@@ -28,13 +28,17 @@ steps=$(timeout 120 "$PY" "$TRAIN" --calibrate "${JOB_SECONDS:-20}" 2>&1 | awk '
 [ -n "$steps" ] || { echo "calibration failed"; exit 1; }
 
 fail=0
+t_solo=$(date +%s.%N)
 for j in 1 2 3 4 5 6; do
   timeout 300 "$PY" "$TRAIN" --seed $j --steps "$steps" --ballast-gib "${gib[$((j-1))]}" \
     --record "$OUT/solo$j.loss" > "$OUT/solo$j.log" 2>&1 || { echo "solo job $j failed"; fail=1; }
 done
 
+solo_s=$(awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $t_solo }")
+echo "solo runs, one after another: $solo_s s"
 for mode in together staggered; do
   rm -rf "$CUDAW_RUN_DIR"; mkdir -p "$CUDAW_RUN_DIR"
+  t_mode=$(date +%s.%N)
   "$B/bin/cudawd" --metrics-file "$OUT/$mode.prom" > "$OUT/$mode.cudawd.log" 2>&1 &
   daemon=$!
   sleep 0.5
@@ -53,6 +57,8 @@ for mode in together staggered; do
     echo "$mode job $j (${gib[$((j-1))]} GiB): rc=$rc losses identical=$ok ballast intact=$intact"
     [ $rc -eq 0 ] && [ "$ok" -eq 1 ] && [ "$intact" -eq 1 ] || fail=1
   done
+  mode_s=$(awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $t_mode }")
+  echo "$mode: all six done in $mode_s s; one after another natively: $solo_s s (ratio $(awk "BEGIN { printf \"%.2f\", $mode_s / $solo_s }"))"
   "$B/bin/cudaw-ctl" sched
   "$B/bin/cudaw-ctl" --json sched > "$OUT/$mode.json"
   grep -E "swapped|failed|UNSCHEDULED" "$OUT/$mode.cudawd.log" "$OUT"/$mode*.cudawlog | tail -40

@@ -260,7 +260,8 @@ static int live_begin(void *ctx, ckpt_region_visit_fn visit, void *visit_ctx)
 }
 
 /* After vmem re-created memory. Under translate vmem asks for every chunk at its old real
- * address; only when some landed elsewhere are graphs holding translated arguments stale, and
+ * address; only when some landed elsewhere must graphs holding translated arguments be updated
+ * (kparam_graphs.c), and
  * device pointers the program or its libraries keep in device memory (pointer tables, plans)
  * point at nothing: one warning says how much. On failure the memory is given back again. */
 #define MOVED_NAMED 4 /* chunks the warning names; the rest are counted */
@@ -303,8 +304,9 @@ static int after_recreate(void)
   shim_warn("resume (CUDAW_VMEM=translate): %llu bytes in %llu chunks came back at other "
             "device addresses: %s%s. Kernel arguments and API calls are translated to the new "
             "addresses, but device pointers into these ranges stored in device memory (pointer "
-            "tables, library plans and generators) are stale and can no longer be translated, "
-            "and graphs holding them are refused; CUDAW_VMEM=remap keeps every address",
+            "tables, library plans and generators) are stale and can no longer be translated. "
+            "Graphs whose nodes cudaw kept are updated; any it cannot update is refused at its "
+            "next launch, with the reason. CUDAW_VMEM=remap keeps every address",
             (unsigned long long)stats.moved_bytes, (unsigned long long)stats.moved_chunks,
             names.named ? names.text : "(none named)", more);
   shim_depth++;

@@ -1,8 +1,10 @@
 /* Hand-written graph overrides: kernel nodes get translated arguments like launches (the real
- * runtime copies them when the node is added or set), and graphs holding translated arguments
- * are tracked so that they are refused, not run with stale real addresses, after a checkpoint
- * moved device memory (glue/kparam_graphs.c). Listed in gen/api.d/kparam.conf. */
+ * runtime copies them when the node is added or set). Each such node's arguments are kept as the
+ * program gave them, so that after a checkpoint moved device memory the node is translated again
+ * and set in place (glue/kparam_graphs.c); what cudaw cannot update is refused, not run with
+ * stale real addresses. Listed in gen/api.d/kparam.conf. */
 #include <errno.h>
+#include <string.h>
 
 #include "shim_generated.h"
 #include "shim_kparam.h"
@@ -48,6 +50,63 @@ static bool kernel_node(const struct cudaGraphNodeParams *params)
   return params && params->type == cudaGraphNodeTypeKernel && shim_kparam_active();
 }
 
+/* After a move: the node's kept arguments translated again and set (kparam_graphs.c). */
+static int update_kernel_node(const void *owner, bool exec, const void *node,
+                              const struct shim_kparam_blob *blob)
+{
+  struct cudaKernelNodeParams params, copy;
+  memcpy(&params, blob->data, sizeof params);
+  params.kernelParams = blob->args;
+  params.extra = NULL;
+  struct shim_kparam_frame frame;
+  int rc = prepare_node(&params, &copy, &frame);
+  cudaError_t result = cudaErrorInvalidValue;
+  if (rc == 0)
+    result = exec ? SHIM_REAL(cudaGraphExecKernelNodeSetParams)((cudaGraphExec_t)owner,
+                                                                 (cudaGraphNode_t)node, &copy)
+                  : SHIM_REAL(cudaGraphKernelNodeSetParams)((cudaGraphNode_t)node, &copy);
+  shim_kparam_frame_release(&frame);
+  if (rc) return rc;
+  if (result != cudaSuccess) shim_debug("kparam: node update: error %d", (int)result);
+  return result == cudaSuccess ? 0 : -EIO;
+}
+
+/* node of owner (a graph, or an exec) was set from params: keep its arguments for an update. */
+static void keep_kernel_node(const void *owner, bool exec, cudaGraphNode_t node, const void *func,
+                             dim3 grid, dim3 block, unsigned shared, void **args, void **extra)
+{
+  if (!owner || !node || !shim_translate_end) return;
+  if (!args && extra) {
+    shim_kparam_graph_opaque(owner, "a kernel node's arguments were given in the `extra` form, "
+                                    "which cudaw does not keep");
+    return;
+  }
+  struct shim_kparam_blob *blob;
+  struct cudaKernelNodeParams fields = {.func = (void *)func, .gridDim = grid, .blockDim = block,
+                                        .sharedMemBytes = shared};
+  if (shim_kparam_args_keep(func, SHIM_KPARAM_HOST_FUN_OR_HANDLE, args, sizeof fields, &blob)) {
+    shim_kparam_graph_opaque(owner, "cudaw ran out of memory keeping a node's arguments");
+    return;
+  }
+  if (blob) memcpy(blob->data, &fields, sizeof fields);
+  shim_kparam_node_keep(owner, exec, node, update_kernel_node, blob);
+}
+
+static void keep_v1(const void *owner, bool exec, cudaGraphNode_t node,
+                    const struct cudaKernelNodeParams *p)
+{
+  keep_kernel_node(owner, exec, node, p->func, p->gridDim, p->blockDim, p->sharedMemBytes,
+                   p->kernelParams, p->extra);
+}
+
+static void keep_v2(const void *owner, bool exec, cudaGraphNode_t node,
+                    const struct cudaGraphNodeParams *params)
+{
+  const struct cudaKernelNodeParamsV2 *p = &params->kernel;
+  keep_kernel_node(owner, exec, node, p->func, p->gridDim, p->blockDim, p->sharedMemBytes,
+                   p->kernelParams, p->extra);
+}
+
 SHIM_EXPORT cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
                                                const cudaGraphNode_t *pDependencies,
                                                size_t numDependencies,
@@ -68,6 +127,7 @@ SHIM_EXPORT cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *pGraphNode, cuda
     if (result == cudaSuccess) {
       shim_kparam_graph_mark(graph);
       shim_kparam_node_mark(*pGraphNode, graph);
+      keep_v1(graph, false, *pGraphNode, pNodeParams);
     }
   }
   shim_gate_leave();
@@ -90,7 +150,11 @@ SHIM_EXPORT cudaError_t cudaGraphKernelNodeSetParams(cudaGraphNode_t node,
     int rc = prepare_node(pNodeParams, &copy, &frame);
     result = rc ? refused(rc) : forward(node, &copy);
     shim_kparam_frame_release(&frame);
-    if (result == cudaSuccess) shim_kparam_graph_mark(shim_kparam_node_graph(node));
+    if (result == cudaSuccess) {
+      const void *graph = shim_kparam_node_graph(node);
+      shim_kparam_graph_mark(graph);
+      keep_v1(graph, false, node, pNodeParams);
+    }
   }
   shim_gate_leave();
   return result;
@@ -112,6 +176,7 @@ SHIM_EXPORT cudaError_t cudaGraphExecKernelNodeSetParams(
     int rc = prepare_node(pNodeParams, &copy, &frame);
     result = rc ? refused(rc) : forward(hGraphExec, node, &copy);
     shim_kparam_frame_release(&frame);
+    if (result == cudaSuccess) keep_v1(hGraphExec, true, node, pNodeParams);
   }
   shim_gate_leave();
   return result;
@@ -145,6 +210,7 @@ SHIM_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGraph_
     if (result == cudaSuccess) {
       shim_kparam_graph_mark(graph);
       shim_kparam_node_mark(*pGraphNode, graph);
+      keep_v2(graph, false, *pGraphNode, nodeParams);
     }
   }
   shim_gate_leave();
@@ -170,7 +236,11 @@ SHIM_EXPORT cudaError_t cudaGraphNodeSetParams(cudaGraphNode_t node,
     int rc = prepare_node_v2(nodeParams, &copy, &frame);
     result = rc ? refused(rc) : forward(node, &copy);
     shim_kparam_frame_release(&frame);
-    if (result == cudaSuccess) shim_kparam_graph_mark(shim_kparam_node_graph(node));
+    if (result == cudaSuccess) {
+      const void *graph = shim_kparam_node_graph(node);
+      shim_kparam_graph_mark(graph);
+      keep_v2(graph, false, node, nodeParams);
+    }
   }
   shim_gate_leave();
   return result;
@@ -195,12 +265,13 @@ SHIM_EXPORT cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t graphExec, cu
     int rc = prepare_node_v2(nodeParams, &copy, &frame);
     result = rc ? refused(rc) : forward(graphExec, node, &copy);
     shim_kparam_frame_release(&frame);
+    if (result == cudaSuccess) keep_v2(graphExec, true, node, nodeParams);
   }
   shim_gate_leave();
   return result;
 }
 
-/* ---- staleness after relocation ---- */
+/* ---- after a move: updated, or refused when cudaw cannot update ---- */
 
 static cudaError_t stale_refused(void)
 {
@@ -264,7 +335,17 @@ static int capturing(cudaStream_t stream)
          status != cudaStreamCaptureStatusNone;
 }
 
-/* Kernels launched during a capture were translated on their way in. In a _ptsz call, stream 0
+/* Kernels launched during a capture were translated on their way in; cudaw does not see the
+ * nodes the capture made of them. */
+static void captured(cudaGraph_t graph)
+{
+  if (!shim_translate_end) return;
+  shim_kparam_graph_mark(graph);
+  shim_kparam_graph_opaque(graph, "it was captured from a stream, and cudaw does not keep the "
+                                  "arguments of captured launches");
+}
+
+/* In a _ptsz call, stream 0
  * is the calling thread's default stream. */
 #define END_CAPTURE(name, query_stream)                                                         \
   SHIM_EXPORT cudaError_t name(cudaStream_t stream, cudaGraph_t *pGraph)                       \
@@ -276,7 +357,7 @@ static int capturing(cudaStream_t stream)
     if (was_capturing)                                                                         \
       shim_capture_end(1, capturing(query_stream),                                             \
                        result == cudaSuccess || result == cudaErrorStreamCaptureInvalidated);  \
-    if (result == cudaSuccess && pGraph) shim_kparam_graph_mark(*pGraph);                     \
+    if (result == cudaSuccess && pGraph) captured(*pGraph);                                    \
     shim_gate_leave();                                                                         \
     return result;                                                                             \
   }
@@ -289,7 +370,8 @@ SHIM_EXPORT cudaError_t cudaGraphClone(cudaGraph_t *pGraphClone, cudaGraph_t ori
   shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaGraphClone);
   if (!real) return shim_missing(SHIM_FN_cudaGraphClone);
   cudaError_t result = ((__typeof__(&cudaGraphClone))real)(pGraphClone, originalGraph);
-  if (result == cudaSuccess) shim_kparam_graph_inherit(*pGraphClone, originalGraph);
+  if (result == cudaSuccess) shim_kparam_graph_inherit(*pGraphClone, originalGraph,
+                               "it is a clone (cudaGraphClone), whose nodes cudaw does not follow");
   shim_gate_leave();
   return result;
 }
@@ -302,7 +384,8 @@ SHIM_EXPORT cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t *pGraphNode, 
   if (!real) return shim_missing(SHIM_FN_cudaGraphAddChildGraphNode);
   cudaError_t result = ((__typeof__(&cudaGraphAddChildGraphNode))real)(
       pGraphNode, graph, pDependencies, numDependencies, childGraph);
-  if (result == cudaSuccess) shim_kparam_graph_inherit(graph, childGraph);
+  if (result == cudaSuccess) shim_kparam_graph_inherit(graph, childGraph,
+                               "it has a child graph node, inside which cudaw does not update");
   shim_gate_leave();
   return result;
 }
@@ -317,7 +400,7 @@ SHIM_EXPORT cudaError_t cudaGraphExecUpdate(cudaGraphExec_t hGraphExec, cudaGrap
     result = stale_refused();
   } else {
     result = ((__typeof__(&cudaGraphExecUpdate))real)(hGraphExec, hGraph, resultInfo);
-    if (result == cudaSuccess) shim_kparam_exec_mark(hGraphExec, hGraph);
+    if (result == cudaSuccess) shim_kparam_exec_updated(hGraphExec, hGraph);
   }
   shim_gate_leave();
   return result;

@@ -483,6 +483,28 @@ static CUresult emu_cuGraphAddNode(CUgraphNode *node, CUgraph graph,
                                        (const cudaGraphEdgeData *)edges, count, &params));
 }
 
+static struct cudaKernelNodeParams runtime_kernel_params(const CUDA_KERNEL_NODE_PARAMS *p) {
+  return (struct cudaKernelNodeParams){
+      .func = p->func ? (void *)p->func : (void *)p->kern,
+      .gridDim = {p->gridDimX, p->gridDimY, p->gridDimZ},
+      .blockDim = {p->blockDimX, p->blockDimY, p->blockDimZ},
+      .sharedMemBytes = p->sharedMemBytes, .kernelParams = p->kernelParams, .extra = p->extra};
+}
+
+static CUresult emu_cuGraphKernelNodeSetParams(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS *p) {
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  struct cudaKernelNodeParams params = runtime_kernel_params(p);
+  return from_runtime(cudaGraphKernelNodeSetParams((cudaGraphNode_t)node, &params));
+}
+
+static CUresult emu_cuGraphExecKernelNodeSetParams(CUgraphExec exec, CUgraphNode node,
+                                                   const CUDA_KERNEL_NODE_PARAMS *p) {
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  struct cudaKernelNodeParams params = runtime_kernel_params(p);
+  return from_runtime(cudaGraphExecKernelNodeSetParams((cudaGraphExec_t)exec,
+                                                       (cudaGraphNode_t)node, &params));
+}
+
 static CUresult emu_cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph,
                                                 unsigned long long flags) {
   return from_runtime(cudaGraphInstantiateWithFlags((cudaGraphExec_t *)exec, (cudaGraph_t)graph,
@@ -565,6 +587,7 @@ E(cuModuleLoadData); E(cuModuleGetFunction); E(cuModuleUnload); E(cuLaunchKernel
 E(cuFuncGetName); E(cuMemcpy2D); E(cuGraphCreate); E(cuGraphAddKernelNode);
 E(cuGraphInstantiateWithFlags); E(cuGraphLaunch); E(cuGraphAddNode); E(cuGraphDestroy); E(cuGraphExecDestroy);
 E(cuGetErrorString); E(cuStreamBeginCapture); E(cuStreamEndCapture); E(cuStreamIsCapturing);
+E(cuGraphKernelNodeSetParams); E(cuGraphExecKernelNodeSetParams);
 
 /* A function of a driver newer than cudaw's toolkit: not in cuda.h, so cudaw has no wrapper for
  * it and must say so (status: ungated_functions). Returns 42. */
@@ -596,6 +619,7 @@ static const struct entry *const entries[] = {
     &entry_cuGraphAddKernelNode, &entry_cuGraphInstantiateWithFlags, &entry_cuGraphLaunch,
     &entry_cuGraphDestroy, &entry_cuGraphExecDestroy, &entry_cuGraphAddNode,
     &entry_cuStreamBeginCapture, &entry_cuStreamEndCapture, &entry_cuStreamIsCapturing,
+    &entry_cuGraphKernelNodeSetParams, &entry_cuGraphExecKernelNodeSetParams,
 };
 
 cudaError_t emu_get_driver_entry_point(const char *symbol, void **func,

@@ -1,6 +1,7 @@
 /* emu_graph.c: CUDA graphs reduced to what kernel-node tests need: graphs of kernel nodes (added
  * with cudaGraphAddKernelNode or cudaGraphAddNode), set, instantiated (a snapshot), updated per
- * node and launched in insertion order, synchronously. Like the real runtime, a node copies its
+ * node and launched in insertion order, synchronously; a child graph node is a copy of the child's
+ * nodes. Like the real runtime, a node copies its
  * arguments when added or set; the sizes come from cudaw_emu_set_kernel_param_sizes. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -200,6 +201,30 @@ EMU_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t *node, cudaGraph_t graph
   const struct cudaKernelNodeParamsV2 *k = &p->kernel;
   return add_kernel(node, graph, k->func, k->gridDim, k->blockDim, k->sharedMemBytes,
                     k->kernelParams, k->extra);
+}
+
+/* The child's nodes are copied into graph, in order (the node returned is the first copy). */
+EMU_EXPORT cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t *node, cudaGraph_t graph,
+                                                  const cudaGraphNode_t *deps, size_t dep_count,
+                                                  cudaGraph_t child) {
+  (void)deps, (void)dep_count;
+  if (!node || !graph || !child) return emu_result(cudaErrorInvalidValue);
+  struct graph *g = (struct graph *)graph;
+  struct node *first = NULL;
+  for (const struct node *n = ((struct graph *)child)->first; n; n = n->next) {
+    struct node *c = calloc(1, sizeof *c);
+    cudaError_t err = c ? node_copy(c, n) : cudaErrorMemoryAllocation;
+    if (err) {
+      free(c);
+      return emu_result(err);
+    }
+    c->origin = NULL;
+    *g->tail = c;
+    g->tail = &c->next;
+    if (!first) first = c;
+  }
+  *node = (cudaGraphNode_t)first;
+  return cudaSuccess;
 }
 
 EMU_EXPORT cudaError_t cudaGraphKernelNodeSetParams(cudaGraphNode_t node,

@@ -23,6 +23,7 @@ struct entry {
   bool reported;
   const char *opaque; /* why cudaw cannot update it after a move; NULL when it can */
   const void *origin; /* execs: the graph instantiated, whose node handles the records use */
+  size_t captured;    /* graphs being captured: kernel launches cudaw saw become nodes */
 };
 
 /* What one node of a graph or exec holds, as the program gave it. */
@@ -62,7 +63,7 @@ static struct entry *find_or_add(const void *key, unsigned at)
     entry_capacity = capacity;
   }
   e = &entries[entry_count++];
-  *e = (struct entry){key, at, NULL, false, false, NULL, NULL};
+  *e = (struct entry){key, at, NULL, false, false, NULL, NULL, 0};
   atomic_store(&tracked, entry_count);
   return e;
 }
@@ -191,6 +192,25 @@ void shim_kparam_node_keep(const void *owner, bool exec, const void *node,
     set_opaque(e, "cudaw ran out of memory keeping its arguments");
   }
   pthread_mutex_unlock(&lock);
+}
+
+void shim_kparam_capture_seen(const void *graph)
+{
+  if (!graph || !shim_translate_end) return;
+  pthread_mutex_lock(&lock);
+  struct entry *e = find_or_add(graph, atomic_load(&epoch));
+  if (e) e->captured++;
+  pthread_mutex_unlock(&lock);
+}
+
+size_t shim_kparam_capture_count(const void *graph)
+{
+  if (!graph || !atomic_load_explicit(&tracked, memory_order_relaxed)) return 0;
+  pthread_mutex_lock(&lock);
+  struct entry *e = find(graph);
+  size_t count = e ? e->captured : 0;
+  pthread_mutex_unlock(&lock);
+  return count;
 }
 
 void shim_kparam_graph_opaque(const void *owner, const char *reason)

@@ -106,6 +106,12 @@ typedef int (*shim_kparam_node_update_fn)(const void *owner, bool exec, const vo
 void shim_kparam_node_keep(const void *owner, bool exec, const void *node,
                            shim_kparam_node_update_fn update, struct shim_kparam_blob *blob);
 
+/* A kernel launch cudaw saw become a node of graph, which a stream capture is building (whether or
+ * not a record was kept for it), and how many so far: at the end of the capture, a graph with more
+ * kernel nodes than that holds launches cudaw did not see. */
+void shim_kparam_capture_seen(const void *graph);
+size_t shim_kparam_capture_count(const void *graph);
+
 /* owner (graph or exec) holds translated content cudaw cannot update after a move; reason (a
  * string literal) ends the refusal's message. The first reason stays. */
 void shim_kparam_graph_opaque(const void *owner, const char *reason);

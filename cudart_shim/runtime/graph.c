@@ -4,9 +4,11 @@
  * and set in place (glue/kparam_graphs.c); what cudaw cannot update is refused, not run with
  * stale real addresses. Listed in gen/api.d/kparam.conf. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "shim_generated.h"
+#include "shim_graph.h"
 #include "shim_kparam.h"
 #include "shim_vmem.h"
 
@@ -335,14 +337,64 @@ static int capturing(cudaStream_t stream)
          status != cudaStreamCaptureStatusNone;
 }
 
-/* Kernels launched during a capture were translated on their way in; cudaw does not see the
- * nodes the capture made of them. */
+void shim_graph_captured_launch(cudaStream_t stream, const void *func, dim3 grid, dim3 block,
+                                size_t shared_mem, void **args)
+{
+  enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaGraph_t graph = NULL;
+  const cudaGraphNode_t *last = NULL;
+  size_t count = 0;
+  if (!SHIM_REAL(cudaStreamGetCaptureInfo) ||
+      SHIM_REAL(cudaStreamGetCaptureInfo)(stream, &status, NULL, &graph, &last, NULL, &count) !=
+          cudaSuccess ||
+      status != cudaStreamCaptureStatusActive || !graph)
+    return; /* not capturing; an unknown capture is caught when it ends (count) */
+  shim_kparam_graph_mark(graph);
+  shim_kparam_capture_seen(graph);
+  /* Right after a launch, the capture's dependency set is the launch's own node. */
+  if (count != 1 || !last || !last[0]) {
+    shim_kparam_graph_opaque(graph, "a captured launch's node could not be identified");
+    return;
+  }
+  keep_kernel_node(graph, false, last[0], func, grid, block, (unsigned)shared_mem, args, NULL);
+}
+
+/* The end of a capture under translate: the kernels launched in it were translated on their way
+ * in and recorded per node as they became nodes. The graph can be updated after a move only if
+ * cudaw saw every kernel node and it holds no node cudaw does not look into. */
 static void captured(cudaGraph_t graph)
 {
   if (!shim_translate_end) return;
   shim_kparam_graph_mark(graph);
-  shim_kparam_graph_opaque(graph, "it was captured from a stream, and cudaw does not keep the "
-                                  "arguments of captured launches");
+  size_t count = 0, kernels = 0;
+  cudaGraphNode_t *nodes = NULL;
+  const char *reason = NULL;
+  if (!SHIM_REAL(cudaGraphGetNodes) || !SHIM_REAL(cudaGraphNodeGetType) ||
+      SHIM_REAL(cudaGraphGetNodes)(graph, NULL, &count) != cudaSuccess)
+    reason = "it was captured from a stream, and the runtime did not list its nodes";
+  else if (count && !(nodes = malloc(count * sizeof *nodes)))
+    reason = "cudaw ran out of memory checking its nodes";
+  else if (count && SHIM_REAL(cudaGraphGetNodes)(graph, nodes, &count) != cudaSuccess)
+    reason = "it was captured from a stream, and the runtime did not list its nodes";
+  for (size_t i = 0; !reason && i < count; i++) {
+    enum cudaGraphNodeType type;
+    if (SHIM_REAL(cudaGraphNodeGetType)(nodes[i], &type) != cudaSuccess)
+      reason = "it was captured from a stream, and the runtime did not tell a node's type";
+    else if (type == cudaGraphNodeTypeKernel)
+      kernels++;
+    else if (type == cudaGraphNodeTypeGraph)
+      reason = "it has a child graph node (a graph launched during the capture), inside which "
+               "cudaw does not update";
+    else if (type == cudaGraphNodeTypeConditional)
+      reason = "it has a conditional node, whose bodies cudaw does not update";
+    else if (type == cudaGraphNodeTypeMemcpy || type == cudaGraphNodeTypeMemset)
+      reason = "it captured a copy or memset, whose node cudaw does not update";
+  }
+  free(nodes);
+  if (!reason && kernels != shim_kparam_capture_count(graph))
+    reason = "it captured kernel launches that cudaw did not see become nodes (launched through "
+             "the driver API or by a library with its own runtime)";
+  if (reason) shim_kparam_graph_opaque(graph, reason);
 }
 
 /* In a _ptsz call, stream 0

@@ -1,10 +1,12 @@
 /* Hand-written launch overrides: every way a kernel is launched with an args[] array passes its
  * arguments through shim_kparam_prepare when kparam is active (translate policy or CUDAW_CHECK);
  * otherwise the call goes straight on (two loads). Launches during stream capture take the same
- * path. Listed in gen/api.d/kparam.conf. */
+ * path, and under translate the node each became keeps the program's arguments (graph.c), so that
+ * the captured graph can be updated after a move. Listed in gen/api.d/kparam.conf. */
 #include <errno.h>
 
 #include "shim_generated.h"
+#include "shim_graph.h"
 #include "shim_kparam.h"
 #include "shim_vmem.h"
 
@@ -28,7 +30,12 @@ static cudaError_t refused(int rc)
 
 /* The six-argument launches: (func, grid, block, args, shared memory, stream). The translated
  * path is a function of its own, so that the fast path's frame does not hold the argument copy. */
-#define LAUNCH6(name, func_type, how)                                                            \
+/* After a translated launch: the capture's node, if stream (query_stream) is capturing. */
+#define CAPTURED(query_stream, func, grid, block, shared_mem, args)                              \
+  if (result == cudaSuccess && shim_translate_end && shim_capture_possible())                  \
+    shim_graph_captured_launch(query_stream, (const void *)(func), grid, block, shared_mem, args)
+
+#define LAUNCH6(name, func_type, how, query_stream)                                              \
   static __attribute__((noinline)) cudaError_t name##_prepared(                                \
       __typeof__(&name) forward, func_type func, dim3 grid, dim3 block, void **args,            \
       size_t shared_mem, cudaStream_t stream)                                                  \
@@ -38,6 +45,7 @@ static cudaError_t refused(int rc)
     cudaError_t result =                                                                       \
         rc ? refused(rc) : forward(func, grid, block, frame.args, shared_mem, stream);         \
     shim_kparam_frame_release(&frame);                                                         \
+    CAPTURED(query_stream, func, grid, block, shared_mem, args);                               \
     return result;                                                                             \
   }                                                                                            \
   SHIM_EXPORT cudaError_t name(func_type func, dim3 grid, dim3 block, void **args,             \
@@ -54,14 +62,18 @@ static cudaError_t refused(int rc)
     return result;                                                                             \
   }
 
-LAUNCH6(__cudaLaunchKernel, cudaKernel_t, SHIM_KPARAM_HANDLE)
-LAUNCH6(__cudaLaunchKernel_ptsz, cudaKernel_t, SHIM_KPARAM_HANDLE)
-LAUNCH6(cudaLaunchKernel, const void *, SHIM_KPARAM_HOST_FUN_OR_HANDLE)
-LAUNCH6(cudaLaunchKernel_ptsz, const void *, SHIM_KPARAM_HOST_FUN_OR_HANDLE)
-LAUNCH6(cudaLaunchCooperativeKernel, const void *, SHIM_KPARAM_HOST_FUN_OR_HANDLE)
-LAUNCH6(cudaLaunchCooperativeKernel_ptsz, const void *, SHIM_KPARAM_HOST_FUN_OR_HANDLE)
+/* In a _ptsz call, stream 0 is the calling thread's default stream. */
+#define PER_THREAD(stream) ((stream) ? (stream) : cudaStreamPerThread)
 
-#define LAUNCH_EX(name)                                                                         \
+LAUNCH6(__cudaLaunchKernel, cudaKernel_t, SHIM_KPARAM_HANDLE, stream)
+LAUNCH6(__cudaLaunchKernel_ptsz, cudaKernel_t, SHIM_KPARAM_HANDLE, PER_THREAD(stream))
+LAUNCH6(cudaLaunchKernel, const void *, SHIM_KPARAM_HOST_FUN_OR_HANDLE, stream)
+LAUNCH6(cudaLaunchKernel_ptsz, const void *, SHIM_KPARAM_HOST_FUN_OR_HANDLE, PER_THREAD(stream))
+LAUNCH6(cudaLaunchCooperativeKernel, const void *, SHIM_KPARAM_HOST_FUN_OR_HANDLE, stream)
+LAUNCH6(cudaLaunchCooperativeKernel_ptsz, const void *, SHIM_KPARAM_HOST_FUN_OR_HANDLE,
+        PER_THREAD(stream))
+
+#define LAUNCH_EX(name, query_stream)                                                           \
   static __attribute__((noinline)) cudaError_t name##_prepared(                                \
       __typeof__(&name) forward, const cudaLaunchConfig_t *config, const void *func,           \
       void **args)                                                                             \
@@ -70,6 +82,9 @@ LAUNCH6(cudaLaunchCooperativeKernel_ptsz, const void *, SHIM_KPARAM_HOST_FUN_OR_
     int rc = shim_kparam_prepare(func, SHIM_KPARAM_HOST_FUN_OR_HANDLE, args, NULL, &frame);    \
     cudaError_t result = rc ? refused(rc) : forward(config, func, frame.args);                 \
     shim_kparam_frame_release(&frame);                                                         \
+    if (config)                                                                                \
+      CAPTURED(query_stream, func, config->gridDim, config->blockDim, config->dynamicSmemBytes, \
+               args);                                                                          \
     return result;                                                                             \
   }                                                                                            \
   SHIM_EXPORT cudaError_t name(const cudaLaunchConfig_t *config, const void *func, void **args)\
@@ -84,5 +99,5 @@ LAUNCH6(cudaLaunchCooperativeKernel_ptsz, const void *, SHIM_KPARAM_HOST_FUN_OR_
     return result;                                                                             \
   }
 
-LAUNCH_EX(cudaLaunchKernelExC)
-LAUNCH_EX(cudaLaunchKernelExC_ptsz)
+LAUNCH_EX(cudaLaunchKernelExC, config->stream)
+LAUNCH_EX(cudaLaunchKernelExC_ptsz, PER_THREAD(config->stream))

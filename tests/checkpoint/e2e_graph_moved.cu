@@ -144,10 +144,9 @@ int main(int argc, char **argv)
 
   /* graph: fill(buffer 0, 1) added as a kernel node, fill(buffer 1, 2) through cudaGraphAddNode;
    * its exec's first node then set to fill(buffer 2, 3). */
-  unsigned seed1 = 1, seed2 = 2, seed3 = 3, seed4 = 4, seed5 = 5;
+  unsigned seed1 = 1, seed2 = 2, seed3 = 3, seed4 = 4;
   void *args0[] = {&buffer[0], &seed1}, *args1[] = {&buffer[1], &seed2},
-       *args2[] = {&buffer[2], &seed3}, *args3[] = {&buffer[3], &seed4},
-       *args4[] = {&buffer[4], &seed5};
+       *args2[] = {&buffer[2], &seed3}, *args3[] = {&buffer[3], &seed4};
   cudaGraph_t graph;
   cudaGraphNode_t first, second;
   CUDA_OK(cudaGraphCreate(&graph, 0));
@@ -179,12 +178,26 @@ int main(int argc, char **argv)
   CUDA_OK(cudaGraphAddChildGraphNode(&outer, parent, NULL, 0, child));
   cudaGraphExec_t parent_exec;
   CUDA_OK(cudaGraphInstantiate(&parent_exec, parent, 0));
-  (void)args4;
+
+  /* a stream capture: fill(buffer 4, 5) and fill(buffer 5, 6), launched as nvcc launches */
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreate(&stream));
+  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  fill<<<1, 32, 0, stream>>>(buffer[4], 5);
+  fill<<<1, 32, 0, stream>>>(buffer[5], 6);
+  cudaGraph_t capture;
+  CUDA_OK(cudaStreamEndCapture(stream, &capture));
+  cudaGraphExec_t capture_exec;
+  CUDA_OK(cudaGraphInstantiate(&capture_exec, capture, 0));
+  expect(4, 0, "before: the capture did not run yet");
 
   CUDA_OK(cudaGraphLaunch(exec, 0));
   CUDA_OK(cudaGraphLaunch(parent_exec, 0));
+  CUDA_OK(cudaGraphLaunch(capture_exec, stream));
   CUDA_OK(cudaDeviceSynchronize());
   expect(0, 0, "before: the exec's first node was set to buffer 2");
+  expect(4, 5, "before: the capture");
+  expect(5, 6, "before: the capture");
   expect(1, 2, "before");
   expect(2, 3, "before");
   expect(3, 4, "before: the child graph");
@@ -219,6 +232,11 @@ int main(int argc, char **argv)
   expect(0, 1, "after: the graph instantiated again");
   expect(1, 2, "after: the graph instantiated again");
   expect(2, 0, "after: the graph instantiated again");
+  /* the captured graph's exec */
+  CUDA_OK(cudaGraphLaunch(capture_exec, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  expect(4, 5, "after: the capture");
+  expect(5, 6, "after: the capture");
   /* the child graph: cudaw does not update inside it */
   cudaError_t e = cudaGraphLaunch(parent_exec, 0);
   if (forced) {
@@ -234,6 +252,9 @@ int main(int argc, char **argv)
   CUDA_OK(cudaGraphExecDestroy(again));
   CUDA_OK(cudaGraphExecDestroy(exec));
   CUDA_OK(cudaGraphExecDestroy(parent_exec));
+  CUDA_OK(cudaGraphExecDestroy(capture_exec));
+  CUDA_OK(cudaGraphDestroy(capture));
+  CUDA_OK(cudaStreamDestroy(stream));
   CUDA_OK(cudaGraphDestroy(graph));
   CUDA_OK(cudaGraphDestroy(parent));
   CUDA_OK(cudaGraphDestroy(child));

@@ -182,6 +182,28 @@ static cudaError_t add_kernel(cudaGraphNode_t *out, cudaGraph_t graph, const voi
   return cudaSuccess;
 }
 
+cudaError_t emu_graph_add_kernel(cudaGraphNode_t *node, cudaGraph_t graph, const void *func,
+                                 dim3 grid, dim3 block, size_t shared_mem, void **args) {
+  return add_kernel(node, graph, func, grid, block, shared_mem, args, NULL);
+}
+
+/* Every node in insertion order (all are kernel nodes here). */
+EMU_EXPORT cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *nodes,
+                                         size_t *count) {
+  if (!graph || !count) return emu_result(cudaErrorInvalidValue);
+  size_t n = 0;
+  for (struct node *at = ((struct graph *)graph)->first; at; at = at->next, n++)
+    if (nodes && n < *count) nodes[n] = (cudaGraphNode_t)at;
+  *count = n;
+  return cudaSuccess;
+}
+
+EMU_EXPORT cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, enum cudaGraphNodeType *type) {
+  if (!node || !type) return emu_result(cudaErrorInvalidValue);
+  *type = cudaGraphNodeTypeKernel;
+  return cudaSuccess;
+}
+
 EMU_EXPORT cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *node, cudaGraph_t graph,
                                               const cudaGraphNode_t *deps, size_t dep_count,
                                               const struct cudaKernelNodeParams *p) {

@@ -109,6 +109,38 @@ static void keep_v2(const void *owner, bool exec, cudaGraphNode_t node,
                    p->kernelParams, p->extra);
 }
 
+/* After a move: a memcpy or memset node given through the generic API, translated again from the
+ * program's parameters and set. */
+static int update_generic_node(const void *owner, bool exec, const void *node,
+                               const struct shim_kparam_blob *blob)
+{
+  struct cudaGraphNodeParams params, copy, *use;
+  memcpy(&params, blob->data, sizeof params);
+  if (shim_vmem_node_params_in(SHIM_FN_cudaGraphExecNodeSetParams, &params, &copy, &use))
+    return -EFAULT;
+  cudaError_t result =
+      exec ? SHIM_REAL(cudaGraphExecNodeSetParams)((cudaGraphExec_t)owner, (cudaGraphNode_t)node,
+                                                   use)
+           : SHIM_REAL(cudaGraphNodeSetParams)((cudaGraphNode_t)node, use);
+  return result == cudaSuccess ? 0 : -EIO;
+}
+
+/* A memcpy or memset node of owner, translated (use is not the caller's params): keep them. */
+static void keep_generic(const void *owner, bool exec, cudaGraphNode_t node,
+                         const struct cudaGraphNodeParams *params,
+                         const struct cudaGraphNodeParams *use)
+{
+  if (!owner || !node || use == params || !shim_translate_end) return;
+  struct shim_kparam_blob *blob = shim_kparam_blob_new(sizeof *params);
+  if (!blob) {
+    shim_kparam_graph_opaque(owner, "cudaw ran out of memory keeping a node's parameters");
+    return;
+  }
+  memcpy(blob->data, params, sizeof *params);
+  if (!exec) shim_kparam_graph_mark(owner);
+  shim_kparam_node_keep(owner, exec, node, update_generic_node, blob);
+}
+
 SHIM_EXPORT cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
                                                const cudaGraphNode_t *pDependencies,
                                                size_t numDependencies,
@@ -202,6 +234,10 @@ SHIM_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGraph_
       result = shim_set_last_error(cudaErrorInvalidValue);
     else
       result = forward(pGraphNode, graph, pDependencies, dependencyData, numDependencies, use);
+    if (result == cudaSuccess && pGraphNode) {
+      if (use != nodeParams) shim_kparam_node_mark(*pGraphNode, graph);
+      keep_generic(graph, false, *pGraphNode, nodeParams, use);
+    }
   } else {
     struct shim_kparam_frame frame;
     struct cudaGraphNodeParams copy;
@@ -232,6 +268,8 @@ SHIM_EXPORT cudaError_t cudaGraphNodeSetParams(cudaGraphNode_t node,
       result = shim_set_last_error(cudaErrorInvalidValue);
     else
       result = forward(node, use);
+    if (result == cudaSuccess)
+      keep_generic(shim_kparam_node_graph(node), false, node, nodeParams, use);
   } else {
     struct shim_kparam_frame frame;
     struct cudaGraphNodeParams copy;
@@ -261,6 +299,7 @@ SHIM_EXPORT cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t graphExec, cu
       result = shim_set_last_error(cudaErrorInvalidValue);
     else
       result = forward(graphExec, node, use);
+    if (result == cudaSuccess) keep_generic(graphExec, true, node, nodeParams, use);
   } else {
     struct shim_kparam_frame frame;
     struct cudaGraphNodeParams copy;

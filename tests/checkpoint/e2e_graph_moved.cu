@@ -2,11 +2,11 @@
  * CUDAW_VMEM=translate (issue 21), in an unmodified nvcc program (shared runtime) on the emulated
  * device. Graphs are built and instantiated before the checkpoint: kernel nodes added with
  * cudaGraphAddKernelNode and cudaGraphAddNode, one exec node overridden with
- * cudaGraphExecKernelNodeSetParams, a stream capture, and a graph with a child graph node. After
- * the resume (memory moved: the emulated device never reuses an address, so every stale real
- * address faults) the exec and the capture's exec must run again and write the right buffers, the
- * graph instantiated again must too, and the graph with a child node, which cudaw cannot update,
- * must be refused (cudaErrorNotPermitted) with its reason on stderr (the ctest regex). Modes:
+ * cudaGraphExecKernelNodeSetParams, memset and memcpy nodes, a stream capture, and a graph with a
+ * child graph node. After the resume (memory moved: the emulated device never reuses an address,
+ * so every stale real address faults) the execs must run again and write the right buffers, the
+ * graph instantiated again too, and the graph with a child node, which cudaw cannot update, must
+ * be refused (cudaErrorNotPermitted) with its reason on stderr (the ctest regex). Modes:
  *   forced:   the move happens (status moved_bytes > 0);
  *   identity: CUDAW_EMU_ALLOC=lowest, nothing moves and everything runs, the child graph too.
  * Exits 77 without a device. usage: e2e_graph_moved forced|identity */
@@ -109,6 +109,15 @@ static void expect(int i, unsigned seed, const char *when)
           when, i, k, got[k], seed ? value(seed, k) : 0u);
 }
 
+/* buffer[i]'s first WORDS words are all bytes `byte`. */
+static void expect_bytes(int i, unsigned char byte, const char *when)
+{
+  unsigned char got[WORDS * sizeof(unsigned)];
+  CUDA_OK(cudaMemcpy(got, buffer[i], sizeof got, cudaMemcpyDeviceToHost));
+  for (size_t k = 0; k < sizeof got; k++)
+    CHECK(got[k] == byte, "%s: buffer %d byte %zu is %#x, expected %#x", when, i, k, got[k], byte);
+}
+
 static struct cudaKernelNodeParams fill_node(void **args)
 {
   struct cudaKernelNodeParams p;
@@ -179,6 +188,34 @@ int main(int argc, char **argv)
   cudaGraphExec_t parent_exec;
   CUDA_OK(cudaGraphInstantiate(&parent_exec, parent, 0));
 
+  /* memset and memcpy nodes: buffer 3 set to 0x5a bytes, then copied to buffer 4 */
+  cudaGraph_t copies;
+  cudaGraphNode_t set_node, copy_node;
+  CUDA_OK(cudaGraphCreate(&copies, 0));
+  struct cudaMemsetParams set;
+  memset(&set, 0, sizeof set);
+  set.dst = buffer[3];
+  set.value = 0x5a;
+  set.elementSize = 1;
+  set.width = WORDS * sizeof(unsigned);
+  set.height = 1;
+  CUDA_OK(cudaGraphAddMemsetNode(&set_node, copies, NULL, 0, &set));
+  struct cudaMemcpy3DParms copy;
+  memset(&copy, 0, sizeof copy);
+  const size_t bytes = WORDS * sizeof(unsigned);
+  copy.srcPtr = make_cudaPitchedPtr(buffer[3], bytes, bytes, 1);
+  copy.dstPtr = make_cudaPitchedPtr(buffer[4], bytes, bytes, 1);
+  copy.extent = make_cudaExtent(bytes, 1, 1);
+  copy.kind = cudaMemcpyDeviceToDevice;
+  CUDA_OK(cudaGraphAddMemcpyNode(&copy_node, copies, &set_node, 1, &copy));
+  cudaGraphExec_t copies_exec;
+  CUDA_OK(cudaGraphInstantiate(&copies_exec, copies, 0));
+  CUDA_OK(cudaGraphLaunch(copies_exec, 0));
+  CUDA_OK(cudaDeviceSynchronize());
+  expect_bytes(3, 0x5a, "before: memset node");
+  expect_bytes(4, 0x5a, "before: memcpy node");
+  clear_all();
+
   /* a stream capture: fill(buffer 4, 5) and fill(buffer 5, 6), launched as nvcc launches */
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreate(&stream));
@@ -237,6 +274,13 @@ int main(int argc, char **argv)
   CUDA_OK(cudaStreamSynchronize(stream));
   expect(4, 5, "after: the capture");
   expect(5, 6, "after: the capture");
+  /* the memset and memcpy nodes */
+  clear_all();
+  CUDA_OK(cudaGraphLaunch(copies_exec, 0));
+  CUDA_OK(cudaDeviceSynchronize());
+  expect_bytes(3, 0x5a, "after: memset node");
+  expect_bytes(4, 0x5a, "after: memcpy node");
+  clear_all();
   /* the child graph: cudaw does not update inside it */
   cudaError_t e = cudaGraphLaunch(parent_exec, 0);
   if (forced) {
@@ -253,6 +297,8 @@ int main(int argc, char **argv)
   CUDA_OK(cudaGraphExecDestroy(exec));
   CUDA_OK(cudaGraphExecDestroy(parent_exec));
   CUDA_OK(cudaGraphExecDestroy(capture_exec));
+  CUDA_OK(cudaGraphExecDestroy(copies_exec));
+  CUDA_OK(cudaGraphDestroy(copies));
   CUDA_OK(cudaGraphDestroy(capture));
   CUDA_OK(cudaStreamDestroy(stream));
   CUDA_OK(cudaGraphDestroy(graph));

@@ -166,7 +166,8 @@ int main(void)
   /* Destroyed handles are forgotten (the runtime reuses them), nodes and records with them. */
   int freed = blobs_freed;
   shim_kparam_graph_forget(&exec1);
-  CHECK(blobs_freed - freed == 2, "exec1's blobs freed: n1 as instantiated (the graph's is newer), its own n2");
+  CHECK(blobs_freed - freed == 2,
+        "exec1's blobs freed: n1 as instantiated (the graph's is newer), its own n2");
   shim_kparam_graph_forget(&g1);
   shim_kparam_graph_forget(&captured);
   CHECK(!shim_kparam_graph_stale(&g1) && !shim_kparam_exec_stale(&exec1) &&

@@ -7,6 +7,7 @@
 #include "shim_driver.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "shim_vmem.h"
@@ -275,14 +276,62 @@ static int capturing(__typeof__(&cuStreamIsCapturing) is_capturing, CUstream hSt
          status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-/* Kernels launched during a capture were translated on their way in; cudaw does not see the
- * nodes the capture made of them. */
+void shim_drv_captured_launch(CUstream stream, const CUDA_KERNEL_NODE_PARAMS *p)
+{
+  __typeof__(&cuStreamGetCaptureInfo_v3) info = SHIM_DRV_REAL(cuStreamGetCaptureInfo_v3);
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUgraph graph = NULL;
+  const CUgraphNode *last = NULL;
+  size_t count = 0;
+  if (!info || info(stream, &status, NULL, &graph, &last, NULL, &count) != CUDA_SUCCESS ||
+      status != CU_STREAM_CAPTURE_STATUS_ACTIVE || !graph)
+    return; /* not capturing; an unknown capture is caught when it ends (count) */
+  shim_kparam_graph_mark(graph);
+  shim_kparam_capture_seen(graph);
+  /* Right after a launch, the capture's dependency set is the launch's own node. */
+  if (count != 1 || !last || !last[0]) {
+    shim_kparam_graph_opaque(graph, "a captured launch's node could not be identified");
+    return;
+  }
+  keep_node(graph, false, last[0], p);
+}
+
+/* The end of a capture under translate: the graph can be updated after a move only if cudaw saw
+ * every kernel node become one (shim_drv_captured_launch, or the runtime's launches) and it holds
+ * no node cudaw does not look into. */
 static void captured(CUgraph graph)
 {
   if (!shim_translate_end) return;
   shim_kparam_graph_mark(graph);
-  shim_kparam_graph_opaque(graph, "it was captured from a stream, and cudaw does not keep the "
-                                  "arguments of captured launches");
+  __typeof__(&cuGraphGetNodes) get_nodes = SHIM_DRV_REAL(cuGraphGetNodes);
+  __typeof__(&cuGraphNodeGetType) get_type = SHIM_DRV_REAL(cuGraphNodeGetType);
+  size_t count = 0, kernels = 0;
+  CUgraphNode *nodes = NULL;
+  const char *reason = NULL;
+  if (!get_nodes || !get_type || get_nodes(graph, NULL, &count) != CUDA_SUCCESS)
+    reason = "it was captured from a stream, and the driver did not list its nodes";
+  else if (count && !(nodes = malloc(count * sizeof *nodes)))
+    reason = "cudaw ran out of memory checking its nodes";
+  else if (count && get_nodes(graph, nodes, &count) != CUDA_SUCCESS)
+    reason = "it was captured from a stream, and the driver did not list its nodes";
+  for (size_t i = 0; !reason && i < count; i++) {
+    CUgraphNodeType type;
+    if (get_type(nodes[i], &type) != CUDA_SUCCESS)
+      reason = "it was captured from a stream, and the driver did not tell a node's type";
+    else if (type == CU_GRAPH_NODE_TYPE_KERNEL)
+      kernels++;
+    else if (type == CU_GRAPH_NODE_TYPE_GRAPH)
+      reason = "it has a child graph node (a graph launched during the capture), inside which "
+               "cudaw does not update";
+    else if (type == CU_GRAPH_NODE_TYPE_CONDITIONAL)
+      reason = "it has a conditional node, whose bodies cudaw does not update";
+    else if (type == CU_GRAPH_NODE_TYPE_MEMCPY || type == CU_GRAPH_NODE_TYPE_MEMSET)
+      reason = "it captured a copy or memset, whose node cudaw does not update";
+  }
+  free(nodes);
+  if (!reason && kernels != shim_kparam_capture_count(graph))
+    reason = "it captured kernel launches that cudaw did not see become nodes";
+  if (reason) shim_kparam_graph_opaque(graph, reason);
 }
 
 #define END_CAPTURE(name, is_capturing)                                                  \

@@ -278,6 +278,7 @@ static int capturing(__typeof__(&cuStreamIsCapturing) is_capturing, CUstream hSt
 
 void shim_drv_captured_launch(CUstream stream, const CUDA_KERNEL_NODE_PARAMS *p)
 {
+  if (!stream || stream == CU_STREAM_LEGACY) return; /* the legacy stream cannot be captured */
   __typeof__(&cuStreamGetCaptureInfo_v3) info = SHIM_DRV_REAL(cuStreamGetCaptureInfo_v3);
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   CUgraph graph = NULL;

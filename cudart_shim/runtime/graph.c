@@ -73,9 +73,11 @@ static int update_kernel_node(const void *owner, bool exec, const void *node,
   return result == cudaSuccess ? 0 : -EIO;
 }
 
-/* node of owner (a graph, or an exec) was set from params: keep its arguments for an update. */
-static void keep_kernel_node(const void *owner, bool exec, cudaGraphNode_t node, const void *func,
-                             dim3 grid, dim3 block, unsigned shared, void **args, void **extra)
+/* node of owner (a graph, or an exec) was set from params: keep its arguments for an update.
+ * func names the kernel for its layout; node_func is what the node is set with again. */
+static void keep_kernel_node_as(const void *owner, bool exec, cudaGraphNode_t node,
+                                const void *func, const void *node_func, dim3 grid, dim3 block,
+                                unsigned shared, void **args, void **extra)
 {
   if (!owner || !node || !shim_translate_end) return;
   if (!args && extra) {
@@ -84,14 +86,20 @@ static void keep_kernel_node(const void *owner, bool exec, cudaGraphNode_t node,
     return;
   }
   struct shim_kparam_blob *blob;
-  struct cudaKernelNodeParams fields = {.func = (void *)func, .gridDim = grid, .blockDim = block,
-                                        .sharedMemBytes = shared};
+  struct cudaKernelNodeParams fields = {.func = (void *)node_func, .gridDim = grid,
+                                        .blockDim = block, .sharedMemBytes = shared};
   if (shim_kparam_args_keep(func, SHIM_KPARAM_HOST_FUN_OR_HANDLE, args, sizeof fields, &blob)) {
     shim_kparam_graph_opaque(owner, "cudaw ran out of memory keeping a node's arguments");
     return;
   }
   if (blob) memcpy(blob->data, &fields, sizeof fields);
   shim_kparam_node_keep(owner, exec, node, update_kernel_node, blob);
+}
+
+static void keep_kernel_node(const void *owner, bool exec, cudaGraphNode_t node, const void *func,
+                             dim3 grid, dim3 block, unsigned shared, void **args, void **extra)
+{
+  keep_kernel_node_as(owner, exec, node, func, func, grid, block, shared, args, extra);
 }
 
 static void keep_v1(const void *owner, bool exec, cudaGraphNode_t node,
@@ -379,6 +387,7 @@ static int capturing(cudaStream_t stream)
 void shim_graph_captured_launch(cudaStream_t stream, const void *func, dim3 grid, dim3 block,
                                 size_t shared_mem, void **args)
 {
+  if (!stream || stream == cudaStreamLegacy) return; /* the legacy stream cannot be captured */
   enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   cudaGraph_t graph = NULL;
   const cudaGraphNode_t *last = NULL;
@@ -395,7 +404,15 @@ void shim_graph_captured_launch(cudaStream_t stream, const void *func, dim3 grid
     shim_kparam_graph_opaque(graph, "a captured launch's node could not be identified");
     return;
   }
-  keep_kernel_node(graph, false, last[0], func, grid, block, (unsigned)shared_mem, args, NULL);
+  /* The node is set again with the function the runtime says it runs (a launch may name its
+   * kernel by a handle); the layout comes from what the launch named. */
+  struct cudaKernelNodeParams actual;
+  const void *node_func = func;
+  if (SHIM_REAL(cudaGraphKernelNodeGetParams) &&
+      SHIM_REAL(cudaGraphKernelNodeGetParams)(last[0], &actual) == cudaSuccess && actual.func)
+    node_func = actual.func;
+  keep_kernel_node_as(graph, false, last[0], func, node_func, grid, block, (unsigned)shared_mem,
+                      args, NULL);
 }
 
 /* The end of a capture under translate: the kernels launched in it were translated on their way

@@ -309,6 +309,19 @@ EMU_EXPORT cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t *node, cudaGra
   return cudaSuccess;
 }
 
+EMU_EXPORT cudaError_t cudaGraphKernelNodeGetParams(cudaGraphNode_t node,
+                                                    struct cudaKernelNodeParams *p) {
+  const struct node *n = (const struct node *)node;
+  if (!n || !p || n->type != NODE_KERNEL) return emu_result(cudaErrorInvalidValue);
+  memset(p, 0, sizeof *p);
+  p->func = (void *)n->func;
+  p->gridDim = n->grid;
+  p->blockDim = n->block;
+  p->sharedMemBytes = (unsigned)n->shared_mem;
+  p->kernelParams = n->argv;
+  return cudaSuccess;
+}
+
 EMU_EXPORT cudaError_t cudaGraphKernelNodeSetParams(cudaGraphNode_t node,
                                                     const struct cudaKernelNodeParams *p) {
   if (!node || !p) return emu_result(cudaErrorInvalidValue);

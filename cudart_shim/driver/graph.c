@@ -174,6 +174,22 @@ static CUresult prepare_generic(const CUgraphNodeParams *p, CUgraphNodeParams *c
   return result;
 }
 
+/* A node of another kind was added or set through the generic API: a child graph node holds
+ * whatever the child holds, out of cudaw's reach, and a conditional node's bodies are graphs cudaw
+ * does not follow into the parent. */
+static void other_node_added(const void *graph, const CUgraphNodeParams *p)
+{
+  if (!graph || !p || !shim_translate_end) return;
+  if (p->type == CU_GRAPH_NODE_TYPE_GRAPH) {
+    shim_kparam_graph_inherit(graph, p->graph.graph,
+                              "it has a child graph node, inside which cudaw does not update");
+  } else if (p->type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+    shim_kparam_graph_mark(graph);
+    shim_kparam_graph_opaque(graph, "it has a conditional node, whose bodies cudaw does not "
+                                    "update");
+  }
+}
+
 /* owner_expr and node_expr: evaluated after a successful call (NULL owner: unknown). */
 #define GENERIC_NODE(name, params, args, owner_expr, node_expr, exec)                    \
   SHIM_EXPORT CUresult name params                                                       \
@@ -182,6 +198,7 @@ static CUresult prepare_generic(const CUgraphNodeParams *p, CUgraphNodeParams *c
     CUresult result;                                                                     \
     if (!kernel_node(nodeParams)) {                                                      \
       result = REAL(name) args;                                                          \
+      if (result == CUDA_SUCCESS && !(exec)) other_node_added((owner_expr), nodeParams); \
     } else {                                                                             \
       CUgraphNodeParams copy, *original = nodeParams;                                    \
       struct shim_kparam_frame frame;                                                       \
@@ -397,6 +414,15 @@ SHIM_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
   ENTER(cuGraphDestroy);
   shim_kparam_graph_forget(hGraph);
   CUresult result = REAL(cuGraphDestroy)(hGraph);
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
+{
+  ENTER(cuGraphDestroyNode);
+  CUresult result = REAL(cuGraphDestroyNode)(hNode);
+  if (result == CUDA_SUCCESS) shim_kparam_node_destroyed(hNode);
   shim_gate_leave();
   return result;
 }

@@ -324,6 +324,30 @@ static bool stale(const void *key, const char *what)
 bool shim_kparam_graph_stale(const void *graph) { return stale(graph, "graph"); }
 bool shim_kparam_exec_stale(const void *exec) { return stale(exec, "executable graph"); }
 
+void shim_kparam_node_destroyed(const void *node)
+{
+  if (!node || !atomic_load_explicit(&tracked, memory_order_relaxed)) return;
+  pthread_mutex_lock(&lock);
+  for (size_t i = 0; i < record_count;) {
+    if (records[i].node != node) {
+      i++;
+      continue;
+    }
+    struct entry *owner = find(records[i].owner);
+    if (owner && owner->exec)
+      set_opaque(owner, "a node of it was destroyed in its graph after it was instantiated, so "
+                        "cudaw can no longer name it");
+    shim_kparam_blob_put(records[i].blob);
+    records[i] = records[--record_count];
+  }
+  for (size_t i = 0; i < entry_count;) {
+    if (entries[i].key == node) entries[i] = entries[--entry_count];
+    else i++;
+  }
+  atomic_store(&tracked, entry_count);
+  pthread_mutex_unlock(&lock);
+}
+
 void shim_kparam_graph_forget(const void *graph_or_exec)
 {
   if (!graph_or_exec || !atomic_load_explicit(&tracked, memory_order_relaxed)) return;

@@ -145,6 +145,9 @@ void shim_kparam_exec_updated(const void *exec, const void *graph);
  * updated: logs why (once per object) and returns true. */
 bool shim_kparam_graph_stale(const void *graph);
 bool shim_kparam_exec_stale(const void *exec);
+/* A node is being destroyed (cudaGraphDestroyNode): its records go; an exec instantiated with it
+ * still runs the node, but cudaw can no longer name it to update it, so the exec becomes opaque. */
+void shim_kparam_node_destroyed(const void *node);
 /* Forget a destroyed graph or exec (handles are reused), with its node records. */
 void shim_kparam_graph_forget(const void *graph_or_exec);
 

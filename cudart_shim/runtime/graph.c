@@ -149,6 +149,22 @@ static void keep_generic(const void *owner, bool exec, cudaGraphNode_t node,
   shim_kparam_node_keep(owner, exec, node, update_generic_node, blob);
 }
 
+/* A node of another kind was added through the generic API: a child graph node holds whatever the
+ * child holds, out of cudaw's reach, and a conditional node's bodies are graphs cudaw does not
+ * follow into the parent. */
+static void other_node_added(const void *graph, const struct cudaGraphNodeParams *p)
+{
+  if (!graph || !p || !shim_translate_end) return;
+  if (p->type == cudaGraphNodeTypeGraph) {
+    shim_kparam_graph_inherit(graph, p->graph.graph,
+                              "it has a child graph node, inside which cudaw does not update");
+  } else if (p->type == cudaGraphNodeTypeConditional) {
+    shim_kparam_graph_mark(graph);
+    shim_kparam_graph_opaque(graph, "it has a conditional node, whose bodies cudaw does not "
+                                    "update");
+  }
+}
+
 SHIM_EXPORT cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
                                                const cudaGraphNode_t *pDependencies,
                                                size_t numDependencies,
@@ -245,6 +261,7 @@ SHIM_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGraph_
     if (result == cudaSuccess && pGraphNode) {
       if (use != nodeParams) shim_kparam_node_mark(*pGraphNode, graph);
       keep_generic(graph, false, *pGraphNode, nodeParams, use);
+      other_node_added(graph, nodeParams);
     }
   } else {
     struct shim_kparam_frame frame;
@@ -520,6 +537,16 @@ SHIM_EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t graph)
   if (!real) return shim_missing(SHIM_FN_cudaGraphDestroy);
   shim_kparam_graph_forget(graph);
   cudaError_t result = ((__typeof__(&cudaGraphDestroy))real)(graph);
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT cudaError_t cudaGraphDestroyNode(cudaGraphNode_t node)
+{
+  shim_real_fn real = SHIM_GATE_ENTER(SHIM_FN_cudaGraphDestroyNode);
+  if (!real) return shim_missing(SHIM_FN_cudaGraphDestroyNode);
+  cudaError_t result = ((__typeof__(&cudaGraphDestroyNode))real)(node);
+  if (result == cudaSuccess) shim_kparam_node_destroyed(node);
   shim_gate_leave();
   return result;
 }

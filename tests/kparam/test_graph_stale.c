@@ -5,7 +5,8 @@
  * exec-level override winning over the graph's), stays launchable and is updated again at the next
  * relocation; opaque ones (captured, clones, child graphs, updated from another graph) and ones
  * whose node update failed are refused with their reason named once; graphs built afterwards are
- * fresh; destroyed handles are forgotten with their records. */
+ * fresh; destroyed handles are forgotten with their records; a destroyed node leaves its graph and
+ * makes an exec holding it refused. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -173,9 +174,17 @@ int main(void)
   CHECK(!shim_kparam_graph_stale(&g1) && !shim_kparam_exec_stale(&exec1) &&
         !shim_kparam_graph_stale(&captured));
   CHECK(shim_kparam_node_graph(&n1) == NULL);
+  /* A node destroyed in its graph: the graph's record goes, an exec holding it is refused. */
+  static int g5, n5, e5;
+  shim_kparam_node_keep(&g5, false, &n5, update_ok, blob_of(55));
+  shim_kparam_exec_mark(&e5, &g5);
+  shim_kparam_node_destroyed(&n5);
   before = call_count;
   CHECK_EQ(shim_kparam_relocated(), 0);
   CHECK(call_count - before == 3, "only exec2 (2) and other (1) are left to update");
+  CHECK(!called(&g5, false, &n5, 55) && !called(&e5, true, &n5, 55));
+  CHECK(!shim_kparam_graph_stale(&g5), "the graph without the node: nothing left to update");
+  CHECK(shim_kparam_exec_stale(&e5) && strstr(last_error, "destroyed in its graph"));
   printf("graphs after relocation: updated or refused with the reason: ok\n");
   return 0;
 }

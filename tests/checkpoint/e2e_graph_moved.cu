@@ -2,13 +2,14 @@
  * CUDAW_VMEM=translate (issue 21), in an unmodified nvcc program (shared runtime) on the emulated
  * device. Graphs are built and instantiated before the checkpoint: kernel nodes added with
  * cudaGraphAddKernelNode and cudaGraphAddNode, one exec node overridden with
- * cudaGraphExecKernelNodeSetParams, memset and memcpy nodes, a stream capture, and a graph with a
- * child graph node. After the resume (memory moved: the emulated device never reuses an address,
- * so every stale real address faults) the execs must run again and write the right buffers, the
- * graph instantiated again too, and the graph with a child node, which cudaw cannot update, must
- * be refused (cudaErrorNotPermitted) with its reason on stderr (the ctest regex). Modes:
+ * cudaGraphExecKernelNodeSetParams, memset and memcpy nodes, a stream capture, a graph with a
+ * child graph node and a capture of a graph launch. After the resume (memory moved: the emulated
+ * device never reuses an address, so every stale real address faults) the execs must run again
+ * and write the right buffers, the graph instantiated again too, and the graph with a child node
+ * and the capture of a graph launch, which cudaw cannot update, must be refused
+ * (cudaErrorNotPermitted) with their reasons on stderr (the ctest regex). Modes:
  *   forced:   the move happens (status moved_bytes > 0);
- *   identity: CUDAW_EMU_ALLOC=lowest, nothing moves and everything runs, the child graph too.
+ *   identity: CUDAW_EMU_ALLOC=lowest, nothing moves and everything runs, the refused ones too.
  * Exits 77 without a device. usage: e2e_graph_moved forced|identity */
 #include <dlfcn.h>
 #include <errno.h>
@@ -227,6 +228,15 @@ int main(int argc, char **argv)
   cudaGraphExec_t capture_exec;
   CUDA_OK(cudaGraphInstantiate(&capture_exec, capture, 0));
   expect(4, 0, "before: the capture did not run yet");
+  /* a capture of a graph launch (the child graph's exec): on a GPU a child graph node, on the
+   * emulated device its kernels inline; cudaw saw no launch become a node either way */
+  cudaGraphExec_t child_exec, nested_exec;
+  cudaGraph_t nested;
+  CUDA_OK(cudaGraphInstantiate(&child_exec, child, 0));
+  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  CUDA_OK(cudaGraphLaunch(child_exec, stream));
+  CUDA_OK(cudaStreamEndCapture(stream, &nested));
+  CUDA_OK(cudaGraphInstantiate(&nested_exec, nested, 0));
 
   CUDA_OK(cudaGraphLaunch(exec, 0));
   CUDA_OK(cudaGraphLaunch(parent_exec, 0));
@@ -269,6 +279,7 @@ int main(int argc, char **argv)
   expect(0, 1, "after: the graph instantiated again");
   expect(1, 2, "after: the graph instantiated again");
   expect(2, 0, "after: the graph instantiated again");
+  cudaError_t e;
   /* the captured graph's exec */
   CUDA_OK(cudaGraphLaunch(capture_exec, stream));
   CUDA_OK(cudaStreamSynchronize(stream));
@@ -281,8 +292,20 @@ int main(int argc, char **argv)
   expect_bytes(3, 0x5a, "after: memset node");
   expect_bytes(4, 0x5a, "after: memcpy node");
   clear_all();
+  /* the captured graph launch: cudaw cannot update what it did not see */
+  e = cudaGraphLaunch(nested_exec, stream);
+  if (forced) {
+    CHECK(e == cudaErrorNotPermitted, "the capture of a graph launch after the move: %s, "
+          "expected cudaErrorNotPermitted", cudaGetErrorName(e));
+    (void)cudaGetLastError();
+  } else {
+    CUDA_OK(e);
+    CUDA_OK(cudaStreamSynchronize(stream));
+    expect(3, 4, "after: the capture of a graph launch (nothing moved)");
+    CUDA_OK(cudaMemset(buffer[3], 0, WORDS * sizeof(unsigned)));
+  }
   /* the child graph: cudaw does not update inside it */
-  cudaError_t e = cudaGraphLaunch(parent_exec, 0);
+  e = cudaGraphLaunch(parent_exec, 0);
   if (forced) {
     CHECK(e == cudaErrorNotPermitted, "the exec with a child graph node after the move: %s, "
           "expected cudaErrorNotPermitted", cudaGetErrorName(e));
@@ -297,6 +320,9 @@ int main(int argc, char **argv)
   CUDA_OK(cudaGraphExecDestroy(exec));
   CUDA_OK(cudaGraphExecDestroy(parent_exec));
   CUDA_OK(cudaGraphExecDestroy(capture_exec));
+  CUDA_OK(cudaGraphExecDestroy(nested_exec));
+  CUDA_OK(cudaGraphExecDestroy(child_exec));
+  CUDA_OK(cudaGraphDestroy(nested));
   CUDA_OK(cudaGraphExecDestroy(copies_exec));
   CUDA_OK(cudaGraphDestroy(copies));
   CUDA_OK(cudaGraphDestroy(capture));

@@ -17,6 +17,7 @@
 
 #include "ckpt.h"
 #include "delta_kernel_image.h"
+#include "options.h"
 #include "shim_ckpt.h"
 #include "shim_generated.h"
 #include "shim_profile.h"
@@ -379,12 +380,30 @@ static int restore_stacks(void)
   return rc;
 }
 
+/* CUDAW_TEST_MOVE=1 (translate): a small allocation made before the memory is re-created takes
+ * the lowest free address, where the first chunk would have come back, so the resume moves memory
+ * on a device whose allocator would otherwise give every address back. Freed afterwards. */
+static void *test_move_block(void)
+{
+  static int wanted = -1;
+  if (wanted < 0) {
+    int invalid;
+    wanted = cudaw_option_flag("CUDAW_TEST_MOVE", &invalid) == 1;
+  }
+  void *block = NULL;
+  if (!wanted || vmem_policy() != VMEM_TRANSLATE || !shim_vmem_running()) return NULL;
+  if (REAL_CALL(cudaMalloc, &block, (size_t)2 << 20) != 0) return NULL;
+  shim_info("CUDAW_TEST_MOVE: resume re-creates memory around a block at %p", block);
+  return block;
+}
+
 static int recreate_all(void *ctx, uint64_t *shortfall)
 {
   (void)ctx;
   *shortfall = 0;
   int rc = restore_stacks();
   if (rc) return rc;
+  void *blocker = test_move_block();
   shim_depth++;
   rc = shim_vmem_running() ? vmem_recreate_all(shortfall) : 0;
   if (rc == 0) {
@@ -396,6 +415,7 @@ static int recreate_all(void *ctx, uint64_t *shortfall)
     }
   }
   shim_depth--;
+  if (blocker) (void)REAL_CALL(cudaFree, blocker);
   if (rc == 0 && shim_vmem_running()) rc = after_recreate();
   if (rc) release_stacks();
   return rc;

@@ -9,8 +9,10 @@
  * and the capture of a graph launch, which cudaw cannot update, must be refused
  * (cudaErrorNotPermitted) with their reasons on stderr (the ctest regex). Modes:
  *   forced:   the move happens (status moved_bytes > 0);
- *   identity: CUDAW_EMU_ALLOC=lowest, nothing moves and everything runs, the refused ones too.
- * Exits 77 without a device. usage: e2e_graph_moved forced|identity */
+ *   identity: CUDAW_EMU_ALLOC=lowest, nothing moves and everything runs, the refused ones too;
+ *   gpu:      on a real GPU with CUDAW_TEST_MOVE=1: some memory must move (the knob), then as
+ *             forced (a stale address there faults the context or writes elsewhere).
+ * Exits 77 without a device. usage: e2e_graph_moved forced|identity|gpu */
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdint.h>
@@ -132,8 +134,9 @@ static struct cudaKernelNodeParams fill_node(void **args)
 
 int main(int argc, char **argv)
 {
-  CHECK(argc == 2, "usage: %s forced|identity", argv[0]);
-  int forced = strcmp(argv[1], "forced") == 0;
+  CHECK(argc == 2, "usage: %s forced|identity|gpu", argv[0]);
+  int gpu = strcmp(argv[1], "gpu") == 0;
+  int forced = gpu || strcmp(argv[1], "forced") == 0;
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     printf("skipped: no device\n");
@@ -141,14 +144,16 @@ int main(int argc, char **argv)
   }
   const char *real = getenv("CUDAW_REAL_CUDART");
   void *emu = real ? dlopen(real, RTLD_NOW | RTLD_NOLOAD) : NULL;
-  CHECK(emu, "not on the emulated device (CUDAW_REAL_CUDART)");
-  emu_access = (int (*)(const struct cudaw_emu_launch *, const void *, size_t))dlsym(
-      emu, "cudaw_emu_access");
-  int (*declare)(const char *, unsigned, const size_t *) =
-      (int (*)(const char *, unsigned, const size_t *))dlsym(emu, "cudaw_emu_set_kernel_param_sizes");
-  CHECK(emu_access && declare, "the emulated device's test hooks");
-  const size_t param_sizes[] = {sizeof(unsigned *), sizeof(unsigned)};
-  CHECK(declare("_Z4fillPjj", 2, param_sizes) == 0); /* the emu copies node arguments by size */
+  CHECK(emu || gpu, "not on the emulated device (CUDAW_REAL_CUDART)");
+  if (emu) {
+    emu_access = (int (*)(const struct cudaw_emu_launch *, const void *, size_t))dlsym(
+        emu, "cudaw_emu_access");
+    int (*declare)(const char *, unsigned, const size_t *) = (int (*)(
+        const char *, unsigned, const size_t *))dlsym(emu, "cudaw_emu_set_kernel_param_sizes");
+    CHECK(emu_access && declare, "the emulated device's test hooks");
+    const size_t param_sizes[] = {sizeof(unsigned *), sizeof(unsigned)};
+    CHECK(declare("_Z4fillPjj", 2, param_sizes) == 0); /* the emu copies arguments by size */
+  }
   for (int i = 0; i < N; i++) CUDA_OK(cudaMalloc(&buffer[i], sizes[i]));
   clear_all();
 
@@ -259,7 +264,9 @@ int main(int argc, char **argv)
   ask("status\n", reply, sizeof reply);
   unsigned long long moved = json_u64(reply, "moved_bytes");
   unsigned long long chunks = json_u64(reply, "moved_chunks");
-  if (forced)
+  if (gpu)
+    CHECK(moved > 0 && chunks > 0, "CUDAW_TEST_MOVE=1 should have moved memory: %s", reply);
+  else if (forced)
     CHECK(moved >= (19u << 20) && chunks >= 3, "every chunk should have moved: %s", reply);
   else
     CHECK(moved == 0 && chunks == 0, "nothing should have moved: %s", reply);

@@ -1,10 +1,13 @@
 /* Graphs built through the driver (XLA's command buffers, a static runtime's graphs): kernel
- * nodes get translated arguments like launches, and graphs that hold translated (real) addresses
- * are refused, not run with stale ones, once a checkpoint moved device memory under
- * CUDAW_VMEM=translate. The bookkeeping is the runtime's (glue/kparam_graphs.c); under remap every
- * mark is a no-op. Listed in gen/api.d/driver.conf. */
+ * nodes get translated arguments like launches, and their arguments are kept as the program gave
+ * them, so that once a checkpoint moved device memory under CUDAW_VMEM=translate each node is
+ * translated again and set in place; what cudaw cannot update is refused, not run with stale
+ * addresses. The bookkeeping is the runtime's (glue/kparam_graphs.c); under remap every mark is a
+ * no-op. Listed in gen/api.d/driver.conf. */
 #include "shim_driver.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "shim_gpu_share.h"
@@ -33,6 +36,49 @@ static CUresult prepare_node(const CUDA_KERNEL_NODE_PARAMS *p, CUDA_KERNEL_NODE_
   return result;
 }
 
+/* After a move: the node's kept arguments translated again and set (glue/kparam_graphs.c). */
+static int update_kernel_node(const void *owner, bool exec, const void *node,
+                              const struct shim_kparam_blob *blob)
+{
+  CUDA_KERNEL_NODE_PARAMS params, copy;
+  memcpy(&params, blob->data, sizeof params);
+  params.kernelParams = blob->args;
+  params.extra = NULL;
+  struct shim_kparam_frame frame;
+  CUresult result = prepare_node(&params, &copy, &frame);
+  if (result == CUDA_SUCCESS) {
+    __typeof__(&cuGraphExecKernelNodeSetParams_v2) set_exec =
+        SHIM_DRV_REAL(cuGraphExecKernelNodeSetParams_v2);
+    __typeof__(&cuGraphKernelNodeSetParams_v2) set = SHIM_DRV_REAL(cuGraphKernelNodeSetParams_v2);
+    if (exec ? !set_exec : !set) result = CUDA_ERROR_NOT_FOUND;
+    else if (exec) result = set_exec((CUgraphExec)owner, (CUgraphNode)node, &copy);
+    else result = set((CUgraphNode)node, &copy);
+  }
+  shim_kparam_frame_release(&frame);
+  if (result != CUDA_SUCCESS) shim_debug("kparam: driver node update: error %d", (int)result);
+  return result == CUDA_SUCCESS ? 0 : result == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+}
+
+/* node of owner (a graph, or an exec) was set from p: keep its arguments for an update. */
+static void keep_node(const void *owner, bool exec, CUgraphNode node,
+                      const CUDA_KERNEL_NODE_PARAMS *p)
+{
+  if (!owner || !node || !shim_translate_end) return;
+  if (!p->kernelParams && p->extra) {
+    shim_kparam_graph_opaque(owner, "a kernel node's arguments were given in the `extra` form, "
+                                    "which cudaw does not keep");
+    return;
+  }
+  struct shim_kparam_blob *blob;
+  if (shim_kparam_args_keep(node_function(p), SHIM_KPARAM_HANDLE, p->kernelParams, sizeof *p,
+                            &blob)) {
+    shim_kparam_graph_opaque(owner, "cudaw ran out of memory keeping a node's arguments");
+    return;
+  }
+  if (blob) memcpy(blob->data, p, sizeof *p);
+  shim_kparam_node_keep(owner, exec, node, update_kernel_node, blob);
+}
+
 SHIM_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
                                              const CUgraphNode *dependencies,
                                              size_t numDependencies,
@@ -53,7 +99,10 @@ SHIM_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph h
     shim_kparam_frame_release(&frame);
     if (result == CUDA_SUCCESS) {
       shim_kparam_graph_mark(hGraph);
-      if (phGraphNode) shim_kparam_node_mark(*phGraphNode, hGraph);
+      if (phGraphNode) {
+        shim_kparam_node_mark(*phGraphNode, hGraph);
+        keep_node(hGraph, false, *phGraphNode, nodeParams);
+      }
     }
   }
   shim_gate_leave();
@@ -74,7 +123,10 @@ SHIM_EXPORT CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hNode,
     if (result == CUDA_SUCCESS) result = REAL(cuGraphKernelNodeSetParams_v2)(hNode, &copy);
     shim_kparam_frame_release(&frame);
     const void *graph = shim_kparam_node_graph(hNode);
-    if (result == CUDA_SUCCESS && graph) shim_kparam_graph_mark(graph);
+    if (result == CUDA_SUCCESS && graph) {
+      shim_kparam_graph_mark(graph);
+      keep_node(graph, false, hNode, nodeParams);
+    }
   }
   shim_gate_leave();
   return result;
@@ -96,7 +148,7 @@ SHIM_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, C
     if (result == CUDA_SUCCESS)
       result = REAL(cuGraphExecKernelNodeSetParams_v2)(hGraphExec, hNode, &copy);
     shim_kparam_frame_release(&frame);
-    if (result == CUDA_SUCCESS) shim_kparam_graph_mark(hGraphExec);
+    if (result == CUDA_SUCCESS) keep_node(hGraphExec, true, hNode, nodeParams);
   }
   shim_gate_leave();
   return result;
@@ -123,13 +175,31 @@ static CUresult prepare_generic(const CUgraphNodeParams *p, CUgraphNodeParams *c
   return result;
 }
 
-#define GENERIC_NODE(name, params, args, graph_expr)                                     \
+/* A node of another kind was added or set through the generic API: a child graph node holds
+ * whatever the child holds, out of cudaw's reach, and a conditional node's bodies are graphs cudaw
+ * does not follow into the parent. */
+static void other_node_added(const void *graph, const CUgraphNodeParams *p)
+{
+  if (!graph || !p || !shim_translate_end) return;
+  if (p->type == CU_GRAPH_NODE_TYPE_GRAPH) {
+    shim_kparam_graph_inherit(graph, p->graph.graph,
+                              "it has a child graph node, inside which cudaw does not update");
+  } else if (p->type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+    shim_kparam_graph_mark(graph);
+    shim_kparam_graph_opaque(graph, "it has a conditional node, whose bodies cudaw does not "
+                                    "update");
+  }
+}
+
+/* owner_expr and node_expr: evaluated after a successful call (NULL owner: unknown). */
+#define GENERIC_NODE(name, params, args, owner_expr, node_expr, exec)                    \
   SHIM_EXPORT CUresult name params                                                       \
   {                                                                                      \
     ENTER(name);                                                                         \
     CUresult result;                                                                     \
     if (!kernel_node(nodeParams)) {                                                      \
       result = REAL(name) args;                                                          \
+      if (result == CUDA_SUCCESS && !(exec)) other_node_added((owner_expr), nodeParams); \
     } else {                                                                             \
       CUgraphNodeParams copy, *original = nodeParams;                                    \
       struct shim_kparam_frame frame;                                                       \
@@ -138,8 +208,13 @@ static CUresult prepare_generic(const CUgraphNodeParams *p, CUgraphNodeParams *c
       if (result == CUDA_SUCCESS) result = REAL(name) args;                              \
       nodeParams = original;                                                             \
       shim_kparam_frame_release(&frame);                                                    \
-      const void *marked = graph_expr;                                                   \
-      if (result == CUDA_SUCCESS && marked) shim_kparam_graph_mark(marked);              \
+      const void *owner = result == CUDA_SUCCESS ? (owner_expr) : NULL;                  \
+      if (owner) {                                                                       \
+        CUDA_KERNEL_NODE_PARAMS kernel;                                                  \
+        memcpy(&kernel, &original->kernel, sizeof kernel);                               \
+        shim_kparam_graph_mark(owner);                                                   \
+        keep_node(owner, exec, (node_expr), &kernel);                                    \
+      }                                                                                  \
     }                                                                                    \
     shim_gate_leave();                                                                   \
     return result;                                                                       \
@@ -150,23 +225,23 @@ GENERIC_NODE(cuGraphAddNode_v2,
               const CUgraphEdgeData *dependencyData, size_t numDependencies,
               CUgraphNodeParams *nodeParams),
              (phGraphNode, hGraph, dependencies, dependencyData, numDependencies, nodeParams),
-             (phGraphNode && result == CUDA_SUCCESS
-                  ? (shim_kparam_node_mark(*phGraphNode, hGraph), (const void *)hGraph)
-                  : NULL))
+             (phGraphNode ? (shim_kparam_node_mark(*phGraphNode, hGraph), (const void *)hGraph)
+                          : NULL),
+             *phGraphNode, false)
 GENERIC_NODE(cuGraphAddNode,
              (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
               size_t numDependencies, CUgraphNodeParams *nodeParams),
              (phGraphNode, hGraph, dependencies, numDependencies, nodeParams),
-             (phGraphNode && result == CUDA_SUCCESS
-                  ? (shim_kparam_node_mark(*phGraphNode, hGraph), (const void *)hGraph)
-                  : NULL))
+             (phGraphNode ? (shim_kparam_node_mark(*phGraphNode, hGraph), (const void *)hGraph)
+                          : NULL),
+             *phGraphNode, false)
 GENERIC_NODE(cuGraphNodeSetParams, (CUgraphNode hNode, CUgraphNodeParams *nodeParams),
-             (hNode, nodeParams), shim_kparam_node_graph(hNode))
+             (hNode, nodeParams), shim_kparam_node_graph(hNode), hNode, false)
 GENERIC_NODE(cuGraphExecNodeSetParams,
              (CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams),
-             (hGraphExec, hNode, nodeParams), (const void *)hGraphExec)
+             (hGraphExec, hNode, nodeParams), (const void *)hGraphExec, hNode, true)
 
-/* ---- staleness after a relocation ---- */
+/* ---- after a move: updated, or refused when cudaw cannot update ---- */
 
 static CUresult stale(void)
 {
@@ -224,7 +299,65 @@ static int capturing(__typeof__(&cuStreamIsCapturing) is_capturing, CUstream hSt
          status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-/* Kernels launched during a capture were translated on their way in. */
+void shim_drv_captured_launch(CUstream stream, const CUDA_KERNEL_NODE_PARAMS *p)
+{
+  if (!stream || stream == CU_STREAM_LEGACY) return; /* the legacy stream cannot be captured */
+  __typeof__(&cuStreamGetCaptureInfo_v3) info = SHIM_DRV_REAL(cuStreamGetCaptureInfo_v3);
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUgraph graph = NULL;
+  const CUgraphNode *last = NULL;
+  size_t count = 0;
+  if (!info || info(stream, &status, NULL, &graph, &last, NULL, &count) != CUDA_SUCCESS ||
+      status != CU_STREAM_CAPTURE_STATUS_ACTIVE || !graph)
+    return; /* not capturing; an unknown capture is caught when it ends (count) */
+  shim_kparam_graph_mark(graph);
+  shim_kparam_capture_seen(graph);
+  /* Right after a launch, the capture's dependency set is the launch's own node. */
+  if (count != 1 || !last || !last[0]) {
+    shim_kparam_graph_opaque(graph, "a captured launch's node could not be identified");
+    return;
+  }
+  keep_node(graph, false, last[0], p);
+}
+
+/* The end of a capture under translate: the graph can be updated after a move only if cudaw saw
+ * every kernel node become one (shim_drv_captured_launch, or the runtime's launches) and it holds
+ * no node cudaw does not look into. */
+static void captured(CUgraph graph)
+{
+  if (!shim_translate_end) return;
+  shim_kparam_graph_mark(graph);
+  __typeof__(&cuGraphGetNodes) get_nodes = SHIM_DRV_REAL(cuGraphGetNodes);
+  __typeof__(&cuGraphNodeGetType) get_type = SHIM_DRV_REAL(cuGraphNodeGetType);
+  size_t count = 0, kernels = 0;
+  CUgraphNode *nodes = NULL;
+  const char *reason = NULL;
+  if (!get_nodes || !get_type || get_nodes(graph, NULL, &count) != CUDA_SUCCESS)
+    reason = "it was captured from a stream, and the driver did not list its nodes";
+  else if (count && !(nodes = malloc(count * sizeof *nodes)))
+    reason = "cudaw ran out of memory checking its nodes";
+  else if (count && get_nodes(graph, nodes, &count) != CUDA_SUCCESS)
+    reason = "it was captured from a stream, and the driver did not list its nodes";
+  for (size_t i = 0; !reason && i < count; i++) {
+    CUgraphNodeType type;
+    if (get_type(nodes[i], &type) != CUDA_SUCCESS)
+      reason = "it was captured from a stream, and the driver did not tell a node's type";
+    else if (type == CU_GRAPH_NODE_TYPE_KERNEL)
+      kernels++;
+    else if (type == CU_GRAPH_NODE_TYPE_GRAPH)
+      reason = "it has a child graph node (a graph launched during the capture), inside which "
+               "cudaw does not update";
+    else if (type == CU_GRAPH_NODE_TYPE_CONDITIONAL)
+      reason = "it has a conditional node, whose bodies cudaw does not update";
+    else if (type == CU_GRAPH_NODE_TYPE_MEMCPY || type == CU_GRAPH_NODE_TYPE_MEMSET)
+      reason = "it captured a copy or memset, whose node cudaw does not update";
+  }
+  free(nodes);
+  if (!reason && kernels != shim_kparam_capture_count(graph))
+    reason = "it captured kernel launches that cudaw did not see become nodes";
+  if (reason) shim_kparam_graph_opaque(graph, reason);
+}
+
 #define END_CAPTURE(name, is_capturing)                                                  \
   SHIM_EXPORT CUresult name(CUstream hStream, CUgraph *phGraph)                          \
   {                                                                                      \
@@ -235,7 +368,7 @@ static int capturing(__typeof__(&cuStreamIsCapturing) is_capturing, CUstream hSt
       shim_capture_end(1, capturing(SHIM_DRV_REAL(is_capturing), hStream),               \
                        result == CUDA_SUCCESS ||                                         \
                            result == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);             \
-    if (result == CUDA_SUCCESS && phGraph) shim_kparam_graph_mark(*phGraph);             \
+    if (result == CUDA_SUCCESS && phGraph) captured(*phGraph);                           \
     shim_gate_leave();                                                                   \
     return result;                                                                       \
   }
@@ -248,7 +381,8 @@ SHIM_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
   ENTER(cuGraphClone);
   CUresult result = REAL(cuGraphClone)(phGraphClone, originalGraph);
   if (result == CUDA_SUCCESS && phGraphClone)
-    shim_kparam_graph_inherit(*phGraphClone, originalGraph);
+    shim_kparam_graph_inherit(*phGraphClone, originalGraph,
+                              "it is a clone (cuGraphClone), whose nodes cudaw does not follow");
   shim_gate_leave();
   return result;
 }
@@ -260,7 +394,8 @@ SHIM_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph 
   ENTER(cuGraphAddChildGraphNode);
   CUresult result = REAL(cuGraphAddChildGraphNode)(phGraphNode, hGraph, dependencies,
                                                    numDependencies, childGraph);
-  if (result == CUDA_SUCCESS) shim_kparam_graph_inherit(hGraph, childGraph);
+  if (result == CUDA_SUCCESS) shim_kparam_graph_inherit(hGraph, childGraph,
+                              "it has a child graph node, inside which cudaw does not update");
   shim_gate_leave();
   return result;
 }
@@ -274,7 +409,7 @@ SHIM_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph
     result = stale();
   } else {
     result = REAL(cuGraphExecUpdate_v2)(hGraphExec, hGraph, resultInfo);
-    if (result == CUDA_SUCCESS) shim_kparam_exec_mark(hGraphExec, hGraph);
+    if (result == CUDA_SUCCESS) shim_kparam_exec_updated(hGraphExec, hGraph);
   }
   shim_gate_leave();
   return result;
@@ -285,6 +420,15 @@ SHIM_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
   ENTER(cuGraphDestroy);
   shim_kparam_graph_forget(hGraph);
   CUresult result = REAL(cuGraphDestroy)(hGraph);
+  shim_gate_leave();
+  return result;
+}
+
+SHIM_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
+{
+  ENTER(cuGraphDestroyNode);
+  CUresult result = REAL(cuGraphDestroyNode)(hNode);
+  if (result == CUDA_SUCCESS) shim_kparam_node_destroyed(hNode);
   shim_gate_leave();
   return result;
 }

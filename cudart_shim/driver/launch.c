@@ -14,6 +14,7 @@
 #include "kparam.h"
 #include "shim_gpu_share.h"
 #include "shim_kparam.h"
+#include "shim_vmem.h"
 
 #define ENTER(name)                                            \
   shim_real_fn real = shim_drv_enter_counted(SHIM_DRV_##name); \
@@ -216,7 +217,7 @@ CUresult shim_drv_prepare(CUfunction f, void **params, void **extra,
 /* A launch's translated path is a function of its own (name##_prepared: the real entry point,
  * the launch's parameters, then `extra`, NULL for cooperative launches), so that the fast path's
  * frame does not hold the argument copy. */
-#define LAUNCH_PREPARED(name, call_translated, stream, per_thread, ...)                         \
+#define LAUNCH_PREPARED(name, call_translated, stream, per_thread, node, ...)                  \
   static __attribute__((noinline)) CUresult name##_prepared(__typeof__(&name) forward,         \
                                                             __VA_ARGS__, void **extra)         \
   {                                                                                            \
@@ -235,8 +236,24 @@ CUresult shim_drv_prepare(CUfunction f, void **params, void **extra,
     }                                                                                          \
     shim_gpu_after(&ticket);                                                                   \
     shim_kparam_frame_release(&frame);                                                         \
+    if (result == CUDA_SUCCESS && shim_translate_end && shim_capture_possible()) node;          \
     return result;                                                                             \
   }
+
+/* After a translated launch that a stream capture may have turned into a node (graph.c). In a
+ * _ptsz call, stream 0 is the calling thread's default stream. */
+#define PER_THREAD(stream) ((stream) ? (stream) : CU_STREAM_PER_THREAD)
+#define NODE_GRID(stream)                                                                      \
+  shim_drv_captured_launch(stream, &(CUDA_KERNEL_NODE_PARAMS){                                 \
+      .func = f, .gridDimX = gridDimX, .gridDimY = gridDimY, .gridDimZ = gridDimZ,             \
+      .blockDimX = blockDimX, .blockDimY = blockDimY, .blockDimZ = blockDimZ,                  \
+      .sharedMemBytes = sharedMemBytes, .kernelParams = kernelParams, .extra = extra})
+#define NODE_CONFIG(stream)                                                                    \
+  shim_drv_captured_launch(stream, &(CUDA_KERNEL_NODE_PARAMS){                                 \
+      .func = f, .gridDimX = config->gridDimX, .gridDimY = config->gridDimY,                   \
+      .gridDimZ = config->gridDimZ, .blockDimX = config->blockDimX,                            \
+      .blockDimY = config->blockDimY, .blockDimZ = config->blockDimZ,                          \
+      .sharedMemBytes = config->sharedMemBytes, .kernelParams = kernelParams, .extra = extra})
 
 #define LAUNCH_BODY(name, call_args, ...)                                                 \
   ENTER(name);                                                                            \
@@ -254,19 +271,19 @@ CUresult shim_drv_prepare(CUfunction f, void **params, void **extra,
 
 #define CONFIG_STREAM (config ? (void *)config->hStream : NULL)
 LAUNCH_PREPARED(cuLaunchKernel, (f, GRID, translated_params, translated_extra), hStream, 0,
-                CUfunction f, GRID_PARAMS, void **kernelParams)
+                NODE_GRID(hStream), CUfunction f, GRID_PARAMS, void **kernelParams)
 LAUNCH_PREPARED(cuLaunchKernel_ptsz, (f, GRID, translated_params, translated_extra), hStream, 1,
-                CUfunction f, GRID_PARAMS, void **kernelParams)
+                NODE_GRID(PER_THREAD(hStream)), CUfunction f, GRID_PARAMS, void **kernelParams)
 LAUNCH_PREPARED(cuLaunchKernelEx, (config, f, translated_params, translated_extra),
-                CONFIG_STREAM, 0, const CUlaunchConfig *config, CUfunction f,
-                void **kernelParams)
+                CONFIG_STREAM, 0, NODE_CONFIG(config->hStream), const CUlaunchConfig *config,
+                CUfunction f, void **kernelParams)
 LAUNCH_PREPARED(cuLaunchKernelEx_ptsz, (config, f, translated_params, translated_extra),
-                CONFIG_STREAM, 1, const CUlaunchConfig *config, CUfunction f,
-                void **kernelParams)
+                CONFIG_STREAM, 1, NODE_CONFIG(PER_THREAD(config->hStream)),
+                const CUlaunchConfig *config, CUfunction f, void **kernelParams)
 LAUNCH_PREPARED(cuLaunchCooperativeKernel, (f, GRID, translated_params), hStream, 0,
-                CUfunction f, GRID_PARAMS, void **kernelParams)
+                NODE_GRID(hStream), CUfunction f, GRID_PARAMS, void **kernelParams)
 LAUNCH_PREPARED(cuLaunchCooperativeKernel_ptsz, (f, GRID, translated_params), hStream, 1,
-                CUfunction f, GRID_PARAMS, void **kernelParams)
+                NODE_GRID(PER_THREAD(hStream)), CUfunction f, GRID_PARAMS, void **kernelParams)
 
 SHIM_EXPORT CUresult cuLaunchKernel(CUfunction f, GRID_PARAMS, void **kernelParams, void **extra)
 {

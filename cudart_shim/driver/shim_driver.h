@@ -63,6 +63,11 @@ CUresult shim_drv_missing_blocking(enum shim_drv_id id);
 CUresult shim_drv_prepare(CUfunction f, void **params, void **extra,
                           struct shim_kparam_frame *frame);
 
+/* A kernel launch on stream succeeded with translated arguments (p: the program's) while a stream
+ * capture may be open: if stream is capturing, the node it became keeps p so that the captured
+ * graph can be updated after a move (graph.c). Call only under translate. */
+void shim_drv_captured_launch(CUstream stream, const CUDA_KERNEL_NODE_PARAMS *p);
+
 /* A device address argument: virtual -> real under translate, unchanged otherwise. */
 static inline CUdeviceptr shim_translate_address(CUdeviceptr address)
 {

@@ -17,6 +17,7 @@
 
 #include "ckpt.h"
 #include "delta_kernel_image.h"
+#include "options.h"
 #include "shim_ckpt.h"
 #include "shim_generated.h"
 #include "shim_gpu_share.h"
@@ -261,7 +262,8 @@ static int live_begin(void *ctx, ckpt_region_visit_fn visit, void *visit_ctx)
 }
 
 /* After vmem re-created memory. Under translate vmem asks for every chunk at its old real
- * address; only when some landed elsewhere are graphs holding translated arguments stale, and
+ * address; only when some landed elsewhere must graphs holding translated arguments be updated
+ * (kparam_graphs.c), and
  * device pointers the program or its libraries keep in device memory (pointer tables, plans)
  * point at nothing: one warning says how much. On failure the memory is given back again. */
 #define MOVED_NAMED 4 /* chunks the warning names; the rest are counted */
@@ -304,8 +306,9 @@ static int after_recreate(void)
   shim_warn("resume (CUDAW_VMEM=translate): %llu bytes in %llu chunks came back at other "
             "device addresses: %s%s. Kernel arguments and API calls are translated to the new "
             "addresses, but device pointers into these ranges stored in device memory (pointer "
-            "tables, library plans and generators) are stale and can no longer be translated, "
-            "and graphs holding them are refused; CUDAW_VMEM=remap keeps every address",
+            "tables, library plans and generators) are stale and can no longer be translated. "
+            "Graphs whose nodes cudaw kept are updated; any it cannot update is refused at its "
+            "next launch, with the reason. CUDAW_VMEM=remap keeps every address",
             (unsigned long long)stats.moved_bytes, (unsigned long long)stats.moved_chunks,
             names.named ? names.text : "(none named)", more);
   shim_depth++;
@@ -378,12 +381,30 @@ static int restore_stacks(void)
   return rc;
 }
 
+/* CUDAW_TEST_MOVE=1 (translate): a small allocation made before the memory is re-created takes
+ * the lowest free address, where the first chunk would have come back, so the resume moves memory
+ * on a device whose allocator would otherwise give every address back. Freed afterwards. */
+static void *test_move_block(void)
+{
+  static int wanted = -1;
+  if (wanted < 0) {
+    int invalid;
+    wanted = cudaw_option_flag("CUDAW_TEST_MOVE", &invalid) == 1;
+  }
+  void *block = NULL;
+  if (!wanted || vmem_policy() != VMEM_TRANSLATE || !shim_vmem_running()) return NULL;
+  if (REAL_CALL(cudaMalloc, &block, (size_t)2 << 20) != 0) return NULL;
+  shim_info("CUDAW_TEST_MOVE: resume re-creates memory around a block at %p", block);
+  return block;
+}
+
 static int recreate_all(void *ctx, uint64_t *shortfall)
 {
   (void)ctx;
   *shortfall = 0;
   int rc = restore_stacks();
   if (rc) return rc;
+  void *blocker = test_move_block();
   shim_depth++;
   rc = shim_vmem_running() ? vmem_recreate_all(shortfall) : 0;
   if (rc == 0) {
@@ -395,6 +416,7 @@ static int recreate_all(void *ctx, uint64_t *shortfall)
     }
   }
   shim_depth--;
+  if (blocker) (void)REAL_CALL(cudaFree, blocker);
   if (rc == 0 && shim_vmem_running()) rc = after_recreate();
   if (rc) release_stacks();
   return rc;

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -288,4 +289,44 @@ void shim_kparam_frame_release(struct shim_kparam_frame *frame)
 {
   if (SHIM_UNLIKELY(frame->heap != NULL)) free(frame->heap);
   frame->heap = NULL;
+}
+
+/* ---- kept arguments (graph nodes, kparam_graphs.c) ---- */
+
+struct shim_kparam_blob *shim_kparam_blob_new(size_t size)
+{
+  struct shim_kparam_blob *blob = calloc(1, sizeof *blob + size);
+  if (!blob) return NULL;
+  atomic_init(&blob->refs, 1);
+  blob->size = size;
+  return blob;
+}
+
+void shim_kparam_blob_put(struct shim_kparam_blob *blob)
+{
+  if (blob && atomic_fetch_sub(&blob->refs, 1) == 1) free(blob);
+}
+
+int shim_kparam_args_keep(const void *func, enum shim_kparam_func how, void **args, size_t header,
+                          struct shim_kparam_blob **out)
+{
+  *out = NULL;
+  const struct kparam_plan *plan = plan_of(func, how);
+  if (!plan || plan->source == KPARAM_SOURCE_OPAQUE || !plan->needs_translation || !args)
+    return 0;
+  size_t at = (header + 15) & ~(size_t)15;
+  size_t argv_at = at;
+  at += ((size_t)plan->param_count * sizeof(void *) + 15) & ~(size_t)15;
+  size_t values_at = at;
+  for (uint32_t i = 0; i < plan->param_count; i++) at += (plan->params[i].size + 15u) & ~15u;
+  struct shim_kparam_blob *blob = shim_kparam_blob_new(at);
+  if (!blob) return -ENOMEM;
+  blob->args = (void **)(blob->data + argv_at);
+  for (uint32_t i = 0; i < plan->param_count; i++) {
+    blob->args[i] = blob->data + values_at;
+    memcpy(blob->args[i], args[i], plan->params[i].size);
+    values_at += (plan->params[i].size + 15u) & ~15u;
+  }
+  *out = blob;
+  return 0;
 }

@@ -69,30 +69,86 @@ void shim_kparam_library_file(const void *handle, const char *path);
 
 /* ---- graphs and relocation (kparam_graphs.c) ------------------------------------------------ */
 
+/* Graphs and executable graphs copy translated (real) addresses into their nodes. So that a
+ * checkpoint that moves device memory (translate policy) can update them instead of refusing
+ * them, cudaw keeps, per node it translated, what the program passed (virtual addresses) in a
+ * blob, with the function that translates the blob again and sets the node (kernel nodes:
+ * runtime/graph.c and driver/graph.c; memcpy and memset nodes: runtime/pointer.c). Content cudaw
+ * cannot see into (captured work it did not record, child graphs, conditional bodies) makes the
+ * graph "opaque": such graphs and their execs are refused after a move, with the reason. */
+
+/* A reference-counted, immutable copy of one node's parameters as the program gave them. */
+struct shim_kparam_blob {
+  _Atomic unsigned refs;
+  size_t size;          /* bytes of data */
+  void **args;          /* kernel nodes: the argument array (into data), else NULL */
+  alignas(16) unsigned char data[];
+};
+
+/* A blob of size zeroed bytes (refs 1), or NULL when out of memory. */
+struct shim_kparam_blob *shim_kparam_blob_new(size_t size);
+void shim_kparam_blob_put(struct shim_kparam_blob *blob); /* drops one reference */
+
+/* A blob with header bytes (zeroed, for the caller's node fields) followed by a deep copy of a
+ * kernel's arguments args (blob->args). *out NULL and 0 when nothing of the kernel is translated
+ * (no layout known, or no pointer-sized word): there is nothing to keep. -ENOMEM. */
+int shim_kparam_args_keep(const void *func, enum shim_kparam_func how, void **args, size_t header,
+                          struct shim_kparam_blob **out);
+
+/* Translate the blob again and set node of owner (a graph, or an exec when exec is true) through
+ * the real API. 0 or -errno. Called after a move, outside any API call, with the program held. */
+typedef int (*shim_kparam_node_update_fn)(const void *owner, bool exec, const void *node,
+                                          const struct shim_kparam_blob *blob);
+
+/* node of owner (graph, or exec when exec) now holds what blob translates to: the record replaces
+ * an earlier one of the same node and takes blob's reference (NULL blob: the node holds nothing
+ * translated any more, the record goes). Marks owner as holding translated content. */
+void shim_kparam_node_keep(const void *owner, bool exec, const void *node,
+                           shim_kparam_node_update_fn update, struct shim_kparam_blob *blob);
+
+/* A kernel launch cudaw saw become a node of graph, which a stream capture is building (whether or
+ * not a record was kept for it), and how many so far: at the end of the capture, a graph with more
+ * kernel nodes than that holds launches cudaw did not see. */
+void shim_kparam_capture_seen(const void *graph);
+size_t shim_kparam_capture_count(const void *graph);
+
+/* owner (graph or exec) holds translated content cudaw cannot update after a move; reason (a
+ * string literal) ends the refusal's message. The first reason stays. */
+void shim_kparam_graph_opaque(const void *owner, const char *reason);
+
 /* After a checkpoint/resume re-created device memory: under translate, real addresses may have
- * changed, so graphs holding translated (real) kernel arguments become stale; their launches and
- * instantiations are refused from now on (cudaErrorNotPermitted, with a message). Called by the
- * checkpoint glue (weak reference) outside any API call. Returns 0 or -errno. */
+ * changed. Every graph and exec holding translated content is updated through its node records;
+ * those that cannot be (opaque, or a node update failed) are refused from now on
+ * (cudaErrorNotPermitted, with a message naming the reason). Called by the checkpoint glue (weak
+ * reference) outside any API call, while the program is held. Returns 0 or -errno. */
 int shim_kparam_relocated(void);
 
 /* The relocation epoch (starts at 0; shim_kparam_relocated increments it under translate). */
 unsigned shim_kparam_epoch(void);
 
-/* graph now holds translated kernel arguments (a kernel node added or set, a stream capture
- * ended, a clone or child graph of such a graph). No-op unless the translate policy is active. */
+/* graph now holds translated content (kept per node with shim_kparam_node_keep, or opaque). No-op
+ * unless the translate policy is active. */
 void shim_kparam_graph_mark(const void *graph);
 /* node (added by cudaw's override) belongs to graph: cudaGraphKernelNodeSetParams finds it. */
 void shim_kparam_node_mark(const void *node, const void *graph);
 const void *shim_kparam_node_graph(const void *node); /* NULL if unknown */
-/* to now holds whatever from holds (clone, child graph node). */
-void shim_kparam_graph_inherit(const void *to, const void *from);
-/* exec was instantiated from graph (its staleness follows the graph's). */
+/* to now holds whatever from holds, without cudaw knowing its nodes (clone, child graph node):
+ * to becomes opaque with reason if from holds translated content. */
+void shim_kparam_graph_inherit(const void *to, const void *from, const char *reason);
+/* exec was instantiated from graph (or updated from it): it gets the graph's node records and
+ * state, replacing its own. */
 void shim_kparam_exec_mark(const void *exec, const void *graph);
-/* The graph or graph exec holds arguments translated before the last relocation:
- * logs why (once per object) and returns true. */
+/* exec was updated from graph (cudaGraphExecUpdate): as exec_mark, but when graph is not the one
+ * exec was instantiated from, its node handles are not the exec's: exec becomes opaque. */
+void shim_kparam_exec_updated(const void *exec, const void *graph);
+/* The graph or graph exec holds content translated before the last relocation that could not be
+ * updated: logs why (once per object) and returns true. */
 bool shim_kparam_graph_stale(const void *graph);
 bool shim_kparam_exec_stale(const void *exec);
-/* Forget a destroyed graph or exec (handles are reused). */
+/* A node is being destroyed (cudaGraphDestroyNode): its records go; an exec instantiated with it
+ * still runs the node, but cudaw can no longer name it to update it, so the exec becomes opaque. */
+void shim_kparam_node_destroyed(const void *node);
+/* Forget a destroyed graph or exec (handles are reused), with its node records. */
 void shim_kparam_graph_forget(const void *graph_or_exec);
 
 /* A kernel handle without a plan: register with kparam the layout the driver reports for it. 0

@@ -1,12 +1,14 @@
 /* Hand-written launch overrides: every way a kernel is launched with an args[] array passes its
  * arguments through shim_kparam_prepare when kparam is active (translate policy or CUDAW_CHECK),
  * and is metered when the program has a GPU share (shim_gpu_before/after); otherwise the call
- * goes straight on (three loads, one branch). Launches during stream capture take the same path.
- * Listed in gen/api.d/kparam.conf. */
+ * goes straight on (three loads, one branch). Launches during stream capture take the same path,
+ * and under translate the node each became keeps the program's arguments (graph.c), so that the
+ * captured graph can be updated after a move. Listed in gen/api.d/kparam.conf. */
 #include <errno.h>
 
 #include "shim_generated.h"
 #include "shim_gpu_share.h"
+#include "shim_graph.h"
 #include "shim_kparam.h"
 #include "shim_vmem.h"
 
@@ -30,7 +32,12 @@ static cudaError_t refused(int rc)
 
 /* The six-argument launches: (func, grid, block, args, shared memory, stream). The translated
  * path is a function of its own, so that the fast path's frame does not hold the argument copy. */
-#define LAUNCH6(name, func_type, how, per_thread)                                                \
+/* After a translated launch: the capture's node, if stream (query_stream) is capturing. */
+#define CAPTURED(query_stream, func, grid, block, shared_mem, args)                              \
+  if (result == cudaSuccess && shim_translate_end && shim_capture_possible())                  \
+    shim_graph_captured_launch(query_stream, (const void *)(func), grid, block, shared_mem, args)
+
+#define LAUNCH6(name, func_type, how, per_thread, query_stream)                                  \
   static __attribute__((noinline)) cudaError_t name##_prepared(                                \
       __typeof__(&name) forward, func_type func, dim3 grid, dim3 block, void **args,            \
       size_t shared_mem, cudaStream_t stream)                                                  \
@@ -47,6 +54,7 @@ static cudaError_t refused(int rc)
         rc ? refused(rc) : forward(func, grid, block, frame.args, shared_mem, stream);         \
     shim_gpu_after(&ticket);                                                                   \
     shim_kparam_frame_release(&frame);                                                         \
+    CAPTURED(query_stream, func, grid, block, shared_mem, args);                               \
     return result;                                                                             \
   }                                                                                            \
   SHIM_EXPORT cudaError_t name(func_type func, dim3 grid, dim3 block, void **args,             \
@@ -63,14 +71,18 @@ static cudaError_t refused(int rc)
     return result;                                                                             \
   }
 
-LAUNCH6(__cudaLaunchKernel, cudaKernel_t, SHIM_KPARAM_HANDLE, 0)
-LAUNCH6(__cudaLaunchKernel_ptsz, cudaKernel_t, SHIM_KPARAM_HANDLE, 1)
-LAUNCH6(cudaLaunchKernel, const void *, SHIM_KPARAM_HOST_FUN_OR_HANDLE, 0)
-LAUNCH6(cudaLaunchKernel_ptsz, const void *, SHIM_KPARAM_HOST_FUN_OR_HANDLE, 1)
-LAUNCH6(cudaLaunchCooperativeKernel, const void *, SHIM_KPARAM_HOST_FUN_OR_HANDLE, 0)
-LAUNCH6(cudaLaunchCooperativeKernel_ptsz, const void *, SHIM_KPARAM_HOST_FUN_OR_HANDLE, 1)
+/* In a _ptsz call, stream 0 is the calling thread's default stream. */
+#define PER_THREAD(stream) ((stream) ? (stream) : cudaStreamPerThread)
 
-#define LAUNCH_EX(name, per_thread)                                                             \
+LAUNCH6(__cudaLaunchKernel, cudaKernel_t, SHIM_KPARAM_HANDLE, 0, stream)
+LAUNCH6(__cudaLaunchKernel_ptsz, cudaKernel_t, SHIM_KPARAM_HANDLE, 1, PER_THREAD(stream))
+LAUNCH6(cudaLaunchKernel, const void *, SHIM_KPARAM_HOST_FUN_OR_HANDLE, 0, stream)
+LAUNCH6(cudaLaunchKernel_ptsz, const void *, SHIM_KPARAM_HOST_FUN_OR_HANDLE, 1, PER_THREAD(stream))
+LAUNCH6(cudaLaunchCooperativeKernel, const void *, SHIM_KPARAM_HOST_FUN_OR_HANDLE, 0, stream)
+LAUNCH6(cudaLaunchCooperativeKernel_ptsz, const void *, SHIM_KPARAM_HOST_FUN_OR_HANDLE, 1,
+        PER_THREAD(stream))
+
+#define LAUNCH_EX(name, per_thread, query_stream)                                               \
   static __attribute__((noinline)) cudaError_t name##_prepared(                                \
       __typeof__(&name) forward, const cudaLaunchConfig_t *config, const void *func,           \
       void **args)                                                                             \
@@ -86,6 +98,9 @@ LAUNCH6(cudaLaunchCooperativeKernel_ptsz, const void *, SHIM_KPARAM_HOST_FUN_OR_
     cudaError_t result = rc ? refused(rc) : forward(config, func, frame.args);                 \
     shim_gpu_after(&ticket);                                                                   \
     shim_kparam_frame_release(&frame);                                                         \
+    if (config)                                                                                \
+      CAPTURED(query_stream, func, config->gridDim, config->blockDim, config->dynamicSmemBytes, \
+               args);                                                                          \
     return result;                                                                             \
   }                                                                                            \
   SHIM_EXPORT cudaError_t name(const cudaLaunchConfig_t *config, const void *func, void **args)\
@@ -100,5 +115,5 @@ LAUNCH6(cudaLaunchCooperativeKernel_ptsz, const void *, SHIM_KPARAM_HOST_FUN_OR_
     return result;                                                                             \
   }
 
-LAUNCH_EX(cudaLaunchKernelExC, 0)
-LAUNCH_EX(cudaLaunchKernelExC_ptsz, 1)
+LAUNCH_EX(cudaLaunchKernelExC, 0, config->stream)
+LAUNCH_EX(cudaLaunchKernelExC_ptsz, 1, PER_THREAD(config->stream))

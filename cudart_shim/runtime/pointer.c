@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "shim_generated.h"
+#include "shim_kparam.h"
 #include "shim_vmem.h"
 #include "vmem.h"
 
@@ -250,7 +251,62 @@ SHIM_EXPORT cudaError_t cudaMemcpy3DBatchAsync_ptsz(size_t numOps,
   LEAVE();
 }
 
-/* ---- graph memcpy and memset nodes: the node keeps the real address (see docs/vmem.md) ---- */
+/* ---- graph memcpy and memset nodes: the node keeps the real address (see docs/vmem.md) ----
+ * Under translate each node also keeps the parameters the program gave (glue/kparam_graphs.c),
+ * so that after a checkpoint moved memory it is translated again and set in place. */
+
+enum node_kind { NODE_COPY, NODE_SET };
+struct node_fields {
+  enum node_kind kind;
+  union {
+    struct cudaMemcpy3DParms copy;
+    struct cudaMemsetParams set;
+  } u;
+};
+
+static int update_node(const void *owner, bool exec, const void *node,
+                       const struct shim_kparam_blob *blob)
+{
+  struct node_fields f;
+  memcpy(&f, blob->data, sizeof f);
+  cudaGraphNode_t n = (cudaGraphNode_t)node;
+  cudaGraphExec_t e = (cudaGraphExec_t)owner;
+  cudaError_t result;
+  if (f.kind == NODE_COPY) {
+    if (copy3d_in(SHIM_FN_cudaGraphExecMemcpyNodeSetParams, &f.u.copy)) return -EFAULT;
+    result = exec ? SHIM_REAL(cudaGraphExecMemcpyNodeSetParams)(e, n, &f.u.copy)
+                  : SHIM_REAL(cudaGraphMemcpyNodeSetParams)(n, &f.u.copy);
+  } else {
+    if (memset_in(SHIM_FN_cudaGraphExecMemsetNodeSetParams, &f.u.set)) return -EFAULT;
+    result = exec ? SHIM_REAL(cudaGraphExecMemsetNodeSetParams)(e, n, &f.u.set)
+                  : SHIM_REAL(cudaGraphMemsetNodeSetParams)(n, &f.u.set);
+  }
+  return result == cudaSuccess ? 0 : -EIO;
+}
+
+/* node of owner (a graph, or an exec when exec) was set from *params (the program's): keep it.
+ * owner NULL: a node cudaw did not add, whose graph it does not know. */
+static void keep_node(const void *owner, bool exec, cudaGraphNode_t node, enum node_kind kind,
+                      const void *params)
+{
+  if (!owner || !node || !params || !shim_translate_end) return;
+  struct shim_kparam_blob *blob = shim_kparam_blob_new(sizeof(struct node_fields));
+  if (!blob) {
+    shim_kparam_graph_opaque(owner, "cudaw ran out of memory keeping a node's parameters");
+    return;
+  }
+  struct node_fields f;
+  memset(&f, 0, sizeof f);
+  f.kind = kind;
+  if (kind == NODE_COPY) memcpy(&f.u.copy, params, sizeof f.u.copy);
+  else memcpy(&f.u.set, params, sizeof f.u.set);
+  memcpy(blob->data, &f, sizeof f);
+  if (!exec) {
+    shim_kparam_graph_mark(owner);
+    shim_kparam_node_mark(node, owner);
+  }
+  shim_kparam_node_keep(owner, exec, node, update_node, blob);
+}
 
 SHIM_EXPORT cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
                                                const cudaGraphNode_t *pDependencies,
@@ -264,6 +320,8 @@ SHIM_EXPORT cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t *pGraphNode, cuda
   else
     result = REAL(cudaGraphAddMemcpyNode)(pGraphNode, graph, pDependencies, numDependencies,
                                           pCopyParams ? &copy : NULL);
+  if (result == cudaSuccess && pGraphNode)
+    keep_node(graph, false, *pGraphNode, NODE_COPY, pCopyParams);
   LEAVE();
 }
 
@@ -276,6 +334,8 @@ SHIM_EXPORT cudaError_t cudaGraphMemcpyNodeSetParams(cudaGraphNode_t node,
     FAIL_INVALID();
   else
     result = REAL(cudaGraphMemcpyNodeSetParams)(node, pNodeParams ? &copy : NULL);
+  if (result == cudaSuccess)
+    keep_node(shim_kparam_node_graph(node), false, node, NODE_COPY, pNodeParams);
   LEAVE();
 }
 
@@ -290,6 +350,7 @@ SHIM_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParams(cudaGraphExec_t hGraphE
     FAIL_INVALID();
   else
     result = REAL(cudaGraphExecMemcpyNodeSetParams)(hGraphExec, node, pNodeParams ? &copy : NULL);
+  if (result == cudaSuccess) keep_node(hGraphExec, true, node, NODE_COPY, pNodeParams);
   LEAVE();
 }
 
@@ -305,6 +366,8 @@ SHIM_EXPORT cudaError_t cudaGraphAddMemsetNode(cudaGraphNode_t *pGraphNode, cuda
   else
     result = REAL(cudaGraphAddMemsetNode)(pGraphNode, graph, pDependencies, numDependencies,
                                           pMemsetParams ? &copy : NULL);
+  if (result == cudaSuccess && pGraphNode)
+    keep_node(graph, false, *pGraphNode, NODE_SET, pMemsetParams);
   LEAVE();
 }
 
@@ -317,6 +380,8 @@ SHIM_EXPORT cudaError_t cudaGraphMemsetNodeSetParams(cudaGraphNode_t node,
     FAIL_INVALID();
   else
     result = REAL(cudaGraphMemsetNodeSetParams)(node, pNodeParams ? &copy : NULL);
+  if (result == cudaSuccess)
+    keep_node(shim_kparam_node_graph(node), false, node, NODE_SET, pNodeParams);
   LEAVE();
 }
 
@@ -331,6 +396,7 @@ SHIM_EXPORT cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t hGraphE
     FAIL_INVALID();
   else
     result = REAL(cudaGraphExecMemsetNodeSetParams)(hGraphExec, node, pNodeParams ? &copy : NULL);
+  if (result == cudaSuccess) keep_node(hGraphExec, true, node, NODE_SET, pNodeParams);
   LEAVE();
 }
 

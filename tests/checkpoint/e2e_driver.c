@@ -15,8 +15,9 @@
  * CUDAW_VMEM=translate) faults and a wrong layout gives wrong numbers. The same kernel obtained
  * behind cudaw's back (from the emulated device directly, as a static runtime may load its
  * fatbins) must be translated from the driver's own parameter layout (cuFuncGetParamInfo). A
- * driver graph with that kernel as a node, built before the checkpoint, must run again after the
- * resume under remap, and be refused (not run with stale addresses) under translate.
+ * driver graph with that kernel as a node and one captured from a stream, built before the
+ * checkpoint, must run again after the resume with the right results: under translate cudaw
+ * updates their nodes after the move.
  * usage: ckpt_e2e_driver <cudaw-ctl> <cudaw's libcudart> [<cubin> | --expect-bypass]
  * --expect-bypass (with CUDAW_DRIVER=0): dlopen must NOT answer with cudaw. */
 #define _GNU_SOURCE
@@ -83,6 +84,10 @@ static struct {
   CUresult (*exec_destroy)(CUgraphExec);
   CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                      unsigned, CUstream, void **, void **);
+  CUresult (*stream_create)(CUstream *, unsigned);
+  CUresult (*stream_destroy)(CUstream);
+  CUresult (*begin_capture)(CUstream, CUstreamCaptureMode);
+  CUresult (*end_capture)(CUstream, CUgraph *);
 } cu;
 
 static char cudaw_real_path[4096];
@@ -134,12 +139,14 @@ static uint64_t field(const char *reply, const char *name)
 }
 
 /* A driver graph: two axpy nodes over x and y (N floats), one added with cuGraphAddKernelNode and
- * one with the generic cuGraphAddNode, built and run before the checkpoint. */
+ * one with the generic cuGraphAddNode, and a graph captured from a stream on which axpy is
+ * launched twice with cuLaunchKernel; both built and run once before the checkpoint. */
 enum { GRAPH_N = 512 };
 static struct {
   CUmodule module;
-  CUgraph graph;
-  CUgraphExec exec;
+  CUgraph graph, captured;
+  CUgraphExec exec, captured_exec;
+  CUstream stream;
   CUdeviceptr x, y;
   float a;
   int n;
@@ -179,36 +186,45 @@ static void graph_build(const char *cubin)
   CU_OK(cu.graph_add_node(&generic, g.graph, &added, NULL, 1, &second));
   CU_OK(cu.graph_instantiate(&g.exec, g.graph, 0));
   CU_OK(cu.graph_launch(g.exec, NULL));
+  CU_OK(cu.stream_create(&g.stream, 0));
+  CU_OK(cu.begin_capture(g.stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  for (int i = 0; i < 2; i++) CU_OK(cu.launch(axpy, 2, 1, 1, 256, 1, 1, 0, g.stream, args, NULL));
+  CU_OK(cu.end_capture(g.stream, &g.captured));
+  CU_OK(cu.graph_instantiate(&g.captured_exec, g.captured, 0));
+  CU_OK(cu.graph_launch(g.captured_exec, g.stream));
 }
 
-/* y after `runs` launches of the graph. */
+/* y after `runs` launches of the graphs (each adds two axpy). */
 static void graph_expect(int runs)
 {
   float back[GRAPH_N];
   CU_OK(cu.dtoh(back, g.y, sizeof back));
   for (int i = 0; i < GRAPH_N; i++)
-    CHECK(back[i] == g.host_y[i] + (float)runs * 4.0f * g.host_x[i], /* two nodes a run */
+    CHECK(back[i] == g.host_y[i] + (float)runs * 4.0f * g.host_x[i], /* two axpy a run */
           "graph result y[%d] = %g after %d runs", i, (double)back[i], runs);
 }
 
-/* After the resume: under translate the graph's real addresses are stale and its launch must be
- * refused; under remap they are the same and it runs. */
+/* After the resume: under remap the addresses are the same; under translate the resume moved
+ * the memory (the emulated device never reuses an address) and cudaw must have updated both
+ * nodes of the exec from the arguments it kept (a stale address faults on the emulated device).
+ * Either way the graph runs again and adds its share. */
 static void graph_after_resume(void)
 {
   const char *policy = getenv("CUDAW_VMEM");
   CUresult relaunch = cu.graph_launch(g.exec, NULL);
-  if (policy && strcmp(policy, "translate") == 0) {
-    CHECK(relaunch == CUDA_ERROR_NOT_PERMITTED, "a graph holding pre-checkpoint addresses was "
-          "not refused by cudaw under translate (CUresult %d)", relaunch);
-    graph_expect(1);
-    printf("driver graph: refused after the resume (CUresult %d), as it must be\n", relaunch);
-  } else {
-    CHECK(relaunch == CUDA_SUCCESS, "the graph did not run after the resume: %d", relaunch);
-    graph_expect(2);
+  CHECK(relaunch == CUDA_SUCCESS, "the graph did not run after the resume: %d", relaunch);
+  relaunch = cu.graph_launch(g.captured_exec, g.stream);
+  CHECK(relaunch == CUDA_SUCCESS, "the captured graph did not run after the resume: %d", relaunch);
+  graph_expect(4);
+  if (policy && strcmp(policy, "translate") == 0)
+    printf("driver graphs (explicit and captured): updated after the move and ran again\n");
+  else
     printf("driver graph: ran again after the resume\n");
-  }
   CU_OK(cu.exec_destroy(g.exec));
   CU_OK(cu.graph_destroy(g.graph));
+  CU_OK(cu.exec_destroy(g.captured_exec));
+  CU_OK(cu.graph_destroy(g.captured));
+  CU_OK(cu.stream_destroy(g.stream));
   CU_OK(cu.free_(g.x));
   CU_OK(cu.free_(g.y));
   CU_OK(cu.unload(g.module));
@@ -356,6 +372,10 @@ int main(int argc, char **argv)
   get(get_proc, "cuGraphLaunch", &cu.graph_launch);
   get(get_proc, "cuGraphDestroy", &cu.graph_destroy);
   get(get_proc, "cuGraphExecDestroy", &cu.exec_destroy);
+  get(get_proc, "cuStreamCreate", &cu.stream_create);
+  get(get_proc, "cuStreamDestroy", &cu.stream_destroy);
+  get(get_proc, "cuStreamBeginCapture", &cu.begin_capture);
+  get(get_proc, "cuStreamEndCapture", &cu.end_capture);
 
   /* A function cudaw does not know: the driver's own, counted as not held. */
   void *newer = NULL;
@@ -417,7 +437,7 @@ int main(int argc, char **argv)
 
   if (cubin) {
     graph_build(cubin);
-    graph_expect(1);
+    graph_expect(2);
   }
 
   pthread_t thread;

@@ -547,6 +547,62 @@ static CUresult emu_cuGraphAddNode(CUgraphNode *node, CUgraph graph,
                                        (const cudaGraphEdgeData *)edges, count, &params));
 }
 
+static struct cudaKernelNodeParams runtime_kernel_params(const CUDA_KERNEL_NODE_PARAMS *p) {
+  return (struct cudaKernelNodeParams){
+      .func = p->func ? (void *)p->func : (void *)p->kern,
+      .gridDim = {p->gridDimX, p->gridDimY, p->gridDimZ},
+      .blockDim = {p->blockDimX, p->blockDimY, p->blockDimZ},
+      .sharedMemBytes = p->sharedMemBytes, .kernelParams = p->kernelParams, .extra = p->extra};
+}
+
+static CUresult emu_cuGraphKernelNodeSetParams(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS *p) {
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  struct cudaKernelNodeParams params = runtime_kernel_params(p);
+  return from_runtime(cudaGraphKernelNodeSetParams((cudaGraphNode_t)node, &params));
+}
+
+static CUresult emu_cuGraphExecKernelNodeSetParams(CUgraphExec exec, CUgraphNode node,
+                                                   const CUDA_KERNEL_NODE_PARAMS *p) {
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  struct cudaKernelNodeParams params = runtime_kernel_params(p);
+  return from_runtime(cudaGraphExecKernelNodeSetParams((cudaGraphExec_t)exec,
+                                                       (cudaGraphNode_t)node, &params));
+}
+
+static CUresult emu_cuStreamCreate(CUstream *stream, unsigned int flags) {
+  return from_runtime(cudaStreamCreateWithFlags((cudaStream_t *)stream, flags));
+}
+
+static CUresult emu_cuStreamDestroy(CUstream stream) {
+  return from_runtime(cudaStreamDestroy((cudaStream_t)stream));
+}
+
+static CUresult emu_cuStreamGetCaptureInfo(CUstream stream, CUstreamCaptureStatus *status,
+                                           cuuint64_t *id, CUgraph *graph,
+                                           const CUgraphNode **dependencies,
+                                           const CUgraphEdgeData **edges, size_t *count) {
+  enum cudaStreamCaptureStatus runtime_status = cudaStreamCaptureStatusNone;
+  unsigned long long runtime_id = 0;
+  CUresult rc = from_runtime(cudaStreamGetCaptureInfo(
+      (cudaStream_t)stream, status ? &runtime_status : NULL, id ? &runtime_id : NULL,
+      (cudaGraph_t *)graph, (const cudaGraphNode_t **)dependencies,
+      (const cudaGraphEdgeData **)edges, count));
+  if (rc == CUDA_SUCCESS && status) *status = (CUstreamCaptureStatus)runtime_status;
+  if (rc == CUDA_SUCCESS && id) *id = runtime_id;
+  return rc;
+}
+
+static CUresult emu_cuGraphGetNodes(CUgraph graph, CUgraphNode *nodes, size_t *count) {
+  return from_runtime(cudaGraphGetNodes((cudaGraph_t)graph, (cudaGraphNode_t *)nodes, count));
+}
+
+static CUresult emu_cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType *type) {
+  enum cudaGraphNodeType runtime_type;
+  CUresult rc = from_runtime(cudaGraphNodeGetType((cudaGraphNode_t)node, &runtime_type));
+  if (rc == CUDA_SUCCESS && type) *type = (CUgraphNodeType)runtime_type; /* same values */
+  return rc;
+}
+
 static CUresult emu_cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph,
                                                 unsigned long long flags) {
   return from_runtime(cudaGraphInstantiateWithFlags((cudaGraphExec_t *)exec, (cudaGraph_t)graph,
@@ -631,6 +687,8 @@ E(cuGraphInstantiateWithFlags); E(cuGraphLaunch); E(cuGraphAddNode); E(cuGraphDe
 E(cuGetErrorString); E(cuStreamBeginCapture); E(cuStreamEndCapture); E(cuStreamIsCapturing);
 E(cuMemAllocAsync); E(cuMemAllocFromPoolAsync); E(cuMemFreeAsync); E(cuDeviceGetDefaultMemPool);
 E(cuDeviceGetMemPool); E(cuMemPoolGetAttribute); E(cuMemPoolSetAttribute); E(cuMemPoolTrimTo);
+E(cuGraphKernelNodeSetParams); E(cuGraphExecKernelNodeSetParams); E(cuStreamCreate);
+E(cuStreamDestroy); E(cuStreamGetCaptureInfo); E(cuGraphGetNodes); E(cuGraphNodeGetType);
 
 /* A function of a driver newer than cudaw's toolkit: not in cuda.h, so cudaw has no wrapper for
  * it and must say so (status: ungated_functions). Returns 42. */
@@ -665,6 +723,9 @@ static const struct entry *const entries[] = {
     &entry_cuMemAllocAsync, &entry_cuMemAllocFromPoolAsync, &entry_cuMemFreeAsync,
     &entry_cuDeviceGetDefaultMemPool, &entry_cuDeviceGetMemPool, &entry_cuMemPoolGetAttribute,
     &entry_cuMemPoolSetAttribute, &entry_cuMemPoolTrimTo,
+    &entry_cuGraphKernelNodeSetParams, &entry_cuGraphExecKernelNodeSetParams,
+    &entry_cuStreamCreate, &entry_cuStreamDestroy, &entry_cuStreamGetCaptureInfo,
+    &entry_cuGraphGetNodes, &entry_cuGraphNodeGetType,
 };
 
 cudaError_t emu_get_driver_entry_point(const char *symbol, void **func,

@@ -1,7 +1,9 @@
-/* emu_graph.c: CUDA graphs reduced to what kernel-node tests need: graphs of kernel nodes (added
- * with cudaGraphAddKernelNode or cudaGraphAddNode), set, instantiated (a snapshot), updated per
- * node and launched in insertion order, synchronously. Like the real runtime, a node copies its
- * arguments when added or set; the sizes come from cudaw_emu_set_kernel_param_sizes. */
+/* emu_graph.c: CUDA graphs reduced to what graph tests need: graphs of kernel nodes (added with
+ * cudaGraphAddKernelNode or cudaGraphAddNode, or recorded by a stream capture), memset nodes (byte
+ * values) and memcpy nodes (one row of linear memory), set, instantiated (a snapshot), updated per
+ * node and launched in insertion order, synchronously; a child graph node is a copy of the child's
+ * nodes. Like the real runtime, a node copies its arguments when added or set; the sizes come from
+ * cudaw_emu_set_kernel_param_sizes. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -17,8 +19,13 @@ struct param_sizes {
   size_t *sizes;
 };
 
+enum node_type { NODE_KERNEL, NODE_MEMSET, NODE_MEMCPY };
+
 struct node {
   struct node *next;     /* in its graph or exec, insertion order */
+  enum node_type type;
+  struct cudaMemsetParams set;   /* NODE_MEMSET: byte values only */
+  struct cudaMemcpy3DParms copy; /* NODE_MEMCPY: linear memory, one row */
   const struct node *origin; /* exec nodes: the graph node they were instantiated from */
   const void *func;
   dim3 grid, block;
@@ -133,8 +140,59 @@ static cudaError_t node_set(struct node *node, const void *func, dim3 grid, dim3
 }
 
 static cudaError_t node_copy(struct node *to, const struct node *from) {
-  *to = (struct node){NULL, from, NULL, {1, 1, 1}, {1, 1, 1}, 0, 0, NULL, NULL};
+  memset(to, 0, sizeof *to);
+  to->origin = from;
+  to->type = from->type;
+  to->set = from->set;
+  to->copy = from->copy;
+  if (from->type != NODE_KERNEL) return cudaSuccess;
+  to->grid = to->block = (dim3){1, 1, 1};
   return node_set(to, from->func, from->grid, from->block, from->shared_mem, from->argv, NULL);
+}
+
+static cudaError_t check_memset(const struct cudaMemsetParams *p) {
+  if (!p || !p->dst) return cudaErrorInvalidValue;
+  return p->elementSize == 1 ? cudaSuccess : cudaErrorNotSupported;
+}
+
+static cudaError_t check_memcpy(const struct cudaMemcpy3DParms *p) {
+  if (!p || !p->dstPtr.ptr || !p->srcPtr.ptr) return cudaErrorInvalidValue;
+  if (p->srcArray || p->dstArray || p->extent.height > 1 || p->extent.depth > 1)
+    return cudaErrorNotSupported;
+  return cudaSuccess;
+}
+
+/* A memset or memcpy node appended to graph. */
+static cudaError_t add_other(cudaGraphNode_t *out, cudaGraph_t graph, enum node_type type,
+                             const struct cudaMemsetParams *set,
+                             const struct cudaMemcpy3DParms *copy) {
+  if (!out || !graph) return emu_result(cudaErrorInvalidValue);
+  cudaError_t err = type == NODE_MEMSET ? check_memset(set) : check_memcpy(copy);
+  if (err) return emu_result(err);
+  struct node *n = calloc(1, sizeof *n);
+  if (!n) return emu_result(cudaErrorMemoryAllocation);
+  n->type = type;
+  if (set) n->set = *set;
+  if (copy) n->copy = *copy;
+  struct graph *g = (struct graph *)graph;
+  *g->tail = n;
+  g->tail = &n->next;
+  *out = (cudaGraphNode_t)n;
+  return cudaSuccess;
+}
+
+EMU_EXPORT cudaError_t cudaGraphAddMemsetNode(cudaGraphNode_t *node, cudaGraph_t graph,
+                                              const cudaGraphNode_t *deps, size_t dep_count,
+                                              const struct cudaMemsetParams *p) {
+  (void)deps, (void)dep_count;
+  return add_other(node, graph, NODE_MEMSET, p, NULL);
+}
+
+EMU_EXPORT cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t *node, cudaGraph_t graph,
+                                              const cudaGraphNode_t *deps, size_t dep_count,
+                                              const struct cudaMemcpy3DParms *p) {
+  (void)deps, (void)dep_count;
+  return add_other(node, graph, NODE_MEMCPY, NULL, p);
 }
 
 static void graph_free(struct graph *g) {
@@ -181,6 +239,31 @@ static cudaError_t add_kernel(cudaGraphNode_t *out, cudaGraph_t graph, const voi
   return cudaSuccess;
 }
 
+cudaError_t emu_graph_add_kernel(cudaGraphNode_t *node, cudaGraph_t graph, const void *func,
+                                 dim3 grid, dim3 block, size_t shared_mem, void **args) {
+  return add_kernel(node, graph, func, grid, block, shared_mem, args, NULL);
+}
+
+/* Every node in insertion order. */
+EMU_EXPORT cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *nodes,
+                                         size_t *count) {
+  if (!graph || !count) return emu_result(cudaErrorInvalidValue);
+  size_t n = 0;
+  for (struct node *at = ((struct graph *)graph)->first; at; at = at->next, n++)
+    if (nodes && n < *count) nodes[n] = (cudaGraphNode_t)at;
+  *count = n;
+  return cudaSuccess;
+}
+
+EMU_EXPORT cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, enum cudaGraphNodeType *type) {
+  if (!node || !type) return emu_result(cudaErrorInvalidValue);
+  enum node_type t = ((struct node *)node)->type;
+  *type = t == NODE_MEMSET   ? cudaGraphNodeTypeMemset
+          : t == NODE_MEMCPY ? cudaGraphNodeTypeMemcpy
+                             : cudaGraphNodeTypeKernel;
+  return cudaSuccess;
+}
+
 EMU_EXPORT cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *node, cudaGraph_t graph,
                                               const cudaGraphNode_t *deps, size_t dep_count,
                                               const struct cudaKernelNodeParams *p) {
@@ -200,6 +283,43 @@ EMU_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t *node, cudaGraph_t graph
   const struct cudaKernelNodeParamsV2 *k = &p->kernel;
   return add_kernel(node, graph, k->func, k->gridDim, k->blockDim, k->sharedMemBytes,
                     k->kernelParams, k->extra);
+}
+
+/* The child's nodes are copied into graph, in order (the node returned is the first copy). */
+EMU_EXPORT cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t *node, cudaGraph_t graph,
+                                                  const cudaGraphNode_t *deps, size_t dep_count,
+                                                  cudaGraph_t child) {
+  (void)deps, (void)dep_count;
+  if (!node || !graph || !child) return emu_result(cudaErrorInvalidValue);
+  struct graph *g = (struct graph *)graph;
+  struct node *first = NULL;
+  for (const struct node *n = ((struct graph *)child)->first; n; n = n->next) {
+    struct node *c = calloc(1, sizeof *c);
+    cudaError_t err = c ? node_copy(c, n) : cudaErrorMemoryAllocation;
+    if (err) {
+      free(c);
+      return emu_result(err);
+    }
+    c->origin = NULL;
+    *g->tail = c;
+    g->tail = &c->next;
+    if (!first) first = c;
+  }
+  *node = (cudaGraphNode_t)first;
+  return cudaSuccess;
+}
+
+EMU_EXPORT cudaError_t cudaGraphKernelNodeGetParams(cudaGraphNode_t node,
+                                                    struct cudaKernelNodeParams *p) {
+  const struct node *n = (const struct node *)node;
+  if (!n || !p || n->type != NODE_KERNEL) return emu_result(cudaErrorInvalidValue);
+  memset(p, 0, sizeof *p);
+  p->func = (void *)n->func;
+  p->gridDim = n->grid;
+  p->blockDim = n->block;
+  p->sharedMemBytes = (unsigned)n->shared_mem;
+  p->kernelParams = n->argv;
+  return cudaSuccess;
 }
 
 EMU_EXPORT cudaError_t cudaGraphKernelNodeSetParams(cudaGraphNode_t node,
@@ -275,6 +395,42 @@ EMU_EXPORT cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t exec, cudaGrap
                              k->kernelParams, k->extra));
 }
 
+EMU_EXPORT cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                                        const struct cudaMemsetParams *p) {
+  struct node *n = exec ? exec_node(exec, node) : NULL;
+  if (!n || n->type != NODE_MEMSET) return emu_result(cudaErrorInvalidValue);
+  cudaError_t err = check_memset(p);
+  if (!err) n->set = *p;
+  return emu_result(err);
+}
+
+EMU_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                                        const struct cudaMemcpy3DParms *p) {
+  struct node *n = exec ? exec_node(exec, node) : NULL;
+  if (!n || n->type != NODE_MEMCPY) return emu_result(cudaErrorInvalidValue);
+  cudaError_t err = check_memcpy(p);
+  if (!err) n->copy = *p;
+  return emu_result(err);
+}
+
+EMU_EXPORT cudaError_t cudaGraphMemsetNodeSetParams(cudaGraphNode_t node,
+                                                    const struct cudaMemsetParams *p) {
+  struct node *n = (struct node *)node;
+  if (!n || n->type != NODE_MEMSET) return emu_result(cudaErrorInvalidValue);
+  cudaError_t err = check_memset(p);
+  if (!err) n->set = *p;
+  return emu_result(err);
+}
+
+EMU_EXPORT cudaError_t cudaGraphMemcpyNodeSetParams(cudaGraphNode_t node,
+                                                    const struct cudaMemcpy3DParms *p) {
+  struct node *n = (struct node *)node;
+  if (!n || n->type != NODE_MEMCPY) return emu_result(cudaErrorInvalidValue);
+  cudaError_t err = check_memcpy(p);
+  if (!err) n->copy = *p;
+  return emu_result(err);
+}
+
 EMU_EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   return emu_graph_launch(exec, stream);
 }
@@ -282,7 +438,15 @@ EMU_EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream
 cudaError_t emu_graph_launch(cudaGraphExec_t exec, cudaStream_t stream) {
   if (!exec) return emu_result(cudaErrorInvalidValue);
   for (struct node *n = ((struct graph *)exec)->first; n; n = n->next) {
-    cudaError_t err = emu_launch(n->func, n->grid, n->block, n->argv, n->shared_mem, stream);
+    cudaError_t err;
+    if (n->type == NODE_MEMSET)
+      err = emu_memset2d(n->set.dst, n->set.pitch ? n->set.pitch : n->set.width, (int)n->set.value,
+                         n->set.width, n->set.height ? n->set.height : 1, stream);
+    else if (n->type == NODE_MEMCPY)
+      err = cudaMemcpyAsync(n->copy.dstPtr.ptr, n->copy.srcPtr.ptr, n->copy.extent.width,
+                            n->copy.kind, stream);
+    else
+      err = emu_launch(n->func, n->grid, n->block, n->argv, n->shared_mem, stream);
     if (err) return err;
   }
   return cudaSuccess;

@@ -148,7 +148,13 @@ int emu_limit_init(int devices);
 /* Whether work on stream is held back: events recorded there do not complete until released. */
 bool emu_stream_held(cudaStream_t stream);
 void emu_stream_release(cudaStream_t stream);
-/* Stream capture, its status only (the driver's calls share it). */
+/* Stream capture (the driver's calls share it): kernels launched on a capturing stream become
+ * nodes of the capture's graph, other work runs at once. */
+cudaError_t emu_capture_launch(cudaStream_t stream, const void *func, dim3 grid, dim3 block,
+                               void **args, size_t shared_mem);
+/* emu_graph.c: a kernel node appended to graph (its arguments copied by their declared sizes). */
+cudaError_t emu_graph_add_kernel(cudaGraphNode_t *node, cudaGraph_t graph, const void *func,
+                                 dim3 grid, dim3 block, size_t shared_mem, void **args);
 bool emu_stream_capturing(cudaStream_t stream);
 cudaError_t emu_begin_capture(cudaStream_t stream);
 cudaError_t emu_end_capture(cudaStream_t stream, cudaGraph_t *graph);

@@ -336,6 +336,8 @@ cudaError_t emu_launch(const void *func, dim3 grid, dim3 block, void **args, siz
   emu_init();
   if (emu_stream_check(stream)) return emu_result(cudaErrorInvalidResourceHandle);
   if (!valid_dimensions(grid, block)) return emu_result(cudaErrorInvalidConfiguration);
+  if (emu_stream_capturing(stream))
+    return emu_capture_launch(stream, func, grid, block, args, shared_mem);
   pthread_mutex_lock(&lock);
   struct kernel *k = find_kernel(func);
   cudaw_emu_kernel_fn fn = k ? implementation_of(k) : NULL;

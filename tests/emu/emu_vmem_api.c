@@ -65,6 +65,9 @@ EMU_EXPORT int cudaw_emu_hold_stream(cudaStream_t stream, int hold) {
 
 #define MAX_CAPTURING 16
 static cudaStream_t capturing[MAX_CAPTURING]; /* under held_lock */
+static cudaGraph_t capture_graph[MAX_CAPTURING];    /* the graph each capture builds */
+static cudaGraphNode_t capture_last[MAX_CAPTURING]; /* its last node: the next one's dependency */
+static unsigned long long capture_id[MAX_CAPTURING], captures_begun;
 static atomic_ulong capture_queries;
 
 /* How many times the capture status was asked (runtime and driver): cudaw asks only while a
@@ -84,14 +87,21 @@ cudaError_t emu_begin_capture(cudaStream_t stream) {
   if (!stream || stream == cudaStreamLegacy) return emu_result(cudaErrorStreamCaptureUnsupported);
   if (emu_stream_check(stream)) return emu_result(cudaErrorInvalidResourceHandle);
   if (emu_stream_capturing(stream)) return emu_result(cudaErrorIllegalState);
-  cudaError_t err = cudaErrorMemoryAllocation;
+  cudaGraph_t graph;
+  cudaError_t err = cudaGraphCreate(&graph, 0);
+  if (err) return err;
+  err = cudaErrorMemoryAllocation;
   pthread_mutex_lock(&held_lock);
   for (int i = 0; i < MAX_CAPTURING && err; i++)
     if (!capturing[i]) {
       capturing[i] = stream;
+      capture_graph[i] = graph;
+      capture_last[i] = NULL;
+      capture_id[i] = ++captures_begun;
       err = cudaSuccess;
     }
   pthread_mutex_unlock(&held_lock);
+  if (err) cudaGraphDestroy(graph);
   return emu_result(err);
 }
 
@@ -101,9 +111,55 @@ cudaError_t emu_end_capture(cudaStream_t stream, cudaGraph_t *graph) {
   if (!emu_stream_capturing(stream)) return emu_result(cudaErrorIllegalState);
   pthread_mutex_lock(&held_lock);
   for (int i = 0; i < MAX_CAPTURING; i++)
-    if (capturing[i] == stream) capturing[i] = NULL;
+    if (capturing[i] == stream) {
+      capturing[i] = NULL;
+      *graph = capture_graph[i];
+    }
   pthread_mutex_unlock(&held_lock);
-  return cudaGraphCreate(graph, 0);
+  return cudaSuccess;
+}
+
+/* A kernel launched on a capturing stream becomes a node of its graph (emu_graph.c). */
+cudaError_t emu_capture_launch(cudaStream_t stream, const void *func, dim3 grid, dim3 block,
+                               void **args, size_t shared_mem) {
+  cudaGraph_t graph = NULL;
+  pthread_mutex_lock(&held_lock);
+  for (int i = 0; i < MAX_CAPTURING; i++)
+    if (capturing[i] == stream && stream) graph = capture_graph[i];
+  pthread_mutex_unlock(&held_lock);
+  if (!graph) return emu_result(cudaErrorStreamCaptureInvalidated);
+  cudaGraphNode_t node;
+  cudaError_t err = emu_graph_add_kernel(&node, graph, func, grid, block, shared_mem, args);
+  if (err) return err;
+  pthread_mutex_lock(&held_lock);
+  for (int i = 0; i < MAX_CAPTURING; i++)
+    if (capturing[i] == stream && capture_graph[i] == graph) capture_last[i] = node;
+  pthread_mutex_unlock(&held_lock);
+  return cudaSuccess;
+}
+
+/* The capture's graph and its last node as the dependency set (none before the first node). */
+EMU_EXPORT cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream,
+                                                enum cudaStreamCaptureStatus *status,
+                                                unsigned long long *id, cudaGraph_t *graph,
+                                                const cudaGraphNode_t **dependencies,
+                                                const cudaGraphEdgeData **edges, size_t *count) {
+  emu_init();
+  if (!status) return emu_result(cudaErrorInvalidValue);
+  if (emu_stream_check(stream)) return emu_result(cudaErrorInvalidResourceHandle);
+  *status = cudaStreamCaptureStatusNone;
+  pthread_mutex_lock(&held_lock);
+  for (int i = 0; i < MAX_CAPTURING; i++) {
+    if (capturing[i] != stream || !stream) continue;
+    *status = cudaStreamCaptureStatusActive;
+    if (id) *id = capture_id[i];
+    if (graph) *graph = capture_graph[i];
+    if (dependencies) *dependencies = capture_last[i] ? &capture_last[i] : NULL;
+    if (edges) *edges = NULL;
+    if (count) *count = capture_last[i] ? 1 : 0;
+  }
+  pthread_mutex_unlock(&held_lock);
+  return cudaSuccess;
 }
 
 EMU_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t stream,

@@ -189,6 +189,23 @@ SHIM_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, 
   return result;
 }
 
+/* cudaIpcGetMemHandle's driver twin, which the static runtime calls: the same refusal. */
+SHIM_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
+{
+  ENTER(cuIpcGetMemHandle);
+  CUresult result;
+  if (vmem_owns((const void *)(uintptr_t)dptr)) {
+    shim_warn("cuIpcGetMemHandle(%#llx): cudaw virtual memory cannot be shared through CUDA IPC; "
+              "run with CUDAW_VMEM=off to share device memory between processes",
+              (unsigned long long)dptr);
+    result = CUDA_ERROR_NOT_SUPPORTED;
+  } else {
+    result = REAL(cuIpcGetMemHandle)(pHandle, dptr);
+  }
+  shim_gate_leave();
+  return result;
+}
+
 /* Managed memory stays real (its address is valid on the host); tracked for the checkpoint,
  * which moves it to host memory, and counted against CUDAW_MEM_LIMIT like cudaMallocManaged. */
 static cudaError_t free_managed(void *ptr)

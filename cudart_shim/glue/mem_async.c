@@ -250,30 +250,6 @@ cudaError_t shim_vmem_free_async(void *ptr, cudaStream_t stream, const void *whe
   }
   uint64_t size = 0;
   void *pool = NULL;
-  if (shim_pool_owns(ptr)) {
-    int active;
-    cudaError_t result = capturing(stream, &active);
-    if (result != cudaSuccess) return result;
-    if (active) {
-      shim_warn("cudaFreeAsync(%p): freeing cudaw virtual memory inside a stream capture is not "
-                "supported (allocate it inside the capture, or free it outside)", ptr);
-      return shim_set_last_error(cudaErrorStreamCaptureUnsupported);
-    }
-    if (shim_pool_free_begin(ptr, &size, &pool) != 0) {
-      shim_warn("cudaFreeAsync(%p): not the start of a live allocation (interior pointer, unknown "
-                "pointer or double free)", ptr);
-      return shim_set_last_error(cudaErrorInvalidValue);
-    }
-    result = defer_free(ptr, size, stream, where, pool);
-    if (result != cudaSuccess) shim_pool_free_done(ptr); /* no event: the block is free now */
-    return shim_set_last_error(result);
-  }
-  struct vmem_info info;
-  if (vmem_lookup(ptr, &info) != 0 || info.offset != 0 || shim_vmem_free_pending(ptr)) {
-    shim_warn("cudaFreeAsync(%p): not the start of a live allocation (interior pointer, unknown "
-              "pointer or double free)", ptr);
-    return shim_set_last_error(cudaErrorInvalidValue);
-  }
   int active;
   cudaError_t result = capturing(stream, &active);
   if (result != cudaSuccess) return result;
@@ -282,6 +258,16 @@ cudaError_t shim_vmem_free_async(void *ptr, cudaStream_t stream, const void *whe
               "supported (allocate it inside the capture, or free it outside)", ptr);
     return shim_set_last_error(cudaErrorStreamCaptureUnsupported);
   }
-  return shim_set_last_error(defer_free(ptr, info.size, stream, where, NULL));
+  bool pooled = shim_pool_owns(ptr);
+  struct vmem_info info;
+  if (pooled ? shim_pool_free_begin(ptr, &size, &pool) != 0
+             : vmem_lookup(ptr, &info) != 0 || info.offset != 0 || shim_vmem_free_pending(ptr)) {
+    shim_warn("cudaFreeAsync(%p): not the start of a live allocation (interior pointer, unknown "
+              "pointer or double free)", ptr);
+    return shim_set_last_error(cudaErrorInvalidValue);
+  }
+  result = defer_free(ptr, pooled ? size : info.size, stream, where, pool);
+  if (pooled && result != cudaSuccess) shim_pool_free_done(ptr); /* no event: free now */
+  return shim_set_last_error(result);
 }
 

@@ -7,9 +7,15 @@ Prints "allocated N bytes", a progress line every few steps and, at the end, a c
 array it holds: a paused and resumed run must print the same checksum as an uninterrupted one
 (tests/gpu/ckpt_pause.sh compares them). Run with XLA_PYTHON_CLIENT_PREALLOCATE=false to make XLA
 allocate as it goes instead of taking 75% of the GPU up front.
+XLA's autotuning is turned off (--xla_gpu_autotune_level=0): it may pick another GEMM algorithm
+in each process, and then two uninterrupted runs already end with different checksums (seen on
+the H100: 93a33ad7... and 1e9a5f61... natively).
 """
 import hashlib
+import os
 import sys
+
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_gpu_autotune_level=0").strip()
 
 import jax
 import jax.numpy as jnp

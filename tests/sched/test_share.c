@@ -600,9 +600,12 @@ static void test_soak(unsigned seed)
   bool kill_done = false, daemon_killed = false, seen_waiting = false, seen_grant = false;
   pid_t too_large = 0;
   struct sched_snapshot s;
-  double snapshot_at = 0;
+  double snapshot_at = 0, restarted_at = -1, ended_at[ALL];
+  for (int i = 0; i < ALL; i++) ended_at[i] = -1;
   for (int started = 0; started < ALL || reap(jobs, codes, ALL) > 0;) {
     double t = now() - t0;
+    for (int i = 0; i < ALL; i++)
+      if (codes[i] != -1000 && ended_at[i] < 0) ended_at[i] = t;
     for (int i = 0; i < ALL; i++)
       if (!jobs[i] && codes[i] == -1000 && t >= start[i]) {
         const char *argv[] = {job_path, sizes[i], i == JOBS ? "1" : pattern_rounds[pattern[i]],
@@ -641,6 +644,7 @@ static void test_soak(unsigned seed)
       daemon_killed = true;
       sleep_ms(daemon_down_ms);
       daemon = start_soak_cudawd();
+      restarted_at = now() - t0;
     }
     CHECK(t < 200, "the soak did not finish in 200 s");
     sleep_ms(20);
@@ -655,16 +659,19 @@ static void test_soak(unsigned seed)
   CHECK(seen_waiting, "seed %u: no program was ever shown waiting", seed);
   CHECK(seen_grant, "seed %u: no program was ever shown with a last grant", seed);
   /* The jobs said that they ran unshared a moment, and re-joined: the new cudawd knows them. */
-  int went_away = 0, rejoined = 0;
+  /* A job re-joins within a second or so of the restart; one that ended sooner need not have. */
+  int went_away = 0, rejoined = 0, could_rejoin = 0;
   for (int i = 0; i < JOBS; i++) {
     bool saw = file_has(logs[i], "went away");
     went_away += saw;
+    could_rejoin += saw && ended_at[i] > restarted_at + 2.0;
     CHECK(!file_has(logs[i], "UNSCHEDULED"), "seed %u: job %d allocated unscheduled (%s)", seed,
           i, logs[i]);
     for (int k = 0; saw && k < s.programs; k++) rejoined += s.program[k].pid == pids[i];
   }
   CHECK(went_away > 0, "seed %u: no job logged that cudawd went away", seed);
-  CHECK(rejoined > 0, "seed %u: no job re-joined the new cudawd", seed);
+  CHECK(rejoined > 0 || could_rejoin == 0, "seed %u: no job re-joined the new cudawd (%d ran on "
+        "for 2 s after its restart)", seed, could_rejoin);
   kill(daemon, SIGTERM);
   waitpid(daemon, NULL, 0);
   char name[128];

@@ -40,9 +40,11 @@ SHIM_EXPORT cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cuda
   ENTER(cudaMemPoolSetAttribute);
   cudaError_t result = REAL(cudaMemPoolSetAttribute)(memPool, attr, value);
   if (result == cudaSuccess && value) {
-    uint64_t v = *(unsigned long long *)value;
+    /* Only the 64-bit attributes are read as such: the reuse flags are ints. */
     switch (attr) {
-    case cudaMemPoolAttrReleaseThreshold: shim_pool_set(memPool, SHIM_POOL_THRESHOLD, v); break;
+    case cudaMemPoolAttrReleaseThreshold:
+      shim_pool_set(memPool, SHIM_POOL_THRESHOLD, *(unsigned long long *)value);
+      break;
     case cudaMemPoolAttrReservedMemHigh:
       shim_pool_set(memPool, SHIM_POOL_RESET_RESERVED_HIGH, 0);
       break;

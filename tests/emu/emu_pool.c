@@ -388,7 +388,11 @@ EMU_EXPORT cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t handle, enum cudaMe
   pthread_mutex_lock(&pool_lock);
   struct emu_pool *p = pool_of(handle);
   cudaError_t err = p ? cudaSuccess : cudaErrorInvalidValue;
-  unsigned long long in = err ? 0 : *(unsigned long long *)value;
+  /* The figures and the threshold are 64-bit; the reuse flags are ints. */
+  bool wide = attr == cudaMemPoolAttrReleaseThreshold || attr == cudaMemPoolAttrReservedMemHigh ||
+              attr == cudaMemPoolAttrUsedMemHigh || attr == cudaMemPoolAttrReservedMemCurrent ||
+              attr == cudaMemPoolAttrUsedMemCurrent;
+  unsigned long long in = err || !wide ? 0 : *(unsigned long long *)value;
   if (!err) switch (attr) {
     case cudaMemPoolAttrReleaseThreshold: p->threshold = in; break;
     case cudaMemPoolAttrReservedMemHigh:

@@ -84,6 +84,10 @@ static const char *wait_text(const struct sched_program_detail *w, char *out, si
     break;
   case SCHED_WAIT_SWAPPING_OUT: snprintf(out, size, "swapping out"); break;
   case SCHED_WAIT_SWAPPING_IN: snprintf(out, size, "swapping in"); break;
+  case SCHED_WAIT_HOST_MEMORY:
+    snprintf(out, size, "waiting for host memory to swap pid %d out (its image %s, host %s "
+             "available)", w->behind_pid, need, free_bytes);
+    break;
   default: snprintf(out, size, "-"); break;
   }
   return out;

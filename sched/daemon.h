@@ -67,8 +67,12 @@ struct program {
   /* CPU use from /proc/<pid>/stat, for the idle test */
   double cpu_time, cpu_at;
   bool idle;
+  double idle_since;       /* when `idle` became true (the start of that CPU sample) */
   bool gpu_idle;           /* it said it makes no CUDA call (SCHED_GPU_IDLE): may be swapped out at
-                            * once; swapped out, it is not brought back until it calls again */
+                            * once its idleness has cost what a swap costs; swapped out, it is
+                            * not brought back until it calls again */
+  double gpu_idle_since;
+  bool host_refused;       /* logged: not swapped out, its image would leave the host short */
   struct program *next;
 };
 
@@ -82,6 +86,15 @@ struct daemon {
   double exited_grant_at[SCHED_MAX_EXITED];
   int exited_count;
   double started;
+  /* Swap rates seen so far (bytes/s; defaults until a swap of SCHED_RATE_MIN_BYTES is seen), for
+   * the cost of swapping an idle program out and back in. */
+  double rate_out, rate_in;
+  /* Host memory: MemAvailable and MemTotal (bytes), read at most every 0.25 s; a checkpoint whose
+   * image would leave less than host_margin() available is not ordered. */
+  uint64_t host_available, host_total;
+  double host_read_at;
+  pid_t host_blocked;      /* the program kept from swapping out for host memory (0: none) */
+  pid_t host_blocked_for;  /* the program that waits for it */
 };
 
 /* schedule.c */
@@ -101,6 +114,8 @@ void sched_step(struct daemon *d);
 /* Why p waits, its last grant and its counts, as the snapshot shows them. */
 void sched_program_detail(const struct daemon *d, const struct program *p,
                           struct sched_program_detail *out);
+/* Seconds a swap out and back in of p is expected to take, at the rates seen so far. */
+double sched_swap_cost(const struct daemon *d, const struct program *p);
 /* The program said it is idle on the GPU (host work), or that it calls again. */
 void sched_idle_hint(struct daemon *d, struct program *p, bool idle);
 /* The program is gone (exit, kill, closed socket): its share is free at once. */

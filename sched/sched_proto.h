@@ -96,6 +96,9 @@ enum sched_wait_reason {
   SCHED_WAIT_QUEUED,        /* also needs memory, and pid behind_pid goes first */
   SCHED_WAIT_SWAPPING_OUT,  /* its checkpoint is under way */
   SCHED_WAIT_SWAPPING_IN,   /* its resume is under way */
+  SCHED_WAIT_HOST_MEMORY,   /* needs memory that only pid behind_pid can give, whose image the
+                             * host has no room for (need_bytes: that image; free_bytes: what the
+                             * host has available) */
 };
 
 struct sched_program_detail {
@@ -142,8 +145,9 @@ static inline const char *sched_key_printable(const char *key, char out[SCHED_KE
 
 static inline const char *sched_wait_name(int reason)
 {
-  static const char *const names[] = {"none", "memory", "queued", "swapping_out", "swapping_in"};
-  return reason >= 0 && reason <= SCHED_WAIT_SWAPPING_IN ? names[reason] : "unknown";
+  static const char *const names[] = {"none",         "memory",      "queued",
+                                      "swapping_out", "swapping_in", "host_memory"};
+  return reason >= 0 && reason <= SCHED_WAIT_HOST_MEMORY ? names[reason] : "unknown";
 }
 
 static inline const char *sched_state_name(int state)

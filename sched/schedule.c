@@ -3,13 +3,15 @@
  * priority, or min-run when they leave the GPU idle) until it does. A program swapped in keeps
  * its turn until then, so nothing thrashes; programs that fit together are never swapped. A
  * program that says it makes no CUDA call (SCHED_GPU_IDLE: host work, data loading) gives its turn
- * at once, and once out is not brought back before it calls again. */
+ * once it has been idle as long as its swap would take, and once out is not brought back before
+ * it calls again. No checkpoint is ordered whose image the host has no room for. */
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -168,7 +170,11 @@ static void account_one(struct daemon *d, struct program *p, double now)
   }
   if (now - p->cpu_at < 0.5) return;
   double cpu = cpu_seconds(p->pid);
-  if (cpu >= 0 && p->cpu_at > 0) p->idle = (cpu - p->cpu_time) / (now - p->cpu_at) < d->config.idle_cpu;
+  if (cpu >= 0 && p->cpu_at > 0) {
+    bool idle = (cpu - p->cpu_time) / (now - p->cpu_at) < d->config.idle_cpu;
+    if (idle && !p->idle) p->idle_since = p->cpu_at;
+    p->idle = idle;
+  }
   p->cpu_time = cpu;
   p->cpu_at = now;
 }
@@ -212,6 +218,69 @@ void sched_idle_hint(struct daemon *d, struct program *p, bool idle)
     fprintf(stderr, "cudawd: pid %ld: %s (%s)\n", (long)p->pid,
             idle ? "idle on the GPU" : "calls the GPU again", sched_state_name(p->state));
   p->gpu_idle = idle;
+  if (idle) p->gpu_idle_since = sched_now();
+}
+
+/* Until a swap this large has been seen, swaps are taken to run at these rates (a first
+ * checkpoint into fresh host pages, a resume from them: H100 figures of a 45 GiB job). */
+#define SCHED_RATE_MIN_BYTES (256ull << 20)
+#define SCHED_DEFAULT_RATE_OUT 6e9
+#define SCHED_DEFAULT_RATE_IN 20e9
+
+static uint64_t total_bytes(const struct program *p)
+{
+  uint64_t sum = 0;
+  for (int s = 0; s < SCHED_MAX_DEVICES; s++) sum += p->bytes[s];
+  return sum;
+}
+
+double sched_swap_cost(const struct daemon *d, const struct program *p)
+{
+  double bytes = (double)total_bytes(p);
+  return bytes / (d->rate_out > 0 ? d->rate_out : SCHED_DEFAULT_RATE_OUT) +
+         bytes / (d->rate_in > 0 ? d->rate_in : SCHED_DEFAULT_RATE_IN);
+}
+
+/* ---- host memory: a swapped-out program's image lives there ----------------------------------- */
+
+/* MemAvailable and MemTotal from /proc/meminfo (CUDAWD_MEMINFO names another file: tests), at
+ * most every 0.25 s. Unknown (0) when unreadable: then no checkpoint is held back for it. */
+static void read_host_memory(struct daemon *d, double now)
+{
+  if (d->host_read_at > 0 && now - d->host_read_at < 0.25) return;
+  d->host_read_at = now;
+  const char *path = getenv("CUDAWD_MEMINFO");
+  FILE *f = fopen(path && *path ? path : "/proc/meminfo", "r");
+  if (!f) {
+    d->host_available = d->host_total = 0;
+    return;
+  }
+  char line[256];
+  unsigned long long kib;
+  uint64_t available = 0, total = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) available = (uint64_t)kib << 10;
+    else if (sscanf(line, "MemTotal: %llu kB", &kib) == 1) total = (uint64_t)kib << 10;
+  }
+  fclose(f);
+  d->host_available = total ? available : 0;
+  d->host_total = available ? total : 0;
+}
+
+/* What a checkpoint must leave available on the host: the programs' own host memory, page cache
+ * the system needs. */
+static uint64_t host_margin(const struct daemon *d)
+{
+  uint64_t share = d->host_total / 32;
+  return share > (1ull << 30) ? share : 1ull << 30;
+}
+
+/* Whether the host has room for v's image. A host out of memory kills a program (the OOM
+ * killer), which sharing must never do: such a checkpoint is not ordered, the waiting program
+ * waits on. */
+static bool host_room(const struct daemon *d, const struct program *v)
+{
+  return !d->host_total || total_bytes(v) + host_margin(d) <= d->host_available;
 }
 
 void sched_forget(struct daemon *d, struct program *p)
@@ -243,6 +312,10 @@ void sched_done(struct daemon *d, struct program *p, int op, int status, uint64_
   if (d->transition == p) d->transition = NULL;
   double now = sched_now();
   p->swap_seconds += seconds;
+  if (status == 0 && bytes >= SCHED_RATE_MIN_BYTES && seconds > 0) {
+    if (op == 1) d->rate_out = (double)bytes / seconds;
+    else d->rate_in = (double)bytes / seconds;
+  }
   if (status == 0)
     fprintf(stderr, "cudawd: pid %ld swapped %s: %.3f GiB in %.3f s (%.2f GB/s)\n", (long)p->pid,
             op == 1 ? "out" : "in", (double)bytes / (1u << 30), seconds,
@@ -380,42 +453,50 @@ static void grant_or_deny(struct daemon *d)
   }
 }
 
-/* May v be checkpointed to make room for `head`? Its turn must be over: quantum x priority, or
- * min-run if it leaves the GPU idle. Waiting programs only when nothing else can give memory
- * (they hold memory and want more: without this two of them could wait for each other). */
+/* May v be checkpointed to make room for `head`? Its turn must be over: quantum x priority, or,
+ * idle (it said it makes no CUDA call, or it uses next to no CPU after min-run), once its
+ * idleness has lasted as long as a swap out and back in would take: an idle phase shorter than
+ * that is cheaper to sit out, and waiting that long never costs more than twice the better
+ * choice (a PyTorch job building its model on the CPU for 3 s must not pay a 10 s swap of
+ * 45 GiB). Waiting programs only when nothing else can give memory (they hold memory and want
+ * more: without this two of them could wait for each other). With mind_host, only where the
+ * host has room for its image. */
 static bool may_preempt(const struct daemon *d, const struct program *v, const struct program *head,
-                        double now, bool waiting_too)
+                        double now, bool waiting_too, bool mind_host)
 {
   if (v == head || !v->joined || v->skip_until > now) return false;
   if (v->state != SCHED_RUNNING && !(waiting_too && v->state == SCHED_WAITING)) return false;
+  if (mind_host && !host_room(d, v)) return false;
   double turn = now - v->resident_since;
   int weight = v->priority > 0 ? v->priority : 1;
   if (v->state == SCHED_WAITING) return turn >= d->config.min_run;
-  return turn >= d->config.quantum * weight || v->gpu_idle ||
-         (v->idle && turn >= d->config.min_run);
+  if (turn >= d->config.quantum * weight) return true;
+  double cost = sched_swap_cost(d, v);
+  if (v->gpu_idle && now - v->gpu_idle_since >= cost) return true;
+  return v->idle && turn >= d->config.min_run && now - v->idle_since >= cost;
 }
 
 /* Whether checkpointing the programs that may be preempted covers head's deficit everywhere. */
 static bool can_make_room(const struct daemon *d, const struct program *head, double now,
-                          bool waiting_too)
+                          bool waiting_too, bool mind_host)
 {
   for (int s = 0; s < SCHED_MAX_DEVICES; s++) {
     uint64_t missing = d->device[s].used ? deficit(d, head, s) : 0;
     if (!missing) continue;
     uint64_t freeable = 0;
     for (const struct program *v = d->programs; v; v = v->next)
-      if (may_preempt(d, v, head, now, waiting_too)) freeable += v->bytes[s];
+      if (may_preempt(d, v, head, now, waiting_too, mind_host)) freeable += v->bytes[s];
     if (freeable < missing) return false;
   }
   return true;
 }
 
 static struct program *choose_victim(struct daemon *d, const struct program *head, double now,
-                                     bool waiting_too)
+                                     bool waiting_too, bool mind_host)
 {
   struct program *best = NULL;
   for (struct program *v = d->programs; v; v = v->next) {
-    if (!may_preempt(d, v, head, now, waiting_too)) continue;
+    if (!may_preempt(d, v, head, now, waiting_too, mind_host)) continue;
     bool helps = false;
     for (int s = 0; s < SCHED_MAX_DEVICES; s++)
       if (v->bytes[s] && d->device[s].used && deficit(d, head, s)) helps = true;
@@ -487,11 +568,30 @@ static void probe(struct daemon *d, struct program **order, int count, double no
   }
 }
 
+/* No victim could be found for head while the host lacks room for an image: say once which
+ * program cannot be swapped out, and show head waiting for host memory. */
+static void note_host_short(struct daemon *d, struct program *head, double now, bool waiting_too)
+{
+  struct program *v = choose_victim(d, head, now, waiting_too, false);
+  if (!v) return;
+  d->host_blocked = v->pid;
+  d->host_blocked_for = head->pid;
+  if (v->host_refused) return;
+  v->host_refused = true;
+  fprintf(stderr, "cudawd: not swapping pid %ld out for pid %ld: its image (%.2f GiB) would "
+          "leave the host short (%.2f GiB available, %.2f GiB kept free); pid %ld waits\n",
+          (long)v->pid, (long)head->pid, (double)total_bytes(v) / (1u << 30),
+          (double)d->host_available / (1u << 30), (double)host_margin(d) / (1u << 30),
+          (long)head->pid);
+}
+
 void sched_step(struct daemon *d)
 {
   double now = sched_now();
   check_transition(d, now);
   if (d->transition) return; /* one checkpoint or resume at a time */
+  read_host_memory(d, now);
+  d->host_blocked = d->host_blocked_for = 0;
   grant_or_deny(d);
 
   /* A cudawd just started lets the programs of an earlier one re-join (they try every second)
@@ -522,13 +622,17 @@ void sched_step(struct daemon *d)
     order[tried] = head;
     if (fits(d, head)) return; /* granted or resumed at the next step */
     bool waiting_too = !others_running(d, head);
-    if (can_make_room(d, head, now, waiting_too))
-      victim = choose_victim(d, head, now, waiting_too);
+    if (can_make_room(d, head, now, waiting_too, true))
+      victim = choose_victim(d, head, now, waiting_too, true);
+    else if (!d->host_blocked && can_make_room(d, head, now, waiting_too, false))
+      note_host_short(d, head, now, waiting_too);
   }
   if (!victim) {
     probe(d, order, count, now);
     return;
   }
+  d->host_blocked = d->host_blocked_for = 0;
+  victim->host_refused = false;
   send_simple(victim, SCHED_CHECKPOINT, 0);
   victim->pending_op = 1;
   sched_set_state(d, victim, SCHED_SWAPPING_OUT);
@@ -567,6 +671,16 @@ void sched_program_detail(const struct daemon *d, const struct program *p,
     for (int s = 0; slot < 0 && s < SCHED_MAX_DEVICES; s++)
       if (d->device[s].used && p->bytes[s]) slot = s;
     if (slot < 0) slot = 0;
+  }
+  const struct program *blocked = NULL;
+  for (const struct program *q = d->programs; d->host_blocked_for == p->pid && q; q = q->next)
+    if (q->joined && q->pid == d->host_blocked) blocked = q;
+  if (blocked) {
+    out->wait_reason = SCHED_WAIT_HOST_MEMORY;
+    out->behind_pid = blocked->pid;
+    out->need_bytes = total_bytes(blocked);
+    out->free_bytes = d->host_available;
+    return;
   }
   out->wait_reason = SCHED_WAIT_MEMORY;
   out->need_bytes = extra(p, slot);

@@ -5,7 +5,10 @@
 # with losses identical to its solo run and ballast intact; cudawd's log must show no failed
 # allocation. Exit 0: all held; 1: a job failed or differed; 77: no GPU.
 # Usage: examples/pytorch/share_soak.sh <cudaw build dir> <out dir>
-# Environment: JOB_SECONDS (20: GPU work per job), SEED (1: sizes and delays), PYTHON.
+# Environment: JOB_SECONDS (20: GPU work per job), SEED (1: sizes and delays), PYTHON, MODES
+# ("together staggered"), MODE_TIMEOUT (900: a mode still running then is stopped: its jobs are
+# killed, cudawd's table and each job's last lines printed; the soak fails). While a mode runs,
+# `cudaw-ctl sched` is appended to <out dir>/<mode>.snap every 10 s.
 set -u
 B=$(cd "${1:?usage: share_soak.sh <build dir> <out dir>}" && pwd)
 OUT=${2:?out dir}
@@ -36,7 +39,7 @@ done
 
 solo_s=$(awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $t_solo }")
 echo "solo runs, one after another: $solo_s s"
-for mode in together staggered; do
+for mode in ${MODES:-together staggered}; do
   rm -rf "$CUDAW_RUN_DIR"; mkdir -p "$CUDAW_RUN_DIR"
   t_mode=$(date +%s.%N)
   "$B/bin/cudawd" --metrics-file "$OUT/$mode.prom" > "$OUT/$mode.cudawd.log" 2>&1 &
@@ -50,6 +53,17 @@ for mode in together staggered; do
       --check "$OUT/solo$j.loss" > "$OUT/$mode$j.log" 2>&1 &
     pids+=($!)
   done
+  # Snapshots, and the mode's deadline.
+  ( while sleep 10; do
+      { echo "== $(date +%T)"; "$B/bin/cudaw-ctl" sched 2>&1; } >> "$OUT/$mode.snap"
+    done ) &
+  watcher=$!
+  ( sleep "${MODE_TIMEOUT:-900}"
+    echo "$mode: not done after ${MODE_TIMEOUT:-900} s: stopping it. cudawd's table:"
+    "$B/bin/cudaw-ctl" sched 2>&1
+    for j in 1 2 3 4 5 6; do echo "-- job $j:"; tail -3 "$OUT/$mode$j.log"; done
+    kill "${pids[@]}" 2>/dev/null ) &
+  deadline=$!
   for j in 1 2 3 4 5 6; do
     wait "${pids[$((j-1))]}"; rc=$?
     ok=$(grep -c "^check: ok" "$OUT/$mode$j.log")
@@ -57,6 +71,7 @@ for mode in together staggered; do
     echo "$mode job $j (${gib[$((j-1))]} GiB): rc=$rc losses identical=$ok ballast intact=$intact"
     [ $rc -eq 0 ] && [ "$ok" -eq 1 ] && [ "$intact" -eq 1 ] || fail=1
   done
+  kill "$watcher" "$deadline" 2>/dev/null; wait "$watcher" "$deadline" 2>/dev/null
   mode_s=$(awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $t_mode }")
   echo "$mode: all six done in $mode_s s; one after another natively: $solo_s s (ratio $(awk "BEGIN { printf \"%.2f\", $mode_s / $solo_s }"))"
   "$B/bin/cudaw-ctl" sched

@@ -1,10 +1,17 @@
 /* Description: the idle hint in cudawd's policy (sched/schedule.c, SCHED_GPU_IDLE) without
  * sockets: a program that says it makes no CUDA call is swapped out for a waiting one before its
  * turn and before min-run are over; once out it is not brought back while idle, even when it
- * fits and the other's turn is over; when it calls again it is (the other is swapped out). */
+ * fits and the other's turn is over; when it calls again it is (the other is swapped out).
+ * Then the cost of a swap: a large idle program is swapped out only once it has been idle as long
+ * as its swap out and back in takes at the rates seen, and not at all while the host (a fake
+ * /proc/meminfo, CUDAWD_MEMINFO) has no room for its image, which the waiting program's wait
+ * reason says. */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "daemon.h"
 #include "test.h"
@@ -32,7 +39,7 @@ static uint32_t step(struct daemon *d, pid_t *pid)
   return sent_type;
 }
 
-static struct program programs[2];
+static struct program programs[4];
 
 static struct program *join(struct daemon *d, int index, int slot, uint64_t bytes)
 {
@@ -47,6 +54,82 @@ static struct program *join(struct daemon *d, int index, int slot, uint64_t byte
   p->next = d->programs;
   d->programs = p;
   return p;
+}
+
+static void write_meminfo(const char *path, unsigned long long available_gib)
+{
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  fprintf(f, "MemTotal:       %llu kB\nMemFree:        1024 kB\nMemAvailable:   %llu kB\n",
+          128ull << 20, available_gib << 20);
+  fclose(f);
+}
+
+/* A 60 GiB program on an 80 GiB device, one waiting for 40 GiB, swaps seen at 4 GB/s out and in:
+ * a's swap costs 2 x 60 GiB / 4 GB/s = 32.2 s. */
+static void cost_and_host(void)
+{
+  static struct daemon d;
+  const uint64_t gib = 1ull << 30;
+  d.config = (struct sched_config){.quantum = 300, .min_run = 1, .idle_cpu = 0.02,
+                                   .device_memory = 80 * gib};
+  d.programs = NULL;
+  char meminfo[] = "/tmp/cudaw-meminfo-XXXXXX";
+  int fd = mkstemp(meminfo);
+  CHECK(fd >= 0);
+  close(fd);
+  write_meminfo(meminfo, 100);
+  setenv("CUDAWD_MEMINFO", meminfo, 1);
+  int dev = sched_device_slot(&d, "00112233445566778899aabbccddeeff", 80 * gib);
+  CHECK(dev == 0);
+  struct program *a = join(&d, 2, dev, 60 * gib), *w = join(&d, 3, dev, 0);
+  sched_done(&d, a, 1, 0, 4 * gib, 4 * gib / 4e9); /* a rate seen (a's state is put back) */
+  sched_done(&d, a, 2, 0, 4 * gib, 4 * gib / 4e9);
+  a->state = SCHED_RUNNING;
+  a->resident_since = sched_now();
+  double cost = sched_swap_cost(&d, a);
+  CHECK(cost > 32.1 && cost < 32.3, "cost %.3f s", cost);
+  w->wants = true;
+  w->want_slot = dev;
+  w->want_bytes = 40 * gib;
+  pid_t pid = 0;
+  sched_idle_hint(&d, a, true);
+  CHECK_EQ(step(&d, &pid), 0); /* idle, but for less than its swap would take */
+  a->gpu_idle_since = sched_now() - cost + 2;
+  CHECK_EQ(step(&d, &pid), 0);
+  a->gpu_idle_since = sched_now() - cost - 0.1;
+  /* Idle long enough, but the host has 40 GiB available, 4 GiB of which it keeps: no room for a
+   * 60 GiB image. */
+  write_meminfo(meminfo, 40);
+  d.host_read_at = 0;
+  CHECK_EQ(step(&d, &pid), 0);
+  struct sched_program_detail why;
+  sched_program_detail(&d, w, &why);
+  CHECK(why.wait_reason == SCHED_WAIT_HOST_MEMORY && why.behind_pid == a->pid &&
+            why.need_bytes == 60 * gib && why.free_bytes == 40 * gib,
+        "wait %d behind %d need %llu free %llu", why.wait_reason, why.behind_pid,
+        (unsigned long long)why.need_bytes, (unsigned long long)why.free_bytes);
+  CHECK(strcmp(sched_wait_name(why.wait_reason), "host_memory") == 0);
+  /* Not even when its turn is over. */
+  a->resident_since = sched_now() - 1000;
+  d.host_read_at = 0;
+  CHECK_EQ(step(&d, &pid), 0);
+  /* The host has room again (64 GiB + 4 GiB kept free): swapped out. */
+  write_meminfo(meminfo, 65);
+  d.host_read_at = 0;
+  CHECK(step(&d, &pid) == SCHED_CHECKPOINT && pid == a->pid, "checkpoint to %d", pid);
+  /* CPU idle (under idle_cpu) counts the same way: not before the swap's cost. */
+  sched_done(&d, a, 1, 0, 60 * gib, 15.0);
+  CHECK(step(&d, &pid) == SCHED_GRANT && pid == w->pid);
+  sched_idle_hint(&d, a, false);
+  w->idle = true;
+  w->idle_since = sched_now() - 1;
+  w->resident_since = sched_now() - 10;
+  CHECK_EQ(step(&d, &pid), 0);
+  w->idle_since = sched_now() - sched_swap_cost(&d, w) - 0.1;
+  CHECK(step(&d, &pid) == SCHED_CHECKPOINT && pid == w->pid, "checkpoint to %d", pid);
+  unsetenv("CUDAWD_MEMINFO");
+  unlink(meminfo);
 }
 
 int main(void)
@@ -86,6 +169,7 @@ int main(void)
   w->want_bytes = 60;
   a->resident_since = sched_now() - 100;
   CHECK(step(&d, &pid) == SCHED_CHECKPOINT && pid == a->pid, "checkpoint to %d", pid);
+  cost_and_host();
   printf("ok\n");
   return 0;
 }

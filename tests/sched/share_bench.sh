@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Sharing benchmarks on a real GPU (issue 24): three jobs (share_bench_job.cu) that each hold
+# FRACTION% of the GPU's memory (57%: together 1.7x the GPU, so only one is resident at a time),
+# each doing the same fixed GPU work, run
+#   gpu:  GPU-bound (one phase): one after another natively, then at once under `cudaw run --share`
+#         (cudawd --quantum QUANTUM): target shared <= 1.05x of one after another;
+#   host: half of each job's time in host phases (HOST_PHASES phases of GPU work then as long on
+#         the CPU, no CUDA call): target one after another >= 1.5x the shared time.
+# For every swap cudawd logged, out + in against size / D2H + size / H2D at the pinned ceilings
+# measured here (target <= 1.2x), and each job's GPU time (cudawd's gpu_seconds) while all three
+# were there (equal priorities: within 10% of equal). Every job verifies all its memory at the end.
+# Exit 0: all targets met; 1: a job failed or a target was missed; 77: no GPU.
+# Usage: tests/sched/share_bench.sh <cudaw build dir> [out dir]
+# Environment: SCENARIOS ("gpu host"), JOB_SECONDS (30: GPU work per job), QUANTUM (30),
+# FRACTION (57), HOST_PHASES (3), CUDAWD_ARGS (more cudawd options), JOB (the job program).
+set -u
+B=$(cd "${1:?usage: share_bench.sh <build dir> [out dir]}" && pwd)
+OUT=${2:-/tmp/cudaw-share-bench}
+mkdir -p "$OUT"
+JOB=${JOB:-"$B/tests/sched/sched_share_bench_job"}
+[ -x "$JOB" ] || { echo "no $JOB (built with nvcc only)"; exit 1; }
+SECS=${JOB_SECONDS:-30}
+Q=${QUANTUM:-30}
+PHASES=${HOST_PHASES:-3}
+export CUDAW_RUN_DIR="$OUT/run"
+calc() { awk "BEGIN { printf \"%.2f\", $1 }"; }
+t_now() { date +%s.%N; }
+
+ceil=$("$JOB" --ceiling 4 2>&1)
+rc=$?
+[ $rc -eq 77 ] && { echo "$ceil"; exit 77; }
+d2h=$(echo "$ceil" | awk '/^D2H/ { print $2 }'); h2d=$(echo "$ceil" | awk '/^H2D/ { print $2 }')
+[ -n "$d2h" ] && [ -n "$h2d" ] || { echo "ceiling failed: $ceil"; exit 1; }
+iters=$("$JOB" --calibrate 2 2>&1 | awk '/^ITERS/ { print $2 }')
+[ -n "$iters" ] || { echo "calibration failed"; exit 1; }
+total_gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 |
+            awk '{ printf "%.1f", $1 / 1024 }')
+gib=$(calc "$total_gib * ${FRACTION:-57} / 100")
+echo "pinned ceilings: D2H $d2h GB/s, H2D $h2d GB/s; GPU $total_gib GiB; 3 jobs of $gib GiB;" \
+     "$SECS s of GPU work each (2 ms kernels, $iters iterations); quantum $Q s"
+
+fail=0
+run_scenario() { # name phases kernels_per_phase host_ms
+  local name=$1 phases=$2 kernels=$3 host_ms=$4 t0 serial shared j pids rc
+  t0=$(t_now)
+  for j in 1 2 3; do
+    "$JOB" "$gib" "$phases" "$kernels" "$host_ms" "$iters" > "$OUT/${name}_native$j.log" 2>&1 ||
+      { echo "$name: native job $j failed"; tail -3 "$OUT/${name}_native$j.log"; fail=1; }
+  done
+  serial=$(calc "$(t_now) - $t0")
+  rm -rf "$CUDAW_RUN_DIR"; mkdir -p "$CUDAW_RUN_DIR"
+  "$B/bin/cudawd" --quantum "$Q" ${CUDAWD_ARGS:-} > "$OUT/${name}_cudawd.log" 2>&1 &
+  local daemon=$!
+  sleep 0.5
+  t0=$(t_now)
+  pids=()
+  for j in 1 2 3; do
+    CUDAW_LOG_FILE="$OUT/${name}_cudaw$j.log" "$B/bin/cudaw" run --share -- \
+      "$JOB" "$gib" "$phases" "$kernels" "$host_ms" "$iters" > "$OUT/${name}_shared$j.log" 2>&1 &
+    pids+=($!)
+  done
+  # GPU time of each while all three are there: the last snapshot before the first one exits.
+  : > "$OUT/${name}_snap.json"
+  while kill -0 "${pids[0]}" 2>/dev/null && kill -0 "${pids[1]}" 2>/dev/null &&
+        kill -0 "${pids[2]}" 2>/dev/null; do
+    "$B/bin/cudaw-ctl" --json sched > "$OUT/${name}_snap.tmp" 2>/dev/null &&
+      mv "$OUT/${name}_snap.tmp" "$OUT/${name}_snap.json"
+    sleep 1
+  done
+  for j in 1 2 3; do
+    wait "${pids[$((j-1))]}"; rc=$?
+    grep -q "verified" "$OUT/${name}_shared$j.log" && [ $rc -eq 0 ] ||
+      { echo "$name: shared job $j failed (rc $rc)"; tail -3 "$OUT/${name}_shared$j.log"; fail=1; }
+  done
+  shared=$(calc "$(t_now) - $t0")
+  "$B/bin/cudaw-ctl" sched > "$OUT/${name}_sched.txt" 2>&1
+  kill "$daemon"; wait "$daemon" 2>/dev/null
+  echo "$name: one after another natively $serial s; at once under cudawd $shared s;" \
+       "shared / serial $(calc "$shared / $serial"), speed-up $(calc "$serial / $shared")x"
+  grep -E "swapped (out|in)|not swapping|failed" "$OUT/${name}_cudawd.log" | sed 's/^/  /' | head -20
+  # Each swap out and the next swap in of the same pid, against the ceilings.
+  awk -v d2h="$d2h" -v h2d="$h2d" '
+    /swapped out:/ { pid = $3; out_gib[pid] = $6; out_s[pid] = $9 }
+    /swapped in:/ { pid = $3; if (pid in out_s) {
+        gb = out_gib[pid] * 1.073741824; ideal = gb / d2h + gb / h2d; got = out_s[pid] + $9
+        printf "  swap of pid %s: %.2f GiB out %.3f s + in %.3f s = %.3f s; at the ceilings %.3f s: %.2fx (target <= 1.2x)\n",
+               pid, out_gib[pid], out_s[pid], $9, got, ideal, got / ideal
+        if (got / ideal > 1.2) missed = 1; delete out_s[pid] } }
+    END { exit missed }' "$OUT/${name}_cudawd.log" || { echo "  MISSED: a swap above 1.2x"; fail=1; }
+  tr '{' '\n' < "$OUT/${name}_snap.json" | grep -o '"pid":[0-9]*\|"gpu_seconds":[0-9.]*' |
+    paste - - | awk -F'[:\t]' '{ printf "%s %s\n", $2, $4 }' > "$OUT/${name}_gpu_s.txt"
+  awk '{ s[NR] = $2; sum += $2 } END {
+         if (NR < 3 || sum <= 0) { print "  GPU time while all three ran: no snapshot"; exit 0 }
+         mn = s[1]; mx = s[1]; for (i = 2; i <= NR; i++) { if (s[i] < mn) mn = s[i]; if (s[i] > mx) mx = s[i] }
+         printf "  GPU time each while all three ran (cudawd):"; for (i = 1; i <= NR; i++) printf " %.1f s", s[i]
+         printf "; spread (max - min) / mean %.1f%%\n", 100 * (mx - mn) / (sum / NR) }' "$OUT/${name}_gpu_s.txt"
+  eval "${name}_serial=$serial ${name}_shared=$shared"
+}
+
+kernels=$(( SECS * 1000 / 2 ))
+for s in ${SCENARIOS:-gpu host}; do
+  case $s in
+  gpu)
+    run_scenario gpu 1 "$kernels" 0
+    awk "BEGIN { exit !($gpu_shared <= 1.05 * $gpu_serial) }" ||
+      { echo "MISSED: GPU-bound shared $(calc "$gpu_shared / $gpu_serial")x > 1.05x"; fail=1; } ;;
+  host)
+    # As long on the host as on the GPU: the GPU phase's length alone, measured natively.
+    host_ms=$(( SECS * 1000 / PHASES ))
+    run_scenario host "$PHASES" $(( kernels / PHASES )) "$host_ms"
+    awk "BEGIN { exit !($host_serial >= 1.5 * $host_shared) }" ||
+      { echo "MISSED: host phases speed-up $(calc "$host_serial / $host_shared")x < 1.5x"; fail=1; } ;;
+  esac
+done
+[ $fail -eq 0 ] && echo "all targets met"
+exit $fail

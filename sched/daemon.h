@@ -72,6 +72,7 @@ struct program {
                             * once its idleness has cost what a swap costs; swapped out, it is
                             * not brought back until it calls again */
   double gpu_idle_since;
+  double last_idle;        /* how long its last idle phase (by the hint) lasted, seconds */
   bool host_refused;       /* logged: not swapped out, its image would leave the host short */
   struct program *next;
 };

@@ -217,8 +217,10 @@ void sched_idle_hint(struct daemon *d, struct program *p, bool idle)
   if (d->config.verbose)
     fprintf(stderr, "cudawd: pid %ld: %s (%s)\n", (long)p->pid,
             idle ? "idle on the GPU" : "calls the GPU again", sched_state_name(p->state));
+  double now = sched_now();
+  if (!idle) p->last_idle = now - p->gpu_idle_since;
   p->gpu_idle = idle;
-  if (idle) p->gpu_idle_since = sched_now();
+  if (idle) p->gpu_idle_since = now;
 }
 
 /* Until a swap this large has been seen, swaps are taken to run at these rates (a first
@@ -458,7 +460,7 @@ static void grant_or_deny(struct daemon *d)
  * idleness has lasted as long as a swap out and back in would take: an idle phase shorter than
  * that is cheaper to sit out, and waiting that long never costs more than twice the better
  * choice (a PyTorch job building its model on the CPU for 3 s must not pay a 10 s swap of
- * 45 GiB). Waiting programs only when nothing else can give memory (they hold memory and want
+ * 45 GiB). A program whose last idle phase (by the hint) outlasted its swap goes at once. Waiting programs only when nothing else can give memory (they hold memory and want
  * more: without this two of them could wait for each other). With mind_host, only where the
  * host has room for its image. */
 static bool may_preempt(const struct daemon *d, const struct program *v, const struct program *head,
@@ -472,7 +474,9 @@ static bool may_preempt(const struct daemon *d, const struct program *v, const s
   if (v->state == SCHED_WAITING) return turn >= d->config.min_run;
   if (turn >= d->config.quantum * weight) return true;
   double cost = sched_swap_cost(d, v);
-  if (v->gpu_idle && now - v->gpu_idle_since >= cost) return true;
+  /* Its last idle phase outlasted a swap: this one is taken to be as long (a training job's
+   * data loading, an evaluation), and it goes at once. */
+  if (v->gpu_idle && (now - v->gpu_idle_since >= cost || v->last_idle >= cost)) return true;
   return v->idle && turn >= d->config.min_run && now - v->idle_since >= cost;
 }
 

@@ -5,7 +5,7 @@
  * Then the cost of a swap: a large idle program is swapped out only once it has been idle as long
  * as its swap out and back in takes at the rates seen, and not at all while the host (a fake
  * /proc/meminfo, CUDAWD_MEMINFO) has no room for its image, which the waiting program's wait
- * reason says. */
+ * reason says; and a program whose last idle phase outlasted its swap goes at once. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -128,6 +128,25 @@ static void cost_and_host(void)
   CHECK_EQ(step(&d, &pid), 0);
   w->idle_since = sched_now() - sched_swap_cost(&d, w) - 0.1;
   CHECK(step(&d, &pid) == SCHED_CHECKPOINT && pid == w->pid, "checkpoint to %d", pid);
+  /* A program whose last idle phase outlasted its swap goes at once when it is idle again. */
+  sched_done(&d, w, 1, 0, 40 * gib, 10.0);
+  CHECK(step(&d, &pid) == SCHED_RESUME && pid == a->pid, "resume of %d", pid);
+  sched_done(&d, a, 2, 0, 60 * gib, 15.0);
+  a->resident_since = sched_now() - 10;
+  cost = sched_swap_cost(&d, a);
+  sched_idle_hint(&d, a, true);
+  a->gpu_idle_since = sched_now() - 2; /* a short idle phase: not learnt from */
+  sched_idle_hint(&d, a, false);
+  w->wants = true;
+  w->want_bytes = 40 * gib;
+  sched_idle_hint(&d, a, true);
+  CHECK_EQ(step(&d, &pid), 0);
+  sched_idle_hint(&d, a, false);
+  sched_idle_hint(&d, a, true); /* a long idle phase: remembered */
+  a->gpu_idle_since = sched_now() - cost - 1;
+  sched_idle_hint(&d, a, false);
+  sched_idle_hint(&d, a, true);
+  CHECK(step(&d, &pid) == SCHED_CHECKPOINT && pid == a->pid, "checkpoint to %d", pid);
   unsetenv("CUDAWD_MEMINFO");
   unlink(meminfo);
 }

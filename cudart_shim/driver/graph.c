@@ -154,7 +154,8 @@ SHIM_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, C
   return result;
 }
 
-/* ---- generic nodes (cuGraphAddNode & co.): kernel nodes as above, others unchanged ---- */
+/* ---- generic nodes (cuGraphAddNode & co.): kernel nodes as above, memcpy and memset nodes as
+ * graph_copy.c's, others unchanged ---- */
 
 static int kernel_node(const CUgraphNodeParams *p)
 {
@@ -198,8 +199,13 @@ static void other_node_added(const void *graph, const CUgraphNodeParams *p)
     ENTER(name);                                                                         \
     CUresult result;                                                                     \
     if (!kernel_node(nodeParams)) {                                                      \
+      CUgraphNodeParams copy, *original = nodeParams;                                    \
+      if (shim_drv_copy_node_in(original, &copy)) nodeParams = &copy;                    \
       result = REAL(name) args;                                                          \
-      if (result == CUDA_SUCCESS && !(exec)) other_node_added((owner_expr), nodeParams); \
+      nodeParams = original;                                                             \
+      const void *owner = result == CUDA_SUCCESS ? (owner_expr) : NULL;                  \
+      if (owner && !(exec)) other_node_added(owner, nodeParams);                         \
+      if (owner) shim_drv_copy_node_keep(owner, exec, (node_expr), nodeParams);          \
     } else {                                                                             \
       CUgraphNodeParams copy, *original = nodeParams;                                    \
       struct shim_kparam_frame frame;                                                       \

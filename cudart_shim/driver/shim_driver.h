@@ -74,4 +74,25 @@ static inline CUdeviceptr shim_translate_address(CUdeviceptr address)
   return (CUdeviceptr)(uintptr_t)shim_translate_ptr((const void *)(uintptr_t)address);
 }
 
+/* The device (or unified) addresses of a copy structure (CUDA_MEMCPY2D, CUDA_MEMCPY3D,
+ * CUDA_MEMCPY3D_PEER), translated in place. */
+#define SHIM_DRV_TRANSLATE_SIDES(copy)                                                     \
+  do {                                                                                     \
+    if ((copy).srcMemoryType == CU_MEMORYTYPE_DEVICE ||                                    \
+        (copy).srcMemoryType == CU_MEMORYTYPE_UNIFIED)                                     \
+      (copy).srcDevice = shim_translate_address((copy).srcDevice);                         \
+    if ((copy).dstMemoryType == CU_MEMORYTYPE_DEVICE ||                                    \
+        (copy).dstMemoryType == CU_MEMORYTYPE_UNIFIED)                                     \
+      (copy).dstDevice = shim_translate_address((copy).dstDevice);                         \
+  } while (0)
+
+/* Generic node parameters (cuGraphAddNode & co., graph.c) of a memcpy or memset node under
+ * translate: *copy is *p with its device addresses translated and true is returned; false (and
+ * nothing written) for any other node, or under remap (graph_copy.c). */
+bool shim_drv_copy_node_in(const CUgraphNodeParams *p, CUgraphNodeParams *copy);
+/* Such a node of owner (a graph, or an exec when exec) was set from p, the program's parameters:
+ * keep them, so that after a move it is translated again and set in place. */
+void shim_drv_copy_node_keep(const void *owner, bool exec, CUgraphNode node,
+                             const CUgraphNodeParams *p);
+
 #endif

@@ -73,11 +73,18 @@ static struct {
   CUresult (*function)(CUfunction *, CUmodule, const char *);
   CUresult (*unload)(CUmodule);
   CUresult (*copy2d)(const CUDA_MEMCPY2D *);
+  CUresult (*copy_batch)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t, CUmemcpyAttributes *,
+                         size_t *, size_t, CUstream);
+  CUresult (*copy_batch_3d)(size_t, CUDA_MEMCPY3D_BATCH_OP *, unsigned long long, CUstream);
   CUresult (*graph_create)(CUgraph *, unsigned);
   CUresult (*graph_add_kernel)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
                                const CUDA_KERNEL_NODE_PARAMS *);
   CUresult (*graph_add_node)(CUgraphNode *, CUgraph, const CUgraphNode *, const CUgraphEdgeData *,
                              size_t, CUgraphNodeParams *);
+  CUresult (*graph_add_memcpy)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                               const CUDA_MEMCPY3D *, CUcontext);
+  CUresult (*graph_add_memset)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                               const CUDA_MEMSET_NODE_PARAMS *, CUcontext);
   CUresult (*graph_instantiate)(CUgraphExec *, CUgraph, unsigned long long);
   CUresult (*graph_launch)(CUgraphExec, CUstream);
   CUresult (*graph_destroy)(CUgraph);
@@ -139,15 +146,17 @@ static uint64_t field(const char *reply, const char *name)
 }
 
 /* A driver graph: two axpy nodes over x and y (N floats), one added with cuGraphAddKernelNode and
- * one with the generic cuGraphAddNode, and a graph captured from a stream on which axpy is
- * launched twice with cuLaunchKernel; both built and run once before the checkpoint. */
+ * one with the generic cuGraphAddNode, then a memcpy node (y to w) and two memset nodes (the
+ * halves of z: cuGraphAddMemsetNode and the generic API), and a graph captured from a stream on
+ * which axpy is launched twice with cuLaunchKernel; both built and run once before the
+ * checkpoint. */
 enum { GRAPH_N = 512 };
 static struct {
   CUmodule module;
   CUgraph graph, captured;
   CUgraphExec exec, captured_exec;
   CUstream stream;
-  CUdeviceptr x, y;
+  CUdeviceptr x, y, w, z;
   float a;
   int n;
   float host_x[GRAPH_N], host_y[GRAPH_N];
@@ -155,7 +164,7 @@ static struct {
 
 static void *read_file(const char *path, size_t *size);
 
-static void graph_build(const char *cubin)
+static void graph_build(const char *cubin, CUcontext ctx)
 {
   size_t size;
   void *image = read_file(cubin, &size);
@@ -184,6 +193,21 @@ static void graph_build(const char *cubin)
   CUgraphNodeParams second = {.type = CU_GRAPH_NODE_TYPE_KERNEL};
   memcpy(&second.kernel, &node, sizeof node);
   CU_OK(cu.graph_add_node(&generic, g.graph, &added, NULL, 1, &second));
+  CU_OK(cu.alloc(&g.w, sizeof g.host_y));
+  CU_OK(cu.alloc(&g.z, GRAPH_N));
+  CUDA_MEMCPY3D snap = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = g.y,
+                        .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = g.w,
+                        .WidthInBytes = sizeof g.host_y, .Height = 1, .Depth = 1};
+  CUgraphNode copied, set, generic_set;
+  CU_OK(cu.graph_add_memcpy(&copied, g.graph, &generic, 1, &snap, ctx));
+  CUDA_MEMSET_NODE_PARAMS fill = {.dst = g.z, .value = 0x5a, .elementSize = 1,
+                                  .width = GRAPH_N / 2, .height = 1};
+  CU_OK(cu.graph_add_memset(&set, g.graph, &copied, 1, &fill, ctx));
+  CUgraphNodeParams fill_generic = {.type = CU_GRAPH_NODE_TYPE_MEMSET};
+  fill_generic.memset = (CUDA_MEMSET_NODE_PARAMS_v2){.dst = g.z + GRAPH_N / 2, .value = 0xa5,
+                                                     .elementSize = 1, .width = GRAPH_N / 2,
+                                                     .height = 1, .ctx = ctx};
+  CU_OK(cu.graph_add_node(&generic_set, g.graph, &set, NULL, 1, &fill_generic));
   CU_OK(cu.graph_instantiate(&g.exec, g.graph, 0));
   CU_OK(cu.graph_launch(g.exec, NULL));
   CU_OK(cu.stream_create(&g.stream, 0));
@@ -194,14 +218,31 @@ static void graph_build(const char *cubin)
   CU_OK(cu.graph_launch(g.captured_exec, g.stream));
 }
 
-/* y after `runs` launches of the graphs (each adds two axpy). */
+/* y after `runs` launches of the graphs (each adds two axpy); w holds y as the explicit graph
+ * left it (the captured one ran after it), z its memset halves. */
 static void graph_expect(int runs)
 {
-  float back[GRAPH_N];
+  float back[GRAPH_N], snap[GRAPH_N];
+  unsigned char filled[GRAPH_N];
   CU_OK(cu.dtoh(back, g.y, sizeof back));
-  for (int i = 0; i < GRAPH_N; i++)
+  CU_OK(cu.dtoh(snap, g.w, sizeof snap));
+  CU_OK(cu.dtoh(filled, g.z, sizeof filled));
+  for (int i = 0; i < GRAPH_N; i++) {
     CHECK(back[i] == g.host_y[i] + (float)runs * 4.0f * g.host_x[i], /* two axpy a run */
           "graph result y[%d] = %g after %d runs", i, (double)back[i], runs);
+    CHECK(snap[i] == g.host_y[i] + (float)(runs - 1) * 4.0f * g.host_x[i],
+          "memcpy node: w[%d] = %g after %d runs", i, (double)snap[i], runs);
+    CHECK(filled[i] == (i < GRAPH_N / 2 ? 0x5a : 0xa5), "memset node: z[%d] = %#x", i,
+          filled[i]);
+  }
+}
+
+/* What the memcpy and memset nodes wrote, wiped: the next run must write it again. */
+static void graph_wipe(void)
+{
+  static const unsigned char zeros[GRAPH_N * sizeof(float)];
+  CU_OK(cu.htod(g.w, zeros, GRAPH_N * sizeof(float)));
+  CU_OK(cu.htod(g.z, zeros, GRAPH_N));
 }
 
 /* After the resume: under remap the addresses are the same; under translate the resume moved
@@ -217,7 +258,8 @@ static void graph_after_resume(void)
   CHECK(relaunch == CUDA_SUCCESS, "the captured graph did not run after the resume: %d", relaunch);
   graph_expect(4);
   if (policy && strcmp(policy, "translate") == 0)
-    printf("driver graphs (explicit and captured): updated after the move and ran again\n");
+    printf("driver graphs (explicit and captured; kernel, memcpy and memset nodes): updated after "
+           "the move and ran again\n");
   else
     printf("driver graph: ran again after the resume\n");
   CU_OK(cu.exec_destroy(g.exec));
@@ -227,6 +269,8 @@ static void graph_after_resume(void)
   CU_OK(cu.stream_destroy(g.stream));
   CU_OK(cu.free_(g.x));
   CU_OK(cu.free_(g.y));
+  CU_OK(cu.free_(g.w));
+  CU_OK(cu.free_(g.z));
   CU_OK(cu.unload(g.module));
 }
 
@@ -246,6 +290,29 @@ static void copy_2d(CUdeviceptr device)
                         .dstPitch = W, .WidthInBytes = W, .Height = H};
   CU_OK(cu.copy2d(&down));
   CHECK(memcmp(out, back, sizeof out) == 0, "cuMemcpy2D round trip differs");
+}
+
+/* Batched copies from a to b (after a resume that moved both: the addresses sit in arrays and
+ * structures, which cudaw must translate under translate): a's first 4096 bytes with
+ * cuMemcpyBatchAsync, its next 4096 with cuMemcpy3DBatchAsync, each checked in b. */
+static void copy_batches(CUdeviceptr a, CUdeviceptr b, const unsigned char *a_pattern)
+{
+  unsigned char back[4096];
+  CUdeviceptr dsts[1] = {b}, srcs[1] = {a};
+  size_t sizes[1] = {sizeof back}, index = 0;
+  CUmemcpyAttributes attrs = {.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM};
+  CU_OK(cu.copy_batch(dsts, srcs, sizes, 1, &attrs, &index, 1, NULL));
+  CU_OK(cu.dtoh(back, b, sizeof back));
+  CHECK(memcmp(back, a_pattern, sizeof back) == 0, "cuMemcpyBatchAsync copied the wrong bytes");
+  CUDA_MEMCPY3D_BATCH_OP op = {.extent = {sizeof back, 1, 1},
+                               .srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM};
+  op.src.type = op.dst.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+  op.src.op.ptr.ptr = a + sizeof back;
+  op.dst.op.ptr.ptr = b;
+  CU_OK(cu.copy_batch_3d(1, &op, 0, NULL));
+  CU_OK(cu.dtoh(back, b, sizeof back));
+  CHECK(memcmp(back, a_pattern + sizeof back, sizeof back) == 0,
+        "cuMemcpy3DBatchAsync copied the wrong bytes");
 }
 
 static void *read_file(const char *path, size_t *size)
@@ -365,9 +432,13 @@ int main(int argc, char **argv)
   get(get_proc, "cuModuleUnload", &cu.unload);
   get(get_proc, "cuLaunchKernel", &cu.launch);
   get(get_proc, "cuMemcpy2D", &cu.copy2d);
+  get(get_proc, "cuMemcpyBatchAsync", &cu.copy_batch);
+  get(get_proc, "cuMemcpy3DBatchAsync", &cu.copy_batch_3d);
   get(get_proc, "cuGraphCreate", &cu.graph_create);
   get(get_proc, "cuGraphAddKernelNode", &cu.graph_add_kernel);
   get(get_proc, "cuGraphAddNode", &cu.graph_add_node);
+  get(get_proc, "cuGraphAddMemcpyNode", &cu.graph_add_memcpy);
+  get(get_proc, "cuGraphAddMemsetNode", &cu.graph_add_memset);
   get(get_proc, "cuGraphInstantiateWithFlags", &cu.graph_instantiate);
   get(get_proc, "cuGraphLaunch", &cu.graph_launch);
   get(get_proc, "cuGraphDestroy", &cu.graph_destroy);
@@ -436,8 +507,9 @@ int main(int argc, char **argv)
   CU_OK(cu.htod(range_base, vmm_pattern, mapped));
 
   if (cubin) {
-    graph_build(cubin);
+    graph_build(cubin, context);
     graph_expect(2);
+    graph_wipe();
   }
 
   pthread_t thread;
@@ -488,6 +560,9 @@ int main(int argc, char **argv)
     CU_OK(cu.dtoh(back, buffers[i], sizes[i]));
     CHECK(memcmp(back, patterns[i], sizes[i]) == 0, "buffer %d differs after resume", i);
     free(back);
+  }
+  copy_batches(buffers[0], buffers[1], patterns[0]);
+  for (int i = 0; i < 3; i++) {
     free(patterns[i]);
     CU_OK(cu.free_(buffers[i]));
   }

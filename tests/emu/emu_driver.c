@@ -376,6 +376,35 @@ static CUresult emu_cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t c
   return copy(DEVICE_ADDRESS(dst), EMU_SIDE_DEVICE, DEVICE_ADDRESS(src), EMU_SIDE_DEVICE, count, s);
 }
 
+/* Batched device-to-device copies (the attributes are hints the emu does not need). */
+static CUresult emu_cuMemcpyBatchAsync(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
+                                       size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs,
+                                       size_t numAttrs, CUstream s) {
+  (void)attrs, (void)attrsIdxs, (void)numAttrs;
+  if (!dsts || !srcs || !sizes || !count) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < count; i++) {
+    CUresult rc = emu_cuMemcpyDtoDAsync(dsts[i], srcs[i], sizes[i], s);
+    if (rc) return rc;
+  }
+  return CUDA_SUCCESS;
+}
+
+/* Batched 3D copies: device pointer operands, one row each. */
+static CUresult emu_cuMemcpy3DBatchAsync(size_t count, CUDA_MEMCPY3D_BATCH_OP *ops,
+                                         unsigned long long flags, CUstream s) {
+  if (!ops || !count || flags) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < count; i++) {
+    const CUDA_MEMCPY3D_BATCH_OP *op = &ops[i];
+    if (op->src.type != CU_MEMCPY_OPERAND_TYPE_POINTER ||
+        op->dst.type != CU_MEMCPY_OPERAND_TYPE_POINTER || op->extent.height > 1 ||
+        op->extent.depth > 1)
+      return CUDA_ERROR_NOT_SUPPORTED;
+    CUresult rc = emu_cuMemcpyDtoDAsync(op->dst.op.ptr.ptr, op->src.op.ptr.ptr, op->extent.width, s);
+    if (rc) return rc;
+  }
+  return CUDA_SUCCESS;
+}
+
 /* Host <-> device rectangles (no arrays). */
 static CUresult emu_cuMemcpy2D(const CUDA_MEMCPY2D *c) {
   if (!c) return CUDA_ERROR_INVALID_VALUE;
@@ -529,11 +558,28 @@ static CUresult emu_cuGraphAddKernelNode(CUgraphNode *node, CUgraph graph,
                                              &params));
 }
 
-/* Kernel nodes only, like the emu's cudaGraphAddNode. */
+static CUresult emu_cuGraphAddMemcpyNode(CUgraphNode *node, CUgraph graph,
+                                         const CUgraphNode *dependencies, size_t count,
+                                         const CUDA_MEMCPY3D *p, CUcontext ctx);
+static CUresult emu_cuGraphAddMemsetNode(CUgraphNode *node, CUgraph graph,
+                                         const CUgraphNode *dependencies, size_t count,
+                                         const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx);
+
+/* Kernel, memcpy and memset nodes. */
 static CUresult emu_cuGraphAddNode(CUgraphNode *node, CUgraph graph,
                                    const CUgraphNode *dependencies, const CUgraphEdgeData *edges,
                                    size_t count, CUgraphNodeParams *p) {
   if (!p) return CUDA_ERROR_INVALID_VALUE;
+  if (p->type == CU_GRAPH_NODE_TYPE_MEMCPY)
+    return emu_cuGraphAddMemcpyNode(node, graph, dependencies, count, &p->memcpy.copyParams,
+                                    p->memcpy.copyCtx);
+  if (p->type == CU_GRAPH_NODE_TYPE_MEMSET) {
+    const CUDA_MEMSET_NODE_PARAMS_v2 *m = &p->memset;
+    CUDA_MEMSET_NODE_PARAMS set = {.dst = m->dst, .pitch = m->pitch, .value = m->value,
+                                   .elementSize = m->elementSize, .width = m->width,
+                                   .height = m->height};
+    return emu_cuGraphAddMemsetNode(node, graph, dependencies, count, &set, m->ctx);
+  }
   if (p->type != CU_GRAPH_NODE_TYPE_KERNEL) return CUDA_ERROR_NOT_SUPPORTED;
   const CUDA_KERNEL_NODE_PARAMS_v3 *k = &p->kernel;
   struct cudaGraphNodeParams params = {.type = cudaGraphNodeTypeKernel};
@@ -567,6 +613,83 @@ static CUresult emu_cuGraphExecKernelNodeSetParams(CUgraphExec exec, CUgraphNode
   struct cudaKernelNodeParams params = runtime_kernel_params(p);
   return from_runtime(cudaGraphExecKernelNodeSetParams((cudaGraphExec_t)exec,
                                                        (cudaGraphNode_t)node, &params));
+}
+
+/* Memcpy and memset nodes: the emu's runtime nodes (linear memory, one row; byte values). */
+static CUresult runtime_copy(const CUDA_MEMCPY3D *p, struct cudaMemcpy3DParms *out) {
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  if (p->srcMemoryType == CU_MEMORYTYPE_ARRAY || p->dstMemoryType == CU_MEMORYTYPE_ARRAY)
+    return CUDA_ERROR_NOT_SUPPORTED;
+  memset(out, 0, sizeof *out);
+  out->srcPtr.ptr = p->srcMemoryType == CU_MEMORYTYPE_HOST ? (void *)p->srcHost
+                                                           : (void *)(uintptr_t)p->srcDevice;
+  out->dstPtr.ptr = p->dstMemoryType == CU_MEMORYTYPE_HOST ? p->dstHost
+                                                           : (void *)(uintptr_t)p->dstDevice;
+  out->srcPtr.pitch = p->srcPitch, out->dstPtr.pitch = p->dstPitch;
+  out->extent.width = p->WidthInBytes;
+  out->extent.height = p->Height ? p->Height : 1;
+  out->extent.depth = p->Depth ? p->Depth : 1;
+  out->kind = cudaMemcpyDefault;
+  return CUDA_SUCCESS;
+}
+
+static struct cudaMemsetParams runtime_set(const CUDA_MEMSET_NODE_PARAMS *p) {
+  return (struct cudaMemsetParams){.dst = (void *)(uintptr_t)p->dst, .pitch = p->pitch,
+                                   .value = p->value, .elementSize = p->elementSize,
+                                   .width = p->width, .height = p->height};
+}
+
+static CUresult emu_cuGraphAddMemcpyNode(CUgraphNode *node, CUgraph graph,
+                                         const CUgraphNode *dependencies, size_t count,
+                                         const CUDA_MEMCPY3D *p, CUcontext ctx) {
+  (void)ctx;
+  struct cudaMemcpy3DParms copy;
+  CUresult rc = runtime_copy(p, &copy);
+  return rc ? rc : from_runtime(cudaGraphAddMemcpyNode((cudaGraphNode_t *)node, (cudaGraph_t)graph,
+                                                       (const cudaGraphNode_t *)dependencies,
+                                                       count, &copy));
+}
+
+static CUresult emu_cuGraphAddMemsetNode(CUgraphNode *node, CUgraph graph,
+                                         const CUgraphNode *dependencies, size_t count,
+                                         const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx) {
+  (void)ctx;
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  struct cudaMemsetParams set = runtime_set(p);
+  return from_runtime(cudaGraphAddMemsetNode((cudaGraphNode_t *)node, (cudaGraph_t)graph,
+                                             (const cudaGraphNode_t *)dependencies, count, &set));
+}
+
+static CUresult emu_cuGraphMemcpyNodeSetParams(CUgraphNode node, const CUDA_MEMCPY3D *p) {
+  struct cudaMemcpy3DParms copy;
+  CUresult rc = runtime_copy(p, &copy);
+  return rc ? rc : from_runtime(cudaGraphMemcpyNodeSetParams((cudaGraphNode_t)node, &copy));
+}
+
+static CUresult emu_cuGraphMemsetNodeSetParams(CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS *p) {
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  struct cudaMemsetParams set = runtime_set(p);
+  return from_runtime(cudaGraphMemsetNodeSetParams((cudaGraphNode_t)node, &set));
+}
+
+static CUresult emu_cuGraphExecMemcpyNodeSetParams(CUgraphExec exec, CUgraphNode node,
+                                                   const CUDA_MEMCPY3D *p, CUcontext ctx) {
+  (void)ctx;
+  struct cudaMemcpy3DParms copy;
+  CUresult rc = runtime_copy(p, &copy);
+  return rc ? rc
+            : from_runtime(cudaGraphExecMemcpyNodeSetParams((cudaGraphExec_t)exec,
+                                                            (cudaGraphNode_t)node, &copy));
+}
+
+static CUresult emu_cuGraphExecMemsetNodeSetParams(CUgraphExec exec, CUgraphNode node,
+                                                   const CUDA_MEMSET_NODE_PARAMS *p,
+                                                   CUcontext ctx) {
+  (void)ctx;
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  struct cudaMemsetParams set = runtime_set(p);
+  return from_runtime(
+      cudaGraphExecMemsetNodeSetParams((cudaGraphExec_t)exec, (cudaGraphNode_t)node, &set));
 }
 
 static CUresult emu_cuStreamCreate(CUstream *stream, unsigned int flags) {
@@ -689,6 +812,9 @@ E(cuMemAllocAsync); E(cuMemAllocFromPoolAsync); E(cuMemFreeAsync); E(cuDeviceGet
 E(cuDeviceGetMemPool); E(cuMemPoolGetAttribute); E(cuMemPoolSetAttribute); E(cuMemPoolTrimTo);
 E(cuGraphKernelNodeSetParams); E(cuGraphExecKernelNodeSetParams); E(cuStreamCreate);
 E(cuStreamDestroy); E(cuStreamGetCaptureInfo); E(cuGraphGetNodes); E(cuGraphNodeGetType);
+E(cuGraphAddMemcpyNode); E(cuGraphAddMemsetNode); E(cuGraphMemcpyNodeSetParams);
+E(cuGraphMemsetNodeSetParams); E(cuGraphExecMemcpyNodeSetParams);
+E(cuGraphExecMemsetNodeSetParams); E(cuMemcpyBatchAsync); E(cuMemcpy3DBatchAsync);
 
 /* A function of a driver newer than cudaw's toolkit: not in cuda.h, so cudaw has no wrapper for
  * it and must say so (status: ungated_functions). Returns 42. */
@@ -725,7 +851,10 @@ static const struct entry *const entries[] = {
     &entry_cuMemPoolSetAttribute, &entry_cuMemPoolTrimTo,
     &entry_cuGraphKernelNodeSetParams, &entry_cuGraphExecKernelNodeSetParams,
     &entry_cuStreamCreate, &entry_cuStreamDestroy, &entry_cuStreamGetCaptureInfo,
-    &entry_cuGraphGetNodes, &entry_cuGraphNodeGetType,
+    &entry_cuGraphGetNodes, &entry_cuGraphNodeGetType, &entry_cuGraphAddMemcpyNode,
+    &entry_cuGraphAddMemsetNode, &entry_cuGraphMemcpyNodeSetParams,
+    &entry_cuGraphMemsetNodeSetParams, &entry_cuGraphExecMemcpyNodeSetParams,
+    &entry_cuGraphExecMemsetNodeSetParams, &entry_cuMemcpyBatchAsync, &entry_cuMemcpy3DBatchAsync,
 };
 
 cudaError_t emu_get_driver_entry_point(const char *symbol, void **func,

@@ -4,8 +4,12 @@
  * driver, refuses memory it does not own), and which must read back as the program's own
  * pointer. Surfaces over arrays pass through. Across a checkpoint: under remap the texture keeps
  * reading the same bytes; under translate the checkpoint is refused with a reason naming the
- * texture while one is alive, and allowed again once it is destroyed. Run under both policies. */
+ * texture while one is alive, and allowed again once it is destroyed. The same for a texture made
+ * through the driver (cuTexObjectCreate, as a static runtime makes them), from the entry point
+ * cudaGetDriverEntryPointByVersion hands out (cudaw's). Run under both policies. */
 #include "e2e_common.h"
+
+#include <cuda.h>
 
 #define WIDTH 100  /* floats per row */
 #define HEIGHT 37
@@ -45,6 +49,44 @@ static cudaTextureObject_t pitched_texture(void *ptr, size_t pitch)
   CUDA_OK(cudaGetTextureObjectResourceDesc(&back, tex));
   CHECK(back.resType == cudaResourceTypePitch2D && back.res.pitch2D.devPtr == ptr,
         "resource read back names %p, the program gave %p", back.res.pitch2D.devPtr, ptr);
+  return tex;
+}
+
+/* cuTexObjectCreate and friends, from the runtime's driver entry point (cudaw's wrappers). */
+static struct {
+  CUresult (*create)(CUtexObject *, const CUDA_RESOURCE_DESC *, const CUDA_TEXTURE_DESC *,
+                     const CUDA_RESOURCE_VIEW_DESC *);
+  CUresult (*destroy)(CUtexObject);
+  CUresult (*resource)(CUDA_RESOURCE_DESC *, CUtexObject);
+} drv;
+
+static void driver_entry(const char *name, void *slot)
+{
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult found;
+  CUDA_OK(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found));
+  CHECK(fn != NULL && found == cudaDriverEntryPointSuccess, "no driver entry point %s", name);
+  memcpy(slot, &fn, sizeof fn);
+}
+
+static CUtexObject driver_pitched_texture(void *ptr, size_t pitch)
+{
+  CUDA_RESOURCE_DESC res = {.resType = CU_RESOURCE_TYPE_PITCH2D};
+  res.res.pitch2D.devPtr = (CUdeviceptr)(uintptr_t)ptr;
+  res.res.pitch2D.format = CU_AD_FORMAT_FLOAT;
+  res.res.pitch2D.numChannels = 1;
+  res.res.pitch2D.width = WIDTH;
+  res.res.pitch2D.height = HEIGHT;
+  res.res.pitch2D.pitchInBytes = pitch;
+  CUDA_TEXTURE_DESC tex_desc = {0};
+  CUtexObject tex = 0;
+  CHECK(drv.create(&tex, &res, &tex_desc, NULL) == CUDA_SUCCESS, "cuTexObjectCreate failed");
+  CUDA_RESOURCE_DESC back;
+  CHECK(drv.resource(&back, tex) == CUDA_SUCCESS);
+  CHECK(back.resType == CU_RESOURCE_TYPE_PITCH2D &&
+            back.res.pitch2D.devPtr == (CUdeviceptr)(uintptr_t)ptr,
+        "driver resource read back names %#llx, the program gave %p",
+        (unsigned long long)back.res.pitch2D.devPtr, ptr);
   return tex;
 }
 
@@ -102,6 +144,11 @@ int main(int argc, char **argv)
                        cudaMemcpyHostToDevice));
   cudaTextureObject_t tex = pitched_texture(image, pitch);
   check_reads(tex, pitch, rows, "after creation");
+  driver_entry("cuTexObjectCreate", &drv.create);
+  driver_entry("cuTexObjectDestroy", &drv.destroy);
+  driver_entry("cuTexObjectGetResourceDesc", &drv.resource);
+  CUtexObject driver_tex = driver_pitched_texture(image, pitch);
+  check_reads((cudaTextureObject_t)driver_tex, pitch, rows, "driver texture, after creation");
   linear_textures();
   surface_over_array();
 
@@ -113,17 +160,26 @@ int main(int argc, char **argv)
           "checkpoint with a live texture under translate: %s", reply);
     check_reads(tex, pitch, rows, "after the refused checkpoint");
     CUDA_OK(cudaDestroyTextureObject(tex));
+    e2e_ask("checkpoint", reply, sizeof reply); /* the driver's texture still lives */
+    CHECK(!e2e_reply_ok(reply) && e2e_reply_state(reply, "running") && strstr(reply, "texture"),
+          "checkpoint with a live driver texture under translate: %s", reply);
+    CHECK(drv.destroy(driver_tex) == CUDA_SUCCESS);
     e2e_ask("checkpoint", reply, sizeof reply);
   }
   CHECK(e2e_reply_ok(reply) && e2e_reply_state(reply, "paused"), "checkpoint: %s", reply);
   e2e_ask("resume", reply, sizeof reply);
   CHECK(e2e_reply_ok(reply) && e2e_reply_state(reply, "running"), "resume: %s", reply);
-  if (translate_policy()) tex = pitched_texture(image, pitch); /* made again after the resume */
+  if (translate_policy()) { /* made again after the resume */
+    tex = pitched_texture(image, pitch);
+    driver_tex = driver_pitched_texture(image, pitch);
+  }
   check_reads(tex, pitch, rows, "after the resume");
+  check_reads((cudaTextureObject_t)driver_tex, pitch, rows, "driver texture, after the resume");
   CUDA_OK(cudaDestroyTextureObject(tex));
+  CHECK(drv.destroy(driver_tex) == CUDA_SUCCESS);
   CUDA_OK(cudaFree(image));
   free(rows);
-  printf("texture: pitched, linear and surface objects %s; ok\n",
+  printf("texture: pitched (runtime and driver), linear and surface objects %s; ok\n",
          translate_policy() ? "translated, checkpoint refused while one lived" :
                               "kept across a checkpoint");
   return 0;

@@ -405,6 +405,66 @@ static CUresult emu_cuMemcpy3DBatchAsync(size_t count, CUDA_MEMCPY3D_BATCH_OP *o
   return CUDA_SUCCESS;
 }
 
+/* Texture objects over linear and pitched memory: the emu's runtime objects (emu_texture.c). */
+static CUresult runtime_resource(const CUDA_RESOURCE_DESC *r, struct cudaResourceDesc *out) {
+  memset(out, 0, sizeof *out);
+  if (r->resType == CU_RESOURCE_TYPE_LINEAR) {
+    out->resType = cudaResourceTypeLinear;
+    out->res.linear.devPtr = (void *)(uintptr_t)r->res.linear.devPtr;
+    out->res.linear.sizeInBytes = r->res.linear.sizeInBytes;
+    out->res.linear.desc.x = 32;
+  } else if (r->resType == CU_RESOURCE_TYPE_PITCH2D) {
+    out->resType = cudaResourceTypePitch2D;
+    out->res.pitch2D.devPtr = (void *)(uintptr_t)r->res.pitch2D.devPtr;
+    out->res.pitch2D.width = r->res.pitch2D.width;
+    out->res.pitch2D.height = r->res.pitch2D.height;
+    out->res.pitch2D.pitchInBytes = r->res.pitch2D.pitchInBytes;
+    out->res.pitch2D.desc.x = 32; /* the emu reads no texels: the span is what it checks */
+  } else {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  return CUDA_SUCCESS;
+}
+
+static CUresult emu_cuTexObjectCreate(CUtexObject *handle, const CUDA_RESOURCE_DESC *r,
+                                      const CUDA_TEXTURE_DESC *t, const CUDA_RESOURCE_VIEW_DESC *v) {
+  (void)v;
+  if (!handle || !r || !t) return CUDA_ERROR_INVALID_VALUE;
+  struct cudaResourceDesc resource;
+  CUresult rc = runtime_resource(r, &resource);
+  struct cudaTextureDesc texture = {.readMode = cudaReadModeElementType};
+  return rc ? rc : from_runtime(cudaCreateTextureObject((cudaTextureObject_t *)handle, &resource,
+                                                        &texture, NULL));
+}
+
+static CUresult emu_cuTexObjectDestroy(CUtexObject handle) {
+  return from_runtime(cudaDestroyTextureObject((cudaTextureObject_t)handle));
+}
+
+static CUresult emu_cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC *out, CUtexObject handle) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  struct cudaResourceDesc r;
+  CUresult rc = from_runtime(cudaGetTextureObjectResourceDesc(&r, (cudaTextureObject_t)handle));
+  if (rc) return rc;
+  memset(out, 0, sizeof *out);
+  if (r.resType == cudaResourceTypeLinear) {
+    out->resType = CU_RESOURCE_TYPE_LINEAR;
+    out->res.linear.devPtr = (CUdeviceptr)(uintptr_t)r.res.linear.devPtr;
+    out->res.linear.sizeInBytes = r.res.linear.sizeInBytes;
+  } else if (r.resType == cudaResourceTypePitch2D) {
+    out->resType = CU_RESOURCE_TYPE_PITCH2D;
+    out->res.pitch2D.devPtr = (CUdeviceptr)(uintptr_t)r.res.pitch2D.devPtr;
+    out->res.pitch2D.width = r.res.pitch2D.width;
+    out->res.pitch2D.height = r.res.pitch2D.height;
+    out->res.pitch2D.pitchInBytes = r.res.pitch2D.pitchInBytes;
+    out->res.pitch2D.format = CU_AD_FORMAT_FLOAT;
+    out->res.pitch2D.numChannels = 1;
+  } else {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  return CUDA_SUCCESS;
+}
+
 /* Host <-> device rectangles (no arrays). */
 static CUresult emu_cuMemcpy2D(const CUDA_MEMCPY2D *c) {
   if (!c) return CUDA_ERROR_INVALID_VALUE;
@@ -815,6 +875,7 @@ E(cuStreamDestroy); E(cuStreamGetCaptureInfo); E(cuGraphGetNodes); E(cuGraphNode
 E(cuGraphAddMemcpyNode); E(cuGraphAddMemsetNode); E(cuGraphMemcpyNodeSetParams);
 E(cuGraphMemsetNodeSetParams); E(cuGraphExecMemcpyNodeSetParams);
 E(cuGraphExecMemsetNodeSetParams); E(cuMemcpyBatchAsync); E(cuMemcpy3DBatchAsync);
+E(cuTexObjectCreate); E(cuTexObjectDestroy); E(cuTexObjectGetResourceDesc);
 
 /* A function of a driver newer than cudaw's toolkit: not in cuda.h, so cudaw has no wrapper for
  * it and must say so (status: ungated_functions). Returns 42. */
@@ -855,6 +916,7 @@ static const struct entry *const entries[] = {
     &entry_cuGraphAddMemsetNode, &entry_cuGraphMemcpyNodeSetParams,
     &entry_cuGraphMemsetNodeSetParams, &entry_cuGraphExecMemcpyNodeSetParams,
     &entry_cuGraphExecMemsetNodeSetParams, &entry_cuMemcpyBatchAsync, &entry_cuMemcpy3DBatchAsync,
+    &entry_cuTexObjectCreate, &entry_cuTexObjectDestroy, &entry_cuTexObjectGetResourceDesc,
 };
 
 cudaError_t emu_get_driver_entry_point(const char *symbol, void **func,

@@ -117,7 +117,7 @@ int shim_vmem_free_pending(const void *vptr)
  * default-stream handles name one stream per thread or device) that were not destroyed since
  * (their handle may name a new stream), and only for the same size (the block is the program's
  * again, as it was). The newest such block is taken. */
-static int reuse_freed(cudaStream_t stream, uint64_t size, void *pool, void **ptr)
+static int reuse_freed(cudaStream_t stream, uint64_t size, uint64_t asked, void *pool, void **ptr)
 {
   if (!names_one_stream(stream) ||
       atomic_load_explicit(&pending_published, memory_order_acquire) == 0)
@@ -127,7 +127,7 @@ static int reuse_freed(cudaStream_t stream, uint64_t size, void *pool, void **pt
   size_t i = pending_count;
   while (i > 0 && !(pending[i - 1].stream == stream && pending[i - 1].size == size &&
                     pending[i - 1].pool == pool && pending[i - 1].streams_destroyed == destroyed &&
-                    (!pool || shim_pool_reuse(pending[i - 1].ptr) == 0)))
+                    (!pool || shim_pool_reuse(pending[i - 1].ptr, asked) == 0)))
     i--;
   int found = i > 0;
   if (found) {
@@ -234,7 +234,7 @@ cudaError_t shim_vmem_malloc_async(void **ptr, size_t size, cudaStream_t stream,
   /* Under translate without the driver layer, a late library may have stopped allocations
    * (glue/vmem.c): only vmem decides then. */
   uint64_t want = pool ? (size + SHIM_POOL_BLOCK_ALIGN - 1) & ~(SHIM_POOL_BLOCK_ALIGN - 1) : size;
-  if ((!shim_translate_end || shim_drv_routing()) && reuse_freed(stream, want, pool, ptr))
+  if ((!shim_translate_end || shim_drv_routing()) && reuse_freed(stream, want, size, pool, ptr))
     return cudaSuccess;
   if (!pool) return shim_set_last_error(shim_vmem_alloc(ptr, size));
   return shim_set_last_error(shim_pool_alloc(pool, size, ptr));

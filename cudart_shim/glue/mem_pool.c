@@ -1,8 +1,10 @@
 /* Stream-ordered memory pools over vmem, so that a program's pool figures read as without cudaw.
  * Each pool the program allocates from (its real handle: the default, current or a created pool)
- * has books here: it reserves vmem memory in segments of SHIM_POOL_SEGMENT multiples and places
- * blocks (sizes rounded up to SHIM_POOL_BLOCK_ALIGN) first fit in its oldest segment with room,
- * as the driver's pools do. A free lowers the used figure at once; the block goes back to its
+ * has books here: it reserves vmem memory in segments of SHIM_POOL_SEGMENT (a larger block: its
+ * size in SHIM_POOL_LARGE_STEP steps) and places blocks (sizes rounded up to
+ * SHIM_POOL_BLOCK_ALIGN) first fit in its oldest segment with room, as the driver's pools do; the
+ * used figures and a block's address range count the bytes the program asked for, as the
+ * driver's do (measured on the H100). A free lowers the used figure at once; the block goes back to its
  * segment once its stream passed the free (mem_async.c). Segments go back to vmem, whole and
  * newest first, at a synchronisation while the pool holds more than its release threshold, on
  * cudaMemPoolTrimTo, when a destroyed pool empties, and (every empty one of the device's pools)
@@ -21,7 +23,8 @@
 
 struct block {
   uint64_t offset, size;
-  bool freed; /* freed on a stream that has not passed the free yet */
+  uint64_t asked; /* what the program asked for (size is that, rounded) */
+  bool freed;     /* freed on a stream that has not passed the free yet */
 };
 
 struct pool_books;
@@ -144,7 +147,7 @@ static int64_t gap_in(const struct segment *s, uint64_t size)
   return s->size - at >= size ? (int64_t)at : -1;
 }
 
-static int place(struct segment *s, uint64_t offset, uint64_t size)
+static int place(struct segment *s, uint64_t offset, uint64_t size, uint64_t asked)
 {
   if (s->count == s->capacity && grow((void **)&s->blocks, &s->capacity, sizeof *s->blocks))
     return -ENOMEM;
@@ -153,10 +156,10 @@ static int place(struct segment *s, uint64_t offset, uint64_t size)
     s->blocks[i] = s->blocks[i - 1];
     i--;
   }
-  s->blocks[i] = (struct block){offset, size, false};
+  s->blocks[i] = (struct block){offset, size, asked, false};
   s->count++;
   s->taken += size;
-  s->pool->used += size;
+  s->pool->used += asked;
   note_highs(s->pool);
   return 0;
 }
@@ -200,13 +203,13 @@ static void drop_if_dead(struct pool_books *p)
 }
 
 /* Place size bytes in p's segments (first fit, oldest first). Called with lock. */
-static int place_first_fit(struct pool_books *p, uint64_t size, void **ptr)
+static int place_first_fit(struct pool_books *p, uint64_t size, uint64_t asked, void **ptr)
 {
   for (size_t i = 0; i < p->count; i++) {
     if (p->segments[i]->size - p->segments[i]->taken < size) continue;
     int64_t offset = gap_in(p->segments[i], size);
     if (offset < 0) continue;
-    int rc = place(p->segments[i], (uint64_t)offset, size);
+    int rc = place(p->segments[i], (uint64_t)offset, size, asked);
     if (rc == 0) *ptr = (void *)(p->segments[i]->base + (uint64_t)offset);
     return rc;
   }
@@ -246,13 +249,14 @@ cudaError_t shim_pool_alloc(void *handle, uint64_t size, void **ptr)
   if (want < size) return cudaErrorMemoryAllocation;
   pthread_mutex_lock(&lock);
   struct pool_books *p = books_of(handle, 0, false);
-  int rc = p ? place_first_fit(p, want, ptr) : -ENOSPC;
+  int rc = p ? place_first_fit(p, want, size, ptr) : -ENOSPC;
   pthread_mutex_unlock(&lock);
   if (rc != -ENOSPC) return shim_error_from_errno(rc);
 
   int device = p ? p->device : device_of(handle);
-  uint64_t granule = SHIM_POOL_SEGMENT;
-  uint64_t bytes = (want + granule - 1) & ~(granule - 1);
+  uint64_t step = SHIM_POOL_LARGE_STEP;
+  uint64_t bytes = want <= SHIM_POOL_SEGMENT ? SHIM_POOL_SEGMENT : (want + step - 1) & ~(step - 1);
+  if (bytes < want) return cudaErrorMemoryAllocation;
   void *base = NULL;
   cudaError_t result = shim_vmem_alloc_on(device, &base, bytes);
   if (result == cudaErrorMemoryAllocation) {
@@ -263,7 +267,7 @@ cudaError_t shim_pool_alloc(void *handle, uint64_t size, void **ptr)
     shim_vmem_reap_frees(1);
     pthread_mutex_lock(&lock);
     p = books_of(handle, 0, false);
-    rc = p ? place_first_fit(p, want, ptr) : -ENOSPC;
+    rc = p ? place_first_fit(p, want, size, ptr) : -ENOSPC;
     if (rc == -ENOSPC)
       for (struct pool_books *q = pools; q; q = q->next)
         if (q->device == device) release_down_to(q, 0);
@@ -276,7 +280,7 @@ cudaError_t shim_pool_alloc(void *handle, uint64_t size, void **ptr)
   struct segment *s = NULL;
   p = books_of(handle, device, true);
   rc = p ? adopt_segment(p, (uintptr_t)base, bytes, &s) : -ENOMEM;
-  if (rc == 0) rc = place(s, 0, want);
+  if (rc == 0) rc = place(s, 0, want, size);
   if (rc == 0) *ptr = base;
   else if (s) release_down_to(p, p->threshold);
   pthread_mutex_unlock(&lock);
@@ -301,7 +305,7 @@ int shim_pool_free_begin(const void *ptr, uint64_t *size, void **handle)
   struct block *b = s ? block_at(s, (uintptr_t)ptr, NULL) : NULL;
   if (b && !b->freed) {
     b->freed = true;
-    s->pool->used -= b->size;
+    s->pool->used -= b->asked;
     *size = b->size;
     *handle = s->pool->handle;
     rc = 0;
@@ -325,7 +329,7 @@ void shim_pool_free_done(const void *ptr)
   pthread_mutex_unlock(&lock);
 }
 
-int shim_pool_reuse(const void *ptr)
+int shim_pool_reuse(const void *ptr, uint64_t asked)
 {
   pthread_mutex_lock(&lock);
   struct segment *s = segment_at((uintptr_t)ptr, NULL);
@@ -333,7 +337,8 @@ int shim_pool_reuse(const void *ptr)
   int rc = -EINVAL;
   if (b && b->freed && !s->pool->destroyed) {
     b->freed = false;
-    s->pool->used += b->size;
+    b->asked = asked;
+    s->pool->used += asked;
     note_highs(s->pool);
     rc = 0;
   }
@@ -356,7 +361,7 @@ int shim_pool_block_range(const void *ptr, uintptr_t *base, uint64_t *size)
     struct block *b = &s->blocks[i];
     if (offset >= b->offset && offset - b->offset < b->size && !b->freed) {
       *base = s->base + b->offset;
-      *size = b->size;
+      *size = b->asked;
       rc = 0;
     }
   }

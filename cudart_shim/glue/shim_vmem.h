@@ -162,8 +162,12 @@ int shim_vmem_free_pending(const void *vptr);
 
 /* ---- stream-ordered memory pools over vmem (mem_pool.c) ------------------------------------ */
 
-#define SHIM_POOL_SEGMENT ((uint64_t)2 << 20) /* a pool reserves memory in these steps */
-#define SHIM_POOL_BLOCK_ALIGN ((uint64_t)512)  /* a block's size is rounded up to this */
+/* As the H100's driver (580) does: a pool reserves 32 MiB at a time (a larger block gets a segment
+ * of its size in 2 MiB steps), places blocks at 512-byte multiples, and counts a block's used
+ * bytes and address range as the size the program asked for. */
+#define SHIM_POOL_SEGMENT ((uint64_t)32 << 20) /* a pool reserves memory in these steps */
+#define SHIM_POOL_LARGE_STEP ((uint64_t)2 << 20) /* a block above a segment: its size in these */
+#define SHIM_POOL_BLOCK_ALIGN ((uint64_t)512)  /* a block's place is rounded up to this */
 
 /* Allocate size bytes for the program from the pool whose real handle is `handle` (its books
  * are made on first use): first fit in its segments, else a new vmem segment. */
@@ -178,8 +182,9 @@ void shim_pool_free_done(const void *ptr);
 /* The live block containing ptr (what the driver's address range query answers): 0, or
  * -ENOENT when ptr is in no live block. */
 int shim_pool_block_range(const void *ptr, uintptr_t *base, uint64_t *size);
-/* A block whose free began is the program's again (same stream, same size): 0 or -EINVAL. */
-int shim_pool_reuse(const void *ptr);
+/* A block whose free began is the program's again (same stream, same rounded size), now for
+ * `asked` bytes: 0 or -EINVAL. */
+int shim_pool_reuse(const void *ptr, uint64_t asked);
 /* Whether any pool holds vmem memory (one load): synchronisations have nothing to do if not. */
 int shim_pool_holds_memory(void);
 /* A synchronisation on device returned: pools over their release threshold give empty segments

@@ -161,8 +161,11 @@ cudaError_t emu_end_capture(cudaStream_t stream, cudaGraph_t *graph);
 cudaError_t emu_is_capturing(cudaStream_t stream, enum cudaStreamCaptureStatus *status);
 
 /* ---- emu_pool.c: stream-ordered memory pools ---- */
-#define EMU_POOL_SEGMENT ((size_t)2 << 20) /* a pool reserves device memory in these steps */
-#define EMU_POOL_BLOCK_ALIGN ((size_t)512)  /* a block's size is rounded up to this */
+/* As the H100's driver: 32 MiB segments (a larger block: its size in 2 MiB steps), blocks placed at
+ * 512-byte multiples, used bytes and address ranges as asked. */
+#define EMU_POOL_SEGMENT ((size_t)32 << 20) /* a pool reserves device memory in these steps */
+#define EMU_POOL_LARGE_STEP ((size_t)2 << 20) /* a block above a segment: its size in these */
+#define EMU_POOL_BLOCK_ALIGN ((size_t)512)  /* a block's place is rounded up to this */
 /* Allocates from pool (NULL: the current device's current pool) on stream. */
 cudaError_t emu_pool_alloc(void **ptr, size_t size, cudaMemPool_t pool, cudaStream_t stream);
 /* Gives a pool block back to its pool: 0, -ENOENT when ptr is no pool's memory, -EINVAL when it

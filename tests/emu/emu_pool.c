@@ -1,8 +1,10 @@
 /* emu_pool.c: stream-ordered memory pools as the driver keeps them, so that a program's pool
  * figures can be compared with and without cudaw. Each device has a default pool and a current
  * pool (cudaDeviceSetMemPool); created pools live until destroyed and their last block is freed.
- * A pool reserves device memory in segments (multiples of EMU_POOL_SEGMENT) and places blocks
- * (sizes rounded up to EMU_POOL_BLOCK_ALIGN) first fit in the oldest segment with room. A free
+ * A pool reserves device memory in segments of EMU_POOL_SEGMENT (a larger block: its size in
+ * EMU_POOL_LARGE_STEP steps) and places blocks (sizes rounded up to EMU_POOL_BLOCK_ALIGN) first
+ * fit in the oldest segment with room; used bytes and a block's address range are the sizes
+ * asked for (as on the H100, driver 580). A free
  * gives the block back to its pool at once (work is synchronous here); reserved memory goes back
  * to the device only at a synchronisation (stream, event or device) while the pool holds more
  * than its release threshold (default 0), or by cudaMemPoolTrimTo: whole empty segments, newest
@@ -20,6 +22,7 @@
 
 struct block {
   size_t offset, size;
+  size_t asked; /* what the program asked for (size is that, rounded) */
 };
 
 struct segment {
@@ -86,7 +89,7 @@ static long long gap_in(const struct segment *s, size_t size) {
   return s->size - at >= size ? (long long)at : -1;
 }
 
-static int insert_block(struct segment *s, size_t offset, size_t size) {
+static int insert_block(struct segment *s, size_t offset, size_t size, size_t asked) {
   if (s->count == s->capacity) {
     size_t capacity = s->capacity ? s->capacity * 2 : 8;
     struct block *grown = realloc(s->blocks, capacity * sizeof *grown);
@@ -99,7 +102,7 @@ static int insert_block(struct segment *s, size_t offset, size_t size) {
     s->blocks[i] = s->blocks[i - 1];
     i--;
   }
-  s->blocks[i] = (struct block){offset, size};
+  s->blocks[i] = (struct block){offset, size, asked};
   s->count++;
   return 0;
 }
@@ -157,7 +160,9 @@ static int pool_alloc_locked(struct emu_pool *p, size_t size, void **ptr) {
   for (size_t i = 0; i < p->count && offset < 0; i++)
     if ((offset = gap_in(&p->segments[i], rounded)) >= 0) index = i;
   if (offset < 0) {
-    size_t segment = (rounded + EMU_POOL_SEGMENT - 1) & ~(size_t)(EMU_POOL_SEGMENT - 1);
+    size_t step = EMU_POOL_LARGE_STEP;
+    size_t segment = rounded <= EMU_POOL_SEGMENT ? EMU_POOL_SEGMENT
+                                                 : (rounded + step - 1) & ~(step - 1);
     if (segment < rounded) return -ENOMEM;
     int err = add_segment(p, segment);
     if (err == -ENOMEM) {
@@ -171,12 +176,12 @@ static int pool_alloc_locked(struct emu_pool *p, size_t size, void **ptr) {
     offset = 0;
   }
   struct segment *s = &p->segments[index];
-  int err = insert_block(s, (size_t)offset, rounded);
+  int err = insert_block(s, (size_t)offset, rounded, size);
   if (err) {
     release_down_to(p, p->threshold);
     return err;
   }
-  p->used += rounded;
+  p->used += size;
   note_highs(p);
   *ptr = s->base + offset;
   return 0;
@@ -210,7 +215,7 @@ int emu_pool_free(void *ptr) {
       err = -EINVAL; /* inside a segment but no block's start: an interior pointer or a double free */
       for (size_t b = 0; b < s->count; b++)
         if (s->blocks[b].offset == offset) {
-          p->used -= s->blocks[b].size;
+          p->used -= s->blocks[b].asked;
           memmove(&s->blocks[b], &s->blocks[b + 1], (s->count - b - 1) * sizeof *s->blocks);
           s->count--;
           err = 0;
@@ -234,7 +239,7 @@ int emu_pool_block_range(const void *ptr, uintptr_t *base, size_t *size) {
       for (size_t b = 0; b < s->count && err; b++)
         if (offset >= s->blocks[b].offset && offset - s->blocks[b].offset < s->blocks[b].size) {
           *base = (uintptr_t)s->base + s->blocks[b].offset;
-          *size = s->blocks[b].size;
+          *size = s->blocks[b].asked;
           err = 0;
         }
     }

@@ -218,17 +218,17 @@ static int recreate_locked(uint64_t *shortfall) {
     /* First every old address that can be reserved again (home.c), then the allocator for the
      * rest, so that it cannot hand out an address a later chunk wanted back. */
     vmem_home_place(released.items, released.count);
+    for (size_t i = 0; i < released.count; i++) /* all of them, for an undo */
+      if (released.items[i]->resident) {
+        released.items[i]->epoch = a.epoch;
+        a.created_bytes += released.items[i]->backed;
+      }
   }
   for (size_t i = 0; rc == 0 && i < released.count;) {
     size_t end = s->policy == VMEM_REMAP
                      ? run_end(released.items, released.count, i, SLAB_MAX_MEMBERS, SLAB_MAX_BYTES)
                      : i + 1;
-    if (released.items[i]->resident) { /* in its home */
-      released.items[i]->epoch = a.epoch;
-      a.created_bytes += released.items[i]->backed;
-    } else {
-      rc = recreate_run(released.items + i, end - i, &a);
-    }
+    if (!released.items[i]->resident) rc = recreate_run(released.items + i, end - i, &a);
     i = end;
   }
   if (rc == 0 && s->policy == VMEM_TRANSLATE) count_moved(released.items, released.count);

@@ -249,6 +249,36 @@ static void partial_fallback(void) {
   stop(f);
 }
 
+/* The allocator fails for a chunk below one re-created in place: the undo releases that one too
+ * (regression: only the chunks before the failing one were undone). */
+static void undo_after_home(void) {
+  struct fake *f = begin((struct setup){.vmm = 1, .in_place = 1, .identity = 1});
+  struct two_ranges t;
+  two_ranges(f, &t);
+  saved_count = 0;
+  CHECK_EQ(vmem_for_each(save, NULL), 0);
+  CHECK_EQ(saved[0].vaddr, (uintptr_t)t.x);
+  CHECK_EQ(vmem_release_all(), 0);
+  uint64_t foreign;
+  CHECK_EQ(fake_prims()->va_reserve(f, 2 * MiB, 2 * MiB, saved[0].real / (2 * MiB) * (2 * MiB),
+                                    &foreign), 0);
+  fake_fail(f, FAKE_DEV_MALLOC, 1);
+  CHECK_EQ(vmem_recreate_all(NULL), -ENOMEM);
+  CHECK(vmem_translate(t.x) == NULL && vmem_translate(t.y) == NULL, "y is still resident");
+  CHECK_EQ(fake_used(f, 0), 0);
+  CHECK_EQ(fake_reservations(f), 2); /* y's, kept, and the foreign one */
+  CHECK_EQ(vmem_recreate_all(NULL), 0);
+  struct outcome o = {0};
+  CHECK_EQ(vmem_for_each(restore, &o), 0);
+  CHECK_EQ(o.moved_chunks, 1);
+  CHECK_EQ(o.reserved, 3 * MiB + 512);
+  check_two(&t);
+  CHECK_EQ(fake_prims()->va_free(f, foreign, 2 * MiB), 0);
+  CHECK_EQ(vmem_free(t.x, NULL), 0);
+  CHECK_EQ(vmem_free(t.y, NULL), 0);
+  stop(f);
+}
+
 /* The device refuses every hint (another address, or an error): everything moves, as before,
  * and no reservation is left behind. */
 static void refused(enum fake_hint hint) {
@@ -343,6 +373,7 @@ static void allocator_only(int vmm, int in_place) {
 int main(void) {
   in_place_round_trips();
   partial_fallback();
+  undo_after_home();
   refused(FAKE_HINT_MOVE_FREE);
   refused(FAKE_HINT_FAIL);
   step_fails(FAKE_PHYS_CREATE);

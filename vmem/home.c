@@ -9,10 +9,13 @@
  *
  * A home keeps its reservation while any live chunk lies in it, across later checkpoints: a
  * release unmaps and releases its physical memory once none of its chunks is resident, and the
- * next resume maps new memory at the same, still reserved, address. Where the device will not
- * reserve the address, or any step fails, the chunks are left to the allocator (residency.c),
+ * next resume maps new memory at the same, still reserved, address (nothing made meanwhile, such
+ * as the context's stack memory set back before the chunks, can take it). Where the device will
+ * not reserve the address, or any step fails, the chunks are left to the allocator (residency.c),
  * and what lands elsewhere is counted as moved. A chunk freed while others in its home live keeps
- * its memory mapped until the last one goes (a mapping is undone whole). */
+ * its memory mapped until the last one goes (a mapping is undone whole); such a home is not
+ * mapped again whole at the next resume but freed, and its chunks get tight homes of their own
+ * there, so freed memory is held for one checkpoint at most. */
 #include <errno.h>
 #include <stdlib.h>
 
@@ -25,6 +28,7 @@ struct home {
   bool mapped;
   uint32_t members;  /* live chunks whose memory lies in it */
   uint32_t resident; /* of those, the resident ones: the mapping lives while there are any */
+  bool shrink;       /* a chunk left while others live: re-made to fit at the next resume */
   struct home *next, *prev;
 };
 
@@ -97,6 +101,7 @@ void vmem_home_leave(struct chunk *c) {
   struct home *h = c->home;
   c->home = NULL;
   if (--h->members == 0) drop_home(h);
+  else h->shrink = true;
 }
 
 /* Whether device can have homes at this resume (asked once per device and resume). */
@@ -200,9 +205,11 @@ void vmem_home_place(struct chunk **items, size_t count) {
   signed char known[VMEM_MAX_DEVICES];
   for (int d = 0; d < VMEM_MAX_DEVICES; d++) known[d] = -1;
   /* Homes kept from earlier resumes: their addresses are still reserved, only memory is needed.
-   * A chunk whose home cannot be backed leaves it for the allocator. */
+   * A chunk whose home cannot be backed, or holds freed space (shrink), leaves it: the last one
+   * out frees the reservation, and below the chunks are placed again as new ones, at the same
+   * addresses, which nothing can have taken in between (the lock is held). */
   for (struct home *h = s->homes; h; h = h->next)
-    if (!h->mapped && h->resident == 0) map_home(h);
+    if (!h->mapped && h->resident == 0 && !h->shrink) map_home(h);
   for (size_t i = 0; i < count; i++) {
     struct chunk *c = items[i];
     if (!c->home) continue;

@@ -4,10 +4,10 @@
  * and mapped: nothing moves, a pointer table kept in device memory still leads to its data, the
  * next resume maps memory into the same, still reserved, ranges without reserving again, and a
  * release gives every byte back. A range shared by several chunks stays until the last of them
- * is freed. Falls back to the allocator (counted as moved, nothing left held) where the hint is
- * refused (another address, an error, a live foreign block in the way) or a step fails (physical
- * memory, map, access); an out-of-memory resume undoes itself and a retry uses the kept
- * reservations. Also: freed while released, freed while held by a live checkpoint, peer access,
+ * is freed, or is re-made to fit at the next resume. Falls back to the allocator (counted as
+ * moved, nothing left held) where the hint is refused (another address, an error, someone else's
+ * reservation in the way) or a step fails (physical memory, map, access); an out-of-memory
+ * resume undoes itself and a retry uses the kept reservations. Also: freed while released, freed while held by a live checkpoint, peer access,
  * and in_place off or no VMM (the allocator alone, as before). */
 #include <stdlib.h>
 
@@ -249,6 +249,39 @@ static void partial_fallback(void) {
   stop(f);
 }
 
+/* A chunk freed while another one of its range lives keeps its memory until the next resume,
+ * which re-makes the range to fit what is left, at the same addresses. */
+static void shrink(void) {
+  struct fake *f = begin((struct setup){.vmm = 1, .in_place = 1, .identity = 1});
+  void *a, *b; /* adjacent on the fake device: one range */
+  CHECK_EQ(vmem_alloc(0, 3 * MiB, 0, &a), 0);
+  CHECK_EQ(vmem_alloc(0, 3 * MiB, 0, &b), 0);
+  *(uint64_t *)b = 77;
+  CHECK_EQ(round_trip(NULL, NULL).reserved, 6 * MiB);
+  CHECK_EQ(fake_reservations(f), 1);
+  struct vmem_stats stats;
+  CHECK_EQ(vmem_get_stats(-1, &stats), 0);
+  uint64_t both = stats.home_bytes, used = fake_used(f, 0);
+  CHECK_EQ(vmem_free(a, NULL), 0);
+  CHECK_EQ(fake_used(f, 0), used); /* still mapped: the range is b's too */
+  struct outcome o = round_trip(NULL, NULL);
+  CHECK_EQ(o.moved, 0);
+  CHECK_EQ(o.reserved, 3 * MiB);
+  CHECK_EQ(vmem_translate(b), b);
+  CHECK_EQ(*(uint64_t *)b, 77);
+  uint64_t b_start = (uintptr_t)b / (2 * MiB) * (2 * MiB);
+  uint64_t b_bytes = ((uintptr_t)b + 3 * MiB + 2 * MiB - 1) / (2 * MiB) * (2 * MiB) - b_start;
+  CHECK_EQ(vmem_get_stats(-1, &stats), 0);
+  CHECK(stats.home_bytes == b_bytes && b_bytes < both, "range of %llu bytes, b needs %llu",
+        (unsigned long long)stats.home_bytes, (unsigned long long)b_bytes);
+  CHECK_EQ(fake_used(f, 0), b_bytes);
+  CHECK_EQ(fake_reservations(f), 1);
+  CHECK(fake_reserved(f, b_start, b_bytes));
+  CHECK_EQ(vmem_free(b, NULL), 0);
+  CHECK_EQ(fake_reservations(f), 0);
+  stop(f);
+}
+
 /* The allocator fails for a chunk below one re-created in place: the undo releases that one too
  * (regression: only the chunks before the failing one were undone). */
 static void undo_after_home(void) {
@@ -374,6 +407,7 @@ int main(void) {
   in_place_round_trips();
   partial_fallback();
   undo_after_home();
+  shrink();
   refused(FAKE_HINT_MOVE_FREE);
   refused(FAKE_HINT_FAIL);
   step_fails(FAKE_PHYS_CREATE);

@@ -194,7 +194,8 @@ uint64_t vmem_held_bytes(void);
  * where the device grants it, physical memory is mapped there and the chunks are back where they
  * were. Such a range stays reserved while any of its chunks lives, across later checkpoints, so
  * later resumes get the same addresses for certain; it is unmapped and freed once its last chunk
- * is freed (a freed chunk's memory stays until then). The rest (no VMM, the address refused,
+ * is freed (a freed chunk's memory stays until then, or until the next resume, which re-makes
+ * the range to fit the chunks left). The rest (no VMM, the address refused,
  * any step failed) comes from dev_malloc in the order of the old real addresses, with the same
  * sizes, so that a device allocator that hands out addresses deterministically returns the same
  * ones; each result is checked, and what landed elsewhere is counted in vmem_stats.moved_bytes

@@ -102,6 +102,7 @@ static int chunk_unback(struct chunk *c, bool retire) {
   if (in_slab) vmem_slab_leave(c, true); /* its range is given back with the slab */
   else rc = retire ? vmem_backing_retire(c) : vmem_backing_destroy(c);
   if (rc) return rc;
+  if (c->home) vmem_home_leave(c);
   if (!in_slab && !c->outside) vmem_va_give(c->vaddr, c->va_bytes >> s->shift);
   s->device[c->device].held -= c->backed;
   return 0;
@@ -382,6 +383,11 @@ int vmem_get_stats(int device, struct vmem_stats *stats) {
     }
     stats->moved_bytes = s->moved_bytes; /* not kept per device: a resume is process-wide */
     stats->moved_chunks = s->moved_chunks;
+    stats->in_place_bytes = s->in_place_bytes;
+    stats->in_place_chunks = s->in_place_chunks;
+    stats->in_place_mapped_bytes = s->in_place_mapped_bytes;
+    stats->in_place_refused = s->in_place_refused;
+    stats->home_bytes = s->home_bytes;
   }
   pthread_mutex_unlock(&s->lock);
   return rc;

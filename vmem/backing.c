@@ -1,5 +1,6 @@
 /* Device memory behind one chunk: physical memory mapped at the chunk's virtual address under
  * remap, a plain device allocation anywhere under translate. Both undo themselves on failure.
+ * Under translate a chunk re-created at its old address by a resume lives in a home (home.c).
  * Under translate the memory of a freed chunk of up to VMEM_KEPT_MAX_BYTES is kept (a few per
  * device) for the next chunk of the same size: a program that allocates and frees a few MiB in a
  * loop otherwise pays the real cudaMalloc + cudaFree each time, on top of cudaw's own work. The
@@ -87,7 +88,7 @@ int vmem_backing_destroy(struct chunk *c) {
     return 0;
   }
   if (s->policy == VMEM_TRANSLATE) {
-    rc = p->dev_free(s->ctx, c->device, c->real);
+    rc = c->home ? vmem_home_unback(c) : p->dev_free(s->ctx, c->device, c->real);
     if (rc == 0) c->old_real = c->real; /* where a recreate asks for it again */
   } else {
     rc = p->unmap(s->ctx, c->vaddr, c->backed);
@@ -103,7 +104,7 @@ int vmem_backing_destroy(struct chunk *c) {
 int vmem_backing_retire(struct chunk *c) {
   struct vmem_space *s = &vmem_space;
   struct device_state *d = &s->device[c->device];
-  if (s->policy != VMEM_TRANSLATE || !c->resident || c->is_arena ||
+  if (s->policy != VMEM_TRANSLATE || !c->resident || c->is_arena || c->home ||
       c->backed > VMEM_KEPT_MAX_BYTES || d->kept_count == VMEM_KEPT_MAX)
     return vmem_backing_destroy(c);
   d->kept[d->kept_count++] = (struct kept_memory){c->real, c->backed};

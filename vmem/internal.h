@@ -52,6 +52,9 @@ struct chunk {
    * but it still translates (entry) and still holds its virtual extent. */
   bool outside, hidden;
   uint64_t entry; /* like a delta-table entry: 0 = not backed, else (real - vaddr) + 1 */
+  /* translate: the reserved range its memory is mapped in at its old real address (home.c);
+   * NULL for memory from dev_malloc. Kept while released: the next resume maps it again. */
+  struct home *home;
 };
 
 struct device_state {
@@ -66,6 +69,8 @@ struct device_state {
   uint32_t kept_count;
   uint64_t kept_bytes;
 };
+
+struct home; /* home.c */
 
 struct extent {
   uint64_t start, count; /* in granules */
@@ -98,6 +103,12 @@ struct vmem_space {
   struct device_state *device;
   uint64_t epoch, released_chunks;
   uint64_t moved_bytes, moved_chunks; /* translate: what the last recreate could not put back */
+  /* translate: what the last recreate put back at its old real address, and how much of that in
+   * homes; the ranges the device would not reserve at their old address (home.c) */
+  uint64_t in_place_bytes, in_place_chunks, in_place_mapped_bytes, in_place_refused;
+  bool in_place;       /* see struct vmem_config */
+  struct home *homes;  /* every home, newest first */
+  uint64_t home_bytes; /* their reserved bytes */
   bool check;
   /* vmem_hold_releases: chunks freed meanwhile, still mapped, off the tables (linked by all_next) */
   bool holding;
@@ -152,6 +163,20 @@ int vmem_backing_retire(struct chunk *c);
 bool vmem_backing_kept(int device, uint64_t backed);
 /* Give the kept memory of device (every device: -1) back to the device. Lock held. */
 void vmem_backing_drop_kept(int device);
+
+/* home.c (translate, devices with VMM): chunks re-created at their old real addresses. */
+/* items: released chunks sorted by old real address. Makes resident at its old real address
+ * every chunk it can (its home kept from an earlier resume, or a new one); the others stay
+ * released for the allocator. Never fails: what it cannot do is left undone. Lock held. */
+void vmem_home_place(struct chunk **items, size_t count);
+/* c, resident in a home, is about to be released: the last resident chunk of a home unmaps its
+ * memory. 0, or -errno with nothing changed. The caller marks c released. */
+int vmem_home_unback(struct chunk *c);
+/* c, released or freed, leaves its home for good; the last member frees the reservation. */
+void vmem_home_leave(struct chunk *c);
+/* Give (enable) or take device's access to owner's mapped homes; the first error. */
+int vmem_home_access(int owner, int device, int enable);
+void vmem_home_fini(void); /* every home, whatever it holds */
 
 /* peer.c: make a freshly mapped range of owner's memory accessible to owner and to every device
  * that enabled peer access to it (vmem_peer_access). 0 or -errno; on error the caller unmaps. */

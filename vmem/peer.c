@@ -2,7 +2,8 @@
  * peer to the current device, but not memory mapped with cuMemMap: that is reachable only from
  * the devices cuMemSetAccess named. Under remap all of vmem's memory is of the second kind, so
  * vmem keeps, per owning device, the set of devices the program opened it to, and applies it to
- * every mapping it makes (new chunks, slabs, chunks re-created after a checkpoint). */
+ * every mapping it makes (new chunks, slabs, chunks re-created after a checkpoint). Under
+ * translate the same holds for the chunks a resume re-created in place (home.c). */
 #include <errno.h>
 
 #include "internal.h"
@@ -54,6 +55,14 @@ int vmem_peer_access(int device, int peer, int enable) {
   struct device_state *owner = &s->device[peer];
   uint64_t bit = 1ull << device;
   if (!!(owner->peers & bit) == !!enable) goto out;
+  if (s->policy == VMEM_TRANSLATE && s->homes) { /* memory re-created in place (home.c) */
+    if (!enable && !s->prims->revoke_access) {
+      rc = -ENOSYS;
+      goto out;
+    }
+    rc = vmem_home_access(peer, device, enable);
+    if (rc && enable && s->prims->revoke_access) vmem_home_access(peer, device, 0);
+  }
   if (s->policy == VMEM_REMAP) {
     if (!enable && !s->prims->revoke_access) {
       rc = -ENOSYS;

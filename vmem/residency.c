@@ -176,15 +176,22 @@ static int by_old_real(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* translate: count what did not come back at its old real address. */
+/* translate: count what came back at its old real address (in a home or not) and what did not. */
 static void count_moved(struct chunk **items, size_t count) {
   struct vmem_space *s = &vmem_space;
   s->moved_bytes = s->moved_chunks = 0;
+  s->in_place_bytes = s->in_place_chunks = s->in_place_mapped_bytes = 0;
   for (size_t i = 0; i < count; i++) {
-    items[i]->moved = items[i]->real != items[i]->old_real;
-    if (!items[i]->moved) continue;
-    s->moved_bytes += items[i]->backed;
-    s->moved_chunks++;
+    struct chunk *c = items[i];
+    c->moved = c->real != c->old_real;
+    if (c->moved) {
+      s->moved_bytes += c->backed;
+      s->moved_chunks++;
+    } else {
+      s->in_place_bytes += c->backed;
+      s->in_place_chunks++;
+      if (c->home) s->in_place_mapped_bytes += c->backed;
+    }
   }
 }
 
@@ -206,13 +213,22 @@ static int recreate_locked(uint64_t *shortfall) {
   }
   struct chunk_array released = {.resident = false};
   int rc = vmem_walk(gather, &released);
-  if (rc == 0 && s->policy == VMEM_TRANSLATE)
+  if (rc == 0 && s->policy == VMEM_TRANSLATE) {
     qsort(released.items, released.count, sizeof *released.items, by_old_real);
+    /* First every old address that can be reserved again (home.c), then the allocator for the
+     * rest, so that it cannot hand out an address a later chunk wanted back. */
+    vmem_home_place(released.items, released.count);
+    for (size_t i = 0; i < released.count; i++) /* all of them, for an undo */
+      if (released.items[i]->resident) {
+        released.items[i]->epoch = a.epoch;
+        a.created_bytes += released.items[i]->backed;
+      }
+  }
   for (size_t i = 0; rc == 0 && i < released.count;) {
     size_t end = s->policy == VMEM_REMAP
                      ? run_end(released.items, released.count, i, SLAB_MAX_MEMBERS, SLAB_MAX_BYTES)
                      : i + 1;
-    rc = recreate_run(released.items + i, end - i, &a);
+    if (!released.items[i]->resident) rc = recreate_run(released.items + i, end - i, &a);
     i = end;
   }
   if (rc == 0 && s->policy == VMEM_TRANSLATE) count_moved(released.items, released.count);

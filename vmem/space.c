@@ -151,6 +151,7 @@ static int init_locked(struct vmem_space *s, const struct vmem_config *config) {
   s->slab_max_bytes = config->slab_max_bytes ? config->slab_max_bytes : SLAB_DEFAULT_MAX_BYTES;
   s->check = config->check != 0;
   s->identity = config->identity != 0 && s->policy == VMEM_TRANSLATE;
+  s->in_place = config->in_place != 0 && s->policy == VMEM_TRANSLATE;
 
   s->device = calloc((size_t)s->devices, sizeof(*s->device));
   s->extent_capacity = 16;
@@ -224,6 +225,7 @@ void vmem_fini(void) {
     vmem_release_held();
     vmem_backing_drop_kept(-1);
     vmem_chunk_destroy_all();
+    vmem_home_fini(); /* what chunks the device refused to free still held */
     vmem_outside_fini();
     release_reservation(s);
     free_tables(s);

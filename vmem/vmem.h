@@ -39,7 +39,11 @@ struct vmem_config {
                                 range is free (see vmem_alloc); 0: always from the virtual range */
   uint64_t slab_max_bytes;   /* remap: what one physical allocation re-created at a resume may
                               * back (a chunk freed while its slab lives keeps its memory until
-                              * the slab goes); 0: 256 MiB; 1: no slabs, every chunk its own */
+                              * the slab goes); 0: 256 MiB; 1: no slabs, every chunk its own.
+                              * translate: the same bound on merging adjacent homes */
+  int in_place;              /* translate, devices with VMM: a resume re-creates chunks at their
+                                old real addresses in reserved ranges (see vmem_recreate_all);
+                                0: it only asks the allocator */
 };
 
 /* Initialise the address space: pick the policy, reserve the virtual range on the host
@@ -184,10 +188,18 @@ int vmem_hold_releases(int on);
 uint64_t vmem_held_bytes(void);
 
 /* Re-create device memory for every released chunk, all or none. Under remap the real address is
- * the virtual one again. Under translate each chunk is asked for at its old real address: chunks
- * are re-created in the order of their old real addresses, with the same sizes, so that a device
- * allocator that hands out addresses deterministically returns the same ones; each result is
- * checked, and what landed elsewhere is counted in vmem_stats.moved_bytes (see vmem_for_each).
+ * the virtual one again. Under translate each chunk is asked for at its old real address. With
+ * config.in_place on a device with VMM, first by reserving the granule-aligned ranges that cover
+ * the old addresses (chunks sharing a granule share a range) with the old address as the hint;
+ * where the device grants it, physical memory is mapped there and the chunks are back where they
+ * were. Such a range stays reserved while any of its chunks lives, across later checkpoints, so
+ * later resumes get the same addresses for certain; it is unmapped and freed once its last chunk
+ * is freed (a freed chunk's memory stays until then, or until the next resume, which re-makes
+ * the range to fit the chunks left). The rest (no VMM, the address refused,
+ * any step failed) comes from dev_malloc in the order of the old real addresses, with the same
+ * sizes, so that a device allocator that hands out addresses deterministically returns the same
+ * ones; each result is checked, and what landed elsewhere is counted in vmem_stats.moved_bytes
+ * (see vmem_for_each).
  * -ENOMEM when device memory runs out: everything re-created by this call is given back again,
  * nothing is lost, *shortfall_bytes (may be NULL) receives how many released bytes were still
  * missing when it stopped (freeing that much device memory lets a retry succeed, fragmentation
@@ -199,7 +211,8 @@ int vmem_recreate_all(uint64_t *shortfall_bytes);
  * driver does not extend a context's peer access to it, as it does for cudaMalloc memory), so
  * enabling gives `device` access to every chunk of `peer` now, to every chunk created later and to
  * every chunk re-created by vmem_recreate_all; disabling takes it away again. Under translate
- * nothing changes (plain device memory follows the runtime's peer access). Idempotent. -EINVAL
+ * plain device memory follows the runtime's peer access, and only the chunks re-created in place
+ * (VMM memory, see vmem_recreate_all) are changed so. Idempotent. -EINVAL
  * for bad or equal devices or before init; a device error (-EIO, ...) leaves the access as it
  * was; -ENOSYS for disabling where the primitives cannot revoke. */
 int vmem_peer_access(int device, int peer, int enable);
@@ -254,6 +267,12 @@ struct vmem_stats {
   uint64_t moved_bytes;     /* translate: bytes the last vmem_recreate_all put at a new real
                                address (pointers to them stored in device memory are stale) */
   uint64_t moved_chunks;    /* the chunks those bytes belong to */
+  uint64_t in_place_bytes;  /* translate: bytes the last vmem_recreate_all put back at their old
+                               real address (in reserved ranges or by the allocator) */
+  uint64_t in_place_chunks;
+  uint64_t in_place_mapped_bytes; /* of in_place_bytes, those mapped in reserved ranges */
+  uint64_t in_place_refused; /* ranges the device would not reserve at their old address then */
+  uint64_t home_bytes;      /* device address space reserved for in-place re-creation now */
 };
 /* Give back the device memory of empty arenas kept for reuse (after a free emptied an arena, one
  * per device is kept so that alloc/free pairs do not create device memory each time). */

@@ -28,10 +28,10 @@ const struct cudaw_option cudaw_options[] = {
                                "one where free, so pointers kept in device memory stay valid "
                                "until a resume moves memory (0: always from the virtual range; "
                                "off with CUDAW_CHECK=1)"},
-  {"CUDAW_TEST_MOVE", "0", "translate, for tests: 1 makes every resume take the lowest free "
-                          "device address of the current device first, so that memory comes back "
-                          "elsewhere (a forced move, as on the emulated device) and graph updates "
-                          "can be tried on a GPU"},
+  {"CUDAW_TEST_MOVE", "0", "translate, for tests: 1 makes every resume skip re-creating memory "
+                          "at its old addresses with VMM and take the lowest free device address "
+                          "of the current device first, so that memory comes back elsewhere (a "
+                          "forced move) and graph updates can be tried on a GPU"},
   {"CUDAW_VA_SIZE", "auto", "size of the reserved virtual range (auto: 4 x the devices' memory)"},
   {"CUDAW_MEM_LIMIT", "", "device memory quota per device: bytes, K/M/G/T, or a percentage"},
   {"CUDAW_CHECK", "0", "1: validate pointer arguments against live allocations and report "

@@ -294,9 +294,17 @@ static int name_moved(const struct vmem_chunk *chunk, void *ctx)
 
 static int after_recreate(void)
 {
-  if (vmem_policy() != VMEM_TRANSLATE || !shim_kparam_relocated) return 0;
+  if (vmem_policy() != VMEM_TRANSLATE) return 0;
   struct vmem_stats stats;
-  if (vmem_get_stats(-1, &stats) == 0 && stats.moved_bytes == 0) return 0;
+  if (vmem_get_stats(-1, &stats) != 0) stats = (struct vmem_stats){0};
+  shim_info("resume (CUDAW_VMEM=translate): %llu bytes in %llu chunks re-created at their old "
+            "device addresses (%llu bytes of them mapped in reserved ranges; %llu ranges the "
+            "device would not reserve there), %llu bytes in %llu chunks moved",
+            (unsigned long long)stats.in_place_bytes, (unsigned long long)stats.in_place_chunks,
+            (unsigned long long)stats.in_place_mapped_bytes,
+            (unsigned long long)stats.in_place_refused, (unsigned long long)stats.moved_bytes,
+            (unsigned long long)stats.moved_chunks);
+  if (!shim_kparam_relocated || stats.moved_bytes == 0) return 0;
   struct moved_names names = {.length = 0};
   shim_depth++;
   vmem_for_each(name_moved, &names);
@@ -381,9 +389,11 @@ static int restore_stacks(void)
   return rc;
 }
 
-/* CUDAW_TEST_MOVE=1 (translate): a small allocation made before the memory is re-created takes
- * the lowest free address, where the first chunk would have come back, so the resume moves memory
- * on a device whose allocator would otherwise give every address back. Freed afterwards. */
+/* CUDAW_TEST_MOVE=1 (translate): vmem does not re-create memory at reserved old addresses
+ * (config.in_place off, glue/vmem.c), and a small allocation made before the memory is
+ * re-created takes the lowest free address, where the first chunk would have come back, so the
+ * resume moves memory on a device whose allocator would otherwise give every address back. Freed
+ * afterwards. */
 static void *test_move_block(void)
 {
   static int wanted = -1;
@@ -961,8 +971,9 @@ static size_t status_extra(void *ctx, char *buf, size_t len)
   (void)ctx;
   struct vmem_stats stats = {0};
   if (shim_vmem_running()) vmem_get_stats(-1, &stats);
-  int n = snprintf(buf, len, ",\"moved_bytes\":%llu,\"moved_chunks\":%llu",
-                   (unsigned long long)stats.moved_bytes, (unsigned long long)stats.moved_chunks);
+  int n = snprintf(buf, len, ",\"moved_bytes\":%llu,\"moved_chunks\":%llu,\"in_place_bytes\":%llu",
+                   (unsigned long long)stats.moved_bytes, (unsigned long long)stats.moved_chunks,
+                   (unsigned long long)stats.in_place_bytes);
   if (n < 0 || (size_t)n >= len) return 0;
   n += (int)shim_gpu_status_json(buf + n, len - (size_t)n);
   return (size_t)n + shim_profile_json(buf + n, len - (size_t)n);

@@ -82,6 +82,9 @@ static int read_config(const struct vmem_prims *prims, void *ctx, struct vmem_co
     shim_warn("CUDAW_VMEM_IDENTITY=%s is not 0 or 1; using the default (%d)",
               cudaw_option("CUDAW_VMEM_IDENTITY"), config->identity);
   if (config->check) config->identity = 0;
+  /* A resume re-creates memory at its old addresses where the device has VMM; CUDAW_TEST_MOVE
+   * asks for a move instead (glue/checkpoint.c). */
+  config->in_place = cudaw_option_flag("CUDAW_TEST_MOVE", &invalid) != 1;
   /* Sharing a GPU: memory a program frees must leave the device at once, or cudawd counts it as
    * held by someone else and nobody can give it back: no slabs at a resume (a freed chunk keeps
    * its slab's memory until the slab goes). A resume then maps every chunk on its own. */

@@ -94,8 +94,13 @@ static void run_shortfall(void)
   CHECK(stack == 2048, "stack limit after the resume: %zu, not the program's 2048", stack);
   size_t free_resumed;
   e2e_emu_mem_info(&free_resumed, &total);
-  CHECK(free_resumed == free_before, "device memory in use after the resume differs from before "
-        "the checkpoint: %zu free, was %zu", free_resumed, free_before);
+  /* Exact, except that under translate the resume maps memory at the old addresses in whole
+   * 2 MiB granules (vmem's homes) where cudaMalloc had charged pages. */
+  const char *policy = getenv("CUDAW_VMEM");
+  size_t slack = policy && strcmp(policy, "translate") == 0 ? 4 * MIB : 0;
+  CHECK(free_resumed <= free_before && free_resumed + slack >= free_before,
+        "device memory in use after the resume differs from before the checkpoint: %zu free, "
+        "was %zu", free_resumed, free_before);
   /* And the cycle works again afterwards. */
   expect_reply("checkpoint", 1, "paused", NULL);
   expect_reply("resume", 1, "running", NULL);

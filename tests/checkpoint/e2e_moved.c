@@ -1,9 +1,10 @@
 /* Description: what a resume under translate moved, as a program under cudaw (emulated device)
  * and its controller see it. With CUDAW_EMU_ALLOC=lowest the device hands the old addresses out
- * again: status reports moved_bytes 0 and nothing is said. By default the emulated device never
- * reuses an address (a forced move): status reports every byte as moved and one warning on
- * stderr names it (the test's PASS_REGULAR_EXPRESSION). Both keep every byte. Under remap
- * nothing can move. cudaw-ctl's status line says so too.
+ * again; by default it never reuses an address, but the resume re-creates the memory at its old
+ * addresses with the VMM calls: either way status reports moved_bytes 0 (and every byte in
+ * place) and nothing is said. With CUDAW_TEST_MOVE=1 (a forced move) status reports every byte
+ * as moved and one warning on stderr names it (the test's PASS_REGULAR_EXPRESSION). All keep
+ * every byte. Under remap nothing can move. cudaw-ctl's status line says so too.
  * usage: e2e_moved [cudaw-ctl] (CUDAW_VMEM=translate or remap) */
 #include "e2e_common.h"
 
@@ -21,9 +22,9 @@ static unsigned long long status_number(const char *reply, const char *key)
 int main(int argc, char **argv)
 {
   const char *ctl = argc > 1 ? argv[1] : NULL; /* cudaw-ctl, to check its status line too */
-  const char *alloc = getenv("CUDAW_EMU_ALLOC");
+  const char *move = getenv("CUDAW_TEST_MOVE");
   const char *policy = getenv("CUDAW_VMEM");
-  int identity = (alloc && strcmp(alloc, "lowest") == 0) || (policy && strcmp(policy, "remap") == 0);
+  int identity = !(move && strcmp(move, "1") == 0) || (policy && strcmp(policy, "remap") == 0);
   e2e_make_data(&data);
   char reply[8192];
   for (int round = 0; round < 2; round++) {
@@ -37,6 +38,8 @@ int main(int argc, char **argv)
     unsigned long long chunks = status_number(reply, "\"moved_chunks\":");
     if (identity) {
       CHECK(moved == 0 && chunks == 0, "nothing should move: %s", reply);
+      if (policy && strcmp(policy, "translate") == 0)
+        CHECK(status_number(reply, "\"in_place_bytes\":") >= 19 * MIB, "all in place: %s", reply);
     } else {
       /* every buffer's chunk: the 16 MiB and 3 MiB ones and the arena of the small ones */
       CHECK(moved >= 19 * MIB && chunks == 3, "every chunk should move: %s", reply);

@@ -405,9 +405,17 @@ static void resume_and_check(const char *how, size_t held0, size_t held1)
   char out[4096];
   int code = e2e_run_ctl(ctl, "resume", (long)getpid(), out, sizeof out);
   CHECK(code == 0, "%s: cudaw-ctl resume: exit %d: %s", how, code, out);
-  CHECK(emu_used(0) == held0 && emu_used(1) == held1,
+  /* Under translate a resume maps memory at the old addresses in whole 2 MiB granules (vmem's
+   * homes), where cudaMalloc had charged pages: a little more, the same at every resume. */
+  static size_t resumed0, resumed1;
+  size_t slack = remap ? 0 : 4 * MIB;
+  CHECK(emu_used(0) >= held0 && emu_used(0) <= held0 + slack && emu_used(1) >= held1 &&
+            emu_used(1) <= held1 + slack && (!resumed0 || emu_used(0) == resumed0) &&
+            (!resumed1 || emu_used(1) == resumed1),
         "%s: after resume device 0 holds %zu (was %zu), device 1 %zu (was %zu)", how, emu_used(0),
         held0, emu_used(1), held1);
+  resumed0 = emu_used(0);
+  resumed1 = emu_used(1);
   check_all(how);
   if (remap) {
     expect_kernel(1, A0, 1, how);

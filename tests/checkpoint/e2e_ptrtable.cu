@@ -3,16 +3,19 @@
  * built as libraries build theirs (half copied from the host, half stored by a kernel from its
  * pointer arguments); a kernel reads the table and writes through every entry. Modes:
  *   identity: allocations sit at their real address, so the table is right on the device; after
- *             a checkpoint and resume with CUDAW_EMU_ALLOC=lowest nothing moved (moved_bytes 0)
- *             and the table is still right.
- *   forced:   the emulated device never reuses an address, so the resume moves every chunk:
- *             status counts it, a warning names the chunks (the ctest regex), the stale table
- *             faults (cudaErrorIllegalAddress) while kernel arguments and copies are still
+ *             each of two checkpoints and resumes nothing moved (moved_bytes 0) and the table is
+ *             still right: with CUDAW_EMU_ALLOC=lowest the allocator gives every address back;
+ *             by default (it never does) the resume re-creates the memory at its old addresses
+ *             with the VMM calls (status in_place_bytes, the info line in the ctest regex).
+ *   forced:   CUDAW_TEST_MOVE=1 on a device that never reuses an address: the resume moves every
+ *             chunk: status counts it, a warning names the chunks (the ctest regex), the stale
+ *             table faults (cudaErrorIllegalAddress) while kernel arguments and copies are still
  *             translated, and a table stored again by the kernel works.
  *   virtual:  CUDAW_VMEM_IDENTITY=0: the table holds virtual pointers, which fault on the device
  *             (what issue 21 fixes; this mode pins down that the test can fail).
- *   gpu:      on a real GPU: prints what the resume moved; if nothing, the table must still be
- *             right, else kernel arguments and a table stored again must be.
+ *   gpu:      on a real GPU: prints what the resume moved and what it re-created in place; if
+ *             nothing moved, the table must still be right (twice), else kernel arguments and a
+ *             table stored again must be.
  * Exits 77 without a device. usage: e2e_ptrtable identity|forced|virtual|gpu */
 #include <dlfcn.h>
 #include <errno.h>
@@ -123,6 +126,22 @@ static unsigned long long json_u64(const char *reply, const char *key)
   return strtoull(at + strlen(want), NULL, 10);
 }
 
+/* A checkpoint and a resume through the control socket; what the resume moved (status). */
+static void pause_resume(char *reply, size_t len, unsigned long long *moved,
+                         unsigned long long *chunks)
+{
+  ask("checkpoint\n", reply, len);
+  CHECK(strstr(reply, "\"ok\":true") && strstr(reply, "\"state\":\"paused\""), "checkpoint: %s",
+        reply);
+  ask("resume\n", reply, len);
+  CHECK(strstr(reply, "\"ok\":true") && strstr(reply, "\"state\":\"running\""), "resume: %s", reply);
+  ask("status\n", reply, len);
+  *moved = json_u64(reply, "moved_bytes");
+  *chunks = json_u64(reply, "moved_chunks");
+  printf("resume: %llu bytes in place, %llu bytes in %llu chunks moved\n",
+         json_u64(reply, "in_place_bytes"), *moved, *chunks);
+}
+
 /* Small (packed in one arena), medium and large buffers. */
 static const size_t sizes[] = {256, 512, 4096, 100000, 3 << 20, 16 << 20};
 #define N ((int)(sizeof sizes / sizeof sizes[0]))
@@ -187,24 +206,22 @@ int main(int argc, char **argv)
   verify(1, "before the checkpoint");
 
   char reply[8192];
-  ask("checkpoint\n", reply, sizeof reply);
-  CHECK(strstr(reply, "\"ok\":true") && strstr(reply, "\"state\":\"paused\""), "checkpoint: %s",
-        reply);
-  ask("resume\n", reply, sizeof reply);
-  CHECK(strstr(reply, "\"ok\":true") && strstr(reply, "\"state\":\"running\""), "resume: %s", reply);
-  ask("status\n", reply, sizeof reply);
-  unsigned long long moved = json_u64(reply, "moved_bytes");
-  unsigned long long chunks = json_u64(reply, "moved_chunks");
+  unsigned long long moved, chunks;
+  pause_resume(reply, sizeof reply, &moved, &chunks);
   verify(1, "after the resume"); /* copies are translated either way */
 
   int gpu = strcmp(mode, "gpu") == 0;
-  if (gpu) printf("resume moved %llu bytes in %llu chunks\n", moved, chunks);
   if (strcmp(mode, "identity") == 0 || (gpu && moved == 0)) {
     CHECK(moved == 0 && chunks == 0, "nothing should have moved: %s", reply);
     e = run_scatter(2);
     CHECK(e == cudaSuccess, "scatter through the table after the resume: %s", cudaGetErrorName(e));
     verify(2, "after the resume");
-    printf("ok: identity, the table kept in device memory survived a checkpoint\n");
+    pause_resume(reply, sizeof reply, &moved, &chunks); /* the kept reservations, if any */
+    CHECK(moved == 0 && chunks == 0, "nothing should have moved the second time: %s", reply);
+    e = run_scatter(5);
+    CHECK(e == cudaSuccess, "scatter after the second resume: %s", cudaGetErrorName(e));
+    verify(5, "after the second resume");
+    printf("ok: identity, the table kept in device memory survived two checkpoints\n");
   } else {
     if (!gpu) {
       CHECK(moved >= (19u << 20) && chunks >= 3, "every chunk should have moved: %s", reply);

@@ -1,11 +1,14 @@
 /* Host-memory implementation of vmem's primitives. Plain device memory is carved from a large
  * PROT_NONE region per device with a bump pointer that never goes back, so a re-allocation always
  * gets a new real address (unless reuse_freed: then the lowest freed block of the same size comes
- * back first); physical memory is a memfd mapped over vmem's reservation. */
+ * back first); physical memory is a memfd mapped over vmem's reservation. As on a GPU, plain
+ * memory and reservations never overlap: dev_malloc skips reserved ranges, and a hint is honoured
+ * only where no live block lies. */
 #define _GNU_SOURCE
 #include "fake_prims.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -14,7 +17,7 @@
 #define HEAP_BYTES (1ull << 40)
 #define PAGE 4096u
 #define BLOCK_MAGIC 0x666b6d656d626c6bull
-#define MAX_RESERVATIONS 32
+#define MAX_RESERVATIONS 1024
 #define MAX_FREED 4096
 
 struct block_header {
@@ -42,6 +45,8 @@ struct fake {
   struct phys *phys;
   uint64_t phys_count, phys_capacity;
   struct reservation reservations[MAX_RESERVATIONS];
+  struct live_block { uint64_t start, end; } *live; /* dev_malloc blocks, headers included */
+  uint64_t live_count, live_capacity;
   uint64_t calls[FAKE_OPS], fail_at[FAKE_OPS], fail_more[FAKE_OPS];
 };
 
@@ -101,6 +106,26 @@ static uint64_t host_range(uint64_t size, uint64_t align, int keep) {
   return aligned;
 }
 
+static bool overlaps(uint64_t a, uint64_t a_end, uint64_t b, uint64_t b_end) {
+  return a < b_end && b < a_end;
+}
+
+/* The reservation overlapping [start, end), or NULL. */
+static const struct reservation *reserved_in(const struct fake *f, uint64_t start, uint64_t end) {
+  for (int i = 0; i < MAX_RESERVATIONS; i++) {
+    const struct reservation *r = &f->reservations[i];
+    if (r->size && overlaps(start, end, r->addr, r->addr + r->size)) return r;
+  }
+  return NULL;
+}
+
+static bool range_free(const struct fake *f, uint64_t start, uint64_t size) {
+  if (reserved_in(f, start, start + size)) return false;
+  for (uint64_t i = 0; i < f->live_count; i++)
+    if (overlaps(start, start + size, f->live[i].start, f->live[i].end)) return false;
+  return true;
+}
+
 static int va_reserve(void *ctx, uint64_t size, uint64_t align, uint64_t hint, uint64_t *addr) {
   struct fake *f = ctx;
   int rc = enter(f, FAKE_VA_RESERVE);
@@ -112,7 +137,9 @@ static int va_reserve(void *ctx, uint64_t size, uint64_t align, uint64_t hint, u
   if (!r) return -ENOMEM;
   uint64_t a = 0;
   int occupied = 0;
-  if (f->config.hint == FAKE_HINT_HONOR && hint && hint % align == 0) a = hint;
+  if (f->config.hint == FAKE_HINT_FAIL && hint) return -ENOMEM;
+  if (f->config.hint == FAKE_HINT_HONOR && hint && hint % align == 0 && range_free(f, hint, size))
+    a = hint;
   else if (f->config.hint == FAKE_HINT_MOVE_OCCUPIED) a = host_range(size, align, occupied = 1);
   else a = host_range(size, align, 0);
   if (!a) return -ENOMEM;
@@ -217,17 +244,33 @@ static int dev_malloc(void *ctx, int device, uint64_t size, uint64_t *real) {
   if (device < 0 || device >= f->config.devices || size == 0) return -EINVAL;
   if (f->used[device] + size > f->device_bytes[device]) return -ENOMEM;
   uint64_t mapped = PAGE + (size + PAGE - 1) / PAGE * PAGE;
+  uint64_t heap = (uint64_t)(uintptr_t)f->heap[device];
+  if (f->live_count == f->live_capacity) {
+    uint64_t capacity = f->live_capacity ? f->live_capacity * 2 : 64;
+    struct live_block *grown = realloc(f->live, capacity * sizeof *grown);
+    if (!grown) return -ENOMEM;
+    f->live = grown;
+    f->live_capacity = capacity;
+  }
   int reuse = -1;
-  for (uint32_t i = 0; i < f->freed_count[device]; i++)
-    if (f->freed[device][i].mapped == mapped &&
+  for (uint32_t i = 0; i < f->freed_count[device]; i++) {
+    uint64_t at = heap + f->freed[device][i].offset;
+    if (f->freed[device][i].mapped == mapped && !reserved_in(f, at, at + mapped) &&
         (reuse < 0 || f->freed[device][i].offset < f->freed[device][reuse].offset))
       reuse = (int)i;
+  }
+  if (reuse < 0) { /* past any reservation in the way, as a driver never hands reserved space out */
+    const struct reservation *r;
+    while ((r = reserved_in(f, heap + f->bump[device], heap + f->bump[device] + mapped)))
+      f->bump[device] = (r->addr + r->size - heap + PAGE - 1) / PAGE * PAGE;
+  }
   uint64_t offset = reuse >= 0 ? f->freed[device][reuse].offset : f->bump[device];
   if (reuse < 0 && f->bump[device] + mapped > HEAP_BYTES) return -ENOMEM;
   char *block = f->heap[device] + offset;
   if (mprotect(block, mapped, PROT_READ | PROT_WRITE)) return -ENOMEM;
   if (reuse >= 0) f->freed[device][reuse] = f->freed[device][--f->freed_count[device]];
   else f->bump[device] += mapped;
+  f->live[f->live_count++] = (struct live_block){heap + offset, heap + offset + mapped};
   *(struct block_header *)block = (struct block_header){BLOCK_MAGIC, size, mapped, device};
   f->used[device] += size;
   *real = (uint64_t)(uintptr_t)(block + PAGE);
@@ -244,6 +287,11 @@ static int dev_free(void *ctx, int device, uint64_t real) {
   if (h->magic != BLOCK_MAGIC || h->device != device) return -EINVAL;
   f->used[device] -= h->size;
   uint64_t mapped = h->mapped;
+  for (uint64_t i = 0; i < f->live_count; i++)
+    if (f->live[i].start == (uint64_t)(uintptr_t)block) {
+      f->live[i] = f->live[--f->live_count];
+      break;
+    }
   h->magic = 0;
   madvise(block, mapped, MADV_DONTNEED);
   mprotect(block, mapped, PROT_NONE);
@@ -291,6 +339,7 @@ void fake_destroy(struct fake *f) {
     if (f->reservations[i].size && f->reservations[i].occupied)
       munmap((void *)(uintptr_t)f->reservations[i].addr, f->reservations[i].size);
   free(f->phys);
+  free(f->live);
   free(f);
 }
 
@@ -306,4 +355,19 @@ uint64_t fake_calls(const struct fake *f, enum fake_op op) { return f->calls[op]
 uint64_t fake_used(const struct fake *f, int device) { return f->used[device]; }
 void fake_set_device_bytes(struct fake *f, int device, uint64_t bytes) {
   f->device_bytes[device] = bytes;
+}
+
+int fake_reservations(const struct fake *f) {
+  int n = 0;
+  for (int i = 0; i < MAX_RESERVATIONS; i++) n += f->reservations[i].size != 0;
+  return n;
+}
+
+int fake_reserved(const struct fake *f, uint64_t addr, uint64_t size) {
+  for (int i = 0; i < MAX_RESERVATIONS; i++) {
+    const struct reservation *r = &f->reservations[i];
+    if (r->size && addr >= r->addr && addr - r->addr <= r->size && size <= r->size - (addr - r->addr))
+      return 1;
+  }
+  return 0;
 }

@@ -12,9 +12,11 @@ enum fake_op {
   FAKE_PHYS_RELEASE, FAKE_DEV_MALLOC, FAKE_DEV_FREE, FAKE_MEM_INFO, FAKE_OPS
 };
 
-/* How va_reserve treats its hint: use it, return another host-free address, or return another
- * address that it occupies on the host itself (like a UVA driver). */
-enum fake_hint { FAKE_HINT_HONOR, FAKE_HINT_MOVE_FREE, FAKE_HINT_MOVE_OCCUPIED };
+/* How va_reserve treats its hint: use it when the range is free (no other reservation and no
+ * live dev_malloc block overlaps it; else as MOVE_FREE), return another host-free address, return
+ * another address that it occupies on the host itself (like a UVA driver), or fail every call
+ * with a hint with -ENOMEM (seen on an H200 for some sizes). */
+enum fake_hint { FAKE_HINT_HONOR, FAKE_HINT_MOVE_FREE, FAKE_HINT_MOVE_OCCUPIED, FAKE_HINT_FAIL };
 
 struct fake_config {
   int devices;           /* 1..4 */
@@ -40,6 +42,9 @@ void fake_fail_run(struct fake *fake, enum fake_op op, uint64_t nth, uint64_t co
 uint64_t fake_calls(const struct fake *fake, enum fake_op op);
 /* Bytes in use on device, and its size (changeable, e.g. to simulate another process). */
 uint64_t fake_used(const struct fake *fake, int device);
+/* Live va_reserve reservations, and whether one covers [addr, addr + size). */
+int fake_reservations(const struct fake *fake);
+int fake_reserved(const struct fake *fake, uint64_t addr, uint64_t size);
 void fake_set_device_bytes(struct fake *fake, int device, uint64_t bytes);
 
 #endif

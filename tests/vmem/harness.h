@@ -20,12 +20,14 @@ struct setup {
   enum fake_hint hint;
   int reuse_freed; /* fake_config.reuse_freed */
   int identity;    /* vmem_config.identity */
+  int vmm;         /* translate: the fake devices report VMM anyway (remap: always) */
+  int in_place;    /* vmem_config.in_place */
 };
 
 static inline struct fake *start(struct setup s) {
   struct fake_config fc = {.devices = s.devices ? s.devices : 1,
                            .device_bytes = s.device_bytes ? s.device_bytes : 4 * GiB,
-                           .vmm = s.policy != VMEM_TRANSLATE,
+                           .vmm = s.policy != VMEM_TRANSLATE || s.vmm,
                            .hint = s.hint,
                            .reuse_freed = s.reuse_freed};
   struct fake *f = fake_create(&fc);
@@ -34,7 +36,8 @@ static inline struct fake *start(struct setup s) {
                            .mem_limit = s.mem_limit,
                            .policy = s.policy,
                            .check = s.check,
-                           .identity = s.identity};
+                           .identity = s.identity,
+                           .in_place = s.in_place};
   int rc = vmem_init(&vc, fake_prims(), f);
   CHECK(rc == 0, "vmem_init: %d", rc);
   return f;

@@ -4,7 +4,10 @@
  * address keeps every byte. With CUDAW_EMU_ALLOC=lowest (the device hands freed addresses out
  * again) every chunk comes back at its old real address, moved_bytes is 0 and a pointer table kept
  * in device memory still leads to its data; by default (the emu never reuses an address: a forced
- * move) every chunk moves, moved_bytes counts all of them and the stored pointers are dead. */
+ * move) every chunk moves, moved_bytes counts all of them and the stored pointers are dead. With
+ * the argument in_place (config.in_place) the emulated driver's cuMemAddressReserve grants the
+ * old addresses, so nothing moves although the allocator never reuses one, and every byte comes
+ * back in reserved, mapped ranges (vmem/home.c). */
 #include <dlfcn.h>
 
 #include "prims.h"
@@ -49,7 +52,8 @@ static void copy_out(struct snapshot *s)
 
 int main(int argc, char **argv)
 {
-  if (argc < 2) test_fail("usage: %s <libcudaw-emu.so>", argv[0]);
+  if (argc < 2) test_fail("usage: %s <libcudaw-emu.so> [in_place]", argv[0]);
+  int in_place = argc > 2 && strcmp(argv[2], "in_place") == 0;
   emu = dlopen(argv[1], RTLD_NOW);
   if (!emu) test_fail("dlopen %s: %s", argv[1], dlerror());
   emu_memcpy = (cudaError_t (*)(void *, const void *, size_t, enum cudaMemcpyKind))resolve("cudaMemcpy");
@@ -58,7 +62,8 @@ int main(int argc, char **argv)
   const struct vmem_prims *prims;
   void *ctx;
   CHECK_EQ(vmem_prims_cuda(resolve, &prims, &ctx), 0);
-  struct vmem_config config = {.policy = VMEM_TRANSLATE, .va_size = (uint64_t)8 << 30};
+  struct vmem_config config = {.policy = VMEM_TRANSLATE, .va_size = (uint64_t)8 << 30,
+                               .in_place = in_place};
   CHECK_EQ(vmem_init(&config, prims, ctx), 0);
   CHECK_EQ(vmem_policy(), VMEM_TRANSLATE);
 
@@ -79,7 +84,7 @@ int main(int argc, char **argv)
   /* A pointer table in device memory, as a library keeps one: v[0] holds the device address of
    * v[7] (what a kernel given the translated argument would store). */
   const char *alloc = getenv("CUDAW_EMU_ALLOC");
-  int identity = alloc && strcmp(alloc, "lowest") == 0;
+  int identity = (alloc && strcmp(alloc, "lowest") == 0) || in_place;
   uint64_t stored = (uintptr_t)vmem_translate(v[7]);
   CHECK_EQ(emu_memcpy(vmem_translate(v[0]), &stored, sizeof stored, cudaMemcpyHostToDevice), 0);
   memcpy(expect[0], &stored, sizeof stored); /* for the final comparison */
@@ -112,6 +117,9 @@ int main(int argc, char **argv)
   CHECK_EQ(vmem_get_stats(-1, &stats), 0);
   CHECK_EQ(stats.moved_bytes, moved_expected);
   CHECK_EQ(stats.moved_chunks, identity ? 0 : (uint64_t)before.count);
+  CHECK_EQ(stats.in_place_mapped_bytes, in_place ? stats.held_bytes : 0);
+  CHECK(!in_place || stats.home_bytes >= stats.held_bytes, "reserved %llu bytes",
+        (unsigned long long)stats.home_bytes);
 
   /* The device follows the stored pointer: the data in the identity case, a dead address (the
    * emulated device refuses it, as a GPU faults) after the move. */
@@ -145,7 +153,8 @@ int main(int argc, char **argv)
   }
   for (int i = 0; i < before.count; i++) free(before.data[i]);
   vmem_fini();
-  printf("ok: %s, moved_bytes %llu in %llu chunks\n", identity ? "identity" : "forced move",
+  printf("ok: %s, moved_bytes %llu in %llu chunks\n",
+         in_place ? "in place" : identity ? "identity" : "forced move",
          (unsigned long long)stats.moved_bytes, (unsigned long long)stats.moved_chunks);
   return 0;
 }

@@ -235,13 +235,26 @@ int main(int argc, char **argv)
   expect(4, 0, "before: the capture did not run yet");
   /* a capture of a graph launch (the child graph's exec): on a GPU a child graph node, on the
    * emulated device its kernels inline; cudaw saw no launch become a node either way */
-  cudaGraphExec_t child_exec, nested_exec;
-  cudaGraph_t nested;
+  cudaGraphExec_t child_exec, nested_exec = NULL;
+  cudaGraph_t nested = NULL;
   CUDA_OK(cudaGraphInstantiate(&child_exec, child, 0));
   CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  CUDA_OK(cudaGraphLaunch(child_exec, stream));
-  CUDA_OK(cudaStreamEndCapture(stream, &nested));
-  CUDA_OK(cudaGraphInstantiate(&nested_exec, nested, 0));
+  cudaError_t nested_launch = cudaGraphLaunch(child_exec, stream);
+  cudaError_t nested_end = cudaStreamEndCapture(stream, &nested);
+  int have_nested = nested_launch == cudaSuccess;
+  if (have_nested) {
+    CUDA_OK(nested_end);
+    CUDA_OK(cudaGraphInstantiate(&nested_exec, nested, 0));
+  } else {
+    /* The H100's driver (580) refuses it: StreamCaptureUnsupported, natively too. */
+    CHECK(gpu && nested_launch == cudaErrorStreamCaptureUnsupported,
+          "a graph launch inside a capture: %s", cudaGetErrorName(nested_launch));
+    printf("this driver refuses a graph launch inside a capture (%s): that case is skipped\n",
+           cudaGetErrorName(nested_launch));
+    (void)cudaGetLastError();
+    if (nested_end == cudaSuccess && nested) CUDA_OK(cudaGraphDestroy(nested));
+    nested = NULL;
+  }
 
   CUDA_OK(cudaGraphLaunch(exec, 0));
   CUDA_OK(cudaGraphLaunch(parent_exec, 0));
@@ -300,8 +313,9 @@ int main(int argc, char **argv)
   expect_bytes(4, 0x5a, "after: memcpy node");
   clear_all();
   /* the captured graph launch: cudaw cannot update what it did not see */
-  e = cudaGraphLaunch(nested_exec, stream);
-  if (forced) {
+  e = have_nested ? cudaGraphLaunch(nested_exec, stream) : cudaErrorNotPermitted;
+  if (!have_nested) {
+  } else if (forced) {
     CHECK(e == cudaErrorNotPermitted, "the capture of a graph launch after the move: %s, "
           "expected cudaErrorNotPermitted", cudaGetErrorName(e));
     (void)cudaGetLastError();
@@ -327,9 +341,9 @@ int main(int argc, char **argv)
   CUDA_OK(cudaGraphExecDestroy(exec));
   CUDA_OK(cudaGraphExecDestroy(parent_exec));
   CUDA_OK(cudaGraphExecDestroy(capture_exec));
-  CUDA_OK(cudaGraphExecDestroy(nested_exec));
+  if (have_nested) CUDA_OK(cudaGraphExecDestroy(nested_exec));
   CUDA_OK(cudaGraphExecDestroy(child_exec));
-  CUDA_OK(cudaGraphDestroy(nested));
+  if (have_nested) CUDA_OK(cudaGraphDestroy(nested));
   CUDA_OK(cudaGraphExecDestroy(copies_exec));
   CUDA_OK(cudaGraphDestroy(copies));
   CUDA_OK(cudaGraphDestroy(capture));

@@ -47,8 +47,10 @@ int vmem_backing_create(struct chunk *c) {
       c->resident = true;
       return 0;
     }
+    int rc = vmem_home_create(c);
+    if (rc != -ENOSYS) return rc;
     uint64_t real = 0;
-    int rc = p->dev_malloc(s->ctx, c->device, c->backed, &real);
+    rc = p->dev_malloc(s->ctx, c->device, c->backed, &real);
     if (rc) return rc;
     if (real == 0 || real % 2) { /* the delta table needs even, non-null addresses */
       p->dev_free(s->ctx, c->device, real);

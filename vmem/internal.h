@@ -68,6 +68,7 @@ struct device_state {
   struct kept_memory { uint64_t real, bytes; } kept[VMEM_KEPT_MAX];
   uint32_t kept_count;
   uint64_t kept_bytes;
+  signed char vmm_known; /* translate: 1 the device has VMM (chunks get homes), -1 not, 0 unasked */
 };
 
 struct home; /* home.c */
@@ -106,7 +107,7 @@ struct vmem_space {
   /* translate: what the last recreate put back at its old real address, and how much of that in
    * homes; the ranges the device would not reserve at their old address (home.c) */
   uint64_t in_place_bytes, in_place_chunks, in_place_mapped_bytes, in_place_refused;
-  bool in_place;       /* see struct vmem_config */
+  int in_place;        /* see struct vmem_config: 1 at a resume, 2 also at birth */
   struct home *homes;  /* every home, newest first */
   uint64_t home_bytes; /* their reserved bytes */
   bool check;
@@ -169,6 +170,10 @@ void vmem_backing_drop_kept(int device);
  * every chunk it can (its home kept from an earlier resume, or a new one); the others stay
  * released for the allocator. Never fails: what it cannot do is left undone. Lock held. */
 void vmem_home_place(struct chunk **items, size_t count);
+/* Translate, a device with VMM: back new chunk c in a home of its own, a range reserved for it
+ * alone, so that its address survives every checkpoint (0; -ENOSYS without VMM: use the
+ * allocator; -errno). */
+int vmem_home_create(struct chunk *c);
 /* c, resident in a home, is about to be released: the last resident chunk of a home unmaps its
  * memory. 0, or -errno with nothing changed. The caller marks c released. */
 int vmem_home_unback(struct chunk *c);

@@ -151,7 +151,7 @@ static int init_locked(struct vmem_space *s, const struct vmem_config *config) {
   s->slab_max_bytes = config->slab_max_bytes ? config->slab_max_bytes : SLAB_DEFAULT_MAX_BYTES;
   s->check = config->check != 0;
   s->identity = config->identity != 0 && s->policy == VMEM_TRANSLATE;
-  s->in_place = config->in_place != 0 && s->policy == VMEM_TRANSLATE;
+  s->in_place = s->policy == VMEM_TRANSLATE ? config->in_place : 0;
 
   s->device = calloc((size_t)s->devices, sizeof(*s->device));
   s->extent_capacity = 16;

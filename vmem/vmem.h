@@ -41,9 +41,12 @@ struct vmem_config {
                               * back (a chunk freed while its slab lives keeps its memory until
                               * the slab goes); 0: 256 MiB; 1: no slabs, every chunk its own.
                               * translate: the same bound on merging adjacent homes */
-  int in_place;              /* translate, devices with VMM: a resume re-creates chunks at their
-                                old real addresses in reserved ranges (see vmem_recreate_all);
-                                0: it only asks the allocator */
+  int in_place;              /* translate, devices with VMM: 1: a resume re-creates chunks at
+                                their old real addresses in reserved ranges (see
+                                vmem_recreate_all); 2: also, every chunk is born in a reserved
+                                range of its own, which keeps its address across checkpoints (a
+                                GPU keeps small cudaMalloc blocks' ranges for itself); 0: a resume
+                                only asks the allocator */
 };
 
 /* Initialise the address space: pick the policy, reserve the virtual range on the host

@@ -84,7 +84,7 @@ static int read_config(const struct vmem_prims *prims, void *ctx, struct vmem_co
   if (config->check) config->identity = 0;
   /* A resume re-creates memory at its old addresses where the device has VMM; CUDAW_TEST_MOVE
    * asks for a move instead (glue/checkpoint.c). */
-  config->in_place = cudaw_option_flag("CUDAW_TEST_MOVE", &invalid) != 1;
+  config->in_place = cudaw_option_flag("CUDAW_TEST_MOVE", &invalid) != 1 ? 2 : 0;
   /* Sharing a GPU: memory a program frees must leave the device at once, or cudawd counts it as
    * held by someone else and nobody can give it back: no slabs at a resume (a freed chunk keeps
    * its slab's memory until the slab goes). A resume then maps every chunk on its own. */
@@ -490,14 +490,16 @@ void shim_vmem_note_device(int device)
 static int owner_of(const void *p)
 {
   struct vmem_info info;
-  if (!p || !vmem_in_range(p) || vmem_lookup(p, &info) != 0) return -1;
+  if (!p || !vmem_owns(p) || vmem_lookup(p, &info) != 0) return -1;
   return info.device;
 }
 
+/* Under remap, and under translate where chunks are born in VMM homes (vmem/home.c), vmem's
+ * memory is mapped for its device and the peers it was opened to only. */
 int shim_vmem_copy_across(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
                           cudaStream_t stream, int async, cudaError_t *result)
 {
-  if (vmem_policy() != VMEM_REMAP) return 0;
+  if (vmem_policy() != VMEM_REMAP && vmem_policy() != VMEM_TRANSLATE) return 0;
   int current;
   if (shim_current_device(&current) != cudaSuccess) return 0;
   int dst_owner = owner_of(dst), src_owner = owner_of(src);

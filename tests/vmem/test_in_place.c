@@ -403,7 +403,43 @@ static void allocator_only(int vmm, int in_place) {
   stop(f);
 }
 
+/* in_place 2 (cudaw's default): every chunk is born in a reserved range of its own, so even a
+ * chunk whose old address the device would not grant back (small cudaMalloc blocks on a GPU:
+ * FAKE_HINT_FAIL refuses every hint) keeps its address across checkpoints; the allocator is
+ * never asked and no hint is needed. */
+static void born_in_homes(void) {
+  struct fake *f =
+      begin((struct setup){.vmm = 1, .in_place = 2, .identity = 1, .hint = FAKE_HINT_FAIL});
+  static const uint64_t sizes[] = {300, 3 * MiB + 64, 1000, 5 * MiB, 100000};
+  enum { N = sizeof sizes / sizeof sizes[0] };
+  void *p[N];
+  for (int i = 0; i < N; i++) {
+    CHECK_EQ(vmem_alloc(0, sizes[i], 0, &p[i]), 0);
+    CHECK(fake_reserved(f, (uintptr_t)vmem_translate(p[i]), sizes[i]), "chunk %d not in a home",
+          i);
+    *(uint64_t *)p[i] = 9000u + (unsigned)i;
+  }
+  CHECK_EQ(fake_calls(f, FAKE_DEV_MALLOC), 0);
+  int reservations = fake_reservations(f);
+  for (int round = 0; round < 3; round++) {
+    struct outcome o = round_trip(NULL, NULL);
+    CHECK_EQ(o.moved, 0);
+    CHECK_EQ(o.in_place, held());
+    CHECK_EQ(fake_reservations(f), reservations);
+    CHECK_EQ(fake_calls(f, FAKE_DEV_MALLOC), 0);
+    for (int i = 0; i < N; i++) {
+      CHECK_EQ(vmem_translate(p[i]), p[i]);
+      CHECK_EQ(*(uint64_t *)p[i], 9000u + (unsigned)i);
+    }
+  }
+  for (int i = 0; i < N; i++) CHECK_EQ(vmem_free(p[i], NULL), 0);
+  CHECK(fake_reservations(f) <= 1, "%d reservations left", fake_reservations(f)); /* an empty
+                                                                                 * arena stays */
+  stop(f);
+}
+
 int main(void) {
+  born_in_homes();
   in_place_round_trips();
   partial_fallback();
   undo_after_home();

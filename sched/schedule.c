@@ -529,7 +529,10 @@ void sched_step(struct daemon *d)
     probe(d, order, count, now);
     return;
   }
-  send_simple(victim, SCHED_CHECKPOINT, 0);
+  struct sched_msg checkpoint = {.version = SCHED_PROTO_VERSION, .type = SCHED_CHECKPOINT,
+                                 .pid = victim->pid};
+  sched_pool_lend(d, victim, &checkpoint); /* a range of the host-memory pool for its image */
+  sched_send(victim, &checkpoint);
   victim->pending_op = 1;
   sched_set_state(d, victim, SCHED_SWAPPING_OUT);
   d->transition = victim;

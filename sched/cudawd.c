@@ -335,7 +335,7 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
     break;
   case SCHED_POOL_MAPPED:
     /* Only an answer to the pool it was sent counts: nobody else is lent a range. */
-    if (!p->joined || !p->pool_sent || d->pool.fd < 0 || p->uid != geteuid()) {
+    if (!p->joined || !p->pool_sent || !d->pool.size || p->uid != geteuid()) {
       fprintf(stderr, "cudawd: pid %ld: says it mapped a pool it was not given: ignored\n",
               (long)p->pid);
       break;
@@ -540,7 +540,14 @@ int main(int argc, char **argv)
   sigaction(SIGINT, &stop, NULL);
   signal(SIGPIPE, SIG_IGN);
   d.pool.fd = -1;
-  if (!d.config.host_memory_set) d.config.host_memory = pool_default_size();
+  if (!d.config.host_memory_set && options.sched_host_memory[0] &&
+      pool_parse_size(options.sched_host_memory, &d.config.host_memory) != 0) {
+    fprintf(stderr, "cudawd: CUDAW_SCHED_HOST_MEMORY=%s: expected a size such as 64G, N%% of RAM, "
+            "or off\n", options.sched_host_memory);
+    return 2;
+  }
+  if (!d.config.host_memory_set && !options.sched_host_memory[0])
+    d.config.host_memory = pool_default_size();
   if (d.config.host_memory) {
     char why[200] = "";
     if (pool_open(&d.pool, d.config.host_memory, why, sizeof why) != 0)

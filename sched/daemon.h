@@ -88,7 +88,7 @@ struct daemon {
   double exited_grant_at[SCHED_MAX_EXITED];
   int exited_count;
   double started;
-  struct host_pool pool;       /* --host-memory (fd -1: none) */
+  struct host_pool pool;       /* --host-memory (size 0: none) */
 };
 
 /* schedule.c */

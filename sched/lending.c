@@ -15,7 +15,7 @@
 
 void sched_pool_offer(struct daemon *d, struct program *p)
 {
-  if (d->pool.fd < 0 || p->pool_sent || p->fd < 0) return;
+  if (!d->pool.size || p->pool_sent || p->fd < 0) return;
   p->pool_sent = true;
   if (p->uid != geteuid()) {
     if (d->config.verbose)
@@ -54,7 +54,7 @@ static uint64_t image_estimate(const struct program *p)
 void sched_pool_lend(struct daemon *d, struct program *p, struct sched_msg *msg)
 {
   msg->bytes = msg->held = 0;
-  if (d->pool.fd < 0 || !p->pool_mapped) return;
+  if (!d->pool.size || !p->pool_mapped) return;
   if (p->loan.length) sched_pool_take_back(d, p, "a new checkpoint"); /* never two at once */
   uint64_t want = image_estimate(p);
   if (!want) return;
@@ -88,7 +88,7 @@ void sched_pool_info(const struct daemon *d, struct sched_pool_info *out)
 {
   memset(out, 0, sizeof *out);
   const struct host_pool *pool = &d->pool;
-  if (pool->fd < 0) return;
+  if (!pool->size) return;
   out->enabled = 1;
   out->huge_pages = pool->huge;
   out->loans = pool->count;

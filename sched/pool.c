@@ -137,16 +137,17 @@ int pool_open(struct host_pool *pool, uint64_t size, char *why, size_t why_len)
 
 void pool_close(struct host_pool *pool)
 {
-  if (pool->fd < 0) return;
+  if (!pool->size) return;
   atomic_store(&pool->stop, true);
   if (pool->thread_running) pthread_join(pool->thread, NULL);
   close(pool->fd);
   pool->fd = -1;
+  pool->size = 0;
 }
 
 int pool_lend(struct host_pool *pool, uint64_t bytes, struct pool_loan *out)
 {
-  if (pool->fd < 0 || !bytes || pool->count == POOL_MAX_LOANS) return -ENOSPC;
+  if (!pool->size || !bytes || pool->count == POOL_MAX_LOANS) return -ENOSPC;
   uint64_t need = round_up(bytes);
   if (need < bytes) return -ENOSPC; /* wrapped */
   uint64_t at = 0;
@@ -180,5 +181,5 @@ void pool_return(struct host_pool *pool, uint64_t offset)
 
 uint64_t pool_free_bytes(const struct host_pool *pool)
 {
-  return pool->fd >= 0 ? pool->size - pool->lent : 0;
+  return pool->size ? pool->size - pool->lent : 0;
 }

@@ -19,8 +19,8 @@ struct pool_loan {
 };
 
 struct host_pool {
-  int fd;                 /* the memfd, -1 while there is no pool */
-  uint64_t size;
+  int fd;                 /* the memfd */
+  uint64_t size;          /* 0: there is no pool */
   bool huge;              /* MFD_HUGETLB: huge pages reserved for it */
   _Atomic uint64_t populated; /* pre-faulted so far (the thread's progress) */
   _Atomic bool stop;

@@ -2,6 +2,9 @@
  * own emulated memory; cudawd --device-memory 96M makes three jobs of 72 MiB take turns):
  *   used       the swapped-out jobs' images go into lent pool ranges (bytes placed > 0), every
  *              job's data is verified after its resumes, and every range comes back at the end
+ *   keep       the same with CUDAW_CKPT_KEEP_IMAGE=1: an image in the pool is dropped after the
+ *              resume all the same (its range is lent to the next job; reusing it would mix
+ *              two jobs' data)
  *   exhausted  a pool of 100 MiB holds one swapped-out job's image but not two: the second
  *              checkpoints the old way (fallbacks > 0) and every job still verifies its data
  *   kill       kill -9 of a swapped-out job holding a range gives the range back at once
@@ -383,7 +386,7 @@ int main(int argc, char **argv)
 {
   setpgid(0, 0);
   atexit(end_children);
-  CHECK(argc == 5, "usage: %s CUDAWD CUDAW_CTL JOB used|exhausted|kill|off|hostile", argv[0]);
+  CHECK(argc == 5, "usage: %s CUDAWD CUDAW_CTL JOB used|keep|exhausted|kill|off|hostile", argv[0]);
   cudawd_path = argv[1];
   ctl_path = argv[2];
   job_path = argv[3];
@@ -393,6 +396,10 @@ int main(int argc, char **argv)
   setenv("CUDAW_SHARE", "1", 1);
   setenv("CUDAW_LOG", "info", 1);
   if (!strcmp(argv[4], "used")) test_used();
+  else if (!strcmp(argv[4], "keep")) {
+    setenv("CUDAW_CKPT_KEEP_IMAGE", "1", 1);
+    test_used();
+  }
   else if (!strcmp(argv[4], "exhausted")) test_exhausted();
   else if (!strcmp(argv[4], "kill")) test_kill();
   else if (!strcmp(argv[4], "off")) test_off();

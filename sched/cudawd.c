@@ -404,9 +404,14 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
     p->pending_op = 0;
     if (msg->value == 1 && msg->status == 0 && p->loan.length)
       d->pool.placed_bytes += msg->held < p->loan.length ? msg->held : p->loan.length;
-    /* The range holds the image until the resume is done; a failed checkpoint left none. */
-    if ((msg->value == 1 && msg->status != 0) || (msg->value == 2 && msg->status == 0))
-      sched_pool_take_back(d, p, msg->value == 1 ? "its checkpoint failed" : "resumed");
+    /* The range holds the image until the resume is done; a failed checkpoint, or one that put
+     * nothing into the range (too small, not page-locked yet), left nothing in it. */
+    if (msg->value == 1 && msg->status != 0)
+      sched_pool_take_back(d, p, "its checkpoint failed");
+    else if (msg->value == 1 && msg->held == 0)
+      sched_pool_take_back(d, p, "its image went elsewhere");
+    else if (msg->value == 2 && msg->status == 0)
+      sched_pool_take_back(d, p, "resumed");
     sched_done(d, p, msg->value, msg->status > 0 ? -EINVAL : msg->status, msg->bytes,
                msg->seconds >= 0 && msg->seconds < 1e9 ? msg->seconds : 0);
     break;

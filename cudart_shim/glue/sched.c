@@ -67,7 +67,13 @@ static struct {
   int reply_status;
   /* cudawd's host-memory pool, owned by the checkpoint module once attached (thread only). */
   uint64_t pool_size;
-} client = {.fd = -1, .conn_lock = PTHREAD_MUTEX_INITIALIZER,
+  /* One that could not be attached yet (an image lay in the last one, or a checkpoint ran): its
+   * descriptor, tried again once a second while running. -1: none. */
+  int pool_retry_fd;
+  uint64_t pool_retry_size;
+  bool pool_retry_huge;
+  time_t pool_retry_at;
+} client = {.fd = -1, .pool_retry_fd = -1, .conn_lock = PTHREAD_MUTEX_INITIALIZER,
             .lease_lock = PTHREAD_MUTEX_INITIALIZER, .reply_lock = PTHREAD_MUTEX_INITIALIZER,
             .reply_cond = PTHREAD_COND_INITIALIZER};
 
@@ -168,6 +174,8 @@ static void lost(void)
     shim_warn("sched: cudawd on %s went away: running unshared; re-joining when a cudawd "
               "answers again", client.path);
   client.warned = true;
+  if (client.pool_retry_fd >= 0) close(client.pool_retry_fd); /* the pool of a cudawd gone */
+  client.pool_retry_fd = -1;
   answer_waiter(-ENOTCONN); /* a waiting allocation goes ahead */
 }
 
@@ -207,13 +215,24 @@ static void take_pool(int fd, uint64_t size, bool huge)
   else if ((base = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
            MAP_FAILED)
     why = strerror(errno);
-  close(fd); /* the mapping keeps the memory */
   int rc = why ? -EINVAL : ckpt_pool_attach(base, size);
+  if (rc == -EBUSY) { /* try again once running with no image in the last pool */
+    munmap(base, (size_t)size);
+    if (client.pool_retry_fd < 0)
+      shim_info("sched: cudawd's host-memory pool arrived while a checkpoint or its image holds "
+                "the last one: taking it once running");
+    if (client.pool_retry_fd >= 0 && client.pool_retry_fd != fd) close(client.pool_retry_fd);
+    client.pool_retry_fd = fd;
+    client.pool_retry_size = size;
+    client.pool_retry_huge = huge;
+    client.pool_retry_at = time(NULL);
+    return;
+  }
+  if (client.pool_retry_fd == fd) client.pool_retry_fd = -1;
+  close(fd); /* the mapping keeps the memory */
   if (rc && !why) {
     munmap(base, (size_t)size);
-    why = rc == -EBUSY ? "the image of our last swap-out still lies in the previous cudawd's pool"
-          : rc == -ENOSYS ? "this runtime cannot page-lock host memory"
-                          : strerror(-rc);
+    why = rc == -ENOSYS ? "this runtime cannot page-lock host memory" : strerror(-rc);
   }
   char bytes[32];
   ckpt_format_bytes(size, bytes, sizeof bytes);
@@ -354,6 +373,9 @@ static void *run(void *unused)
     }
     report_usage();
     watch_idle();
+    if (client.pool_retry_fd >= 0 && ckpt_state() == CKPT_RUNNING &&
+        time(NULL) != client.pool_retry_at)
+      take_pool(client.pool_retry_fd, client.pool_retry_size, client.pool_retry_huge);
   }
   return NULL;
 }

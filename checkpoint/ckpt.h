@@ -163,6 +163,8 @@ struct ckpt_options {
   int signal_number;         /* CUDAW_SIGNAL: SIGUSR1, SIGUSR2 or 0 for none */
   char run_dir[96];          /* CUDAW_RUN_DIR, or the default (see ckpt_default_run_dir) */
   char sched_socket[108];    /* CUDAW_SCHED_SOCKET, or <run_dir>/cudawd.sock ("" if too long) */
+  char sched_host_memory[32]; /* CUDAW_SCHED_HOST_MEMORY: cudawd's --host-memory default ("":
+                              * cudawd's own default) */
   uint32_t streams;          /* CUDAW_CKPT_STREAMS: streams per device = staging buffers in all */
   uint64_t staging_bytes;    /* CUDAW_CKPT_STAGING: size of one staging buffer = one chunk */
   uint32_t threads;          /* CUDAW_CKPT_THREADS: host copy threads */
@@ -226,6 +228,7 @@ struct ckpt_result {
   uint64_t filled_bytes;      /* checkpoint: bytes the kernel put into fresh image pages itself
                                * (CUDAW_CKPT_FILL=kernel), skipping their zeroing */
   uint64_t reserve_bytes;     /* checkpoint: image bytes copied straight into the reserve */
+  uint64_t pool_bytes;        /* checkpoint: image bytes copied straight into cudawd's pool */
   uint64_t staged_bytes;      /* bytes that went through staging buffers */
   double memory_seconds;  /* release_all (checkpoint) or recreate_all (resume) */
   double total_seconds;   /* request -> paused or running */
@@ -257,6 +260,17 @@ int ckpt_init(const struct ckpt_host_ops *ops, void *ctx);
  * Must not be called from inside a gated API call (the gate would wait for the caller). */
 int ckpt_request_checkpoint(void);
 int ckpt_request_resume(void);
+
+/* cudawd's host-memory pool (sharing): `base` maps `size` bytes of it (MAP_SHARED). On success
+ * the module owns the mapping (unmaps it when replaced or at shutdown) and page-locks it with a
+ * thread of its own once the program holds device memory, never on the program's threads.
+ * -EBUSY while an image lies in the pool attached before (keep that one; the caller unmaps
+ * base), -ENOTCONN before ckpt_init, -ENOSYS where the host cannot page-lock memory. */
+int ckpt_pool_attach(void *base, uint64_t size);
+/* The next checkpoint may put its image in [offset, offset + length) of the pool (length 0: no
+ * loan). Call right before ckpt_request_checkpoint, and with 0 after it. The image in the range
+ * is dropped after the resume: cudawd lends the range again. */
+void ckpt_pool_lend(uint64_t offset, uint64_t length);
 
 /* The program reset the device (cudaDeviceReset): the page-locked staging buffers the module
  * allocated through host_alloc_pinned were destroyed with the context. Forget them (the next

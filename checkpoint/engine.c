@@ -34,6 +34,7 @@ struct image_region {
   bool fresh; /* mapped for this checkpoint: no page of it is in memory yet */
   bool untouched; /* fresh and registered with the filler: written only through it */
   bool in_reserve; /* data lies in the reserve: registered already, never unmapped here */
+  bool in_pool; /* ... in the reserve that is cudawd's lent pool range (in_reserve too) */
   uint64_t registered; /* bytes from the start registered for direct DMA, in REGISTER_PIECE steps */
   bool device_sums; /* sums are ckpt_delta_hash values taken on the device, else host XXH3-64 */
   uint64_t *sums; /* one per chunk */
@@ -69,6 +70,9 @@ struct engine {
   bool device_hash_warned;
   struct reserve *reserve; /* CUDAW_CKPT_RESERVE, or NULL */
   bool reserve_held;       /* the image's regions lie in it */
+  struct reserve *pool;    /* cudawd's host-memory pool (engine_set_pool), or NULL */
+  uint64_t loan_offset, loan_length; /* the range lent for the next checkpoint's image */
+  bool pool_held;          /* the image's fresh regions lie in the lent range */
 };
 
 /* One chunk of work: region index and chunk index in it. */
@@ -272,12 +276,32 @@ void engine_drop_image(struct engine *e) {
   drop_regions(e);
   if (e->reserve_held) reserve_give_back(e->reserve);
   e->reserve_held = false;
+  if (e->pool_held) reserve_give_back(e->pool);
+  e->pool_held = false;
+  e->loan_length = 0; /* the range goes back to cudawd with the image */
 }
+
+int engine_set_pool(struct engine *e, struct reserve *pool) {
+  if (e->pool_held) return -EBUSY;
+  reserve_free(e->pool);
+  e->pool = pool;
+  e->loan_length = 0;
+  return 0;
+}
+
+void engine_lend(struct engine *e, uint64_t offset, uint64_t length) {
+  if (e->pool_held) return; /* an image lies in the last range until it is dropped */
+  e->loan_offset = offset;
+  e->loan_length = e->pool ? length : 0;
+}
+
+bool engine_image_in_pool(const struct engine *e) { return e->pool_held; }
 
 void engine_free(struct engine *e) {
   if (!e) return;
   engine_drop_image(e);
   reserve_free(e->reserve);
+  reserve_free(e->pool);
   image_filler_close(&e->filler);
   for (int i = 0; e->streams && i < e->devices * e->slots; i++)
     if (e->streams[i]) e->ops->stream_destroy(e->ctx, e->streams[i]);
@@ -359,7 +383,7 @@ static bool place_in_reserve(struct engine *e) {
   for (size_t i = 0; i < e->image_count; i++) {
     const struct image_region *r = &e->image[i];
     if (!r->data) bytes += (r->region.size + align - 1) / align * align;
-    else if (r->in_reserve && (uint64_t)(r->data - start) + r->mapped > kept_end)
+    else if (r->in_reserve && !r->in_pool && (uint64_t)(r->data - start) + r->mapped > kept_end)
       kept_end = (uint64_t)(r->data - start) + r->mapped;
   }
   uint8_t *base = !bytes ? NULL
@@ -370,7 +394,7 @@ static bool place_in_reserve(struct engine *e) {
      * the gaps the regions that went left): copy them afresh too, all from the start. */
     for (size_t i = 0; i < e->image_count; i++) {
       struct image_region *r = &e->image[i];
-      if (!r->in_reserve) continue;
+      if (!r->in_reserve || r->in_pool) continue;
       unregister_region(e, r);
       free(r->sums);
       r->sums = NULL;
@@ -414,6 +438,49 @@ static bool place_in_reserve(struct engine *e) {
   return true;
 }
 
+/* Put every fresh region of the image into the range of cudawd's pool lent for this checkpoint
+ * (engine_lend), each at a reserve_align boundary, if the range holds them all and is registered
+ * already; otherwise say why in one line (the image then goes to the reserve or the old way). */
+static bool place_in_pool(struct engine *e) {
+  if (!e->pool || !e->loan_length || e->pool_held) return false;
+  uint64_t align = reserve_align(e->pool), bytes = 0;
+  for (size_t i = 0; i < e->image_count; i++)
+    if (!e->image[i].data) bytes += (e->image[i].region.size + align - 1) / align * align;
+  if (!bytes) return false;
+  char need[32], lent[32], ready[32];
+  ckpt_format_bytes(bytes, need, sizeof need);
+  ckpt_format_bytes(e->loan_length, lent, sizeof lent);
+  if (bytes > e->loan_length) {
+    ckpt_logf(CKPT_LOG_INFO, "cudawd's host-memory pool not used: the image needs %s, the range "
+              "lent is %s; copying the old way", need, lent);
+    return false;
+  }
+  uint8_t *base = reserve_take_range(e->pool, e->loan_offset, bytes);
+  if (!base) {
+    struct reserve_info info;
+    reserve_status(e->pool, &info);
+    ckpt_format_bytes(info.bytes, ready, sizeof ready);
+    ckpt_logf(CKPT_LOG_INFO, "cudawd's host-memory pool not used: its range is not page-locked "
+              "yet (%s of the pool registered so far%s); copying the old way", ready,
+              info.refused ? ", registering it failed" : "");
+    return false;
+  }
+  e->pool_held = true;
+  uint64_t at = 0;
+  for (size_t i = 0; i < e->image_count; i++) {
+    struct image_region *r = &e->image[i];
+    if (r->data) continue;
+    r->data = base + at;
+    r->mapped = (size_t)((r->region.size + align - 1) / align * align);
+    r->registered = r->mapped;
+    atomic_fetch_add(&e->registered_bytes, r->registered);
+    r->in_reserve = r->in_pool = true;
+    r->fresh = true;
+    at += r->mapped;
+  }
+  return true;
+}
+
 /* Build the image for `list`: reuse a kept buffer whose region has the same id and size, map
  * the rest as one fresh mapping (with fill, registered with the filler), free what is no longer
  * needed. */
@@ -436,8 +503,9 @@ static int build_image(struct engine *e, struct region_list *list, bool fill, ch
         image[i].device_sums = old->device_sums;
         image[i].registered = old->registered;
         image[i].in_reserve = old->in_reserve;
+        image[i].in_pool = old->in_pool;
         old->registered = 0;
-        old->in_reserve = false;
+        old->in_reserve = old->in_pool = false;
         image[i].fresh = false;
         old->data = NULL;
         old->sums = NULL;
@@ -446,15 +514,20 @@ static int build_image(struct engine *e, struct region_list *list, bool fill, ch
     }
     if (!image[i].data) needed += image_span(list->items[i].size);
   }
-  bool reserve_kept = false;
-  for (size_t i = 0; i < list->count; i++) reserve_kept |= image[i].in_reserve;
+  bool reserve_kept = false, pool_kept = false;
+  for (size_t i = 0; i < list->count; i++) {
+    reserve_kept |= image[i].in_reserve && !image[i].in_pool;
+    pool_kept |= image[i].in_pool;
+  }
   drop_regions(e); /* what was not reused */
   if (e->reserve_held && !reserve_kept) reserve_give_back(e->reserve);
   e->reserve_held = reserve_kept;
+  if (e->pool_held && !pool_kept) reserve_give_back(e->pool);
+  e->pool_held = pool_kept;
   e->image = image;
   e->image_count = list->count;
   e->image_bytes = total;
-  if (fill && place_in_reserve(e)) needed = 0;
+  if (fill && (place_in_pool(e) || place_in_reserve(e))) needed = 0;
 
   uint64_t available = host_memory_available();
   if (needed > available) {
@@ -600,7 +673,8 @@ static int copy_direct(struct engine *e, const struct image_region *r, bool save
   uint8_t *host = r->data + offset;
   uint64_t vaddr = r->region.vaddr + offset;
   while (n) {
-    size_t part = r->in_reserve ? reserve_piece_left(e->reserve, host, n) : n;
+    size_t part = r->in_reserve ? reserve_piece_left(r->in_pool ? e->pool : e->reserve, host, n)
+                                : n;
     int rc = save ? e->ops->copy_d2h_async(e->ctx, host, vaddr, part, stream)
                   : e->ops->copy_h2d_async(e->ctx, vaddr, host, part, stream);
     if (rc) return rc;
@@ -1014,7 +1088,8 @@ int engine_save(struct engine *e, struct engine_stats *stats, char *reason, size
     free(sums);
     for (size_t i = 0; rc == 0 && i < e->image_count; i++) {
       if (e->image[i].untouched) stats->filled_bytes += e->image[i].region.size;
-      if (e->image[i].in_reserve) stats->reserve_bytes += e->image[i].region.size;
+      if (e->image[i].in_pool) stats->pool_bytes += e->image[i].region.size;
+      else if (e->image[i].in_reserve) stats->reserve_bytes += e->image[i].region.size;
     }
     stop_filling(e);
     for (size_t i = 0; i < e->image_count; i++) e->image[i].fresh = false;
@@ -1069,7 +1144,8 @@ int engine_precopy(struct engine *e, struct engine_stats *stats, char *reason, s
   free(list.items);
   for (size_t i = 0; rc == 0 && i < e->image_count; i++) {
     if (e->image[i].untouched) stats->filled_bytes += e->image[i].region.size;
-    if (e->image[i].in_reserve) stats->reserve_bytes += e->image[i].region.size;
+    if (e->image[i].in_pool) stats->pool_bytes += e->image[i].region.size;
+    else if (e->image[i].in_reserve) stats->reserve_bytes += e->image[i].region.size;
     e->image[i].device_sums = true; /* ckpt_delta_hash of the image: the pause compares */
   }
   stop_filling(e);

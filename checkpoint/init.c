@@ -122,3 +122,5 @@ static int request(enum ckpt_op op) {
 
 int ckpt_request_checkpoint(void) { return request(CKPT_OP_CHECKPOINT); }
 int ckpt_request_resume(void) { return request(CKPT_OP_RESUME); }
+int ckpt_pool_attach(void *base, uint64_t size) { return transition_pool_attach(base, size); }
+void ckpt_pool_lend(uint64_t offset, uint64_t length) { transition_pool_lend(offset, length); }

@@ -61,6 +61,11 @@ struct reserve_info {
 };
 struct reserve *reserve_new(const struct ckpt_host_ops *ops, void *ctx,
                             const struct ckpt_options *options);
+/* cudawd's host-memory pool as a reserve: base maps `size` bytes (MAP_SHARED, faulted in by
+ * cudawd), registered by the reserve's thread in pieces once the program holds device memory.
+ * The reserve owns the mapping from then on. NULL where the host cannot register. */
+struct reserve *reserve_new_shared(const struct ckpt_host_ops *ops, void *ctx, void *base,
+                                   uint64_t size, uint64_t piece);
 void reserve_free(struct reserve *rs); /* unregisters and unmaps it */
 /* The reserve's start for an image of `bytes` (regions start at reserve_align multiples), or
  * NULL when it holds fewer ready bytes or an image has it already. Given back by
@@ -69,6 +74,8 @@ uint8_t *reserve_take(struct reserve *rs, uint64_t bytes);
 /* A kept image holds the reserve up to `from` bytes (regions of it reused by the next image):
  * `bytes` more for the next image's fresh regions, at base + from, or NULL if not ready. */
 uint8_t *reserve_take_more(struct reserve *rs, uint64_t from, uint64_t bytes);
+/* [offset, offset + bytes) of it for one image, or NULL if not all registered yet or taken. */
+uint8_t *reserve_take_range(struct reserve *rs, uint64_t offset, uint64_t bytes);
 void reserve_give_back(struct reserve *rs);
 uint64_t reserve_align(const struct reserve *rs);
 const uint8_t *reserve_base(const struct reserve *rs);
@@ -100,6 +107,7 @@ struct engine_stats {
   uint64_t filled_bytes; /* saved into fresh pages through userfaultfd (no zeroing) */
   double image_seconds; /* save: listing the regions and mapping the image */
   uint64_t reserve_bytes; /* save: image bytes placed in the reserve (copied to directly) */
+  uint64_t pool_bytes;    /* save: image bytes placed in cudawd's lent pool range */
   uint64_t staged_bytes;  /* bytes that went through a staging buffer */
 };
 struct engine *engine_new(const struct ckpt_host_ops *ops, void *ctx, const struct ckpt_options *options);
@@ -142,6 +150,14 @@ int engine_image_device_bytes(const struct engine *engine, uint64_t *bytes, int 
 void engine_free(struct engine *engine);
 /* The engine's reserve (NULL without CUDAW_CKPT_RESERVE). Any thread. */
 struct reserve *engine_reserve(struct engine *engine);
+/* cudawd's host-memory pool (a shared reserve; the engine owns it from now on, NULL: none), in
+ * place of the last one; -EBUSY while an image lies in the last one. Transition thread or with
+ * no transition under way. */
+int engine_set_pool(struct engine *engine, struct reserve *pool);
+/* The next checkpoint's image may go to [offset, offset + length) of the pool (0: no loan);
+ * ignored while an image lies in the pool. The loan ends when that image is dropped. */
+void engine_lend(struct engine *engine, uint64_t offset, uint64_t length);
+bool engine_image_in_pool(const struct engine *engine);
 /* The device was reset: its pinned staging buffers are gone with the context. Forget them
  * without freeing; the next transition pins new ones. Only while no transition runs. */
 void engine_forget_pinned(struct engine *engine);
@@ -200,6 +216,8 @@ uint64_t transition_image_registered(void); /* bytes of the image page-locked (p
 /* For tests: the engine (only touch it while no transition runs). */
 struct engine *transition_engine(void);
 void transition_reserve(struct reserve_info *out); /* all zero without a reserve */
+int transition_pool_attach(void *base, uint64_t size); /* see ckpt_pool_attach */
+void transition_pool_lend(uint64_t offset, uint64_t length);
 uint64_t transition_image_regions(void);
 /* While paused: what park_other reported (zeros otherwise). */
 struct ckpt_other_memory transition_other_memory(void);

@@ -33,6 +33,9 @@ static const struct ckpt_option_info table[] = {
     {"CUDAW_SCHED_SOCKET", "<run dir>/cudawd.sock",
      "the cudawd socket to join (CUDAW_SHARE=1) and that cudaw-ctl sched asks; a node's system "
      "cudawd (cudawd --system): /run/cudaw/cudawd.sock"},
+    {"CUDAW_SCHED_HOST_MEMORY", "min(50% of RAM, available - 8G)",
+     "cudawd's host-memory pool when --host-memory is not given (also a cudawd that cudaw run "
+     "--share starts): a size, N% of RAM, or off"},
     {"CUDAW_CKPT_STREAMS", "2 x threads",
      "copies in flight per device, and pinned staging buffers in all (shared by the devices)"},
     {"CUDAW_CKPT_STAGING", "4M", "size of one pinned staging buffer (= one checksummed chunk)"},
@@ -226,6 +229,11 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
     if (text[0] != '/' || strlen(text) >= sizeof out->sched_socket)
       rc = reject("CUDAW_SCHED_SOCKET", text, error, error_len);
     else snprintf(out->sched_socket, sizeof out->sched_socket, "%s", text);
+  }
+  if ((text = getenv("CUDAW_SCHED_HOST_MEMORY")) && *text) {
+    if (strlen(text) < sizeof out->sched_host_memory)
+      snprintf(out->sched_host_memory, sizeof out->sched_host_memory, "%s", text);
+    else rc = reject("CUDAW_SCHED_HOST_MEMORY", text, error, error_len);
   }
   if (!out->sched_socket[0] && out->run_dir[0] &&
       (size_t)snprintf(out->sched_socket, sizeof out->sched_socket, "%s/cudawd.sock",

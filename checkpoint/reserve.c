@@ -3,7 +3,9 @@
  * program's device memory grows, never on the program's threads, so that a first checkpoint
  * copies from the device straight into it: no fresh pages to fault and zero, no staging pass.
  * It is bounded by a share of the host's available memory (CUDAW_CKPT_RESERVE_BUDGET); past that
- * it stops growing and says so once, and checkpoints that do not fit take the old path. */
+ * it stops growing and says so once, and checkpoints that do not fit take the old path.
+ * The same machinery registers cudawd's host-memory pool (reserve_new_shared): memory that
+ * cudawd faulted in and lends range by range, registered here once the program uses a device. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
@@ -27,6 +29,8 @@ struct reserve {
   const struct ckpt_host_ops *ops;
   void *ctx;
   uint64_t fixed;        /* the size asked for, 0 for auto */
+  bool shared;           /* cudawd's pool: mapped by the caller, sized by cudawd, no budget */
+  const char *name;      /* for the messages */
   uint32_t budget_pct;   /* of MemAvailable the reserve may take */
   uint64_t align;        /* where an image region starts inside the reserve: pages, so that
                             thousands of small regions waste little of it */
@@ -63,9 +67,12 @@ static uint64_t meminfo(const char *key) {
 /* What the next checkpoint's image needs: the size asked for, or (auto) the program's device
  * memory with each region's start rounded up to `align`. */
 static uint64_t wanted(struct reserve *rs) {
-  if (rs->fixed) return rs->fixed;
+  if (rs->fixed && !rs->shared) return rs->fixed;
   uint64_t bytes = 0, regions = 0;
   if (!rs->ops->device_bytes || rs->ops->device_bytes(rs->ctx, &bytes, &regions) != 0) return 0;
+  /* The pool: all of it (a loan may lie anywhere in it), once the program holds device memory;
+   * registering earlier would create a context on a device the program may never use. */
+  if (rs->shared) return bytes ? rs->capacity : 0;
   return bytes ? bytes + regions * rs->align : 0;
 }
 
@@ -106,7 +113,7 @@ static void *grow(void *arg) {
      * page-locking calls into it would wait until the resume. While a kept image holds the
      * reserve it still grows past it, for the next image that replaces that one. */
     if (!rs->refused && want > rs->ready && ckpt_state() == CKPT_RUNNING) {
-      uint64_t available = meminfo("MemAvailable");
+      uint64_t available = rs->shared ? UINT64_MAX : meminfo("MemAvailable");
       uint64_t allowed = available == UINT64_MAX ? UINT64_MAX
                                                  : rs->ready + available / 100 * rs->budget_pct;
       if (want > allowed) {
@@ -115,18 +122,24 @@ static void *grow(void *arg) {
         continue;
       }
       uint64_t at = rs->ready;
+      uint64_t n = rs->capacity - at < rs->piece ? rs->capacity - at : rs->piece;
       pthread_mutex_unlock(&rs->lock);
-      int rc = grow_piece(rs, at, rs->piece);
+      int rc = grow_piece(rs, at, n);
       pthread_mutex_lock(&rs->lock);
       if (rc == -ECANCELED) break;
       if (rc) {
         rs->refused = true;
-        snprintf(rs->refusal, sizeof rs->refusal, "CUDAW_CKPT_RESERVE: page-locking the reserve "
-                 "failed (%s); checkpoints that do not fit copy the old way", strerror(-rc));
+        snprintf(rs->refusal, sizeof rs->refusal, "%s: page-locking it failed (%s); checkpoints "
+                 "that do not fit copy the old way", rs->name, strerror(-rc));
         ckpt_logf(CKPT_LOG_WARN, "%s", rs->refusal);
-        madvise(rs->base + at, (size_t)rs->piece, MADV_DONTNEED);
+        if (!rs->shared) madvise(rs->base + at, (size_t)n, MADV_DONTNEED);
       } else {
-        rs->ready = at + rs->piece;
+        rs->ready = at + n;
+        if (rs->shared && rs->ready == rs->capacity) {
+          char size[32];
+          ckpt_format_bytes(rs->capacity, size, sizeof size);
+          ckpt_logf(CKPT_LOG_INFO, "%s: %s page-locked", rs->name, size);
+        }
         pthread_cond_broadcast(&rs->wake);
       }
       continue;
@@ -169,6 +182,7 @@ struct reserve *reserve_new(const struct ckpt_host_ops *ops, void *ctx,
   if (!rs) return NULL;
   rs->ops = ops;
   rs->ctx = ctx;
+  rs->name = "CUDAW_CKPT_RESERVE";
   rs->fixed = options->reserve_auto ? 0 : options->reserve_bytes;
   rs->budget_pct = options->reserve_budget_pct;
   rs->align = RESERVE_ALIGN;
@@ -201,6 +215,25 @@ struct reserve *reserve_new(const struct ckpt_host_ops *ops, void *ctx,
   return rs;
 }
 
+struct reserve *reserve_new_shared(const struct ckpt_host_ops *ops, void *ctx, void *base,
+                                   uint64_t size, uint64_t piece) {
+  if (!ops->host_register || !ops->host_unregister || !size) return NULL;
+  struct reserve *rs = calloc(1, sizeof *rs);
+  if (!rs) return NULL;
+  rs->ops = ops;
+  rs->ctx = ctx;
+  rs->name = "cudawd's host-memory pool";
+  rs->shared = true;
+  rs->fixed = rs->capacity = size;
+  rs->align = RESERVE_ALIGN;
+  rs->piece = piece ? (piece + rs->align - 1) / rs->align * rs->align : IMAGE_ALIGN;
+  rs->base = base;
+  pthread_mutex_init(&rs->lock, NULL);
+  pthread_cond_init(&rs->wake, NULL);
+  rs->running = pthread_create(&rs->thread, NULL, grow, rs) == 0;
+  return rs;
+}
+
 void reserve_free(struct reserve *rs) {
   if (!rs) return;
   pthread_mutex_lock(&rs->lock);
@@ -208,7 +241,8 @@ void reserve_free(struct reserve *rs) {
   pthread_cond_broadcast(&rs->wake);
   pthread_mutex_unlock(&rs->lock);
   if (rs->running) pthread_join(rs->thread, NULL);
-  for (uint64_t at = 0; at < rs->ready; at += rs->piece) rs->ops->host_unregister(rs->ctx, rs->base + at);
+  for (uint64_t at = 0; at < rs->ready; at += rs->piece)
+    rs->ops->host_unregister(rs->ctx, rs->base + at);
   munmap(rs->base, (size_t)rs->capacity);
   pthread_mutex_destroy(&rs->lock);
   pthread_cond_destroy(&rs->wake);
@@ -247,6 +281,19 @@ void reserve_give_back(struct reserve *rs) {
   rs->used = 0;
   pthread_cond_broadcast(&rs->wake); /* grow again if the program grew meanwhile */
   pthread_mutex_unlock(&rs->lock);
+}
+
+uint8_t *reserve_take_range(struct reserve *rs, uint64_t offset, uint64_t bytes) {
+  if (!rs) return NULL;
+  pthread_mutex_lock(&rs->lock);
+  uint8_t *p = NULL;
+  if (!rs->taken && offset <= rs->ready && bytes <= rs->ready - offset) {
+    rs->taken = true;
+    rs->used = bytes;
+    p = rs->base + offset;
+  }
+  pthread_mutex_unlock(&rs->lock);
+  return p;
 }
 
 const uint8_t *reserve_base(const struct reserve *rs) { return rs ? rs->base : NULL; }

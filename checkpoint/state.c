@@ -86,6 +86,11 @@ static void log_result(const struct ckpt_result *r, int from, int to) {
     ckpt_format_bytes(r->reserve_bytes, in, sizeof in);
     snprintf(reserve, sizeof reserve, ", %s straight into the reserve", in);
   }
+  if (r->pool_bytes) {
+    char in[32];
+    ckpt_format_bytes(r->pool_bytes, in, sizeof in);
+    snprintf(reserve, sizeof reserve, ", %s straight into cudawd's pool", in);
+  }
   char live[160] = "";
   if (r->live) {
     char pre[32], re[32];

@@ -32,6 +32,7 @@ static struct {
   struct ckpt_region *disk_regions;  /* what the image on disk must hold (paused.dir set) */
   size_t disk_region_count;
   bool drop_image;                /* after this transition: free the image */
+  uint64_t loan_offset, loan_length; /* cudawd's pool range for the next checkpoint's image */
   bool prepare;                   /* ckpt_prepare_early asked for the staging buffers */
   bool preparing;                 /* ... which are being pinned (not inside the gate) */
   bool dropping;                  /* ... which is under way */
@@ -97,6 +98,7 @@ static void result_from_stats(struct ckpt_result *r, const struct engine_stats *
   r->unchanged_bytes = stats->unchanged_bytes;
   r->filled_bytes = stats->filled_bytes;
   r->reserve_bytes = stats->reserve_bytes;
+  r->pool_bytes = stats->pool_bytes;
   r->staged_bytes = stats->staged_bytes;
 }
 
@@ -337,8 +339,9 @@ static void resume_program(struct ckpt_result *r) {
          released ? " (and releasing the recreated memory failed too)" : "");
     return;
   }
-  /* Freeing the image (unregistering and unmapping it) waits until the program runs again. */
-  tr.drop_image = !ckpt_rt.options.keep_image;
+  /* Freeing the image (unregistering and unmapping it) waits until the program runs again. One
+   * in cudawd's pool goes whatever CUDAW_CKPT_KEEP_IMAGE says: cudawd lends its range again. */
+  tr.drop_image = !ckpt_rt.options.keep_image || engine_image_in_pool(tr.engine);
   /* Managed memory migrates back on first touch anyway: a failure here only costs speed. */
   if (ops->unpark_other && (rc = ops->unpark_other(ctx)) != 0)
     ckpt_logf(CKPT_LOG_WARN, "resume: bringing managed memory back to the device failed: %s",
@@ -489,7 +492,14 @@ static void *run(void *unused) {
     pthread_mutex_unlock(&tr.lock);
 
     struct ckpt_result result = {.op = op};
-    if (op == CKPT_OP_CHECKPOINT) pause_program(&result, requested_at);
+    if (op == CKPT_OP_CHECKPOINT) {
+      pthread_mutex_lock(&tr.lock);
+      engine_lend(tr.engine, tr.loan_offset, tr.loan_length); /* for this checkpoint only */
+      tr.loan_length = 0;
+      pthread_mutex_unlock(&tr.lock);
+      pause_program(&result, requested_at);
+      if (!engine_image_in_pool(tr.engine)) engine_lend(tr.engine, 0, 0);
+    }
     else if (op == CKPT_OP_RESUME) resume_program(&result);
     else if (op == CKPT_OP_HOLD) hold_program(&result, requested_at);
     else if (op == CKPT_OP_DRAIN) drain_held(&result, tr.request.hold_ms ? tr.request.hold_ms
@@ -643,6 +653,27 @@ uint64_t transition_image_regions(void) {
 }
 
 struct engine *transition_engine(void) { return tr.engine; }
+
+int transition_pool_attach(void *base, uint64_t size) {
+  pthread_mutex_lock(&tr.lock);
+  int rc = 0;
+  if (!tr.started || !tr.engine) rc = -ENOTCONN;
+  else if (tr.pending || tr.dropping || engine_image_in_pool(tr.engine)) rc = -EBUSY;
+  struct reserve *pool = NULL;
+  if (!rc && !(pool = reserve_new_shared(ckpt_rt.ops, ckpt_rt.ctx, base, size,
+                                         ckpt_rt.options.reserve_piece)))
+    rc = -ENOSYS;
+  if (!rc) engine_set_pool(tr.engine, pool); /* no image in the last one: cannot fail */
+  pthread_mutex_unlock(&tr.lock);
+  return rc;
+}
+
+void transition_pool_lend(uint64_t offset, uint64_t length) {
+  pthread_mutex_lock(&tr.lock);
+  tr.loan_offset = offset;
+  tr.loan_length = length;
+  pthread_mutex_unlock(&tr.lock);
+}
 
 void transition_reserve(struct reserve_info *out) {
   /* The reserve lives as long as the engine; its own lock guards what it reports. */

@@ -133,7 +133,14 @@ static void print_json(const struct sched_snapshot *s)
            w->need_bytes, w->free_bytes, w->last_grant_bytes, w->last_grant_ago, w->retries,
            w->failed);
   }
-  printf("]}\n");
+  const struct sched_pool_info *pool = &s->pool;
+  printf("],\"host_pool\":{\"enabled\":%s,\"huge_pages\":%s,\"size\":%" PRIu64
+         ",\"lent\":%" PRIu64 ",\"free\":%" PRIu64 ",\"populated\":%" PRIu64
+         ",\"loans\":%d,\"loans_total\":%" PRIu64 ",\"placed_bytes\":%" PRIu64
+         ",\"fallbacks\":%" PRIu64 "}}\n",
+         pool->enabled ? "true" : "false", pool->huge_pages ? "true" : "false", pool->size,
+         pool->lent, pool->free, pool->populated, pool->loans, pool->loans_total,
+         pool->placed_bytes, pool->fallbacks);
 }
 
 static void print_text(const struct sched_snapshot *s)
@@ -150,6 +157,20 @@ static void print_text(const struct sched_snapshot *s)
     char key[SCHED_KEY_LEN + 1];
     printf("%-6d %-34s %12s %12s %12s %6" PRIu64 "\n", i, sched_key_printable(d->key, key), a, b,
            c, d->swaps);
+  }
+  const struct sched_pool_info *pool = &s->pool;
+  if (pool->enabled) {
+    char d[32];
+    ckpt_format_bytes(pool->size, a, sizeof a);
+    ckpt_format_bytes(pool->lent, b, sizeof b);
+    ckpt_format_bytes(pool->free, c, sizeof c);
+    ckpt_format_bytes(pool->placed_bytes, d, sizeof d);
+    printf("host pool: %s, %s lent (%d ranges), %s free, huge pages %s%s; %s of images placed, "
+           "%" PRIu64 " swaps without room\n", a, b, pool->loans, c,
+           pool->huge_pages ? "yes" : "no", pool->populated < pool->size ? ", faulting in" : "",
+           d, pool->fallbacks);
+  } else {
+    printf("host pool: none\n");
   }
   printf("%-8s %-12s %4s %12s %10s %6s %10s %10s %7s %6s  %-24s %s\n", "PID", "STATE", "PRIO",
          "BYTES", "GPU_S", "SWAPS", "SWAP_S", "WAIT_S", "RETRIES", "FAILED", "LAST GRANT", "WHY");

@@ -33,7 +33,7 @@ static void usage(FILE *out)
   fprintf(out,
           "usage: cudawd [--system] [--quantum SEC] [--min-run SEC] [--device-memory SIZE]\n"
           "              [--swap-timeout SEC] [--gpu-list DIR|none] [--metrics-file PATH]\n"
-          "              [--verbose]\n"
+          "              [--host-memory SIZE|N%%|off] [--verbose]\n"
           "\n"
           "Schedules the programs run with `cudaw run --share` (CUDAW_SHARE=1) on this machine's\n"
           "GPUs: an allocation that does not fit waits while programs whose turn is over are\n"
@@ -52,6 +52,11 @@ static void usage(FILE *out)
           "                       the others (default 600)\n"
           "  --gpu-list DIR|none  a device key must be the UUID of a GPU listed there, when the\n"
           "                       directory exists (default /proc/driver/nvidia/gpus)\n"
+          "  --host-memory SIZE|N%%|off\n"
+          "                       host memory kept ready (pre-faulted, huge pages where the\n"
+          "                       kernel has them) for the images of the programs it swaps out\n"
+          "                       (default: the least of 50%% of RAM and available memory less\n"
+          "                       8 GiB)\n"
           "  --metrics-file PATH  write the figures in Prometheus text format, every 2 s\n"
           "  --verbose            log every message and decision\n",
           SCHED_SOCKET_NAME, SCHED_SOCKET_NAME);
@@ -112,6 +117,9 @@ static int parse_args(int argc, char **argv, struct sched_config *config)
       rc = parse_seconds(value, &config->swap_timeout);
     } else if (!strcmp(arg, "--gpu-list")) {
       config->gpu_list = value;
+    } else if (!strcmp(arg, "--host-memory")) {
+      rc = pool_parse_size(value, &config->host_memory);
+      config->host_memory_set = true;
     } else if (!strcmp(arg, "--metrics-file")) {
       config->metrics_file = value;
     } else {
@@ -121,6 +129,7 @@ static int parse_args(int argc, char **argv, struct sched_config *config)
     if (rc) {
       fprintf(stderr, "cudawd: %s %s: expected %s\n", arg, value,
               !strcmp(arg, "--device-memory") ? "a size such as 40G, 512M or 90%"
+              : !strcmp(arg, "--host-memory") ? "a size such as 64G, N% of RAM, or off"
                                               : "a number of seconds");
       return rc;
     }
@@ -262,6 +271,7 @@ static void remove_program(struct daemon *d, struct program *p)
   if (p->joined)
     fprintf(stderr, "cudawd: pid %ld left (%s)\n", (long)p->pid, sched_state_name(p->state));
   sched_forget(d, p);
+  sched_pool_take_back(d, p, "gone");
   for (struct program **link = &d->programs; *link; link = &(*link)->next)
     if (*link == p) {
       *link = p->next;
@@ -303,7 +313,7 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
             (unsigned long long)msg->held, msg->status, msg->value);
   bool program_message = msg->type == SCHED_DEVICE || msg->type == SCHED_ALLOC ||
                          msg->type == SCHED_USAGE || msg->type == SCHED_DONE ||
-                         msg->type == SCHED_FAILED;
+                         msg->type == SCHED_FAILED || msg->type == SCHED_POOL_MAPPED;
   if (program_message && !p->joined) {
     fprintf(stderr, "cudawd: pid %ld: message %u before its hello: closing\n", (long)p->pid,
             msg->type);
@@ -321,6 +331,18 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
     p->state_since = p->accounted_at = p->resident_since = p->wanting_since = now;
     fprintf(stderr, "cudawd: pid %ld (uid %u) joined%s\n", (long)p->pid, (unsigned)p->uid,
             msg->value ? " (paused)" : "");
+    sched_pool_offer(d, p);
+    break;
+  case SCHED_POOL_MAPPED:
+    /* Only an answer to the pool it was sent counts: nobody else is lent a range. */
+    if (!p->joined || !p->pool_sent || !d->pool.size || p->uid != geteuid()) {
+      fprintf(stderr, "cudawd: pid %ld: says it mapped a pool it was not given: ignored\n",
+              (long)p->pid);
+      break;
+    }
+    p->pool_mapped = msg->value == 1;
+    fprintf(stderr, "cudawd: pid %ld %s the host-memory pool\n", (long)p->pid,
+            p->pool_mapped ? "mapped" : "could not map");
     break;
   case SCHED_DEVICE: {
     if (msg->device < 0 || msg->device >= SCHED_MAX_DEVICES) break;
@@ -380,6 +402,16 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
       break;
     }
     p->pending_op = 0;
+    if (msg->value == 1 && msg->status == 0 && p->loan.length)
+      d->pool.placed_bytes += msg->held < p->loan.length ? msg->held : p->loan.length;
+    /* The range holds the image until the resume is done; a failed checkpoint, or one that put
+     * nothing into the range (too small, not page-locked yet), left nothing in it. */
+    if (msg->value == 1 && msg->status != 0)
+      sched_pool_take_back(d, p, "its checkpoint failed");
+    else if (msg->value == 1 && msg->held == 0)
+      sched_pool_take_back(d, p, "its image went elsewhere");
+    else if (msg->value == 2 && msg->status == 0)
+      sched_pool_take_back(d, p, "resumed");
     sched_done(d, p, msg->value, msg->status > 0 ? -EINVAL : msg->status, msg->bytes,
                msg->seconds >= 0 && msg->seconds < 1e9 ? msg->seconds : 0);
     break;
@@ -512,11 +544,33 @@ int main(int argc, char **argv)
   sigaction(SIGTERM, &stop, NULL);
   sigaction(SIGINT, &stop, NULL);
   signal(SIGPIPE, SIG_IGN);
+  d.pool.fd = -1;
+  if (!d.config.host_memory_set && options.sched_host_memory[0] &&
+      pool_parse_size(options.sched_host_memory, &d.config.host_memory) != 0) {
+    fprintf(stderr, "cudawd: CUDAW_SCHED_HOST_MEMORY=%s: expected a size such as 64G, N%% of RAM, "
+            "or off\n", options.sched_host_memory);
+    return 2;
+  }
+  if (!d.config.host_memory_set && !options.sched_host_memory[0])
+    d.config.host_memory = pool_default_size();
+  if (d.config.host_memory) {
+    char why[200] = "";
+    if (pool_open(&d.pool, d.config.host_memory, why, sizeof why) != 0)
+      fprintf(stderr, "cudawd: no host-memory pool: %s; swaps use the programs' own memory\n", why);
+    else
+      fprintf(stderr, "cudawd: host-memory pool of %.2f GiB (%s), faulting it in in the "
+              "background%s\n", (double)d.pool.size / (1u << 30),
+              d.pool.huge ? "huge pages" : "no huge pages for it: plain shared memory",
+              d.config.system ? "; lent only to root's programs (--system)" : "");
+  } else {
+    fprintf(stderr, "cudawd: no host-memory pool (--host-memory off)\n");
+  }
   d.started = sched_now();
   fprintf(stderr, "cudawd: pid %ld listening on %s (quantum %.1f s%s)\n", (long)getpid(), path,
           d.config.quantum, d.config.system ? ", system: every user of the node" : "");
   serve(&d, listen_fd);
   unlink(path);
   close(listen_fd);
+  pool_close(&d.pool);
   return 0;
 }

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "pool.h"
 #include "sched_proto.h"
 
 struct sched_config {
@@ -21,6 +22,8 @@ struct sched_config {
   const char *gpu_list;    /* --gpu-list: the driver's GPU directory; keys must be its UUIDs
                             * (when it exists); "none": any well-formed key */
   const char *metrics_file;
+  uint64_t host_memory;    /* --host-memory: the pool's size (0: no pool) */
+  bool host_memory_set;    /* given; else the default from the machine's memory */
   bool verbose;            /* --verbose: log every message and decision */
   bool system;             /* --system: root, one cudawd for every user of the node */
 };
@@ -68,6 +71,9 @@ struct program {
   double cpu_time, cpu_at;
   bool idle;
   double idle_since;       /* when `idle` became true (the start of that CPU sample) */
+  bool pool_sent;          /* it was sent the pool (SCHED_POOL) */
+  bool pool_mapped;        /* it mapped it (SCHED_POOL_MAPPED 1): it may be lent ranges */
+  struct pool_loan loan;   /* the range lent for its image (length 0: none) */
   bool gpu_idle;           /* it said it makes no CUDA call (SCHED_GPU_IDLE): may be swapped out at
                             * once its idleness has cost what a swap costs; swapped out, it is
                             * not brought back until it calls again */
@@ -96,6 +102,7 @@ struct daemon {
   double host_read_at;
   pid_t host_blocked;      /* the program kept from swapping out for host memory (0: none) */
   pid_t host_blocked_for;  /* the program that waits for it */
+  struct host_pool pool;       /* --host-memory (size 0: none) */
 };
 
 /* schedule.c */
@@ -132,6 +139,18 @@ void sched_joined_usage(struct daemon *d, int slot, uint64_t bytes);
 
 /* cudawd.c */
 int sched_send(struct program *p, const struct sched_msg *msg);
+
+/* lending.c: the pool's ranges and the programs. */
+/* Send the pool to a program that just joined, if it may have it. */
+void sched_pool_offer(struct daemon *d, struct program *p);
+/* A checkpoint order for p: lend it a range for its resident bytes if the pool has room (fills
+ * msg's bytes/held), else leave them 0. */
+void sched_pool_lend(struct daemon *d, struct program *p, struct sched_msg *msg);
+/* Whether p's next checkpoint would be lent a range (its image then needs no other host memory). */
+bool sched_pool_would_lend(const struct daemon *d, const struct program *p);
+/* Take p's range back (resume done, checkpoint failed, gone). */
+void sched_pool_take_back(struct daemon *d, struct program *p, const char *why);
+void sched_pool_info(const struct daemon *d, struct sched_pool_info *out);
 
 /* report.c */
 void sched_fill_snapshot(const struct daemon *d, struct sched_snapshot *out);

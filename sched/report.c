@@ -44,6 +44,7 @@ void sched_fill_snapshot(const struct daemon *d, struct sched_snapshot *out)
         d->exited_grant_at[i] > 0 ? now - d->exited_grant_at[i] : -1;
     out->program[out->programs++] = d->exited[i];
   }
+  sched_pool_info(d, &out->pool);
 }
 
 void sched_program_info(const struct program *p, struct sched_program_info *info)
@@ -137,6 +138,23 @@ int sched_write_metrics(const struct daemon *d, const char *path)
   for (int i = 0; i < snapshot.programs; i++)
     fprintf(f, "cudawd_program_state{pid=\"%d\",state=\"%s\"} 1\n", snapshot.program[i].pid,
             sched_state_name(snapshot.program[i].state));
+  static const struct { const char *name, *type, *help; } pool_series[] = {
+    {"cudawd_host_pool_bytes", "gauge", "Size of the host-memory pool (0: none)."},
+    {"cudawd_host_pool_lent_bytes", "gauge", "Pool bytes lent to swapped-out programs' images."},
+    {"cudawd_host_pool_free_bytes", "gauge", "Pool bytes free to lend."},
+    {"cudawd_host_pool_populated_bytes", "gauge", "Pool bytes faulted in so far."},
+    {"cudawd_host_pool_huge_pages", "gauge", "1 if huge pages back the pool."},
+    {"cudawd_host_pool_placed_bytes_total", "counter", "Image bytes put into lent pool ranges."},
+    {"cudawd_host_pool_fallbacks_total", "counter",
+     "Checkpoints ordered without a loan: the pool had no room."},
+  };
+  const struct sched_pool_info *pool = &snapshot.pool;
+  uint64_t pool_values[] = {pool->size, pool->lent, pool->free, pool->populated,
+                            (uint64_t)pool->huge_pages, pool->placed_bytes, pool->fallbacks};
+  for (size_t k = 0; k < sizeof pool_series / sizeof pool_series[0]; k++)
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s %" PRIu64 "\n", pool_series[k].name,
+            pool_series[k].help, pool_series[k].name, pool_series[k].type, pool_series[k].name,
+            pool_values[k]);
   int rc = ferror(f) ? -EIO : 0;
   if (fclose(f) != 0 && !rc) rc = -errno;
   if (!rc && rename(tmp, path) != 0) rc = -errno;

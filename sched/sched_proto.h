@@ -22,10 +22,14 @@ enum sched_msg_type {
                       * cudaMemGetInfo says is free on the device now */
   SCHED_USAGE,       /* holds `bytes` on `device` now (after frees) */
   SCHED_DONE,        /* the checkpoint (value 1) or resume (value 2) asked for is done: status
-                      * 0 or -errno, `bytes` copied, `seconds` it took */
+                      * 0 or -errno, `bytes` copied, `seconds` it took; a checkpoint's `held`:
+                      * image bytes it put into the lent pool range (an older cudawd ignores it) */
   /* cudawd -> program */
   SCHED_GRANT,       /* answer to SCHED_ALLOC: status 0 (allocate) or -ENOMEM (never fits) */
-  SCHED_CHECKPOINT,  /* pause and checkpoint now, answer SCHED_DONE */
+  SCHED_CHECKPOINT,  /* pause and checkpoint now, answer SCHED_DONE. With a host-memory pool
+                      * (SCHED_POOL): `bytes` > 0 lends the range [held, held + bytes) of it for
+                      * the image until the resume is done (0: no loan; an older program ignores
+                      * both fields) */
   SCHED_RESUME,      /* resume now, answer SCHED_DONE */
   /* cudaw-ctl -> cudawd */
   SCHED_STATUS,      /* answered with one struct sched_snapshot */
@@ -37,6 +41,12 @@ enum sched_msg_type {
   /* program -> cudawd (an older cudawd logs and ignores it) */
   SCHED_GPU_IDLE,    /* value 1: no CUDA call for CUDAW_SHARE_IDLE_MS (host work); 0: calls again
                       * (a thread waits at the gate if it is paused) */
+  /* The host-memory pool (cudawd --host-memory), added within version 2: an older program drops
+   * SCHED_POOL and its descriptor unread and is never lent a range; an older cudawd never sends
+   * it, so never hears SCHED_POOL_MAPPED. */
+  SCHED_POOL,        /* cudawd -> program, after its hello, with the pool's memfd (SCM_RIGHTS):
+                      * `bytes` its size, value 1 if huge pages back it */
+  SCHED_POOL_MAPPED, /* program -> cudawd: value 1: mapped, cudawd may lend it ranges; 0: not */
 };
 
 struct sched_msg {
@@ -113,6 +123,21 @@ struct sched_program_detail {
   uint64_t failed;          /* allocations whose error went back to the program */
 };
 
+/* cudawd's host-memory pool, as the snapshot shows it (all zero: none, or an older cudawd). */
+struct sched_pool_info {
+  int32_t enabled;        /* 1: there is a pool */
+  int32_t huge_pages;     /* 1: backed by huge pages (MFD_HUGETLB) */
+  int32_t loans;          /* ranges lent now */
+  int32_t reserved;
+  uint64_t size;
+  uint64_t lent;
+  uint64_t free;
+  uint64_t populated;     /* bytes faulted in so far */
+  uint64_t loans_total;   /* ranges lent since cudawd started */
+  uint64_t placed_bytes;  /* image bytes the programs put into lent ranges */
+  uint64_t fallbacks;     /* checkpoints ordered without a loan: no room in the pool */
+};
+
 struct sched_snapshot {
   uint32_t version;
   uint32_t type;          /* SCHED_STATUS */
@@ -125,6 +150,8 @@ struct sched_snapshot {
   /* Added within version 2, after everything an older cudaw-ctl reads (it receives the snapshot
    * cut short; a newer cudaw-ctl accepts an older cudawd's shorter one, details unknown). */
   struct sched_program_detail detail[SCHED_MAX_PROGRAMS + SCHED_MAX_EXITED]; /* per program[] */
+  /* Added after detail[] in the same way. */
+  struct sched_pool_info pool;
 };
 
 /* A device key fit to print anywhere (terminal, JSON, metrics labels): letters, digits, '-', '.'

@@ -277,12 +277,13 @@ static uint64_t host_margin(const struct daemon *d)
   return share > (1ull << 30) ? share : 1ull << 30;
 }
 
-/* Whether the host has room for v's image. A host out of memory kills a program (the OOM
- * killer), which sharing must never do: such a checkpoint is not ordered, the waiting program
- * waits on. */
+/* Whether the host has room for v's image: a range of the pool cudawd would lend it, or memory
+ * available. A host out of memory kills a program (the OOM killer), which sharing must never
+ * do: such a checkpoint is not ordered, the waiting program waits on. */
 static bool host_room(const struct daemon *d, const struct program *v)
 {
-  return !d->host_total || total_bytes(v) + host_margin(d) <= d->host_available;
+  return sched_pool_would_lend(d, v) || !d->host_total ||
+         total_bytes(v) + host_margin(d) <= d->host_available;
 }
 
 void sched_forget(struct daemon *d, struct program *p)
@@ -637,7 +638,10 @@ void sched_step(struct daemon *d)
   }
   d->host_blocked = d->host_blocked_for = 0;
   victim->host_refused = false;
-  send_simple(victim, SCHED_CHECKPOINT, 0);
+  struct sched_msg checkpoint = {.version = SCHED_PROTO_VERSION, .type = SCHED_CHECKPOINT,
+                                 .pid = victim->pid};
+  sched_pool_lend(d, victim, &checkpoint); /* a range of the host-memory pool for its image */
+  sched_send(victim, &checkpoint);
   victim->pending_op = 1;
   sched_set_state(d, victim, SCHED_SWAPPING_OUT);
   d->transition = victim;

@@ -6,7 +6,9 @@
  * leaves it out until a call waits at the gate again). If cudawd goes away, the program runs
  * unshared (one warning), re-joins when a cudawd answers again, and, if cudawd had paused it,
  * resumes itself unless a new cudawd came within SELF_RESUME_AFTER seconds (which then resumes
- * it when it fits). */
+ * it when it fits). cudawd may send its host-memory pool (a memfd) after the hello: it is mapped
+ * here and handed to the checkpoint module, which page-locks it in the background; a checkpoint
+ * order that lends a range of it puts the image there. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
@@ -15,7 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -61,7 +65,15 @@ static struct {
   pthread_cond_t reply_cond;
   bool reply_ready;
   int reply_status;
-} client = {.fd = -1, .conn_lock = PTHREAD_MUTEX_INITIALIZER,
+  /* cudawd's host-memory pool, owned by the checkpoint module once attached (thread only). */
+  uint64_t pool_size;
+  /* One that could not be attached yet (an image lay in the last one, or a checkpoint ran): its
+   * descriptor, tried again once a second while running. -1: none. */
+  int pool_retry_fd;
+  uint64_t pool_retry_size;
+  bool pool_retry_huge;
+  time_t pool_retry_at;
+} client = {.fd = -1, .pool_retry_fd = -1, .conn_lock = PTHREAD_MUTEX_INITIALIZER,
             .lease_lock = PTHREAD_MUTEX_INITIALIZER, .reply_lock = PTHREAD_MUTEX_INITIALIZER,
             .reply_cond = PTHREAD_COND_INITIALIZER};
 
@@ -162,19 +174,98 @@ static void lost(void)
     shim_warn("sched: cudawd on %s went away: running unshared; re-joining when a cudawd "
               "answers again", client.path);
   client.warned = true;
+  if (client.pool_retry_fd >= 0) close(client.pool_retry_fd); /* the pool of a cudawd gone */
+  client.pool_retry_fd = -1;
   answer_waiter(-ENOTCONN); /* a waiting allocation goes ahead */
 }
 
-/* Run the checkpoint (op 1) or resume (op 2) cudawd asked for and tell it how it went. */
-static void transition(int op)
+/* Run the checkpoint (op 1) or resume (op 2) cudawd asked for and tell it how it went. A
+ * checkpoint may come with a range of the pool lent for its image (length 0: none). */
+static void transition(int op, uint64_t loan_offset, uint64_t loan_length)
 {
+  bool lent = op == 1 && loan_length && client.pool_size;
+  if (op == 1 && loan_length && !client.pool_size)
+    shim_info("sched: cudawd lent a range of a host-memory pool we do not have: not used");
+  if (lent && (loan_offset > client.pool_size || loan_length > client.pool_size - loan_offset)) {
+    shim_warn("sched: cudawd lent a range (%llu+%llu) outside its pool (%llu bytes): not used",
+              (unsigned long long)loan_offset, (unsigned long long)loan_length,
+              (unsigned long long)client.pool_size);
+    lent = false;
+  }
+  if (lent) ckpt_pool_lend(loan_offset, loan_length);
   int rc = op == 1 ? ckpt_request_checkpoint() : ckpt_request_resume();
+  if (lent) ckpt_pool_lend(0, 0); /* only for this checkpoint */
   if (rc == -EALREADY) rc = 0; /* already paused (or running): what cudawd wanted */
   if (rc == 0) client.paused_by_sched = op == 1;
   struct ckpt_result result = {0};
   ckpt_last_result(&result);
   send_msg((struct sched_msg){.type = SCHED_DONE, .value = op, .status = rc,
-                              .bytes = result.bytes, .seconds = result.total_seconds});
+                              .bytes = result.bytes, .seconds = result.total_seconds,
+                              .held = op == 1 && rc == 0 ? result.pool_bytes : 0});
+}
+
+/* cudawd sent its host-memory pool: map it and hand it to the checkpoint module, which
+ * page-locks it in the background; tell cudawd whether it may lend us ranges of it. */
+static void take_pool(int fd, uint64_t size, bool huge)
+{
+  struct stat st;
+  void *base = MAP_FAILED;
+  const char *why = NULL;
+  if (fstat(fd, &st) != 0 || !size || (uint64_t)st.st_size < size) why = "not the size it says";
+  else if ((base = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
+           MAP_FAILED)
+    why = strerror(errno);
+  int rc = why ? -EINVAL : ckpt_pool_attach(base, size);
+  if (rc == -EBUSY) { /* try again once running with no image in the last pool */
+    munmap(base, (size_t)size);
+    if (client.pool_retry_fd < 0)
+      shim_info("sched: cudawd's host-memory pool arrived while a checkpoint or its image holds "
+                "the last one: taking it once running");
+    if (client.pool_retry_fd >= 0 && client.pool_retry_fd != fd) close(client.pool_retry_fd);
+    client.pool_retry_fd = fd;
+    client.pool_retry_size = size;
+    client.pool_retry_huge = huge;
+    client.pool_retry_at = time(NULL);
+    return;
+  }
+  if (client.pool_retry_fd == fd) client.pool_retry_fd = -1;
+  close(fd); /* the mapping keeps the memory */
+  if (rc && !why) {
+    munmap(base, (size_t)size);
+    why = rc == -ENOSYS ? "this runtime cannot page-lock host memory" : strerror(-rc);
+  }
+  char bytes[32];
+  ckpt_format_bytes(size, bytes, sizeof bytes);
+  if (rc || why) {
+    shim_info("sched: not using cudawd's host-memory pool (%s): %s; swap-outs copy the old way",
+              bytes, why);
+  } else {
+    client.pool_size = size;
+    shim_info("sched: mapped cudawd's host-memory pool (%s, huge pages %s); page-locking it in "
+              "the background", bytes, huge ? "yes" : "no");
+  }
+  send_msg((struct sched_msg){.type = SCHED_POOL_MAPPED, .value = rc || why ? 0 : 1});
+}
+
+/* One message from cudawd, and the descriptor that came with it (-1: none). */
+static ssize_t receive(struct sched_msg *msg, int *fd)
+{
+  union {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(sizeof(int))];
+  } control;
+  struct iovec iov = {msg, sizeof *msg};
+  struct msghdr hdr = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+                       .msg_controllen = sizeof control.buf};
+  *fd = -1;
+  ssize_t n = recvmsg(client.fd, &hdr, MSG_CMSG_CLOEXEC);
+  for (struct cmsghdr *c = n >= 0 ? CMSG_FIRSTHDR(&hdr) : NULL; c; c = CMSG_NXTHDR(&hdr, c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+        c->cmsg_len == CMSG_LEN(sizeof(int))) {
+      if (*fd >= 0) close(*fd);
+      memcpy(fd, CMSG_DATA(c), sizeof(int));
+    }
+  return n;
 }
 
 /* Tell cudawd when what we hold changed without an allocation (frees, arenas given back). */
@@ -263,18 +354,28 @@ static void *run(void *unused)
     int rc = poll(&pfd, 1, 50);
     if (rc > 0) {
       struct sched_msg msg;
-      ssize_t n = recv(client.fd, &msg, sizeof msg, 0);
+      int fd;
+      ssize_t n = receive(&msg, &fd);
       if (n != (ssize_t)sizeof msg || msg.version != SCHED_PROTO_VERSION) {
+        if (fd >= 0) close(fd);
         lost();
         continue;
       }
+      if (msg.type == SCHED_POOL && fd >= 0) {
+        take_pool(fd, msg.bytes, msg.value == 1);
+        fd = -1;
+      }
+      if (fd >= 0) close(fd); /* a descriptor with any other message is not ours to keep */
       if (msg.type == SCHED_GRANT) answer_waiter(msg.status);
-      else if (msg.type == SCHED_CHECKPOINT) transition(1);
-      else if (msg.type == SCHED_RESUME) transition(2);
+      else if (msg.type == SCHED_CHECKPOINT) transition(1, msg.held, msg.bytes);
+      else if (msg.type == SCHED_RESUME) transition(2, 0, 0);
       else if (msg.type == SCHED_REPLY && msg.status == -EACCES) lost();
     }
     report_usage();
     watch_idle();
+    if (client.pool_retry_fd >= 0 && ckpt_state() == CKPT_RUNNING &&
+        time(NULL) != client.pool_retry_at)
+      take_pool(client.pool_retry_fd, client.pool_retry_size, client.pool_retry_huge);
   }
   return NULL;
 }
@@ -425,7 +526,15 @@ int shim_sched_admit(int device, uint64_t size)
 
 int shim_sched_retry(int device, uint64_t size, int attempt)
 {
-  if (!holds_lease || attempt >= SHIM_SCHED_RETRIES) return -ENOMEM;
+  /* Bounded in time too: each attempt may wait seconds for cudawd's answer (a program that can
+   * never fit, with memory outside the books in the way, is let try once per 2 s). */
+  static _Thread_local struct timespec first;
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  if (attempt == 0) first = now;
+  if (!holds_lease || attempt >= SHIM_SCHED_RETRIES ||
+      now.tv_sec - first.tv_sec >= SHIM_SCHED_RETRY_SECONDS)
+    return -ENOMEM;
   SHIM_REAL(cudaGetLastError)(); /* the failed attempt's error is not the program's */
   if (!atomic_load(&client.connected)) {
     /* cudawd went away (killed, restarted): while a new one may come and make room, try the

@@ -16,8 +16,10 @@ void shim_sched_allocated(int device);
 
 /* After an admitted allocation failed on the device (memory outside cudawd's books): asks cudawd
  * to make room and waits; 0 to try the allocation again, -ENOMEM to give the program the error
- * (not sharing, cudawd gone, it can never fit, or SHIM_SCHED_RETRIES attempts, `attempt` from 0). */
+ * (not sharing, cudawd gone, it can never fit, SHIM_SCHED_RETRIES attempts, `attempt` from 0, or
+ * SHIM_SCHED_RETRY_SECONDS since the first). */
 #define SHIM_SCHED_RETRIES 300
+#define SHIM_SCHED_RETRY_SECONDS 30 /* and no longer than this, however slowly cudawd answers */
 int shim_sched_retry(int device, uint64_t size, int attempt);
 
 /* An allocation on device failed with rc (-errno) and its error goes back to the program: tells

@@ -1,0 +1,55 @@
+/* cudawd's host-memory pool (--host-memory): one shared-memory file, pre-faulted in the
+ * background, whose ranges cudawd lends to the programs it swaps out so that their checkpoint
+ * images go into memory that is ready (no fresh pages to fault and zero). Single-threaded like
+ * the rest of cudawd, except the pre-faulting thread, which only touches pages. */
+#ifndef CUDAW_SCHED_POOL_H
+#define CUDAW_SCHED_POOL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sched_proto.h"
+
+#define POOL_ALIGN (2ull << 20) /* ranges start and end on 2 MiB (a huge page) */
+#define POOL_MAX_LOANS (SCHED_MAX_PROGRAMS)
+
+struct pool_loan {
+  uint64_t offset, length;
+};
+
+struct host_pool {
+  int fd;                 /* the memfd */
+  uint64_t size;          /* 0: there is no pool */
+  bool huge;              /* MFD_HUGETLB: huge pages reserved for it */
+  _Atomic uint64_t populated; /* pre-faulted so far (the thread's progress) */
+  _Atomic bool stop;
+  bool thread_running;
+  pthread_t thread;
+  struct pool_loan loan[POOL_MAX_LOANS]; /* sorted by offset; count entries used */
+  int count;
+  uint64_t lent;
+  uint64_t loans_total;   /* ranges lent since start */
+  uint64_t placed_bytes;  /* image bytes the programs said they put in the pool */
+  uint64_t fallbacks;     /* checkpoints ordered without a loan: the pool had no room */
+};
+
+/* --host-memory: "off"/"0" -> 0; a size (K/M/G/T); N% of MemTotal. 0 or -EINVAL. */
+int pool_parse_size(const char *text, uint64_t *out);
+/* The default: min(50% of MemTotal, MemAvailable - 8 GiB), never below 0. */
+uint64_t pool_default_size(void);
+
+/* Create the pool of `size` bytes (rounded up to POOL_ALIGN): a hugetlb memfd where the kernel
+ * has huge pages for it, else a plain one; start pre-faulting it. 0, or -errno with `why`. */
+int pool_open(struct host_pool *pool, uint64_t size, char *why, size_t why_len);
+void pool_close(struct host_pool *pool);
+
+/* First fit: a range of at least `bytes` (rounded up to POOL_ALIGN). 0 with *out, or -ENOSPC. */
+int pool_lend(struct host_pool *pool, uint64_t bytes, struct pool_loan *out);
+/* Whether pool_lend(bytes) would find a range now. */
+bool pool_can_lend(const struct host_pool *pool, uint64_t bytes);
+/* Take back the range lent at `offset` (no-op if none). */
+void pool_return(struct host_pool *pool, uint64_t offset);
+uint64_t pool_free_bytes(const struct host_pool *pool);
+
+#endif

@@ -1,0 +1,142 @@
+/* Description: cudawd's host-memory pool in the copy engine (sharing). A shared mapping handed
+ * to the engine is page-locked in the background (reserve_new_shared); a checkpoint with a loan
+ * puts the image inside the lent range and copies straight into it (no staging), and the resume
+ * restores every byte; a loan smaller than the image, or none, takes the old path (or the
+ * reserve) with the data still right; dropping the image gives the range back; freeing the
+ * engine unregisters and unmaps the pool. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "fake_host.h"
+#include "internal.h"
+#include "test.h"
+
+#define CHUNK 16384ull
+#define MIB (1ull << 20)
+#define POOL (16 * MIB)
+
+static struct ckpt_options base_options(void) {
+  struct ckpt_options options;
+  ckpt_options_from_env(&options, NULL, 0);
+  options.staging_bytes = CHUNK;
+  options.streams = 4;
+  options.threads = 2;
+  options.reserve_piece = 2 * MIB;
+  return options;
+}
+
+static struct engine_stats cycle(struct engine *e, struct fake_host *h) {
+  struct engine_stats stats, restored;
+  char reason[256] = "";
+  h->gate_closed = true;
+  CHECK_EQ(engine_save(e, &stats, reason, sizeof reason), 0);
+  uint64_t shortfall, offset;
+  CHECK_EQ(fake_host_ops.release_all(h), 0);
+  CHECK_EQ(fake_host_ops.recreate_all(h, &shortfall), 0);
+  CHECK_EQ(engine_restore(e, &restored, reason, sizeof reason), 0);
+  CHECK_EQ(fake_host_verify(h, &offset), 0);
+  h->gate_closed = false;
+  return stats;
+}
+
+static uint64_t total_bytes(const struct fake_host *h) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < h->region_count; i++) total += h->regions[i].size;
+  return total;
+}
+
+/* A memfd of POOL bytes mapped shared, as the client maps cudawd's. */
+static uint8_t *map_pool(void) {
+  int fd = memfd_create("test-pool", MFD_CLOEXEC);
+  CHECK(fd >= 0 && ftruncate(fd, (off_t)POOL) == 0);
+  void *p = mmap(NULL, POOL, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  CHECK(p != MAP_FAILED);
+  close(fd);
+  return p;
+}
+
+static void check_inside(struct engine *e, const uint8_t *from, const uint8_t *to) {
+  for (size_t i = 0;; i++) {
+    uint64_t size;
+    uint8_t *data = engine_image_data(e, i, &size);
+    if (!data) break;
+    CHECK(data >= from && data + size <= to, "region %zu lies outside the lent range", i);
+  }
+}
+
+static void run(bool with_reserve) {
+  struct fake_host h;
+  fake_host_init(&h, 1);
+  for (int i = 0; i < 5; i++)
+    fake_host_add_region(&h, 3 * CHUNK + 100 * (uint64_t)i, 0, 21 + (uint32_t)i);
+  fake_host_add_region(&h, 3 * MIB, 0, 40);
+  struct ckpt_options options = base_options();
+  if (with_reserve) options.reserve_bytes = 16 * MIB;
+  struct engine *e = engine_new(&fake_host_ops, &h, &options);
+  uint8_t *base = map_pool();
+  struct reserve *pool = reserve_new_shared(&fake_host_ops, &h, base, POOL, 2 * MIB);
+  CHECK(pool != NULL);
+  CHECK(reserve_wait(pool, POOL, 10), "the pool is page-locked in the background");
+  CHECK_EQ(engine_set_pool(e, pool), 0);
+  if (with_reserve) CHECK(reserve_wait(engine_reserve(e), 16 * MIB, 10), "reserve ready");
+  CHECK_EQ(engine_prepare(e), 0);
+
+  /* A loan that holds the image: straight in, inside the range, straight back. */
+  engine_lend(e, 6 * MIB, 8 * MIB);
+  struct engine_stats saved = cycle(e, &h);
+  CHECK_EQ(saved.pool_bytes, total_bytes(&h));
+  CHECK_EQ(saved.reserve_bytes, 0);
+  CHECK_EQ(saved.staged_bytes, 0);
+  CHECK(engine_image_in_pool(e), "the image lies in the pool");
+  check_inside(e, base + 6 * MIB, base + 14 * MIB);
+  CHECK_EQ(engine_set_pool(e, NULL), -EBUSY); /* not replaced under the image */
+  struct reserve_info info;
+  reserve_status(pool, &info);
+  CHECK(info.used >= total_bytes(&h), "the image holds the range");
+  engine_drop_image(e);
+  CHECK(!engine_image_in_pool(e), "dropped");
+  reserve_status(pool, &info);
+  CHECK_EQ(info.used, 0);
+
+  /* The loan ended with the image: the next checkpoint without a new one does not use it. */
+  saved = cycle(e, &h);
+  CHECK_EQ(saved.pool_bytes, 0);
+  CHECK_EQ(saved.reserve_bytes, with_reserve ? total_bytes(&h) : 0);
+  engine_drop_image(e);
+
+  /* A range too small: the old way (or the reserve), the data still right. */
+  engine_lend(e, 0, 2 * MIB);
+  saved = cycle(e, &h);
+  CHECK_EQ(saved.pool_bytes, 0);
+  CHECK_EQ(saved.reserve_bytes, with_reserve ? total_bytes(&h) : 0);
+  engine_drop_image(e);
+
+  /* A range past what is registered (the end of the pool): not used. */
+  engine_lend(e, POOL - 2 * MIB, 8 * MIB);
+  saved = cycle(e, &h);
+  CHECK_EQ(saved.pool_bytes, 0);
+  engine_drop_image(e);
+
+  /* The same range lent again after the drop: used again. */
+  engine_lend(e, 6 * MIB, 8 * MIB);
+  saved = cycle(e, &h);
+  CHECK_EQ(saved.pool_bytes, total_bytes(&h));
+  engine_drop_image(e);
+
+  engine_free(e); /* unregisters and unmaps the pool */
+  CHECK_EQ(h.registered_live, 0);
+  CHECK_EQ(h.violations, 0);
+  fake_host_free(&h);
+}
+
+int main(void) {
+  run(false);
+  run(true);
+  printf("pool: ok\n");
+  return 0;
+}

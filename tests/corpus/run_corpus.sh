@@ -66,6 +66,8 @@ run() {
         if "$CUDAW_CTL" checkpoint "$child" > "$log.pause" 2>&1 &&
            "$CUDAW_CTL" resume "$child" >> "$log.pause" 2>&1; then
           paused=", paused"
+        elif [ "$mode" = translate ] && grep -q "texture object over cudaw memory" "$log.pause"; then
+          paused=", pause refused: a live texture object (documented under translate)"
         else
           paused=", pause failed: $(tail -1 "$log.pause" | cut -c1-120)"
         fi

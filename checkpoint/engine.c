@@ -371,6 +371,25 @@ static uint64_t host_memory_available(void) {
   return result;
 }
 
+
+/* Every region of the image without memory yet, one after another from base at align
+ * boundaries, in memory registered already (the reserve's, or with in_pool cudawd's pool). */
+static void place_fresh_regions(struct engine *e, uint8_t *base, uint64_t align, bool in_pool) {
+  uint64_t at = 0;
+  for (size_t i = 0; i < e->image_count; i++) {
+    struct image_region *r = &e->image[i];
+    if (r->data) continue;
+    r->data = base + at;
+    r->mapped = (size_t)((r->region.size + align - 1) / align * align);
+    r->registered = r->mapped; /* page-locked already: status counts it */
+    atomic_fetch_add(&e->registered_bytes, r->registered);
+    r->in_reserve = true;
+    r->in_pool = in_pool;
+    r->fresh = true; /* no earlier image's bytes: every chunk is copied */
+    at += r->mapped;
+  }
+}
+
 /* Put every fresh region of the image into the reserve, each at a reserve_align boundary, if it
  * holds them all. Where regions reused from a kept image lie in it already, the fresh ones go
  * after the last of those (a program's small allocations that stay, beside big ones that come
@@ -423,18 +442,7 @@ static bool place_in_reserve(struct engine *e) {
     return false;
   }
   e->reserve_held = true;
-  uint64_t at = 0;
-  for (size_t i = 0; i < e->image_count; i++) {
-    struct image_region *r = &e->image[i];
-    if (r->data) continue;
-    r->data = base + at;
-    r->mapped = (size_t)((r->region.size + align - 1) / align * align);
-    r->registered = r->mapped; /* page-locked already: status counts it */
-    atomic_fetch_add(&e->registered_bytes, r->registered);
-    r->in_reserve = true;
-    r->fresh = true; /* no earlier image's bytes: every chunk is copied */
-    at += r->mapped;
-  }
+  place_fresh_regions(e, base, align, false);
   return true;
 }
 
@@ -466,18 +474,7 @@ static bool place_in_pool(struct engine *e) {
     return false;
   }
   e->pool_held = true;
-  uint64_t at = 0;
-  for (size_t i = 0; i < e->image_count; i++) {
-    struct image_region *r = &e->image[i];
-    if (r->data) continue;
-    r->data = base + at;
-    r->mapped = (size_t)((r->region.size + align - 1) / align * align);
-    r->registered = r->mapped;
-    atomic_fetch_add(&e->registered_bytes, r->registered);
-    r->in_reserve = r->in_pool = true;
-    r->fresh = true;
-    at += r->mapped;
-  }
+  place_fresh_regions(e, base, align, true);
   return true;
 }
 

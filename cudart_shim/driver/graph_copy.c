@@ -60,23 +60,13 @@ static void keep_node(const void *owner, bool exec, CUgraphNode node, enum node_
                       const void *params, CUcontext ctx)
 {
   if (!owner || !node || !params || !shim_translate_end) return;
-  struct shim_kparam_blob *blob = shim_kparam_blob_new(sizeof(struct node_fields));
-  if (!blob) {
-    shim_kparam_graph_opaque(owner, "cudaw ran out of memory keeping a node's parameters");
-    return;
-  }
   struct node_fields f;
   memset(&f, 0, sizeof f);
   f.kind = kind;
   f.ctx = ctx;
   if (kind == NODE_COPY) memcpy(&f.u.copy, params, sizeof f.u.copy);
   else memcpy(&f.u.set, params, sizeof f.u.set);
-  memcpy(blob->data, &f, sizeof f);
-  if (!exec) {
-    shim_kparam_graph_mark(owner);
-    shim_kparam_node_mark(node, owner);
-  }
-  shim_kparam_node_keep(owner, exec, node, update_node, blob);
+  shim_kparam_node_keep_fields(owner, exec, node, update_node, &f, sizeof f);
 }
 
 /* One wrapper: a copy of the structure with translated addresses under translate. */

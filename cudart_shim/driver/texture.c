@@ -67,10 +67,7 @@ SHIM_EXPORT CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RESOU
       ((__typeof__(&cuTexObjectCreate))real)(pTexObject, use, pTexDesc, pResViewDesc);
   if (result == CUDA_SUCCESS && record.virtual_ptr && pTexObject) {
     record.handle = (cudaTextureObject_t)*pTexObject;
-    if (shim_texture_track(&record) != 0)
-      shim_warn("out of host memory: texture object %#llx is not tracked; its resource reads "
-                "back with a real address and a checkpoint will not know of it",
-                (unsigned long long)record.handle);
+    shim_texture_created(&record);
   }
   shim_gate_leave();
   return result;

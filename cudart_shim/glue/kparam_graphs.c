@@ -194,6 +194,24 @@ void shim_kparam_node_keep(const void *owner, bool exec, const void *node,
   pthread_mutex_unlock(&lock);
 }
 
+void shim_kparam_node_keep_fields(const void *owner, bool exec, const void *node,
+                                  shim_kparam_node_update_fn update, const void *fields,
+                                  size_t size)
+{
+  if (!owner || !node || !fields || !shim_translate_end) return;
+  struct shim_kparam_blob *blob = shim_kparam_blob_new(size);
+  if (!blob) {
+    shim_kparam_graph_opaque(owner, "cudaw ran out of memory keeping a node's parameters");
+    return;
+  }
+  memcpy(blob->data, fields, size);
+  if (!exec) {
+    shim_kparam_graph_mark(owner);
+    shim_kparam_node_mark(node, owner);
+  }
+  shim_kparam_node_keep(owner, exec, node, update, blob);
+}
+
 void shim_kparam_capture_seen(const void *graph)
 {
   if (!graph || !shim_translate_end) return;

@@ -106,6 +106,13 @@ typedef int (*shim_kparam_node_update_fn)(const void *owner, bool exec, const vo
 void shim_kparam_node_keep(const void *owner, bool exec, const void *node,
                            shim_kparam_node_update_fn update, struct shim_kparam_blob *blob);
 
+/* The same for a node whose parameters are a plain structure (memcpy and memset nodes of either
+ * API): a blob holding a copy of fields' size bytes; a node of a graph (not an exec) also marks
+ * the graph and the node's membership. Nothing under remap. */
+void shim_kparam_node_keep_fields(const void *owner, bool exec, const void *node,
+                                  shim_kparam_node_update_fn update, const void *fields,
+                                  size_t size);
+
 /* A kernel launch cudaw saw become a node of graph, which a stream capture is building (whether or
  * not a record was kept for it), and how many so far: at the end of the capture, a graph with more
  * kernel nodes than that holds launches cudaw did not see. */

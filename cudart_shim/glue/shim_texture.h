@@ -19,6 +19,9 @@ struct shim_texture_record {
 /* Track a new texture object (0, or -ENOMEM); forget one into *out if given (0, or -ENOENT when it
  * is not tracked); find one (0, or -ENOENT). */
 int shim_texture_track(const struct shim_texture_record *record);
+/* A texture object was created over vmem memory (record complete): track it, or say once why a
+ * checkpoint will not know of it (out of host memory). */
+void shim_texture_created(const struct shim_texture_record *record);
 int shim_texture_untrack(cudaTextureObject_t handle, struct shim_texture_record *out);
 int shim_texture_find(cudaTextureObject_t handle, struct shim_texture_record *out);
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "shim.h"
 #include "shim_texture.h"
 #include "vmem.h"
 
@@ -33,6 +34,14 @@ int shim_texture_track(const struct shim_texture_record *record)
   if (rc == 0) textures.items[textures.count++] = *record;
   pthread_mutex_unlock(&textures.lock);
   return rc;
+}
+
+void shim_texture_created(const struct shim_texture_record *record)
+{
+  if (shim_texture_track(record) != 0)
+    shim_warn("out of host memory: texture object %#llx is not tracked; its resource reads back "
+              "with a real address and a checkpoint will not know of it",
+              (unsigned long long)record->handle);
 }
 
 int shim_texture_untrack(cudaTextureObject_t handle, struct shim_texture_record *out)

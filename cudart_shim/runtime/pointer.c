@@ -290,22 +290,12 @@ static void keep_node(const void *owner, bool exec, cudaGraphNode_t node, enum n
                       const void *params)
 {
   if (!owner || !node || !params || !shim_translate_end) return;
-  struct shim_kparam_blob *blob = shim_kparam_blob_new(sizeof(struct node_fields));
-  if (!blob) {
-    shim_kparam_graph_opaque(owner, "cudaw ran out of memory keeping a node's parameters");
-    return;
-  }
   struct node_fields f;
   memset(&f, 0, sizeof f);
   f.kind = kind;
   if (kind == NODE_COPY) memcpy(&f.u.copy, params, sizeof f.u.copy);
   else memcpy(&f.u.set, params, sizeof f.u.set);
-  memcpy(blob->data, &f, sizeof f);
-  if (!exec) {
-    shim_kparam_graph_mark(owner);
-    shim_kparam_node_mark(node, owner);
-  }
-  shim_kparam_node_keep(owner, exec, node, update_node, blob);
+  shim_kparam_node_keep_fields(owner, exec, node, update_node, &f, sizeof f);
 }
 
 SHIM_EXPORT cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,

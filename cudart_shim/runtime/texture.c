@@ -59,10 +59,7 @@ SHIM_EXPORT cudaError_t cudaCreateTextureObject(cudaTextureObject_t *pTexObject,
       ((__typeof__(&cudaCreateTextureObject))real)(pTexObject, use, pTexDesc, pResViewDesc);
   if (result == cudaSuccess && record.virtual_ptr && pTexObject) {
     record.handle = *pTexObject;
-    if (shim_texture_track(&record) != 0)
-      shim_warn("out of host memory: texture object %#llx is not tracked; its resource reads "
-                "back with a real address and a checkpoint will not know of it",
-                (unsigned long long)record.handle);
+    shim_texture_created(&record);
   }
   shim_gate_leave();
   return result;

@@ -16,6 +16,9 @@
 #   usage: test_users.sh CUDAW_CTL CUDAWD JOB EMU SPOOF_PEER      exit 0 / 1 / 77
 set -u
 ctl=$1 cudawd=$2 job=$3 emu=$4 spoof=$5
+# Every cudawd started here (by the test, the plugin or `cudaw run --share`) keeps a small
+# host-memory pool, not its default of half the RAM.
+export CUDAW_SCHED_HOST_MEMORY=256M
 [ "$(id -u)" -eq 0 ] || { echo "skipped: needs root, to run programs as other users"; exit 77; }
 command -v setpriv >/dev/null || { echo "skipped: setpriv (util-linux) is missing"; exit 77; }
 victim=65534 other=65533

@@ -14,6 +14,9 @@
 #   usage: test_cluster.sh BUILD_DIR SLURM_JOB LIBCUDAW_EMU        exit 0 / 1 / 77 (skipped)
 set -u
 build=$1 job=$2 emu=$3
+# Every cudawd started here (by the test, the plugin or `cudaw run --share`) keeps a small
+# host-memory pool, not its default of half the RAM.
+export CUDAW_SCHED_HOST_MEMORY=256M
 here=$(cd "$(dirname "$0")" && pwd)
 cluster=$here/cluster.sh
 

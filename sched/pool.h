@@ -22,7 +22,7 @@ struct host_pool {
   int fd;                 /* the memfd */
   uint64_t size;          /* 0: there is no pool */
   bool huge;              /* MFD_HUGETLB: huge pages reserved for it */
-  _Atomic uint64_t populated; /* pre-faulted so far (the thread's progress) */
+  _Atomic uint64_t populated; /* pre-faulted so far (the threads' progress) */
   _Atomic bool stop;
   bool thread_running;
   pthread_t thread;

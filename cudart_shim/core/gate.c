@@ -116,6 +116,11 @@ struct shim_gate_slot *shim_gate_register(void)
   return slot;
 }
 
+bool shim_gate_used(void)
+{
+  return atomic_load_explicit(&all_slots, memory_order_acquire) != NULL;
+}
+
 static atomic_uint waiters;
 
 void shim_gate_wait_open(void)

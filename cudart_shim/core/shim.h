@@ -103,6 +103,8 @@ int shim_gate_setup(int use_membarrier);
 /* The first counted call of a thread: initialise cudaw if needed, give the thread a slot (freed
  * when the thread exits). Returns the slot. */
 struct shim_gate_slot *shim_gate_register(void);
+/* Whether any thread ever made a counted call: the program has used CUDA (and has a runtime). */
+bool shim_gate_used(void);
 
 void shim_gate_wait_open(void);       /* block while the gate is closed; touches no flag */
 /* A counted call met a closed gate: drop the flag, wait, raise it again. */

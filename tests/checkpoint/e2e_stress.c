@@ -198,7 +198,16 @@ int main(int argc, char **argv)
   int cycles = argc > 2 ? atoi(argv[2]) : 300;
   size_t free_start, total;
   CUDA_OK(cudaFree(NULL)); /* vmem starts with the first allocation; the device is up now */
+  /* Paused before the first allocation: the context's stack memory goes all the same
+   * (regression: it stayed while cudaw held no memory yet, and a pause at cycle 0 that beat
+   * every thread's first cudaMalloc saw 2 MiB in use). */
+  checkpoint(BY_SOCKET, ctl);
   e2e_emu_mem_info(&free_start, &total);
+  CHECK(free_start == total, "paused before any allocation: %zu of %zu bytes still in use",
+        total - free_start, total);
+  resume(BY_SOCKET, ctl);
+  e2e_emu_mem_info(&free_start, &total);
+  CHECK(free_start < total, "the context's stack memory did not come back at resume");
 
   for (int t = 0; t < THREADS; t++) {
     workers[t].index = t;

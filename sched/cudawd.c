@@ -410,10 +410,10 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
       sched_pool_take_back(d, p, "its checkpoint failed");
     else if (msg->value == 1 && msg->held == 0)
       sched_pool_take_back(d, p, "its image went elsewhere");
-    else if (msg->value == 2 && msg->status == 0)
-      sched_pool_take_back(d, p, "resumed");
     sched_done(d, p, msg->value, msg->status > 0 ? -EINVAL : msg->status, msg->bytes,
                msg->seconds >= 0 && msg->seconds < 1e9 ? msg->seconds : 0);
+    if (msg->value == 2 && msg->status == 0) /* after sched_done: its rate is the pool's */
+      sched_pool_take_back(d, p, "resumed");
     break;
   case SCHED_FAILED:
     p->failed++;

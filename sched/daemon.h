@@ -94,8 +94,10 @@ struct daemon {
   int exited_count;
   double started;
   /* Swap rates seen so far (bytes/s; defaults until a swap of SCHED_RATE_MIN_BYTES is seen), for
-   * the cost of swapping an idle program out and back in. */
-  double rate_out, rate_in;
+   * the cost of swapping an idle program out and back in. Kept apart for images in the pool
+   * ([1]) and elsewhere ([0]): on the H100 the one runs near the link's speed and the other up to
+   * 6x slower, and whichever came last would misjudge the other. */
+  double rate_out[2], rate_in[2];
   /* Host memory: MemAvailable and MemTotal (bytes), read at most every 0.25 s; a checkpoint whose
    * image would leave less than host_margin() available is not ordered. */
   uint64_t host_available, host_total;

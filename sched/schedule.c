@@ -223,11 +223,11 @@ void sched_idle_hint(struct daemon *d, struct program *p, bool idle)
   if (idle) p->gpu_idle_since = now;
 }
 
-/* Until a swap this large has been seen, swaps are taken to run at these rates (a first
- * checkpoint into fresh host pages, a resume from them: H100 figures of a 45 GiB job). */
+/* Until a swap this large has been seen, swaps are taken to run at these rates, [0] outside the
+ * pool (a first checkpoint into fresh host pages, a resume from them: H100 figures of a 45 GiB
+ * job) and [1] in it (tests/sched/pool_bench.sh, 40 GiB on the H100: 47.9 and 43.8 GB/s). */
 #define SCHED_RATE_MIN_BYTES (256ull << 20)
-#define SCHED_DEFAULT_RATE_OUT 6e9
-#define SCHED_DEFAULT_RATE_IN 20e9
+static const double default_rate_out[2] = {6e9, 45e9}, default_rate_in[2] = {20e9, 40e9};
 
 static uint64_t total_bytes(const struct program *p)
 {
@@ -236,11 +236,19 @@ static uint64_t total_bytes(const struct program *p)
   return sum;
 }
 
+/* Whether p's image is (or would be) in the pool: a range lent, or one cudawd would lend now. */
+static int pooled(const struct daemon *d, const struct program *p)
+{
+  return p->loan.length > 0 || sched_pool_would_lend(d, p);
+}
+
 double sched_swap_cost(const struct daemon *d, const struct program *p)
 {
   double bytes = (double)total_bytes(p);
-  return bytes / (d->rate_out > 0 ? d->rate_out : SCHED_DEFAULT_RATE_OUT) +
-         bytes / (d->rate_in > 0 ? d->rate_in : SCHED_DEFAULT_RATE_IN);
+  int in_pool = pooled(d, p);
+  double out = d->rate_out[in_pool], in = d->rate_in[in_pool];
+  return bytes / (out > 0 ? out : default_rate_out[in_pool]) +
+         bytes / (in > 0 ? in : default_rate_in[in_pool]);
 }
 
 /* ---- host memory: a swapped-out program's image lives there ----------------------------------- */
@@ -316,8 +324,10 @@ void sched_done(struct daemon *d, struct program *p, int op, int status, uint64_
   double now = sched_now();
   p->swap_seconds += seconds;
   if (status == 0 && bytes >= SCHED_RATE_MIN_BYTES && seconds > 0) {
-    if (op == 1) d->rate_out = (double)bytes / seconds;
-    else d->rate_in = (double)bytes / seconds;
+    /* The range lent for the image is taken back after this (cudawd.c), also after a resume. */
+    int in_pool = p->loan.length > 0;
+    if (op == 1) d->rate_out[in_pool] = (double)bytes / seconds;
+    else d->rate_in[in_pool] = (double)bytes / seconds;
   }
   if (status == 0)
     fprintf(stderr, "cudawd: pid %ld swapped %s: %.3f GiB in %.3f s (%.2f GB/s)\n", (long)p->pid,

@@ -5,7 +5,8 @@
  * Then the cost of a swap: a large idle program is swapped out only once it has been idle as long
  * as its swap out and back in takes at the rates seen, and not at all while the host (a fake
  * /proc/meminfo, CUDAWD_MEMINFO) has no room for its image, which the waiting program's wait
- * reason says; and a program whose last idle phase outlasted its swap goes at once. */
+ * reason says; and a program whose last idle phase outlasted its swap goes at once. The rates
+ * are kept apart for images in the pool and elsewhere. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -151,6 +152,36 @@ static void cost_and_host(void)
   unlink(meminfo);
 }
 
+static bool near(double x, double want) { return x > want * 0.999 && x < want * 1.001; }
+
+/* The rates are kept apart for images in cudawd's pool and elsewhere: a pooled swap seen does not
+ * make a swap outside the pool look cheap, nor a slow one outside it a pooled one dear. */
+static void pool_rates(void)
+{
+  static struct daemon d;
+  const double gib = (double)(1ull << 30);
+  d.config = (struct sched_config){.quantum = 300, .min_run = 1, .idle_cpu = 0.02,
+                                   .device_memory = 80ull << 30};
+  int dev = sched_device_slot(&d, "00112233445566778899aabbccddeeff", 80ull << 30);
+  CHECK(dev == 0);
+  struct program *a = join(&d, 2, dev, 40ull << 30);
+  const double plain = 40 * gib / 6e9 + 40 * gib / 20e9, in_pool = 40 * gib / 45e9 + 40 * gib / 40e9;
+  CHECK(near(sched_swap_cost(&d, a), plain), "default %.3f s", sched_swap_cost(&d, a));
+  a->loan.length = 41ull << 30; /* its image has (or will have) a range of the pool */
+  CHECK(near(sched_swap_cost(&d, a), in_pool), "pooled default %.3f s", sched_swap_cost(&d, a));
+  sched_done(&d, a, 1, 0, 40ull << 30, 40 * gib / 50e9);
+  sched_done(&d, a, 2, 0, 40ull << 30, 40 * gib / 50e9);
+  CHECK(near(sched_swap_cost(&d, a), 2 * 40 * gib / 50e9), "pooled %.3f s", sched_swap_cost(&d, a));
+  a->loan.length = 0;
+  CHECK(near(sched_swap_cost(&d, a), plain), "after a pooled swap %.3f s", sched_swap_cost(&d, a));
+  sched_done(&d, a, 1, 0, 40ull << 30, 40 * gib / 5e9);
+  CHECK(near(sched_swap_cost(&d, a), 40 * gib / 5e9 + 40 * gib / 20e9), "plain %.3f s",
+        sched_swap_cost(&d, a));
+  a->loan.length = 41ull << 30;
+  CHECK(near(sched_swap_cost(&d, a), 2 * 40 * gib / 50e9), "pooled again %.3f s",
+        sched_swap_cost(&d, a));
+}
+
 int main(void)
 {
   static struct daemon d;
@@ -189,6 +220,7 @@ int main(void)
   a->resident_since = sched_now() - 100;
   CHECK(step(&d, &pid) == SCHED_CHECKPOINT && pid == a->pid, "checkpoint to %d", pid);
   cost_and_host();
+  pool_rates();
   printf("ok\n");
   return 0;
 }

@@ -24,9 +24,10 @@
 
 #define FAULT_STEP (64ull << 20)
 
-static uint64_t meminfo(const char *key)
+uint64_t host_meminfo(const char *key)
 {
-  FILE *f = fopen("/proc/meminfo", "re");
+  const char *path = getenv("CUDAWD_MEMINFO");
+  FILE *f = fopen(path && *path ? path : "/proc/meminfo", "re");
   if (!f) return 0;
   char line[128], name[64];
   unsigned long long kib;
@@ -44,7 +45,7 @@ static uint64_t round_up(uint64_t n) { return (n + POOL_ALIGN - 1) / POOL_ALIGN 
 
 uint64_t pool_default_size(void)
 {
-  uint64_t total = meminfo("MemTotal"), available = meminfo("MemAvailable");
+  uint64_t total = host_meminfo("MemTotal"), available = host_meminfo("MemAvailable");
   uint64_t half = total / 2, spare = available > (8ull << 30) ? available - (8ull << 30) : 0;
   return (half < spare ? half : spare) / POOL_ALIGN * POOL_ALIGN;
 }
@@ -60,7 +61,7 @@ int pool_parse_size(const char *text, uint64_t *out)
     char *end;
     double percent = strtod(text, &end);
     if (end != text + n - 1 || !(percent >= 0) || percent > 100) return -EINVAL;
-    *out = (uint64_t)((double)meminfo("MemTotal") * percent / 100) / POOL_ALIGN * POOL_ALIGN;
+    *out = (uint64_t)((double)host_meminfo("MemTotal") * percent / 100) / POOL_ALIGN * POOL_ALIGN;
     return 0;
   }
   return vmem_parse_size(text, 0, out) == 0 ? 0 : -EINVAL;

@@ -34,6 +34,9 @@ struct host_pool {
   uint64_t fallbacks;     /* checkpoints ordered without a loan: the pool had no room */
 };
 
+/* A field of /proc/meminfo in bytes ("MemTotal"), 0 when unknown. CUDAWD_MEMINFO names another
+ * file (tests). */
+uint64_t host_meminfo(const char *key);
 /* --host-memory: "off"/"0" -> 0; a size (K/M/G/T); N% of MemTotal. 0 or -EINVAL. */
 int pool_parse_size(const char *text, uint64_t *out);
 /* The default: min(50% of MemTotal, MemAvailable - 8 GiB), never below 0. */

@@ -253,26 +253,13 @@ double sched_swap_cost(const struct daemon *d, const struct program *p)
 
 /* ---- host memory: a swapped-out program's image lives there ----------------------------------- */
 
-/* MemAvailable and MemTotal from /proc/meminfo (CUDAWD_MEMINFO names another file: tests), at
- * most every 0.25 s. Unknown (0) when unreadable: then no checkpoint is held back for it. */
+/* MemAvailable and MemTotal (host_meminfo: CUDAWD_MEMINFO names another file in tests), at most
+ * every 0.25 s. Unknown (0) when unreadable: then no checkpoint is held back for it. */
 static void read_host_memory(struct daemon *d, double now)
 {
   if (d->host_read_at > 0 && now - d->host_read_at < 0.25) return;
   d->host_read_at = now;
-  const char *path = getenv("CUDAWD_MEMINFO");
-  FILE *f = fopen(path && *path ? path : "/proc/meminfo", "r");
-  if (!f) {
-    d->host_available = d->host_total = 0;
-    return;
-  }
-  char line[256];
-  unsigned long long kib;
-  uint64_t available = 0, total = 0;
-  while (fgets(line, sizeof line, f)) {
-    if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) available = (uint64_t)kib << 10;
-    else if (sscanf(line, "MemTotal: %llu kB", &kib) == 1) total = (uint64_t)kib << 10;
-  }
-  fclose(f);
+  uint64_t available = host_meminfo("MemAvailable"), total = host_meminfo("MemTotal");
   d->host_available = total ? available : 0;
   d->host_total = available ? total : 0;
 }

@@ -2,8 +2,9 @@
 # One call on a GPU machine: build cudaw from source there and run the GPU half of the suite,
 # benchmarks and framework checks. The machine lacks our Debian -dev packages: their .debs travel
 # in .carry/debs (see README) and are unpacked into /tmp/deps.
-# Usage: tests/gpu/device_run.sh [stage ...]   stages: build test bench pytorch cupy ckpt driver release multi (default:
-# build test bench). Logs go to $OUT (or /tmp/cudaw-out); the summary is printed last.
+# Usage: tests/gpu/device_run.sh [stage ...]   stages: build test bench pytorch cupy ckpt driver release multi
+# pool share (default: build test bench). Logs go to $OUT (or /tmp/cudaw-out); the summary is
+# printed last.
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-/tmp/cudaw-out}
@@ -97,5 +98,15 @@ if [[ " $stages " == *" multi "* ]]; then
   note "ddp (rc $?):"; grep -E "RESULT|^pause [0-9]|checks:|skipped" "$OUT/ddp.log"
   bash "$SRC/tests/gpu/multi_ckpt.sh" "$B" "${MULTI_GIB:-8}" > "$OUT/multi_ckpt.log" 2>&1
   note "multi_ckpt (rc $?):"; grep -E "device|together|multi_ckpt|FAIL|skipped" "$OUT/multi_ckpt.log"
+fi
+if [[ " $stages " == *" pool "* ]]; then
+  # cudawd's host-memory pool: one job of POOL_GIB swapped out and in, without and with the pool.
+  bash "$SRC/tests/sched/pool_bench.sh" "$B" "${POOL_GIB:-40}" "$OUT/pool" > "$OUT/pool_bench.log" 2>&1
+  note "pool_bench (rc $?):"; grep -vE "^\s*$" "$OUT/pool_bench.log" | tail -12
+fi
+if [[ " $stages " == *" share "* ]]; then
+  # Sharing benchmarks: three jobs of 1.7x the GPU, GPU-bound and with host phases (SCENARIOS).
+  bash "$SRC/tests/sched/share_bench.sh" "$B" "$OUT/share" > "$OUT/share_bench.log" 2>&1
+  note "share_bench (rc $?):"; grep -vE "^\s*$" "$OUT/share_bench.log" | tail -30
 fi
 echo; echo "==== summary"; printf '%s\n' "${summary[@]}"

@@ -11,6 +11,8 @@
  *                     one block freed and another allocated (a different size) every round
  *   too-large         expects its allocation to fail with cudaErrorMemoryAllocation
  *   idle-first        pieces, then sleeps 12 s (no CPU, no GPU) before the rounds
+ *   constant          pieces, but the first block keeps the value of round 0 (checked every round,
+ *                     never written again): a delta checkpoint skips it as unchanged
  *   stuck             pieces; a second thread stays 8 s inside a counted API call (a host
  *                     function, which the emulated device runs inside the call), so that the job
  *                     cannot reach a pause meanwhile
@@ -39,6 +41,7 @@ struct block {
 static struct block blocks[MAX_BLOCKS];
 static cudaStream_t stream; /* async mode */
 static bool async_mode;
+static bool constant_first; /* constant mode: block 0 is written once */
 
 static unsigned char value(int block, long round)
 {
@@ -109,6 +112,7 @@ static void verify_and_write(unsigned char *host, long round)
     for (size_t k = 0; k < b->bytes; k++)
       CHECK(host[k] == want, "pid %d round %ld block %d byte %zu: %u, expected %u", (int)getpid(),
             round, i, k, host[k], want);
+    if (constant_first && i == 0) continue;
     b->written = round;
     cudaError_t e = async_mode ? cudaMemsetAsync(b->ptr, value(i, round), b->bytes, stream)
                                : cudaMemset(b->ptr, value(i, round), b->bytes);
@@ -131,6 +135,7 @@ int main(int argc, char **argv)
   const char *mode = argc > 3 && argv[3][0] ? argv[3] : "pieces";
   bool too_large = !strcmp(mode, "too-large"), grow = !strcmp(mode, "grow");
   async_mode = !strcmp(mode, "async");
+  constant_first = !strcmp(mode, "constant");
   bool small = !strcmp(mode, "small");
   int count = !strcmp(mode, "big") ? 1 : small ? (int)(bytes / SMALL_BLOCK) : grow || async_mode ? 8 : 4;
   CHECK(count >= 1 && count <= MAX_BLOCKS, "%zu bytes in %s blocks: too many or none", bytes, mode);

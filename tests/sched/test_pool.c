@@ -2,9 +2,9 @@
  * own emulated memory; cudawd --device-memory 96M makes three jobs of 72 MiB take turns):
  *   used       the swapped-out jobs' images go into lent pool ranges (bytes placed > 0), every
  *              job's data is verified after its resumes, and every range comes back at the end
- *   keep       the same with CUDAW_CKPT_KEEP_IMAGE=1: an image in the pool is dropped after the
- *              resume all the same (its range is lent to the next job; reusing it would mix
- *              two jobs' data)
+ *   keep       CUDAW_CKPT_KEEP_IMAGE=1, four jobs of 40 MiB (two resident at a time) that each
+ *              keep a block unchanged: an image in the pool is dropped after the resume all the
+ *              same (its range is lent to the next job; reusing it would mix two jobs' data)
  *   exhausted  a pool of 100 MiB holds one swapped-out job's image but not two: the second
  *              checkpoints the old way (fallbacks > 0) and every job still verifies its data
  *   kill       kill -9 of a swapped-out job holding a range gives the range back at once
@@ -33,7 +33,8 @@
 #include "test.h"
 
 #define MIB (1024ull * 1024)
-#define JOB_BYTES "75497472" /* 72 MiB */
+static const char *job_bytes = "75497472"; /* 72 MiB: one job fits at a time */
+static const char *job_mode = "pieces";     /* sched_share_job's mode */
 #define EMU_KEY "63756461772d656d752d646576696365" /* the emulated device's UUID, in hex */
 
 static const char *cudawd_path, *ctl_path, *job_path;
@@ -90,7 +91,7 @@ static pid_t start_job(const char *rounds, int index)
 {
   char log[128];
   snprintf(log, sizeof log, "%s/job%d.log", run_dir, index);
-  const char *argv[] = {job_path, JOB_BYTES, rounds, NULL};
+  const char *argv[] = {job_path, job_bytes, rounds, job_mode, NULL};
   return spawn(argv, log);
 }
 
@@ -214,6 +215,31 @@ static void test_used(void)
   }
   CHECK(said, "no job's checkpoint line says how much went into the pool");
   printf("used: %llu ranges lent, %.1f MiB of images placed, %llu swaps\n",
+         (unsigned long long)s.pool.loans_total, (double)s.pool.placed_bytes / MIB,
+         (unsigned long long)s.device[0].swaps);
+}
+
+/* Four jobs of 40 MiB, two resident at a time, each with a block it never writes again
+ * (sched_share_job constant), under CUDAW_CKPT_KEEP_IMAGE=1. A job's resume gives its range back
+ * while another job runs, and that one's checkpoint may be lent the range. Were the first job's
+ * image kept there, the other would write over it, and the first job's next (delta) checkpoint
+ * would skip its unchanged block and bring back the other's bytes. */
+static void test_keep(void)
+{
+  setenv("CUDAW_CKPT_KEEP_IMAGE", "1", 1);
+  job_bytes = "41943040";
+  job_mode = "constant";
+  start_cudawd("256M");
+  wait_for_cudawd();
+  pid_t jobs[4];
+  for (int i = 0; i < 4; i++) jobs[i] = start_job("30", i);
+  wait_jobs(jobs, 4, 200);
+  struct sched_snapshot s;
+  must_snapshot(&s);
+  CHECK(s.device[0].swaps > 0, "no swaps: the jobs never took turns");
+  CHECK(s.pool.placed_bytes > 0, "no image bytes were placed in the pool");
+  check_all_back();
+  printf("keep: %llu ranges lent, %.1f MiB of images placed, %llu swaps\n",
          (unsigned long long)s.pool.loans_total, (double)s.pool.placed_bytes / MIB,
          (unsigned long long)s.device[0].swaps);
 }
@@ -396,10 +422,7 @@ int main(int argc, char **argv)
   setenv("CUDAW_SHARE", "1", 1);
   setenv("CUDAW_LOG", "info", 1);
   if (!strcmp(argv[4], "used")) test_used();
-  else if (!strcmp(argv[4], "keep")) {
-    setenv("CUDAW_CKPT_KEEP_IMAGE", "1", 1);
-    test_used();
-  }
+  else if (!strcmp(argv[4], "keep")) test_keep();
   else if (!strcmp(argv[4], "exhausted")) test_exhausted();
   else if (!strcmp(argv[4], "kill")) test_kill();
   else if (!strcmp(argv[4], "off")) test_off();

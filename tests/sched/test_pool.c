@@ -190,23 +190,35 @@ static bool log_has(const char *name, const char *text)
   return found;
 }
 
-static void test_used(void)
+/* cudawd with a 256 MiB pool and `count` jobs of `rounds` rounds, each verifying its data, done
+ * within `seconds`: the jobs took turns, images went into the pool, every range came back. */
+static void run_pooled_jobs(int count, const char *rounds, double seconds,
+                            struct sched_snapshot *s)
 {
   start_cudawd("256M");
   wait_for_cudawd();
-  pid_t jobs[3];
-  for (int i = 0; i < 3; i++) jobs[i] = start_job("30", i);
-  wait_jobs(jobs, 3, 120);
+  pid_t jobs[8];
+  CHECK(count <= 8);
+  for (int i = 0; i < count; i++) jobs[i] = start_job(rounds, i);
+  wait_jobs(jobs, count, seconds);
+  must_snapshot(s);
+  CHECK(s->device[0].swaps > 0, "no swaps: the jobs never took turns");
+  CHECK(s->pool.loans_total > 0, "no range was ever lent");
+  CHECK(s->pool.placed_bytes > 0, "no image bytes were placed in the pool");
+  check_all_back();
+  printf("%llu ranges lent, %.1f MiB of images placed, %llu swaps\n",
+         (unsigned long long)s->pool.loans_total, (double)s->pool.placed_bytes / MIB,
+         (unsigned long long)s->device[0].swaps);
+}
+
+static void test_used(void)
+{
   struct sched_snapshot s;
-  must_snapshot(&s);
+  run_pooled_jobs(3, "30", 120, &s);
   CHECK(s.pool.enabled && s.pool.size == 256 * MIB, "pool %d of %llu bytes", s.pool.enabled,
         (unsigned long long)s.pool.size);
-  CHECK(s.device[0].swaps > 0, "no swaps: the jobs never took turns");
-  CHECK(s.pool.loans_total > 0, "no range was ever lent");
-  CHECK(s.pool.placed_bytes > 0, "no image bytes were placed in the pool");
   CHECK(s.pool.populated == s.pool.size, "pool faulted in: %llu of %llu",
         (unsigned long long)s.pool.populated, (unsigned long long)s.pool.size);
-  check_all_back();
   bool said = false;
   for (int i = 0; i < 3 && !said; i++) {
     char name[32];
@@ -214,34 +226,20 @@ static void test_used(void)
     said = log_has(name, "straight into cudawd's pool");
   }
   CHECK(said, "no job's checkpoint line says how much went into the pool");
-  printf("used: %llu ranges lent, %.1f MiB of images placed, %llu swaps\n",
-         (unsigned long long)s.pool.loans_total, (double)s.pool.placed_bytes / MIB,
-         (unsigned long long)s.device[0].swaps);
 }
 
 /* Four jobs of 40 MiB, two resident at a time, each with a block it never writes again
- * (sched_share_job constant), under CUDAW_CKPT_KEEP_IMAGE=1. A job's resume gives its range back
- * while another job runs, and that one's checkpoint may be lent the range. Were the first job's
- * image kept there, the other would write over it, and the first job's next (delta) checkpoint
- * would skip its unchanged block and bring back the other's bytes. */
+ * (sched_share_job constant), under CUDAW_CKPT_KEEP_IMAGE=1: a job's resume gives its range back
+ * while another job runs, whose checkpoint may then be lent that range. With the drop of pool
+ * images after a resume removed (checkpoint/transition.c) this failed in 1 of 2 runs, the jobs
+ * stuck ("did not finish"), not with mixed data: it catches that only sometimes. */
 static void test_keep(void)
 {
   setenv("CUDAW_CKPT_KEEP_IMAGE", "1", 1);
   job_bytes = "41943040";
   job_mode = "constant";
-  start_cudawd("256M");
-  wait_for_cudawd();
-  pid_t jobs[4];
-  for (int i = 0; i < 4; i++) jobs[i] = start_job("30", i);
-  wait_jobs(jobs, 4, 200);
   struct sched_snapshot s;
-  must_snapshot(&s);
-  CHECK(s.device[0].swaps > 0, "no swaps: the jobs never took turns");
-  CHECK(s.pool.placed_bytes > 0, "no image bytes were placed in the pool");
-  check_all_back();
-  printf("keep: %llu ranges lent, %.1f MiB of images placed, %llu swaps\n",
-         (unsigned long long)s.pool.loans_total, (double)s.pool.placed_bytes / MIB,
-         (unsigned long long)s.device[0].swaps);
+  run_pooled_jobs(4, "30", 200, &s);
 }
 
 static void test_exhausted(void)

@@ -137,10 +137,22 @@ static void print_json(const struct sched_snapshot *s)
   printf("],\"host_pool\":{\"enabled\":%s,\"huge_pages\":%s,\"size\":%" PRIu64
          ",\"lent\":%" PRIu64 ",\"free\":%" PRIu64 ",\"populated\":%" PRIu64
          ",\"loans\":%d,\"loans_total\":%" PRIu64 ",\"placed_bytes\":%" PRIu64
-         ",\"fallbacks\":%" PRIu64 "}}\n",
+         ",\"fallbacks\":%" PRIu64 ",\"holder_pid\":%d,\"resident\":%" PRIu64
+         ",\"other_pools\":%d,\"other_pools_bytes\":%" PRIu64 "}",
          pool->enabled ? "true" : "false", pool->huge_pages ? "true" : "false", pool->size,
          pool->lent, pool->free, pool->populated, pool->loans, pool->loans_total,
-         pool->placed_bytes, pool->fallbacks);
+         pool->placed_bytes, pool->fallbacks, pool->holder_pid, pool->resident,
+         pool->other_pools, pool->other_bytes);
+  printf(",\"users\":[");
+  for (int i = 0; i < s->uids && i < SCHED_MAX_UIDS; i++) {
+    const struct sched_uid_info *u = &s->uid[i];
+    printf("%s{\"uid\":%u,\"connections\":%d,\"programs\":%d,\"connections_total\":%" PRIu64
+           ",\"refused\":%" PRIu64 ",\"closed\":%" PRIu64 ",\"protocol_errors\":%" PRIu64
+           ",\"messages\":%" PRIu64 "}",
+           i ? "," : "", u->uid, u->connections, u->programs, u->connections_total, u->refused,
+           u->closed, u->protocol_errors, u->messages);
+  }
+  printf("]}\n");
 }
 
 static void print_text(const struct sched_snapshot *s)
@@ -169,8 +181,27 @@ static void print_text(const struct sched_snapshot *s)
            "%" PRIu64 " swaps without room\n", a, b, pool->loans, c,
            pool->huge_pages ? "yes" : "no", pool->populated < pool->size ? ", faulting in" : "",
            d, pool->fallbacks);
+    /* The pool is a memfd cudawd does not keep mapped: ps and top show none of it. */
+    ckpt_format_bytes(pool->resident, a, sizeof a);
+    if (pool->holder_pid)
+      printf("           held by cudawd pid %d as shared memory (memfd cudawd-pool, Shmem in "
+             "/proc/meminfo, not in its RSS): %s resident\n", pool->holder_pid, a);
   } else {
     printf("host pool: none\n");
+  }
+  if (pool->other_pools) {
+    ckpt_format_bytes(pool->other_bytes, a, sizeof a);
+    printf("other cudawds' pools on this host: %d, %s in all\n", pool->other_pools, a);
+  }
+  if (s->uids > 0) {
+    printf("%-8s %6s %8s %12s %8s %8s %9s %10s\n", "UID", "CONNS", "PROGRAMS", "CONNS_TOTAL",
+           "REFUSED", "CLOSED", "PROTOCOL", "MESSAGES");
+    for (int i = 0; i < s->uids && i < SCHED_MAX_UIDS; i++) {
+      const struct sched_uid_info *u = &s->uid[i];
+      printf("%-8u %6d %8d %12" PRIu64 " %8" PRIu64 " %8" PRIu64 " %9" PRIu64 " %10" PRIu64 "\n",
+             u->uid, u->connections, u->programs, u->connections_total, u->refused, u->closed,
+             u->protocol_errors, u->messages);
+    }
   }
   printf("%-8s %-12s %4s %12s %10s %6s %10s %10s %7s %6s  %-24s %s\n", "PID", "STATE", "PRIO",
          "BYTES", "GPU_S", "SWAPS", "SWAP_S", "WAIT_S", "RETRIES", "FAILED", "LAST GRANT", "WHY");

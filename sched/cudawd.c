@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -33,7 +34,8 @@ static void usage(FILE *out)
   fprintf(out,
           "usage: cudawd [--system] [--quantum SEC] [--min-run SEC] [--device-memory SIZE]\n"
           "              [--swap-timeout SEC] [--gpu-list DIR|none] [--metrics-file PATH]\n"
-          "              [--host-memory SIZE|N%%|off] [--verbose]\n"
+          "              [--host-memory SIZE|N%%|off] [--max-per-user N]\n"
+          "              [--client-timeout SEC] [--log-max SIZE] [--verbose]\n"
           "\n"
           "Schedules the programs run with `cudaw run --share` (CUDAW_SHARE=1) on this machine's\n"
           "GPUs: an allocation that does not fit waits while programs whose turn is over are\n"
@@ -55,11 +57,20 @@ static void usage(FILE *out)
           "  --host-memory SIZE|N%%|off\n"
           "                       host memory kept ready (pre-faulted, huge pages where the\n"
           "                       kernel has them) for the images of the programs it swaps out\n"
-          "                       (default: the least of 50%% of RAM and available memory less\n"
-          "                       8 GiB)\n"
+          "                       (default: the least of 50%% of RAM less the other cudawds'\n"
+          "                       pools on this host and available memory less 8 GiB; a size\n"
+          "                       the host cannot hold is refused)\n"
           "  --metrics-file PATH  write the figures in Prometheus text format, every 2 s\n"
+          "  --max-per-user N     --system: programs one user (not root) may have joined at\n"
+          "                       once, and twice as many connections (default %d)\n"
+          "  --client-timeout SEC a connection silent this long (never joined, or joined and\n"
+          "                       never sent work) is closed when its room is needed; an order\n"
+          "                       to a program that never sent work times out after it\n"
+          "                       (default 10)\n"
+          "  --log-max SIZE       rotate the log file (to <log>.1) past this size (default 16M;\n"
+          "                       0: never); repeated lines any client can cause are summed up\n"
           "  --verbose            log every message and decision\n",
-          SCHED_SOCKET_NAME, SCHED_SOCKET_NAME);
+          SCHED_SOCKET_NAME, SCHED_SOCKET_NAME, SCHED_DEFAULT_PER_USER);
 }
 
 static int parse_seconds(const char *text, double *out)
@@ -91,7 +102,9 @@ static int parse_args(int argc, char **argv, struct sched_config *config)
 {
   *config = (struct sched_config){.quantum = 30, .min_run = 1, .idle_cpu = 0.02,
                                   .device_fraction = 0.9, .swap_timeout = 600,
-                                  .gpu_list = "/proc/driver/nvidia/gpus"};
+                                  .gpu_list = "/proc/driver/nvidia/gpus",
+                                  .max_per_user = SCHED_DEFAULT_PER_USER, .client_timeout = 10,
+                                  .log_max = 16ull << 20};
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
     int rc = 0;
@@ -122,6 +135,18 @@ static int parse_args(int argc, char **argv, struct sched_config *config)
       config->host_memory_set = true;
     } else if (!strcmp(arg, "--metrics-file")) {
       config->metrics_file = value;
+    } else if (!strcmp(arg, "--max-per-user")) {
+      char *end;
+      long n = strtol(value, &end, 10);
+      rc = end != value && !*end && n >= 1 && n <= SCHED_MAX_PROGRAMS ? 0 : -EINVAL;
+      config->max_per_user = (int)n;
+    } else if (!strcmp(arg, "--client-timeout")) {
+      rc = parse_seconds(value, &config->client_timeout);
+    } else if (!strcmp(arg, "--log-max")) {
+      config->log_max = 0;
+      if (strcmp(value, "0") != 0 &&
+          (vmem_parse_size(value, 0, &config->log_max) != 0 || config->log_max < 65536))
+        rc = -EINVAL;
     } else {
       fprintf(stderr, "cudawd: unknown option %s\n", arg);
       return -EINVAL;
@@ -130,7 +155,9 @@ static int parse_args(int argc, char **argv, struct sched_config *config)
       fprintf(stderr, "cudawd: %s %s: expected %s\n", arg, value,
               !strcmp(arg, "--device-memory") ? "a size such as 40G, 512M or 90%"
               : !strcmp(arg, "--host-memory") ? "a size such as 64G, N% of RAM, or off"
-                                              : "a number of seconds");
+              : !strcmp(arg, "--max-per-user") ? "a number of programs from 1 to 64"
+              : !strcmp(arg, "--log-max") ? "a size of at least 64K, or 0 (never rotate)"
+                                          : "a number of seconds");
       return rc;
     }
     i++;
@@ -181,7 +208,8 @@ static int open_listener(const char *path, bool system)
     close(lock_fd);
     return errno == EWOULDBLOCK ? -EADDRINUSE : -errno;
   }
-  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  /* Non-blocking: the loop takes every connection waiting, then goes on. */
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return -errno;
   unlink(addr.sun_path); /* we hold the lock: a socket here was left by a cudawd that died */
   /* A system cudawd's socket: anyone may connect; what each peer may do is checked per
@@ -214,77 +242,34 @@ static bool peer_allowed(const struct daemon *d, int fd, pid_t *pid, uid_t *uid)
   return d->config.system || peer.uid == geteuid() || peer.uid == 0;
 }
 
-static void remove_program(struct daemon *d, struct program *p);
-
-static void accept_one(struct daemon *d, int listen_fd)
+/* Take the connections waiting (a few per step, so that a flood cannot starve the others). */
+static void accept_some(struct daemon *d, int listen_fd)
 {
-  int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
-  if (fd < 0) return;
-  pid_t pid = 0;
-  uid_t uid = (uid_t)-1;
-  size_t count = 0;
-  struct program *idle = NULL; /* the oldest connection that never joined (the list is newest first) */
-  for (struct program *p = d->programs; p; p = p->next) {
-    count++;
-    if (!p->joined) idle = p;
-  }
-  if (count >= SCHED_MAX_PROGRAMS && idle) {
-    /* A program or cudaw-ctl says what it wants at once: one that holds a connection without
-     * joining must not lock the others out. */
-    fprintf(stderr, "cudawd: %d connections: closing the oldest that never joined (pid %ld)\n",
-            SCHED_MAX_PROGRAMS, (long)idle->pid);
-    remove_program(d, idle);
-    count--;
-  }
-  if (count >= SCHED_MAX_PROGRAMS) {
-    fprintf(stderr, "cudawd: refused a connection: %d programs already\n", SCHED_MAX_PROGRAMS);
-    close(fd);
-    return;
-  }
-  if (!peer_allowed(d, fd, &pid, &uid)) {
-    fprintf(stderr, "cudawd: refused pid %ld: another user (only uid %u or root may join)\n",
-            (long)pid, (unsigned)geteuid());
-    struct program refused = {.fd = fd};
-    struct sched_msg msg = {.version = SCHED_PROTO_VERSION, .type = SCHED_REPLY,
-                            .status = -EACCES};
-    sched_send(&refused, &msg);
-    close(fd);
-    return;
-  }
-  struct program *p = calloc(1, sizeof *p);
-  if (!p) {
-    close(fd);
-    return;
-  }
-  p->fd = fd;
-  p->pid = pid; /* the kernel's word, not the message's */
-  p->uid = uid;
-  p->priority = 1;
-  p->connected_at = sched_now();
-  for (int i = 0; i < SCHED_MAX_DEVICES; i++) p->slot[i] = -1;
-  p->next = d->programs;
-  d->programs = p;
-}
-
-static void remove_program(struct daemon *d, struct program *p)
-{
-  if (p->joined)
-    fprintf(stderr, "cudawd: pid %ld left (%s)\n", (long)p->pid, sched_state_name(p->state));
-  sched_forget(d, p);
-  sched_pool_take_back(d, p, "gone");
-  for (struct program **link = &d->programs; *link; link = &(*link)->next)
-    if (*link == p) {
-      *link = p->next;
-      break;
+  for (int i = 0; i < 32; i++) {
+    int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) return;
+    pid_t pid = 0;
+    uid_t uid = (uid_t)-1;
+    if (!peer_allowed(d, fd, &pid, &uid)) {
+      struct uid_account *a = sched_uid_account(d, uid);
+      if (a) a->refused++;
+      sched_log_noisy(SCHED_NOISE_REFUSED, "cudawd: refused pid %ld: another user (only uid %u "
+                      "or root may join)\n", (long)pid, (unsigned)geteuid());
+      struct program refused = {.fd = fd};
+      struct sched_msg msg = {.version = SCHED_PROTO_VERSION, .type = SCHED_REPLY,
+                              .status = -EACCES};
+      sched_send(&refused, &msg);
+      close(fd);
+      continue;
     }
-  close(p->fd);
-  free(p);
+    sched_peer_admit(d, fd, pid, uid);
+  }
 }
 
 static struct program *find_pid(struct daemon *d, pid_t pid)
 {
   for (struct program *p = d->programs; p; p = p->next)
-    if (p->joined && p->pid == pid) return p;
+    if (p->joined && !p->retired && p->pid == pid) return p;
   return NULL;
 }
 
@@ -315,46 +300,56 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
                          msg->type == SCHED_USAGE || msg->type == SCHED_DONE ||
                          msg->type == SCHED_FAILED || msg->type == SCHED_POOL_MAPPED;
   if (program_message && !p->joined) {
-    fprintf(stderr, "cudawd: pid %ld: message %u before its hello: closing\n", (long)p->pid,
-            msg->type);
+    sched_peer_count(d, p, true);
+    sched_log_noisy(SCHED_NOISE_PROTOCOL, "cudawd: pid %ld: message %u before its hello: "
+                    "closing\n", (long)p->pid, msg->type);
     return false;
   }
+  sched_peer_count(d, p, false);
+  p->last_message = now;
+  /* Work: what a program under cudaw sends once it uses a device or answers an order. A peer
+   * that only said hello may be a squatter: it is closed first when room is needed. */
+  if (program_message && msg->type != SCHED_POOL_MAPPED) p->worked = true;
+  if (msg->type == SCHED_GPU_IDLE && p->joined) p->worked = true;
   switch (msg->type) {
   case SCHED_HELLO:
     if (p->joined || (msg->value != 0 && msg->value != 1)) {
-      fprintf(stderr, "cudawd: pid %ld: %s hello: closing\n", (long)p->pid,
-              p->joined ? "a second" : "a malformed");
+      sched_peer_count(d, p, true);
+      sched_log_noisy(SCHED_NOISE_PROTOCOL, "cudawd: pid %ld: %s hello: closing\n",
+                      (long)p->pid, p->joined ? "a second" : "a malformed");
       return false;
     }
+    if (!sched_peer_join(d, p)) return false;
     p->joined = true;
     p->state = msg->value ? SCHED_SWAPPED_OUT : SCHED_RUNNING;
     p->state_since = p->accounted_at = p->resident_since = p->wanting_since = now;
-    fprintf(stderr, "cudawd: pid %ld (uid %u) joined%s\n", (long)p->pid, (unsigned)p->uid,
-            msg->value ? " (paused)" : "");
+    sched_log_noisy(SCHED_NOISE_JOINED, "cudawd: pid %ld (uid %u) joined%s\n", (long)p->pid,
+                    (unsigned)p->uid, msg->value ? " (paused)" : "");
     sched_pool_offer(d, p);
     break;
   case SCHED_POOL_MAPPED:
     /* Only an answer to the pool it was sent counts: nobody else is lent a range. */
     if (!p->joined || !p->pool_sent || !d->pool.size || p->uid != geteuid()) {
-      fprintf(stderr, "cudawd: pid %ld: says it mapped a pool it was not given: ignored\n",
-              (long)p->pid);
+      sched_log_noisy(SCHED_NOISE_IGNORED, "cudawd: pid %ld: says it mapped a pool it was not "
+                      "given: ignored\n", (long)p->pid);
       break;
     }
     p->pool_mapped = msg->value == 1;
-    fprintf(stderr, "cudawd: pid %ld %s the host-memory pool\n", (long)p->pid,
-            p->pool_mapped ? "mapped" : "could not map");
+    sched_log_noisy(SCHED_NOISE_IGNORED, "cudawd: pid %ld %s the host-memory pool\n",
+                    (long)p->pid, p->pool_mapped ? "mapped" : "could not map");
     break;
   case SCHED_DEVICE: {
     if (msg->device < 0 || msg->device >= SCHED_MAX_DEVICES) break;
     int got = sched_device_slot(d, msg->key, msg->bytes);
     if (got < 0) {
       char key[SCHED_KEY_LEN + 1];
-      fprintf(stderr, "cudawd: pid %ld: device %d (%s, %llu bytes) not scheduled: %s\n",
-              (long)p->pid, msg->device, sched_key_printable(msg->key, key),
-              (unsigned long long)msg->bytes,
-              got == -ENODEV ? "not the UUID of a GPU of this machine"
-              : got == -ENOSPC ? "every device slot is in use"
-                               : "not a UUID's hex digits, or another size than its other users say");
+      const char *why = got == -ENODEV ? "not the UUID of a GPU of this machine"
+                        : got == -ENOSPC ? "every device slot is in use"
+                                         : "not a UUID's hex digits, or another size than its "
+                                           "other users say";
+      sched_log_noisy_as(SCHED_NOISE_IGNORED, why, "cudawd: pid %ld: device %d (%s, %llu bytes) "
+                         "not scheduled: %s\n", (long)p->pid, msg->device,
+                         sched_key_printable(msg->key, key), (unsigned long long)msg->bytes, why);
     }
     p->slot[msg->device] = got;
     break;
@@ -390,15 +385,15 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
       p->bytes[slot] = msg->bytes;
       p->in_flight[slot] = false;
     } else if (slot >= 0) {
-      fprintf(stderr, "cudawd: pid %ld: says it holds %llu bytes on a device of %llu: ignored\n",
-              (long)p->pid, (unsigned long long)msg->bytes,
-              (unsigned long long)d->device[slot].total);
+      sched_log_noisy(SCHED_NOISE_IGNORED, "cudawd: pid %ld: says it holds %llu bytes on a "
+                      "device of %llu: ignored\n", (long)p->pid, (unsigned long long)msg->bytes,
+                      (unsigned long long)d->device[slot].total);
     }
     break;
   case SCHED_DONE:
     if (msg->value != p->pending_op || !p->pending_op) {
-      fprintf(stderr, "cudawd: pid %ld: a result (%d) it was not asked for: ignored\n",
-              (long)p->pid, msg->value);
+      sched_log_noisy(SCHED_NOISE_IGNORED, "cudawd: pid %ld: a result (%d) it was not asked "
+                      "for: ignored\n", (long)p->pid, msg->value);
       break;
     }
     p->pending_op = 0;
@@ -417,9 +412,10 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
     break;
   case SCHED_FAILED:
     p->failed++;
-    fprintf(stderr, "cudawd: pid %ld: an allocation of %llu bytes on device %d FAILED: the error "
-            "(%s) went back to the program\n", (long)p->pid, (unsigned long long)msg->bytes,
-            msg->device, strerror(msg->status < 0 && msg->status > -4096 ? -msg->status : EIO));
+    sched_log_noisy(SCHED_NOISE_IGNORED, "cudawd: pid %ld: an allocation of %llu bytes on device "
+                    "%d FAILED: the error (%s) went back to the program\n", (long)p->pid,
+                    (unsigned long long)msg->bytes, msg->device,
+                    strerror(msg->status < 0 && msg->status > -4096 ? -msg->status : EIO));
     break;
   case SCHED_GPU_IDLE:
     sched_idle_hint(d, p, msg->value != 0);
@@ -432,7 +428,9 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
     /* Never wait on a peer: one that asks and does not read is dropped. */
     bool sent = send(p->fd, snapshot, sizeof *snapshot, MSG_NOSIGNAL | MSG_DONTWAIT) ==
                 (ssize_t)sizeof *snapshot;
-    if (!sent) fprintf(stderr, "cudawd: status reply to pid %ld: %s\n", (long)p->pid, strerror(errno));
+    if (!sent)
+      sched_log_noisy(SCHED_NOISE_IGNORED, "cudawd: status reply to pid %ld: %s\n",
+                      (long)p->pid, strerror(errno));
     free(snapshot);
     return sent;
   }
@@ -443,8 +441,9 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
     /* A user changes only their own programs (a system cudawd serves several); root all. */
     if (target && p->uid != 0 && p->uid != target->uid) {
       answer.status = -EPERM;
-      fprintf(stderr, "cudawd: refused uid %u (pid %ld) the priority of pid %ld (uid %u)\n",
-              (unsigned)p->uid, (long)p->pid, (long)target->pid, (unsigned)target->uid);
+      sched_log_noisy(SCHED_NOISE_REFUSED, "cudawd: refused uid %u (pid %ld) the priority of "
+                      "pid %ld (uid %u)\n", (unsigned)p->uid, (long)p->pid, (long)target->pid,
+                      (unsigned)target->uid);
     } else if (target && msg->value >= 1 && msg->value <= 100) {
       target->priority = msg->value;
     } else if (target) {
@@ -454,8 +453,9 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
     break;
   }
   default:
-    fprintf(stderr, "cudawd: pid %ld sent an unknown message type %u: ignored\n", (long)p->pid,
-            msg->type);
+    sched_peer_count(d, p, true);
+    sched_log_noisy(SCHED_NOISE_PROTOCOL, "cudawd: pid %ld sent an unknown message type %u: "
+                    "ignored\n", (long)p->pid, msg->type);
   }
   return true;
 }
@@ -463,13 +463,15 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
 /* Read one message; false when the connection is over. */
 static bool receive(struct daemon *d, struct program *p)
 {
+  if (p->retired) return true; /* closed at the end of this step */
   struct sched_msg msg;
   ssize_t n = recv(p->fd, &msg, sizeof msg, MSG_DONTWAIT);
   if (n < 0 && (errno == EAGAIN || errno == EINTR)) return true;
   if (n <= 0) return false;
   if (n != (ssize_t)sizeof msg || msg.version != SCHED_PROTO_VERSION) {
-    fprintf(stderr, "cudawd: pid %ld: malformed message (%zd bytes, version %u): closing\n",
-            (long)p->pid, n, n >= 4 ? msg.version : 0);
+    sched_peer_count(d, p, true);
+    sched_log_noisy(SCHED_NOISE_PROTOCOL, "cudawd: pid %ld: malformed message (%zd bytes, "
+                    "version %u): closing\n", (long)p->pid, n, n >= 4 ? msg.version : 0);
     return false;
   }
   msg.key[SCHED_KEY_LEN - 1] = '\0';
@@ -478,13 +480,14 @@ static bool receive(struct daemon *d, struct program *p)
 
 static void serve(struct daemon *d, int listen_fd)
 {
-  struct pollfd fds[SCHED_MAX_PROGRAMS + 1];
-  struct program *owners[SCHED_MAX_PROGRAMS + 1];
-  double metrics_at = 0;
+  static struct pollfd fds[SCHED_MAX_CONNECTIONS + 1];
+  static struct program *owners[SCHED_MAX_CONNECTIONS + 1];
+  double metrics_at = 0, ledger_read_at = 0;
   while (!stopping) {
     nfds_t n = 0;
     fds[n++] = (struct pollfd){listen_fd, POLLIN, 0};
-    for (struct program *p = d->programs; p && n < SCHED_MAX_PROGRAMS + 1; p = p->next) {
+    for (struct program *p = d->programs; p && n < SCHED_MAX_CONNECTIONS + 1; p = p->next) {
+      if (p->retired) continue;
       owners[n] = p;
       fds[n++] = (struct pollfd){p->fd, POLLIN, 0};
     }
@@ -493,18 +496,77 @@ static void serve(struct daemon *d, int listen_fd)
       fprintf(stderr, "cudawd: poll: %s\n", strerror(errno));
       return;
     }
+    /* A connection that ends is only marked here (its pointer may still be in owners[]); the
+     * sweep below closes it. */
     for (nfds_t i = 1; rc > 0 && i < n; i++)
-      if (fds[i].revents && !receive(d, owners[i])) remove_program(d, owners[i]);
-    if (rc > 0 && (fds[0].revents & POLLIN)) accept_one(d, listen_fd);
+      if (fds[i].revents && !receive(d, owners[i]) && !owners[i]->close_reason)
+        owners[i]->close_reason = "";
+    sched_peer_sweep(d);
+    if (rc > 0 && (fds[0].revents & POLLIN)) accept_some(d, listen_fd);
     sched_account(d);
     sched_step(d);
+    sched_peer_sweep(d);
+    sched_log_tick();
+    ledger_tick(&d->pool);
     double now = sched_now();
+    if (now - ledger_read_at >= 5.0) {
+      ledger_read_at = now;
+      ledger_read(&d->pool_others, host_meminfo("MemTotal"));
+    }
     if (d->config.metrics_file && now - metrics_at >= 2.0) {
       metrics_at = now;
       if (sched_write_metrics(d, d->config.metrics_file) != 0)
         fprintf(stderr, "cudawd: cannot write %s: %s\n", d->config.metrics_file, strerror(errno));
     }
   }
+}
+
+/* Enough descriptors for every connection cudawd admits (SCHED_MAX_CONNECTIONS). */
+static void raise_file_limit(void)
+{
+  struct rlimit limit;
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= SCHED_MAX_CONNECTIONS + 64)
+    return;
+  limit.rlim_cur = limit.rlim_max < SCHED_MAX_CONNECTIONS + 64 ? limit.rlim_max
+                                                                : SCHED_MAX_CONNECTIONS + 64;
+  setrlimit(RLIMIT_NOFILE, &limit);
+}
+
+/* The host-memory pool, sized beside the other cudawds' pools on this host (the ledger). */
+static void open_pool(struct daemon *d)
+{
+  if (!d->config.host_memory && d->config.host_memory_set) {
+    fprintf(stderr, "cudawd: no host-memory pool (--host-memory off)\n");
+    return;
+  }
+  char why[256] = "";
+  struct pool_ledger_view others;
+  if (ledger_lock(why, sizeof why) != 0) {
+    fprintf(stderr, "cudawd: no host-memory pool: %s; swaps use the programs' own memory\n", why);
+    return;
+  }
+  ledger_read(&others, host_meminfo("MemTotal"));
+  uint64_t size = 0;
+  if (pool_size_for_host(d->config.host_memory_set, d->config.host_memory, &others, &size, why,
+                         sizeof why) != 0) {
+    fprintf(stderr, "cudawd: no host-memory pool: --host-memory %s beside the other cudawds' "
+            "pools; swaps use the programs' own memory\n", why);
+  } else if (!size) {
+    fprintf(stderr, "cudawd: no host-memory pool: the host's budget for them (50%% of RAM, and "
+            "8 GiB kept available) is taken%s\n", others.others ? " by other cudawds' pools" : "");
+  } else if (pool_open(&d->pool, size, why, sizeof why) != 0) {
+    fprintf(stderr, "cudawd: no host-memory pool: %s; swaps use the programs' own memory\n", why);
+  } else {
+    if (ledger_claim(d->pool.size) != 0)
+      fprintf(stderr, "cudawd: the host-wide pool ledger has no entry for this pool: %s\n",
+              strerror(errno));
+    fprintf(stderr, "cudawd: host-memory pool of %.2f GiB (%s), faulting it in in the "
+            "background%s%s\n", (double)d->pool.size / (1u << 30),
+            d->pool.huge ? "huge pages" : "no huge pages for it: plain shared memory",
+            d->config.system ? "; lent only to root's programs (--system)" : "",
+            others.others ? "; beside other cudawds' pools" : "");
+  }
+  ledger_unlock();
 }
 
 int main(int argc, char **argv)
@@ -518,6 +580,24 @@ int main(int argc, char **argv)
   char error[160] = "";
   if (ckpt_options_from_env(&options, error, sizeof error) != 0)
     fprintf(stderr, "cudawd: %s\n", error);
+  if (!d.config.host_memory_set && options.sched_host_memory[0]) {
+    if (pool_parse_size(options.sched_host_memory, &d.config.host_memory) != 0) {
+      fprintf(stderr, "cudawd: CUDAW_SCHED_HOST_MEMORY=%s: expected a size such as 64G, N%% of "
+              "RAM, or off\n", options.sched_host_memory);
+      return 2;
+    }
+    d.config.host_memory_set = true;
+  }
+  /* A size this machine could never hold is a mistake to say at once, not a pool to fall back
+   * from later. */
+  char why[256];
+  struct pool_ledger_view nobody = {0};
+  uint64_t size;
+  if (d.config.host_memory_set && d.config.host_memory &&
+      pool_size_for_host(true, d.config.host_memory, &nobody, &size, why, sizeof why) != 0) {
+    fprintf(stderr, "cudawd: --host-memory: %s\n", why);
+    return 2;
+  }
   if (d.config.system && geteuid() != 0) {
     fprintf(stderr, "cudawd: --system: the node's cudawd runs as root (uid %u here); a user's "
             "own cudawd needs no --system\n", (unsigned)geteuid());
@@ -544,27 +624,10 @@ int main(int argc, char **argv)
   sigaction(SIGTERM, &stop, NULL);
   sigaction(SIGINT, &stop, NULL);
   signal(SIGPIPE, SIG_IGN);
+  raise_file_limit();
+  sched_log_set_cap(d.config.log_max);
   d.pool.fd = -1;
-  if (!d.config.host_memory_set && options.sched_host_memory[0] &&
-      pool_parse_size(options.sched_host_memory, &d.config.host_memory) != 0) {
-    fprintf(stderr, "cudawd: CUDAW_SCHED_HOST_MEMORY=%s: expected a size such as 64G, N%% of RAM, "
-            "or off\n", options.sched_host_memory);
-    return 2;
-  }
-  if (!d.config.host_memory_set && !options.sched_host_memory[0])
-    d.config.host_memory = pool_default_size();
-  if (d.config.host_memory) {
-    char why[200] = "";
-    if (pool_open(&d.pool, d.config.host_memory, why, sizeof why) != 0)
-      fprintf(stderr, "cudawd: no host-memory pool: %s; swaps use the programs' own memory\n", why);
-    else
-      fprintf(stderr, "cudawd: host-memory pool of %.2f GiB (%s), faulting it in in the "
-              "background%s\n", (double)d.pool.size / (1u << 30),
-              d.pool.huge ? "huge pages" : "no huge pages for it: plain shared memory",
-              d.config.system ? "; lent only to root's programs (--system)" : "");
-  } else {
-    fprintf(stderr, "cudawd: no host-memory pool (--host-memory off)\n");
-  }
+  open_pool(&d);
   d.started = sched_now();
   fprintf(stderr, "cudawd: pid %ld listening on %s (quantum %.1f s%s)\n", (long)getpid(), path,
           d.config.quantum, d.config.system ? ", system: every user of the node" : "");
@@ -572,5 +635,6 @@ int main(int argc, char **argv)
   unlink(path);
   close(listen_fd);
   pool_close(&d.pool);
+  ledger_release();
   return 0;
 }

@@ -11,6 +11,8 @@
 #include "pool.h"
 #include "sched_proto.h"
 
+#define SCHED_DEFAULT_PER_USER 16
+
 struct sched_config {
   double quantum;          /* --quantum: seconds of a turn, times the program's priority */
   double min_run;          /* --min-run: an idle program keeps its turn at least this long */
@@ -26,6 +28,21 @@ struct sched_config {
   bool host_memory_set;    /* given; else the default from the machine's memory */
   bool verbose;            /* --verbose: log every message and decision */
   bool system;             /* --system: root, one cudawd for every user of the node */
+  int max_per_user;        /* --max-per-user: programs one uid (not root) may have joined; it
+                            * may hold twice as many connections */
+  double client_timeout;   /* --client-timeout: a peer silent this long (never joined, or joined
+                            * and never sent work) is closed to make room; an order to a program
+                            * that never sent work times out after it */
+  uint64_t log_max;        /* --log-max: a log file larger than this is rotated (0: never) */
+};
+
+/* A uid's standing (peers.c): its limits are counted here. */
+struct uid_account {
+  bool used;
+  uid_t uid;
+  int connections, programs;  /* open, joined now */
+  double last_seen;
+  uint64_t connections_total, refused, closed, protocol_errors, messages;
 };
 
 struct device {
@@ -80,6 +97,11 @@ struct program {
   double gpu_idle_since;
   double last_idle;        /* how long its last idle phase (by the hint) lasted, seconds */
   bool host_refused;       /* logged: not swapped out, its image would leave the host short */
+  bool worked;             /* sent work after its hello: described a device, asked for or
+                            * reported memory, answered an order (else it may be a squatter) */
+  double last_message;     /* when it last sent anything */
+  const char *close_reason; /* set: closed at the end of the step (sched_peer_sweep) */
+  bool retired;            /* marked to be closed: holds no share, pool range or count now */
   struct program *next;
 };
 
@@ -91,6 +113,7 @@ struct daemon {
   struct sched_program_info exited[SCHED_MAX_EXITED]; /* the last programs gone, oldest first */
   struct sched_program_detail exited_detail[SCHED_MAX_EXITED];
   double exited_grant_at[SCHED_MAX_EXITED];
+  uid_t exited_uid[SCHED_MAX_EXITED];
   int exited_count;
   double started;
   /* Swap rates seen so far (bytes/s; defaults until a swap of SCHED_RATE_MIN_BYTES is seen), for
@@ -105,6 +128,9 @@ struct daemon {
   pid_t host_blocked;      /* the program kept from swapping out for host memory (0: none) */
   pid_t host_blocked_for;  /* the program that waits for it */
   struct host_pool pool;       /* --host-memory (size 0: none) */
+  struct pool_ledger_view pool_others; /* the other cudawds' pools on this host (every 5 s) */
+  struct uid_account uids[SCHED_MAX_UIDS];
+  int connections, joined;     /* open connections, joined programs */
 };
 
 /* schedule.c */
@@ -141,6 +167,45 @@ void sched_joined_usage(struct daemon *d, int slot, uint64_t bytes);
 
 /* cudawd.c */
 int sched_send(struct program *p, const struct sched_msg *msg);
+
+/* peers.c: the connections, and the limits per uid and per peer that keep any one user's
+ * clients from locking the others out. */
+/* A new connection fd from (pid, uid): admitted (a new program entry, returned) if the limits
+ * allow, after closing a silent connection of the same uid (or, the table being full, of the
+ * uid with the most) where that makes room; NULL: refused and closed. */
+struct program *sched_peer_admit(struct daemon *d, int fd, pid_t pid, uid_t uid);
+/* p says hello: false if it may not join (its uid is at its limit and no silent program of that
+ * uid can be closed); a second connection of the same process replaces the first. */
+bool sched_peer_join(struct daemon *d, struct program *p);
+/* Close p's connection and forget it; why (may be NULL) is logged for a program closed by
+ * cudawd. */
+void sched_peer_remove(struct daemon *d, struct program *p, const char *why);
+/* Close every connection that was marked (close_reason), or silent too long without joining. */
+void sched_peer_sweep(struct daemon *d);
+/* Count a message from p (protocol_error: it broke the protocol). */
+void sched_peer_count(struct daemon *d, const struct program *p, bool protocol_error);
+struct uid_account *sched_uid_account(struct daemon *d, uid_t uid);
+void sched_uid_info(const struct daemon *d, struct sched_snapshot *out);
+
+/* log.c: lines a peer can cause are rate-limited per kind and summed up; the log file is
+ * rotated past its cap. */
+enum sched_noise {
+  SCHED_NOISE_REFUSED,
+  SCHED_NOISE_CLOSED,
+  SCHED_NOISE_PROTOCOL,
+  SCHED_NOISE_IGNORED,
+  SCHED_NOISE_JOINED,
+  SCHED_NOISE_LEFT,
+  SCHED_NOISE_KINDS
+};
+void sched_log_noisy(enum sched_noise kind, const char *format, ...)
+    __attribute__((format(printf, 2, 3)));
+/* The same, budgeted under `key` (a constant string) rather than the format. */
+void sched_log_noisy_as(enum sched_noise kind, const char *key, const char *format, ...)
+    __attribute__((format(printf, 3, 4)));
+void sched_log_set_cap(uint64_t bytes);
+/* Once per step: summaries of the windows that ended, the size cap. */
+void sched_log_tick(void);
 
 /* lending.c: the pool's ranges and the programs. */
 /* Send the pool to a program that just joined, if it may have it. */

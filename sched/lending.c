@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -39,8 +40,8 @@ void sched_pool_offer(struct daemon *d, struct program *p)
   cmsg->cmsg_len = CMSG_LEN(sizeof(int));
   memcpy(CMSG_DATA(cmsg), &d->pool.fd, sizeof(int));
   if (sendmsg(p->fd, &hdr, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof msg)
-    fprintf(stderr, "cudawd: pid %ld: sending the host-memory pool failed: %s\n", (long)p->pid,
-            strerror(errno));
+    sched_log_noisy(SCHED_NOISE_IGNORED, "cudawd: pid %ld: sending the host-memory pool failed: "
+                    "%s\n", (long)p->pid, strerror(errno));
 }
 
 /* A margin over the resident bytes: each image region starts on a page. */
@@ -93,8 +94,13 @@ void sched_pool_take_back(struct daemon *d, struct program *p, const char *why)
 void sched_pool_info(const struct daemon *d, struct sched_pool_info *out)
 {
   memset(out, 0, sizeof *out);
+  out->other_pools = d->pool_others.others;
+  out->other_bytes = d->pool_others.size;
   const struct host_pool *pool = &d->pool;
   if (!pool->size) return;
+  out->holder_pid = (int32_t)getpid();
+  struct stat st; /* pages the kernel holds for the memfd, faulted in or written by a program */
+  out->resident = fstat(pool->fd, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0;
   out->enabled = 1;
   out->huge_pages = pool->huge;
   out->loans = pool->count;

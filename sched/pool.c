@@ -43,11 +43,40 @@ uint64_t host_meminfo(const char *key)
 
 static uint64_t round_up(uint64_t n) { return (n + POOL_ALIGN - 1) / POOL_ALIGN * POOL_ALIGN; }
 
-uint64_t pool_default_size(void)
+#define DEFAULT_KEEP_FREE (8ull << 30)
+
+static uint64_t less(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
+
+int pool_size_for_host(bool explicit_size, uint64_t requested,
+                       const struct pool_ledger_view *others, uint64_t *out, char *why,
+                       size_t why_len)
 {
   uint64_t total = host_meminfo("MemTotal"), available = host_meminfo("MemAvailable");
-  uint64_t half = total / 2, spare = available > (8ull << 30) ? available - (8ull << 30) : 0;
-  return (half < spare ? half : spare) / POOL_ALIGN * POOL_ALIGN;
+  uint64_t room = less(available, others->unpopulated); /* what is truly left to fault in */
+  const double gib = 1u << 30;
+  if (!explicit_size) {
+    uint64_t budget = less(total / 2, others->size), spare = less(room, DEFAULT_KEEP_FREE);
+    *out = (budget < spare ? budget : spare) / POOL_ALIGN * POOL_ALIGN;
+    return 0;
+  }
+  if (total && requested > total) {
+    snprintf(why, why_len, "%.2f GiB is more than this machine's memory (%.2f GiB)",
+             (double)requested / gib, (double)total / gib);
+    return -E2BIG;
+  }
+  if (available && requested > room) {
+    if (others->others)
+      snprintf(why, why_len, "%.2f GiB cannot be faulted in: %.2f GiB of host memory is "
+               "available, and %d other cudawd pool%s still to fault in %.2f GiB of it",
+               (double)requested / gib, (double)available / gib, others->others,
+               others->others == 1 ? " has" : "s have", (double)others->unpopulated / gib);
+    else
+      snprintf(why, why_len, "%.2f GiB cannot be faulted in: only %.2f GiB of host memory is "
+               "available", (double)requested / gib, (double)available / gib);
+    return -E2BIG;
+  }
+  *out = requested;
+  return 0;
 }
 
 int pool_parse_size(const char *text, uint64_t *out)

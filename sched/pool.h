@@ -39,8 +39,35 @@ struct host_pool {
 uint64_t host_meminfo(const char *key);
 /* --host-memory: "off"/"0" -> 0; a size (K/M/G/T); N% of MemTotal. 0 or -EINVAL. */
 int pool_parse_size(const char *text, uint64_t *out);
-/* The default: min(50% of MemTotal, MemAvailable - 8 GiB), never below 0. */
-uint64_t pool_default_size(void);
+
+/* The other cudawds' pools on this host, from the host-wide ledger (ledger.c). */
+struct pool_ledger_view {
+  int others;
+  uint64_t size;         /* their pools in all */
+  uint64_t unpopulated;  /* what they have yet to fault in (not yet out of MemAvailable) */
+};
+
+/* The pool's size on this host beside the others' pools. requested 0 (with explicit false): the
+ * default, the least of 50% of MemTotal less the others' pools and MemAvailable - 8 GiB less
+ * what they have yet to fault in, never below 0. An explicit size is refused (-E2BIG, the reason
+ * in why) when it is more than MemTotal, or than MemAvailable less what the others have yet to
+ * fault in: it could never be faulted in. 0 with *out. */
+int pool_size_for_host(bool explicit_size, uint64_t requested,
+                       const struct pool_ledger_view *others, uint64_t *out, char *why,
+                       size_t why_len);
+
+/* ledger.c. Under the lock (at most 2 s to get it), read the others' entries, choose, claim. */
+int ledger_lock(char *why, size_t why_len);
+void ledger_unlock(void);
+/* The live cudawds' entries but ours (entries of dead ones are removed where we may); no entry
+ * counts for more than total (MemTotal; 0: unknown). */
+void ledger_read(struct pool_ledger_view *view, uint64_t total);
+/* Our entry: `size`, none faulted in yet. 0 or -errno. */
+int ledger_claim(uint64_t size);
+/* Keep our entry's faulted-in figure current (at most once a second). */
+void ledger_tick(const struct host_pool *pool);
+/* Remove our entry (at exit). */
+void ledger_release(void);
 
 /* Create the pool of `size` bytes (rounded up to POOL_ALIGN): a hugetlb memfd where the kernel
  * has huge pages for it, else a plain one; start pre-faulting it. 0, or -errno with `why`. */

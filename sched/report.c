@@ -45,6 +45,7 @@ void sched_fill_snapshot(const struct daemon *d, struct sched_snapshot *out)
     out->program[out->programs++] = d->exited[i];
   }
   sched_pool_info(d, &out->pool);
+  sched_uid_info(d, out);
 }
 
 void sched_program_info(const struct program *p, struct sched_program_info *info)
@@ -155,6 +156,28 @@ int sched_write_metrics(const struct daemon *d, const char *path)
     fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s %" PRIu64 "\n", pool_series[k].name,
             pool_series[k].help, pool_series[k].name, pool_series[k].type, pool_series[k].name,
             pool_values[k]);
+  fprintf(f, "# HELP cudawd_host_pool_resident_bytes Pool bytes the kernel holds pages for.\n"
+             "# TYPE cudawd_host_pool_resident_bytes gauge\ncudawd_host_pool_resident_bytes %"
+             PRIu64 "\n", pool->resident);
+  static const struct { const char *name, *type, *help; } uid_series[] = {
+    {"cudawd_uid_connections", "gauge", "Connections of the uid open now."},
+    {"cudawd_uid_programs", "gauge", "Programs of the uid joined now."},
+    {"cudawd_uid_connections_total", "counter", "Connections the uid made."},
+    {"cudawd_uid_refused_total", "counter", "Connections or joins of the uid refused."},
+    {"cudawd_uid_closed_total", "counter", "Connections of the uid cudawd closed."},
+    {"cudawd_uid_protocol_errors_total", "counter", "Malformed or out-of-turn messages."},
+    {"cudawd_uid_messages_total", "counter", "Messages the uid's clients sent."},
+  };
+  for (size_t k = 0; k < sizeof uid_series / sizeof uid_series[0]; k++) {
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", uid_series[k].name, uid_series[k].help,
+            uid_series[k].name, uid_series[k].type);
+    for (int i = 0; i < snapshot.uids; i++) {
+      const struct sched_uid_info *u = &snapshot.uid[i];
+      uint64_t values[] = {(uint64_t)u->connections, (uint64_t)u->programs, u->connections_total,
+                           u->refused, u->closed, u->protocol_errors, u->messages};
+      fprintf(f, "%s{uid=\"%u\"} %" PRIu64 "\n", uid_series[k].name, u->uid, values[k]);
+    }
+  }
   int rc = ferror(f) ? -EIO : 0;
   if (fclose(f) != 0 && !rc) rc = -errno;
   if (!rc && rename(tmp, path) != 0) rc = -errno;

@@ -11,6 +11,7 @@
 #define SCHED_SOCKET_NAME "cudawd.sock"
 #define SCHED_MAX_DEVICES 8     /* device ordinals a program may use under the scheduler */
 #define SCHED_MAX_PROGRAMS 64   /* programs in one snapshot (and joined at once) */
+#define SCHED_MAX_CONNECTIONS 512 /* connections cudawd holds at once, joined or not */
 #define SCHED_KEY_LEN 40        /* a device's identity: its UUID in hex */
 
 enum sched_msg_type {
@@ -136,6 +137,30 @@ struct sched_pool_info {
   uint64_t loans_total;   /* ranges lent since cudawd started */
   uint64_t placed_bytes;  /* image bytes the programs put into lent ranges */
   uint64_t fallbacks;     /* checkpoints ordered without a loan: no room in the pool */
+  /* Added at the end in the same way as detail[]: who holds the pool, and how much of it the
+   * kernel has pages for (the pool is a memfd that cudawd does not keep mapped, so ps and top
+   * show none of it in cudawd's RSS; it is Shmem in /proc/meminfo). */
+  int32_t holder_pid;     /* the cudawd process that holds it */
+  int32_t other_pools;    /* other cudawds' pools on this host (the host-wide ledger) */
+  uint64_t resident;      /* bytes of the pool the kernel holds pages for now */
+  uint64_t other_bytes;   /* what those other pools hold in all */
+};
+
+/* Who connects, per uid (struct sched_snapshot.uid): cudawd's limits are per uid and per peer,
+ * so that no user's clients can keep another's programs from being scheduled. */
+#define SCHED_MAX_UIDS 32
+
+struct sched_uid_info {
+  uint32_t uid;
+  int32_t connections;       /* open now */
+  int32_t programs;          /* joined now */
+  int32_t reserved;
+  uint64_t connections_total;
+  uint64_t refused;          /* connections refused: over a limit, or not allowed */
+  uint64_t closed;           /* connections cudawd closed: silent, unanswered orders, a second
+                              * hello from the same process */
+  uint64_t protocol_errors;  /* malformed or out-of-turn messages */
+  uint64_t messages;
 };
 
 struct sched_snapshot {
@@ -152,6 +177,10 @@ struct sched_snapshot {
   struct sched_program_detail detail[SCHED_MAX_PROGRAMS + SCHED_MAX_EXITED]; /* per program[] */
   /* Added after detail[] in the same way. */
   struct sched_pool_info pool;
+  /* Added after pool in the same way. */
+  int32_t uids;            /* rows of uid[] used */
+  int32_t reserved;
+  struct sched_uid_info uid[SCHED_MAX_UIDS];
 };
 
 /* A device key fit to print anywhere (terminal, JSON, metrics labels): letters, digits, '-', '.'

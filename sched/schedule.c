@@ -281,20 +281,43 @@ static bool host_room(const struct daemon *d, const struct program *v)
          total_bytes(v) + host_margin(d) <= d->host_available;
 }
 
+/* The row of the exited history to drop for a new one: the oldest of the uid with the most rows,
+ * so that one user's programs (or junk) never push another user's history out. */
+static int history_victim(const struct daemon *d)
+{
+  int victim = 0, most = 0;
+  for (int i = 0; i < d->exited_count; i++) {
+    int rows = 0;
+    for (int k = 0; k < d->exited_count; k++) rows += d->exited_uid[k] == d->exited_uid[i];
+    if (rows > most) { /* the first row of a uid is its oldest */
+      most = rows;
+      victim = i;
+    }
+  }
+  return victim;
+}
+
 void sched_forget(struct daemon *d, struct program *p)
 {
   if (d->transition == p) d->transition = NULL;
   if (!p->joined) return;
   account_one(d, p, sched_now());
+  if (!p->worked) { /* said hello and nothing else: no history worth a row */
+    p->joined = false;
+    return;
+  }
   if (d->exited_count == SCHED_MAX_EXITED) {
-    memmove(d->exited, d->exited + 1, sizeof d->exited - sizeof d->exited[0]);
-    memmove(d->exited_detail, d->exited_detail + 1,
-            sizeof d->exited_detail - sizeof d->exited_detail[0]);
-    memmove(d->exited_grant_at, d->exited_grant_at + 1,
-            sizeof d->exited_grant_at - sizeof d->exited_grant_at[0]);
+    int v = history_victim(d), after = SCHED_MAX_EXITED - v - 1;
+    memmove(d->exited + v, d->exited + v + 1, (size_t)after * sizeof d->exited[0]);
+    memmove(d->exited_detail + v, d->exited_detail + v + 1,
+            (size_t)after * sizeof d->exited_detail[0]);
+    memmove(d->exited_grant_at + v, d->exited_grant_at + v + 1,
+            (size_t)after * sizeof d->exited_grant_at[0]);
+    memmove(d->exited_uid + v, d->exited_uid + v + 1, (size_t)after * sizeof d->exited_uid[0]);
     d->exited_count--;
   }
   int i = d->exited_count++;
+  d->exited_uid[i] = p->uid;
   sched_program_info(p, &d->exited[i]);
   d->exited[i].state = SCHED_EXITED;
   d->exited_detail[i] = (struct sched_program_detail){.last_grant_bytes = p->last_grant_bytes,
@@ -519,15 +542,27 @@ static bool others_running(const struct daemon *d, const struct program *head)
 }
 
 /* The transition under way no longer holds up the others once it has taken swap_timeout: its
- * program keeps counting as resident until it answers (a late answer is still taken). */
+ * program keeps counting as resident until it answers (a late answer is still taken). A program
+ * that never sent work (it only said hello, perhaps saying it was paused) has client_timeout to
+ * answer, and is closed if it does not: a real program answers at once, a squatter would hold
+ * every swap up for the whole swap timeout. */
 static void check_transition(struct daemon *d, double now)
 {
   struct program *p = d->transition;
-  if (!p || !(d->config.swap_timeout > 0) || now - p->state_since < d->config.swap_timeout)
-    return;
-  fprintf(stderr, "cudawd: pid %ld did not answer its %s within %.0f s: scheduling the others\n",
-          (long)p->pid, p->pending_op == 1 ? "checkpoint" : "resume", d->config.swap_timeout);
+  if (!p) return;
+  double limit = d->config.swap_timeout;
+  if (!p->worked && d->config.client_timeout > 0 &&
+      (!(limit > 0) || d->config.client_timeout < limit))
+    limit = d->config.client_timeout;
+  if (!(limit > 0) || now - p->state_since < limit) return;
   d->transition = NULL;
+  if (!p->worked) {
+    p->close_reason = p->pending_op == 1 ? "never sent work and did not answer its checkpoint"
+                                         : "never sent work and did not answer its resume";
+    return;
+  }
+  fprintf(stderr, "cudawd: pid %ld did not answer its %s within %.0f s: scheduling the others\n",
+          (long)p->pid, p->pending_op == 1 ? "checkpoint" : "resume", limit);
 }
 
 #define REJOIN_GRACE 1.5
@@ -591,10 +626,12 @@ void sched_step(struct daemon *d)
 {
   double now = sched_now();
   check_transition(d, now);
+  /* What fits is granted even while a checkpoint or resume is under way: its program's memory
+   * counts as resident until it answers, so nothing is granted twice; only the next swap waits. */
+  grant_or_deny(d);
   if (d->transition) return; /* one checkpoint or resume at a time */
   read_host_memory(d, now);
   d->host_blocked = d->host_blocked_for = 0;
-  grant_or_deny(d);
 
   /* A cudawd just started lets the programs of an earlier one re-join (they try every second)
    * before it resumes any: their memory is not in its books until then. */

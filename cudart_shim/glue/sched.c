@@ -179,6 +179,21 @@ static void lost(void)
   answer_waiter(-ENOTCONN); /* a waiting allocation goes ahead */
 }
 
+/* cudawd would not have us: another user's (-EACCES), or this user already has as many
+ * connections or programs there as cudawd allows one user (-EUSERS). Say so once, and ask again
+ * no more than once a second. */
+static void refused(int status)
+{
+  if (!client.warned)
+    shim_warn("sched: cudawd on %s refused us: %s; running unshared, asking again every second",
+              client.path, status == -EUSERS ? "this user has as many programs or connections "
+              "there as cudawd allows one user (cudaw-ctl sched shows them)" : "it belongs to "
+              "another user");
+  client.warned = true;
+  lost();
+  sleep(1);
+}
+
 /* Run the checkpoint (op 1) or resume (op 2) cudawd asked for and tell it how it went. A
  * checkpoint may come with a range of the pool lent for its image (length 0: none). */
 static void transition(int op, uint64_t loan_offset, uint64_t loan_length)
@@ -369,7 +384,8 @@ static void *run(void *unused)
       if (msg.type == SCHED_GRANT) answer_waiter(msg.status);
       else if (msg.type == SCHED_CHECKPOINT) transition(1, msg.held, msg.bytes);
       else if (msg.type == SCHED_RESUME) transition(2, 0, 0);
-      else if (msg.type == SCHED_REPLY && msg.status == -EACCES) lost();
+      else if (msg.type == SCHED_REPLY && (msg.status == -EACCES || msg.status == -EUSERS))
+        refused(msg.status);
     }
     report_usage();
     watch_idle();

@@ -1,9 +1,11 @@
-/* Description: a buggy or hostile client cannot break sharing (issue 24). 3,000 connections to
+/* Description: a buggy or hostile client cannot break sharing (issues 24, 31). A fuzzer with a
+ * fixed seed, bounded, with a real job beside it: 3,000 connections to
  * cudawd, up to 48 at once, send malformed, out-of-range and out-of-turn messages: datagrams of
  * the wrong size or version, second hellos, results nobody asked for, sizes of 2^64, device
  * ordinals out of range, keys with control characters or without a terminator, UUIDs of no GPU
  * of this machine (cudawd's --gpu-list is a fake driver directory naming the emulated device),
  * the real device's key with a junk size, status requests never read. Then:
+ *   - the real job that ran beside the junk (32 MiB) finished with its data verified;
  *   - cudawd still answers status, and answered it all along;
  *   - no program is left and no device slot is held (users 0) once the junk clients left;
  *   - cudaw-ctl sched --json is valid JSON and the table and the log hold no control characters;
@@ -240,6 +242,12 @@ int main(int argc, char **argv)
   }
   CHECK(up, "cudawd did not answer on %s", run_dir);
 
+  /* A real job runs beside the junk (32 MiB, fits): it must finish with its data verified. */
+  char beside_log[160];
+  snprintf(beside_log, sizeof beside_log, "%s/beside.log", run_dir);
+  const char *bargv[] = {argv[3], "33554432", "600", NULL};
+  pid_t beside = spawn(bargv, beside_log);
+
   /* The junk: 3,000 connections, AT_ONCE at a time, 1-8 messages each; most close at once, the
    * others stay until the end of their batch. */
   srand(24);
@@ -268,6 +276,11 @@ int main(int argc, char **argv)
   CHECK(waitpid(daemon, &status, WNOHANG) == 0, "cudawd died under the junk (status %#x)", status);
   printf("%d junk connections (%d refused at connect), status answered %d times meanwhile\n",
          CONNECTIONS, refused, statuses);
+  CHECK(waitpid(beside, &status, 0) == beside && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+        "the job beside the junk failed (status %#x, log %s)", status, beside_log);
+  CHECK(!file_has(beside_log, "UNSCHEDULED") && !file_has(beside_log, "unshared"),
+        "the job beside the junk ran unscheduled (%s)", beside_log);
+  printf("the job beside the junk finished verified\n");
 
   /* Once the junk left: no program, no slot held. */
   bool clean = false;

@@ -48,6 +48,7 @@ static struct program *join(struct daemon *d, int index, int slot, uint64_t byte
   memset(p, 0, sizeof *p);
   p->pid = 200 + index;
   p->joined = true;
+  p->worked = true;
   p->priority = 1;
   p->state = SCHED_RUNNING;
   p->bytes[slot] = bytes;

@@ -53,6 +53,7 @@ static struct program *join(struct daemon *d, int index, int slot, uint64_t byte
   memset(p, 0, sizeof *p);
   p->pid = 100 + index;
   p->joined = true;
+  p->worked = true;
   p->priority = 1;
   p->state = SCHED_RUNNING;
   p->bytes[slot] = bytes;
@@ -258,6 +259,28 @@ int main(void)
   sched_step(&stale);
   CHECK(last_sent(&pid, &status) == SCHED_GRANT && pid == lone->pid && status == 0,
         "a stale estimate still blocks the lone program");
+
+  /* The history of programs that left is kept per uid (issue 31): 40 of uid 65534 after one of
+   * root cannot push root's row out, and those that only said hello leave no row. */
+  static struct daemon hist;
+  hist.config = hol.config;
+  static struct program gone[41];
+  gone[40] = (struct program){.pid = 4242, .uid = 0, .joined = true, .worked = true};
+  sched_forget(&hist, &gone[40]);
+  for (int i = 0; i < 40; i++) {
+    gone[i] = (struct program){.pid = 5000 + i, .uid = 65534, .joined = true,
+                               .worked = i % 2 == 0};
+    sched_forget(&hist, &gone[i]);
+  }
+  sched_fill_snapshot(&hist, &snapshot);
+  bool root_kept = false, hello_only_listed = false;
+  for (int i = 0; i < snapshot.programs; i++) {
+    root_kept |= snapshot.program[i].pid == 4242;
+    hello_only_listed |= snapshot.program[i].pid >= 5000 && snapshot.program[i].pid % 2 == 1;
+  }
+  CHECK_EQ(snapshot.programs, SCHED_MAX_EXITED);
+  CHECK(root_kept, "uid 65534's rows pushed root's program out of the history");
+  CHECK(!hello_only_listed, "programs that never sent work are in the history");
   printf("ok\n");
   return 0;
 }

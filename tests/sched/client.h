@@ -1,0 +1,107 @@
+/* Helpers for the tests that talk to cudawd themselves: start processes, connect to a run dir's
+ * cudawd.sock, read its snapshot. Header-only (static), one copy per test program, which
+ * defines _GNU_SOURCE before any include. */
+#ifndef CUDAW_TESTS_SCHED_CLIENT_H
+#define CUDAW_TESTS_SCHED_CLIENT_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sched_proto.h"
+#include "test.h"
+
+static inline double client_now(void)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static inline void client_sleep_ms(long ms)
+{
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+  nanosleep(&ts, NULL);
+}
+
+/* argv[0] run with standard error (and output, when both is set) appended to log. */
+static inline pid_t client_spawn(const char *const argv[], const char *log, bool both)
+{
+  pid_t pid = fork();
+  CHECK(pid >= 0, "fork: %s", strerror(errno));
+  if (pid == 0) {
+    int fd = log ? open(log, O_WRONLY | O_CREAT | O_APPEND, 0600) : -1;
+    if (fd >= 0) dup2(fd, 2);
+    if (fd >= 0 && both) dup2(fd, 1);
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  return pid;
+}
+
+/* A connection to <dir>/cudawd.sock with 5 s timeouts, or -1. */
+static inline int client_connect(const char *dir)
+{
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  snprintf(addr.sun_path, sizeof addr.sun_path, "%s/%s", dir, SCHED_SOCKET_NAME);
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  struct timeval timeout = {5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
+  if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static inline bool client_send(int fd, enum sched_msg_type type, int value)
+{
+  struct sched_msg msg = {.version = SCHED_PROTO_VERSION, .type = type, .value = value};
+  return send(fd, &msg, sizeof msg, MSG_NOSIGNAL) == (ssize_t)sizeof msg;
+}
+
+/* The cudawd of dir answered with its whole snapshot. */
+static inline bool client_snapshot(const char *dir, struct sched_snapshot *out)
+{
+  int fd = client_connect(dir);
+  if (fd < 0) return false;
+  bool ok = client_send(fd, SCHED_STATUS, 0) &&
+            recv(fd, out, sizeof *out, 0) == (ssize_t)sizeof *out;
+  close(fd);
+  return ok;
+}
+
+static inline bool client_wait_up(const char *dir, double seconds)
+{
+  struct sched_snapshot *s = calloc(1, sizeof *s);
+  CHECK(s != NULL);
+  bool up = false;
+  for (double end = client_now() + seconds; !up && client_now() < end;) {
+    up = client_snapshot(dir, s);
+    if (!up) client_sleep_ms(25);
+  }
+  free(s);
+  return up;
+}
+
+static inline bool client_file_has(const char *path, const char *text)
+{
+  FILE *f = fopen(path, "r");
+  char line[1024];
+  bool found = false;
+  while (f && !found && fgets(line, sizeof line, f)) found = strstr(line, text) != NULL;
+  if (f) fclose(f);
+  return found;
+}
+
+#endif

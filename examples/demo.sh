@@ -91,7 +91,7 @@ if [ -z "${DEMO_EMULATED:-}" ] && command -v nvidia-smi >/dev/null 2>&1 && nvidi
 else
   gpu=0
   [ -f "$build/tests/emu/libcudaw-emu.so" ] && [ -f "$build/examples/libcudaw-example-emu-kernels.so" ] ||
-    fail "no GPU and no emulated device in $build (it comes with the tests: CUDAW_BUILD_TESTS=ON)"
+    fail "no GPU, and no emulated device in $build (its targets: cudaw_emu cudaw_example_emu_kernels)"
   export CUDAW_REAL_CUDART="$build/tests/emu/libcudaw-emu.so"
   export CUDAW_EMU_USED_FILE="$work/used" CUDAW_EMU_CONTEXT_MEM="${CUDAW_EMU_CONTEXT_MEM:-512M}"
   export LD_PRELOAD="$build/examples/libcudaw-example-emu-kernels.so${LD_PRELOAD:+:$LD_PRELOAD}"

@@ -66,7 +66,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-trap 'exit 1' INT TERM HUP
+trap 'exit 1' INT TERM HUP PIPE
 heat_out=$work/heat.out; heat_err=$work/heat.err
 export CUDAW_RUN_DIR="$work/run"   # its control socket, apart from other cudaw programs
 limit_s=${DEMO_TIMEOUT:-150}

@@ -80,8 +80,8 @@ if [ -z "${DEMO_EMULATED:-}" ] && command -v nvidia-smi >/dev/null 2>&1 && nvidi
   seen_as="nvidia-smi"
   used_bytes() {
     mib=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits |
-          awk -F', *' -v p="$1" '$1 == p { s += $2; f = 1 } END { if (f) print s }')
-    if [ -z "$mib" ]; then # the process is not listed (another pid namespace): the GPUs' total
+          awk -F', *' -v p="$1" '$1 == p && $2 ~ /^[0-9]+$/ { s += $2; f = 1 } END { if (f) print s }')
+    if [ -z "$mib" ]; then # not listed (another pid namespace) or no figure: the GPUs' total
       seen_as="nvidia-smi, every GPU"
       mib=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | awk '{ s += $1 } END { print s }')
     fi

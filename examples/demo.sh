@@ -9,6 +9,7 @@
 #   DEMO_RUN_ONLY=1: use the build dir as it is (no install, no build); for ctest.
 #   DEMO_EMULATED=1: the emulated device even where there is a GPU.
 #   DEMO_TIMEOUT=S: the longest heat may run (default 150 s).
+#   DEMO_HEAT_ARGS="n steps ballast-MiB every": heat's arguments (defaults below).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
@@ -76,16 +77,17 @@ limit_s=${DEMO_TIMEOUT:-150}
 if [ -z "${DEMO_EMULATED:-}" ] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   gpu=1
   # 4096^2 cells and 4 GiB of ballast: about 4.1 GiB to give back, a few seconds of work.
-  heat_args="4096 100000 4096 25000"
+  heat_args=${DEMO_HEAT_ARGS:-4096 100000 4096 25000}
   seen_as="nvidia-smi"
+  process_mib() { # $1's MiB as nvidia-smi lists it; nothing where it is not listed or has no figure
+    nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits |
+      awk -F', *' -v p="$1" '$1 == p && $2 ~ /^[0-9]+$/ { s += $2; f = 1 } END { if (f) print s }'
+  }
   used_bytes() {
-    mib=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits |
-          awk -F', *' -v p="$1" '$1 == p && $2 ~ /^[0-9]+$/ { s += $2; f = 1 } END { if (f) print s }')
-    if [ -z "$mib" ]; then # not listed (another pid namespace) or no figure: the GPUs' total
-      seen_as="nvidia-smi, every GPU"
-      mib=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | awk '{ s += $1 } END { print s }')
+    if [ "$seen_as" = "nvidia-smi" ]; then mib=$(process_mib "$1")
+    else mib=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | awk '{ s += $1 } END { print s }')
     fi
-    echo $((mib * 1048576))
+    echo $((${mib:-0} * 1048576))
   }
   say "running examples/heat on the GPU ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
 else
@@ -95,7 +97,7 @@ else
   export CUDAW_REAL_CUDART="$build/tests/emu/libcudaw-emu.so"
   export CUDAW_EMU_USED_FILE="$work/used" CUDAW_EMU_CONTEXT_MEM="${CUDAW_EMU_CONTEXT_MEM:-512M}"
   export LD_PRELOAD="$build/examples/libcudaw-example-emu-kernels.so${LD_PRELOAD:+:$LD_PRELOAD}"
-  heat_args="512 8000 256 2000"
+  heat_args=${DEMO_HEAT_ARGS:-512 8000 256 2000}
   seen_as="CUDAW_EMU_USED_FILE, the emulated nvidia-smi"
   used_bytes() { head -1 "$CUDAW_EMU_USED_FILE" 2>/dev/null | awk '{ print $1 + 0 }'; }
   say "no GPU here: examples/heat runs on cudaw's EMULATED device (host memory; its context: $CUDAW_EMU_CONTEXT_MEM)"
@@ -144,6 +146,8 @@ watchdog=$!
 say "the same under cudaw (pid $heat_pid):"
 wait_line "$heat_out" "heat: step " 60 || fail "heat under cudaw printed no progress in 60 s"
 show_heat
+# A process nvidia-smi does not list (another pid namespace): the total of every GPU instead.
+[ $gpu -eq 0 ] || [ -n "$(process_mib "$heat_pid")" ] || seen_as="nvidia-smi, every GPU"
 before=$(used_bytes "$heat_pid")
 echo "$ kill -USR1 $heat_pid"
 kill -USR1 "$heat_pid"

@@ -3,6 +3,8 @@
  * several threads at once; each written file is synced and dropped from the page cache, so
  * that the image really leaves host memory and survives a reboot. */
 #define _GNU_SOURCE
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -261,6 +263,66 @@ static int plan_manifest(struct engine *e, bool compress, struct manifest *m) {
   return 0;
 }
 
+/* Whether name is a chunk file name as plan_manifest makes them: region-<r>-<n>.bin or .zst,
+ * decimal numbers without leading zeros. Nothing else in a directory is cudaw's to remove. */
+static bool chunk_file_name(const char *name) {
+  const char *p = name;
+  if (strncmp(p, "region-", 7) != 0) return false;
+  p += 7;
+  for (int part = 0; part < 2; part++) {
+    if (!isdigit((unsigned char)*p) || (*p == '0' && isdigit((unsigned char)p[1]))) return false;
+    while (isdigit((unsigned char)*p)) p++;
+    if (*p++ != (part == 0 ? '-' : '.')) return false;
+  }
+  return strcmp(p, "bin") == 0 || strcmp(p, "zst") == 0;
+}
+
+/* Whether the chunk file name (chunk_file_name) is one of manifest m's files. */
+static bool in_manifest(const struct manifest *m, const char *name) {
+  unsigned long r = strtoul(name + 7, NULL, 10);
+  unsigned long f = strtoul(strchr(name + 7, '-') + 1, NULL, 10);
+  return r < m->region_count && f < m->regions[r].file_count &&
+         strcmp(m->regions[r].files[f].name, name) == 0;
+}
+
+/* Once the new image's manifest is in place: remove the chunk files of an older image in dir
+ * (a reused --to DIR would otherwise keep them beside the new ones, e.g. .bin beside .zst).
+ * Only regular files of this uid named as cudaw names them and not in the new manifest; a link
+ * is never followed (links are skipped, and unlinkat removes a name, not what it points to).
+ * A file that cannot be removed is logged; the new image is complete either way. */
+static void remove_stale_files(const char *dir, const struct manifest *m) {
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+  if (!d) {
+    ckpt_logf(CKPT_LOG_WARN, "image directory %s: cannot list it to remove an older image's "
+              "files: %s", dir, strerror(errno));
+    if (dfd >= 0) close(dfd);
+    return;
+  }
+  size_t removed = 0;
+  uint64_t bytes = 0;
+  struct dirent *entry;
+  while ((entry = readdir(d)) != NULL) {
+    const char *name = entry->d_name;
+    struct stat st;
+    if (!chunk_file_name(name) || in_manifest(m, name)) continue;
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_uid != geteuid())
+      continue;
+    if (unlinkat(dfd, name, 0) != 0) {
+      ckpt_logf(CKPT_LOG_WARN, "image directory %s: cannot remove %s of an older image: %s", dir,
+                name, strerror(errno));
+      continue;
+    }
+    removed++;
+    bytes += (uint64_t)st.st_size;
+  }
+  closedir(d);
+  if (removed)
+    ckpt_logf(CKPT_LOG_INFO, "image directory %s: removed %zu files (%" PRIu64 " bytes) of an "
+              "older image", dir, removed, bytes);
+}
+
 static void sync_dir(const char *dir) {
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd >= 0) {
@@ -327,8 +389,12 @@ int disk_write_image(struct engine *e, const char *dir, bool compress, int threa
     }
     if (fd >= 0) close(fd);
   }
-  if (rc) unlink(temporary);
-  else sync_dir(dir);
+  if (rc) {
+    unlink(temporary);
+  } else {
+    remove_stale_files(dir, &m);
+    sync_dir(dir);
+  }
   *stats = (struct disk_stats){m.bytes, atomic_load(&job.stored), job.task_count, ckpt_now() - t0};
   free(job.tasks);
   manifest_free(&m);

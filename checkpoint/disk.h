@@ -53,7 +53,8 @@ struct disk_stats {
  * its owner's alone (group and other bits cleared, logged). 0, or -errno with reason. */
 int disk_private_dir(const char *dir, char *reason, size_t reason_len);
 /* Write the engine's image to dir (created if missing): the chunk files, each synced and
- * dropped from the page cache, then manifest.json (atomically, by rename). The image stays
+ * dropped from the page cache, then manifest.json (atomically, by rename); then the chunk files
+ * of an older image in dir that the new manifest does not name are removed. The image stays
  * in host memory; the caller drops it. `threads` writers run at once. */
 int disk_write_image(struct engine *engine, const char *dir, bool compress, int threads,
                      struct disk_stats *stats, char *reason, size_t reason_len);

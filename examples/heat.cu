@@ -2,7 +2,8 @@
 // steps of a 5-point stencil) on an n x n grid, plus an optional block of "ballast" device memory
 // holding a known pattern, so that a checkpoint has gigabytes to move. Deterministic: the final
 // checksum is the same for every run with the same arguments on the same GPU, paused or not.
-// Nothing cudaw-specific; built with the shared runtime (nvcc -cudart shared).
+// Nothing cudaw-specific; built with the shared runtime (nvcc -cudart shared). Every launch is
+// checked: a kernel that did not run must fail the program, not print a plausible checksum.
 //
 // usage: heat [n=4096] [steps=200000] [ballast MiB=0] [report every=10000 steps]
 #include <cstdint>
@@ -74,7 +75,8 @@ int main(int argc, char **argv)
   if (ballast_bytes) {
     check(cudaMalloc(&ballast, ballast_bytes), "cudaMalloc ballast");
     fill_ballast<<<1024, 256>>>(ballast, ballast_bytes / 8);
-    check(cudaGetLastError(), "fill_ballast");
+    check(cudaGetLastError(), "fill_ballast launch");
+    check(cudaDeviceSynchronize(), "fill_ballast");
   }
   printf("heat: n=%d steps=%ld allocated %zu bytes\n", n, steps, 2 * bytes + ballast_bytes);
   fflush(stdout);
@@ -82,6 +84,7 @@ int main(int argc, char **argv)
   dim3 block(32, 8), blocks((n + 31) / 32, (n + 7) / 8);
   for (long s = 1; s <= steps; s++) {
     step<<<blocks, block>>>(a, b, n);
+    check(cudaGetLastError(), "step launch");
     float *t = a;
     a = b;
     b = t;

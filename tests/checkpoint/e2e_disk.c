@@ -7,7 +7,9 @@
  * a full disk (a 4 MiB tmpfs, or RLIMIT_FSIZE where mount is not allowed) makes the checkpoint
  * fail with the program running and its data intact, and with room again it succeeds; and
  * --release-all without the driver's process checkpoint (no driver) fails clearly, leaving
- * the program running.
+ * the program running. A reused DIR loses the older image's chunk files (.bin beside a new
+ * .zst image) and keeps everything else: other files, a link named like a chunk file and what
+ * it points to; the files stay after a resume.
  * usage: e2e_disk <cudaw-ctl> <work dir> */
 #include "e2e_common.h"
 
@@ -136,6 +138,48 @@ static void wrong_version(const char *path, char *data, size_t size)
   write_file(path, data, size);
 }
 
+static bool exists(const char *dir, const char *name)
+{
+  char path[1024];
+  struct stat st;
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  return lstat(path, &st) == 0;
+}
+
+/* dir holds an uncompressed image: write a compressed one over it. Only the older image's chunk
+ * files may go; a planted link named like one, its target, and files cudaw did not name stay. */
+static void reuse_dir(const char *dir)
+{
+  char victim[1024], path[1024], command[1024];
+  CHECK(exists(dir, "region-0-0.bin"), "%s should hold an uncompressed image", dir);
+  snprintf(victim, sizeof victim, "%s/victim", base);
+  write_file(victim, "keep", 4);
+  snprintf(path, sizeof path, "%s/region-99-0.bin", dir);
+  CHECK(symlink(victim, path) == 0, "symlink %s: %s", path, strerror(errno));
+  snprintf(path, sizeof path, "%s/notes.txt", dir);
+  write_file(path, "mine", 4);
+  snprintf(path, sizeof path, "%s/region-01-0.bin", dir); /* not a name cudaw makes */
+  write_file(path, "mine", 4);
+  snprintf(command, sizeof command, "checkpoint --zstd --to %s", dir);
+  expect_ctl(command, 0, "written to disk");
+  const char *gone[] = {"region-0-0.bin", "region-1-0.bin", "region-2-0.bin", "region-3-0.bin"};
+  for (size_t i = 0; i < sizeof gone / sizeof *gone; i++)
+    CHECK(!exists(dir, gone[i]), "%s of the older image is still in %s", gone[i], dir);
+  const char *kept[] = {"region-0-0.zst", "region-3-0.zst", "manifest.json", "region-99-0.bin",
+                        "notes.txt", "region-01-0.bin"};
+  for (size_t i = 0; i < sizeof kept / sizeof *kept; i++)
+    CHECK(exists(dir, kept[i]), "%s should still be in %s", kept[i], dir);
+  char *content;
+  size_t size;
+  read_file(victim, &content, &size);
+  CHECK(size == 4 && memcmp(content, "keep", 4) == 0, "the link's target %s was changed", victim);
+  free(content);
+  expect_ctl("resume", 0, "read and verified from disk");
+  check_data("after a compressed image over an uncompressed one");
+  CHECK(exists(dir, "region-0-0.zst") && exists(dir, "manifest.json"),
+        "the image's files should stay in %s after a resume", dir);
+}
+
 static bool tmpfs_mounted;
 static char full_dir[600];
 
@@ -215,6 +259,7 @@ int main(int argc, char **argv)
   damage_and_fix(plain, "", "manifest.json", wrong_version, "format version 7");
   snprintf(packed, sizeof packed, "%s/zstd", base);
   damage_and_fix(packed, "--zstd", "region-0-0.zst", flip_byte, "region-0-0.zst");
+  reuse_dir(plain);
 
   /* A full disk: the checkpoint fails, the program runs on with its data. */
   const char *full_error = make_full_disk();

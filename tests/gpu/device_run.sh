@@ -3,7 +3,8 @@
 # benchmarks and framework checks. The machine lacks our Debian -dev packages: their .debs travel
 # in .carry/debs (see README) and are unpacked into /tmp/deps.
 # Usage: tests/gpu/device_run.sh [stage ...]   stages: build test bench pytorch cupy ckpt driver release multi
-# pool share (default: build test bench). Logs go to $OUT (or /tmp/cudaw-out); the summary is
+# pool share demo gpu (default: build test bench). demo: examples/demo.sh on the built tree (the
+# README's first command, nvidia-smi's figures); gpu: `ctest -L gpu -j4`, the GPU tests side by side. Logs go to $OUT (or /tmp/cudaw-out); the summary is
 # printed last.
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -108,5 +109,16 @@ if [[ " $stages " == *" share "* ]]; then
   # Sharing benchmarks: three jobs of 1.7x the GPU, GPU-bound and with host phases (SCENARIOS).
   bash "$SRC/tests/sched/share_bench.sh" "$B" "$OUT/share" > "$OUT/share_bench.log" 2>&1
   note "share_bench (rc $?):"; grep -vE "^\s*$" "$OUT/share_bench.log" | tail -30
+fi
+if [[ " $stages " == *" demo "* ]]; then
+  t0=$SECONDS
+  DEMO_RUN_ONLY=1 sh "$SRC/examples/demo.sh" "$B" > "$OUT/demo.log" 2>&1
+  note "demo (rc $?, $((SECONDS - t0)) s, $(wc -l < "$OUT/demo.log") lines):"; cat "$OUT/demo.log"
+fi
+if [[ " $stages " == *" gpu "* ]]; then
+  t0=$SECONDS
+  (cd "$B" && ctest -L gpu -j4 --output-on-failure --timeout 300 ${CTEST_ARGS:-} > "$OUT/gpu_ctest.log" 2>&1)
+  note "ctest -L gpu -j4: $(grep -E 'tests passed' "$OUT/gpu_ctest.log") in $((SECONDS - t0)) s"
+  grep -E "\*\*\*Failed|\(Failed\)|Timeout|Not Run" "$OUT/gpu_ctest.log" | head -20
 fi
 echo; echo "==== summary"; printf '%s\n' "${summary[@]}"

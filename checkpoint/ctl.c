@@ -209,9 +209,15 @@ static char process_state(pid_t pid) {
   return paren && paren[1] == ' ' ? paren[2] : 0;
 }
 
+/* Stopped, and still so 50 ms later: a traced process (strace) passes through 't' briefly at
+ * every system call. */
 static bool process_stopped(pid_t pid) {
-  char state = process_state(pid);
-  return state == 'T' || state == 't';
+  for (int look = 0; look < 2; look++) {
+    char state = process_state(pid);
+    if (state != 'T' && state != 't') return false;
+    if (!look) nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+  }
+  return true;
 }
 
 static const char *stopped_how(pid_t pid) {

@@ -576,11 +576,15 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av) {
                 "%s; set libdir= in plugstack.conf)", lib, strerror(errno), CUDAW_SPANK_LIBDIR);
     return 0;
   }
-  if (prepend(sp, "LD_LIBRARY_PATH", site.libdir) ||
-      (!batch_step(sp) && prepend(sp, "LD_PRELOAD", lib))) {
+  bool batch = batch_step(sp);
+  if (prepend(sp, "LD_LIBRARY_PATH", site.libdir) || (!batch && prepend(sp, "LD_PRELOAD", lib))) {
     slurm_error("cudaw: cannot set the task's environment");
     return -1;
   }
+  if (batch) /* said, so that a program that needs the preload does not run without it unseen */
+    fprintf(stderr, "cudaw: the batch script is not preloaded: run its CUDA programs with srun "
+            "(run directly, a program gets cudaw only if it finds libcudart.so.N through "
+            "LD_LIBRARY_PATH; PyTorch does not)\n");
   char limit[64], dir[PATH_MAX];
   if (job.mem[0]) spank_setenv(sp, "CUDAW_MEM_LIMIT", job.mem, 1);
   else if (shard_limit(sp, limit, sizeof limit) == 1) spank_setenv(sp, "CUDAW_MEM_LIMIT", limit, 1);

@@ -116,6 +116,8 @@ while [ -n "$(squeue -h -n cudaw-batch)" ]; do
 done
 grep -qx 'shell maps cudaw: 0' "$dir/batch.out" && grep -qx 'batch LD_PRELOAD=' "$dir/batch.out" ||
   fail "the batch script's shell is under cudaw: $(cat "$dir/batch.out")"
+grep -q '^cudaw: the batch script is not preloaded: run its CUDA programs with srun' "$dir/batch.out" ||
+  fail "the batch job's output does not say that its script is not preloaded: $(cat "$dir/batch.out")"
 grep -q '^step LD_PRELOAD=.*libcudart.so.13' "$dir/batch.out" ||
   fail "the batch script's srun step is not under cudaw: $(cat "$dir/batch.out")"
 grep -q '^cudaw\[[0-9]*\]: info: forwarding to' "$dir/batch.out" &&

@@ -9,7 +9,9 @@
  * to it (SO_PEERCRED). The thread also turns signal-pipe bytes into checkpoint requests.
  * Checkpoint, resume and hold replies are written by the transition thread when it is done. It
  * also hands suspend mode's SIGTSTP/SIGCONT events to suspend.c. Requests it does not know go to
- * the host's extra_request ("limit [gpu=PERCENT|off]": the GPU share). */
+ * the host's extra_request ("limit [gpu=PERCENT|off]": the GPU share). Beside the socket it keeps
+ * <pid>.state, what status would say in short, for cudaw-ctl to show while the process is
+ * stopped (SIGSTOP: Slurm's suspend) and cannot answer. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -22,6 +24,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -137,6 +140,16 @@ static void format_refusal(char *buf, size_t len, const char *kind, enum ckpt_op
   append(buf, len, &used, "}\n");
 }
 
+/* What cudaw's allocations hold on the devices now (the host's figures: vmem's), where that is
+ * known: with the gate open or held nothing is released; while pausing, paused or resuming the
+ * figure would count released memory as held (the image's bytes tell that part). */
+static bool device_resident(uint64_t *bytes, uint64_t *regions) {
+  enum ckpt_state_id state = ckpt_state();
+  const struct ckpt_host_ops *ops = ckpt_rt.ops;
+  return (state == CKPT_RUNNING || state == CKPT_HELD) && ops->device_bytes &&
+         ops->device_bytes(ckpt_rt.ctx, bytes, regions) == 0;
+}
+
 static void format_status(char *buf, size_t len) {
   size_t used = 0;
   struct transition_paused paused;
@@ -167,6 +180,10 @@ static void format_status(char *buf, size_t len) {
     }
   }
   append(buf, len, &used, "]");
+  uint64_t resident = 0, regions = 0;
+  if (device_resident(&resident, &regions))
+    append(buf, len, &used, ",\"device_bytes\":%" PRIu64 ",\"device_regions\":%" PRIu64,
+           resident, regions);
   append(buf, len, &used, ",\"released_all\":%s,\"disk_bytes\":%" PRIu64 ",\"disk_stored\":%" PRIu64,
          paused.driver_released ? "true" : "false", paused.disk_bytes, paused.disk_stored);
   if (paused.dir[0]) append_string(buf, len, &used, "image_dir", paused.dir);
@@ -205,6 +222,63 @@ static void format_status(char *buf, size_t len) {
     if (ops->status_extra(ckpt_rt.ctx, extra, sizeof extra)) append(buf, len, &used, "%s", extra);
   }
   append(buf, len, &used, "}\n");
+}
+
+/* ---- what the process last said of itself ---- */
+
+/* <pid>.state beside the socket (ckpt_state_path), rewritten by the control thread within
+ * STATE_FILE_MS of a change: a process stopped by SIGSTOP (Slurm's suspend) cannot answer, and
+ * cudaw-ctl then shows this with the time it became true. Cheap figures only (no NVML). */
+#define STATE_FILE_MS 250
+
+static struct {
+  pthread_mutex_t lock; /* the control thread and the transition thread write it */
+  char line[256]; /* the content last written, without "since" */
+  char path[sizeof ((struct sockaddr_un *)0)->sun_path + 8];
+} state_file = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* With the lock held; state_file.path is set once the socket is (open_socket). */
+static void write_state_file(void) {
+  if (!state_file.path[0]) return;
+  char line[256];
+  size_t used = 0;
+  append(line, sizeof line, &used, "\"pid\":%ld,\"state\":\"%s\",\"image_bytes\":%" PRIu64
+         ",\"image_regions\":%" PRIu64, (long)getpid(), ckpt_state_name(ckpt_state()),
+         transition_image_bytes(), transition_image_regions());
+  uint64_t resident = 0, regions = 0;
+  if (device_resident(&resident, &regions))
+    append(line, sizeof line, &used, ",\"device_bytes\":%" PRIu64 ",\"device_regions\":%" PRIu64,
+           resident, regions);
+  if (used >= sizeof line || strcmp(line, state_file.line) == 0) return;
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  char temporary[sizeof state_file.path + 8];
+  snprintf(temporary, sizeof temporary, "%s.new", state_file.path);
+  int fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  char text[320];
+  int n = snprintf(text, sizeof text, "{%s,\"since\":%.3f}\n", line,
+                   (double)now.tv_sec + now.tv_nsec / 1e9);
+  bool written = write(fd, text, (size_t)n) == n;
+  close(fd);
+  if (written && rename(temporary, state_file.path) == 0) snprintf(state_file.line, sizeof
+                                                                   state_file.line, "%s", line);
+  else unlink(temporary);
+}
+
+static void keep_state_file(void) {
+  pthread_mutex_lock(&state_file.lock);
+  write_state_file();
+  pthread_mutex_unlock(&state_file.lock);
+}
+
+void control_state_changed(void) { keep_state_file(); }
+
+static void remove_state_file(void) {
+  pthread_mutex_lock(&state_file.lock);
+  if (state_file.path[0]) unlink(state_file.path);
+  state_file.path[0] = state_file.line[0] = '\0';
+  pthread_mutex_unlock(&state_file.lock);
 }
 
 /* ---- connections ---- */
@@ -465,6 +539,8 @@ static void *run(void *unused) {
       fds[count++] = (struct pollfd){pending[i].fd, POLLIN, 0};
     }
     if (free_slots) fds[2].fd = ctl.listen_fd; /* full: new clients wait in the backlog */
+    keep_state_file();
+    if (timeout_ms < 0 || timeout_ms > STATE_FILE_MS) timeout_ms = STATE_FILE_MS;
     int rc = poll(fds, (nfds_t)count, timeout_ms);
     if (rc < 0) {
       if (errno == EINTR) continue;
@@ -485,7 +561,10 @@ static void *run(void *unused) {
 /* ---- socket lifetime ---- */
 
 static void remove_socket(void) {
-  if (ctl.path[0] && ctl.owner == getpid()) unlink(ctl.path); /* never a forked child's parent */
+  if (ctl.path[0] && ctl.owner == getpid()) { /* never a forked child's parent's */
+    unlink(ctl.path);
+    remove_state_file();
+  }
   ctl.path[0] = '\0';
 }
 
@@ -527,6 +606,11 @@ static int open_socket(void) {
   ctl.listen_fd = fd;
   ctl.owner = getpid();
   snprintf(ctl.path, sizeof ctl.path, "%s", addr.sun_path);
+  pthread_mutex_lock(&state_file.lock);
+  if (ckpt_state_path(ctl.path, state_file.path, sizeof state_file.path) != 0)
+    state_file.path[0] = '\0';
+  state_file.line[0] = '\0';
+  pthread_mutex_unlock(&state_file.lock);
   if (!at_exit_registered && atexit(remove_socket) == 0) at_exit_registered = true;
   return 0;
 }
@@ -559,6 +643,8 @@ void control_forget_after_fork(void) {
   if (ctl.listen_fd >= 0) close(ctl.listen_fd);
   ctl.listen_fd = -1;
   ctl.path[0] = '\0';
+  pthread_mutex_init(&state_file.lock, NULL); /* a parent thread may have held it at fork */
+  state_file.path[0] = state_file.line[0] = '\0'; /* the parent's file */
   ctl.started = false;
   close_pipe(ctl.signal_pipe);
   close_pipe(ctl.wake_pipe);

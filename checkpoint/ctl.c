@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <limits.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ctl.h"
@@ -187,8 +189,73 @@ static void explain_owner(pid_t pid) {
           "(you are uid %u)\n", (long)pid, (unsigned)st.st_uid, (unsigned)geteuid());
 }
 
-/* Send `request` to pid and read the reply line into `reply`; returns an exit code. */
-int ctl_ask(pid_t pid, const char *request, char *reply, size_t len) {
+/* ---- a process that cannot answer ---- */
+
+#define ASK_STOPPED (-1) /* ask()'s answer for a stopped process: not an exit code */
+#define STATUS_SECONDS 5.0 /* status waits no longer for a process that is not stopped */
+
+/* The state letter of /proc/<pid>/stat ('R', 'S', 'T' stopped by a signal, 't' stopped by a
+ * debugger...), 0 if unreadable. A stopped process's control thread is stopped too. */
+static char process_state(pid_t pid) {
+  char path[32], text[512];
+  snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, text, sizeof text - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  text[n] = '\0';
+  const char *paren = strrchr(text, ')'); /* the command name may hold spaces and ')' */
+  return paren && paren[1] == ' ' ? paren[2] : 0;
+}
+
+/* Stopped, and still so 50 ms later: a traced process (strace) passes through 't' briefly at
+ * every system call. */
+static bool process_stopped(pid_t pid) {
+  for (int look = 0; look < 2; look++) {
+    char state = process_state(pid);
+    if (state != 'T' && state != 't') return false;
+    if (!look) nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+  }
+  return true;
+}
+
+static const char *stopped_how(pid_t pid) {
+  return process_state(pid) == 't' ? "stopped by a debugger (traced)"
+                                   : "stopped by SIGSTOP (suspended)";
+}
+
+/* Read the reply line, giving up when pid is stopped meanwhile or after limit seconds (0: no
+ * limit; a checkpoint may take minutes). EXIT_OK, ASK_STOPPED, or EXIT_FAILED (printed). */
+static int read_reply(int fd, pid_t pid, char *reply, size_t len, double limit) {
+  size_t used = 0;
+  double start = ckpt_now();
+  while (used + 1 < len) {
+    struct pollfd readable = {fd, POLLIN, 0};
+    int ready = poll(&readable, 1, 200);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) {
+      if (process_stopped(pid)) return ASK_STOPPED;
+      if (limit > 0 && ckpt_now() - start > limit) {
+        fprintf(stderr, "cudaw-ctl: pid %ld did not answer within %.0f s (not stopped: busy or "
+                "hung)\n", (long)pid, limit);
+        return EXIT_FAILED;
+      }
+      continue;
+    }
+    ssize_t got = recv(fd, reply + used, len - 1 - used, MSG_DONTWAIT);
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (got <= 0) break;
+    used += (size_t)got;
+    if (memchr(reply, '\n', used)) break;
+  }
+  reply[used] = '\0';
+  return EXIT_OK;
+}
+
+/* Send `request` to pid and read the reply line into `reply`: an exit code, or ASK_STOPPED
+ * (nothing printed) when pid is stopped, before or while it is asked. */
+static int ask(pid_t pid, const char *request, char *reply, size_t len, double limit) {
   if (!ckpt_pid_alive(pid)) {
     fprintf(stderr, "cudaw-ctl: no such process: %ld\n", (long)pid);
     return EXIT_NO_PROCESS;
@@ -205,6 +272,7 @@ int ctl_ask(pid_t pid, const char *request, char *reply, size_t len) {
     fprintf(stderr, "cudaw-ctl: pid %ld is not a cudaw process (no control socket)\n", (long)pid);
     return EXIT_NOT_CUDAW;
   }
+  if (process_stopped(pid)) return ASK_STOPPED; /* it would queue the request and never answer */
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     fprintf(stderr, "cudaw-ctl: socket: %s\n", strerror(errno));
@@ -233,13 +301,10 @@ int ctl_ask(pid_t pid, const char *request, char *reply, size_t len) {
     close(fd);
     return EXIT_FAILED;
   }
-  size_t used = 0;
-  while (used + 1 < len) {
-    ssize_t got = recv(fd, reply + used, len - 1 - used, 0);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) break;
-    used += (size_t)got;
-    if (memchr(reply, '\n', used)) break;
+  int code = read_reply(fd, pid, reply, len, limit);
+  if (code != EXIT_OK) {
+    close(fd);
+    return code;
   }
   /* Wait until the process has closed its end too (it does right after the reply), so that a
    * CRIU dump that follows finds no half-open connection in it. */
@@ -249,7 +314,6 @@ int ctl_ask(pid_t pid, const char *request, char *reply, size_t len) {
   while (recv(fd, rest, sizeof rest, 0) > 0) {
   }
   close(fd);
-  reply[used] = '\0';
   char *end = strchr(reply, '\n');
   if (!end) {
     fprintf(stderr, "cudaw-ctl: pid %ld closed the connection without a reply\n", (long)pid);
@@ -257,6 +321,70 @@ int ctl_ask(pid_t pid, const char *request, char *reply, size_t len) {
   }
   *end = '\0';
   return EXIT_OK;
+}
+
+int ctl_ask(pid_t pid, const char *request, char *reply, size_t len) {
+  int code = ask(pid, request, reply, len, 0);
+  if (code != ASK_STOPPED) return code;
+  char what[32];
+  snprintf(what, sizeof what, "%.*s", (int)strcspn(request, " \n"), request);
+  fprintf(stderr, "cudaw-ctl: pid %ld is %s: it cannot %s until it is continued (SIGCONT, "
+          "scontrol resume); a request already sent is served then\n", (long)pid,
+          stopped_how(pid), what);
+  return EXIT_WRONG_STATE;
+}
+
+/* "since" of pid's <pid>.state (what it last said of itself) as text, and the line itself; false
+ * when there is none (cudaw from before this file, or no control socket). */
+static bool last_known(pid_t pid, char *line, size_t len, char *since, size_t since_len) {
+  struct sockaddr_un addr;
+  char path[sizeof addr.sun_path + 8];
+  bool denied = false;
+  if (find_socket(pid, addr.sun_path, sizeof addr.sun_path, &denied) != 0 ||
+      ckpt_state_path(addr.sun_path, path, sizeof path) != 0)
+    return false;
+  FILE *f = fopen(path, "re");
+  if (!f) return false;
+  bool read = fgets(line, (int)len, f) != NULL;
+  fclose(f);
+  if (!read) return false;
+  line[strcspn(line, "\n")] = '\0';
+  double when = json_number(line, "since");
+  time_t seconds = (time_t)when;
+  struct tm local;
+  char clock[16] = "?";
+  if (when > 0 && localtime_r(&seconds, &local)) strftime(clock, sizeof clock, "%H:%M:%S", &local);
+  double now = (double)time(NULL);
+  snprintf(since, since_len, "%s (%.0f s ago)", clock,
+           now > when ? now - when : 0.0);
+  return true;
+}
+
+/* One line on a stopped process: its stop, then what it last said of itself. */
+static void print_stopped(pid_t pid, bool row) {
+  char line[512], since[64], image[32], device[64] = "";
+  bool known = last_known(pid, line, sizeof line, since, sizeof since);
+  if (json_output) {
+    printf("{\"ok\":true,\"pid\":%ld,\"state\":\"stopped\",\"stopped\":\"%s\"", (long)pid, process_state(pid) == 't' ? "traced" : "sigstop");
+    if (known) printf(",\"last_known\":%s", line);
+    printf("}%s", row ? "" : "\n");
+    return;
+  }
+  if (row) printf("%-8ld %-9s %s", (long)pid, "stopped", stopped_how(pid));
+  else printf("pid %ld: %s", (long)pid, stopped_how(pid));
+  if (!known) {
+    printf("; nothing known of its last state\n");
+    return;
+  }
+  char state[16] = "?";
+  ctl_json_get(line, "state", state, sizeof state);
+  ckpt_format_bytes((uint64_t)json_number(line, "image_bytes"), image, sizeof image);
+  if (strstr(line, "\"device_bytes\":")) {
+    char bytes[32];
+    ckpt_format_bytes((uint64_t)json_number(line, "device_bytes"), bytes, sizeof bytes);
+    snprintf(device, sizeof device, ", device memory %s", bytes);
+  }
+  printf("; last known: %s since %s, host image %s%s\n", state, since, image, device);
 }
 
 /* ---- commands ---- */
@@ -277,8 +405,22 @@ static void print_status(pid_t pid, const char *reply) {
   char state[16] = "?", bytes[32], last_op[16] = "", last_reason[256] = "";
   ctl_json_get(reply, "state", state, sizeof state);
   ckpt_format_bytes((uint64_t)json_number(reply, "image_bytes"), bytes, sizeof bytes);
-  printf("pid %ld: %s; host image %s in %.0f regions", (long)pid, state, bytes,
-         json_number(reply, "image_regions"));
+  printf("pid %ld: %s", (long)pid, state);
+  if (strstr(reply, "\"device_bytes\":")) { /* sent while the memory is on the device */
+    char device[32];
+    ckpt_format_bytes((uint64_t)json_number(reply, "device_bytes"), device, sizeof device);
+    printf("; device memory %s in %.0f regions", device, json_number(reply, "device_regions"));
+  }
+  double held[64];
+  int held_devices = json_numbers(reply, "held_bytes", held, 64);
+  uint64_t held_total = 0;
+  for (int d = 0; d < held_devices; d++) held_total += held[d] > 0 ? (uint64_t)held[d] : 0;
+  if (held_total) { /* NVML's figure (as nvidia-smi): the context and libraries' memory too */
+    char all[32];
+    ckpt_format_bytes(held_total, all, sizeof all);
+    printf("; %s on the GPU in all (context included)", all);
+  }
+  printf("; host image %s in %.0f regions", bytes, json_number(reply, "image_regions"));
   double per_device[64];
   int devices = json_numbers(reply, "image_device_bytes", per_device, 64);
   if (devices > 1) { /* a program on several devices: what each of them gave */
@@ -393,12 +535,18 @@ void ctl_print_transition(pid_t pid, const char *reply) {
 static int command_pid(const char *command, pid_t pid) {
   char request[4300], reply[8192];
   snprintf(request, sizeof request, "%s\n", command);
-  int code = ctl_ask(pid, request, reply, sizeof reply);
+  bool status = strcmp(command, "status") == 0;
+  int code = status ? ask(pid, request, reply, sizeof reply, STATUS_SECONDS)
+                    : ctl_ask(pid, request, reply, sizeof reply);
+  if (code == ASK_STOPPED) {
+    print_stopped(pid, false);
+    return EXIT_OK;
+  }
   if (code != EXIT_OK) return code;
   code = ctl_exit_for_reply(reply);
   if (json_output) printf("%s\n", reply);
   else if (code != EXIT_OK) ctl_print_failure(pid, reply);
-  else if (strcmp(command, "status") == 0) print_status(pid, reply);
+  else if (status) print_status(pid, reply);
   else ctl_print_transition(pid, reply);
   return code;
 }
@@ -473,9 +621,13 @@ static int command_list(void) {
   bool first = true;
   for (size_t i = 0; i < count; i++) {
     char reply[4096];
-    int code = ctl_ask(pids[i], "status\n", reply, sizeof reply);
+    /* One that does not answer (stopped, hung) must not hold up the rows of the others. */
+    int code = ask(pids[i], "status\n", reply, sizeof reply, STATUS_SECONDS);
     if (code == EXIT_NO_PROCESS || code == EXIT_NOT_CUDAW) continue; /* gone meanwhile */
-    if (json_output) {
+    if (code == ASK_STOPPED) {
+      if (json_output && !first) printf(",");
+      print_stopped(pids[i], true);
+    } else if (json_output) {
       if (code == EXIT_OK) printf("%s%s", first ? "" : ",", reply);
       else printf("%s{\"ok\":false,\"pid\":%ld,\"error\":\"%s\"}", first ? "" : ",", (long)pids[i],
                   code == EXIT_PERMISSION ? "permission" : "failed");
@@ -483,7 +635,12 @@ static int command_list(void) {
       char state[16] = "?", bytes[32];
       ctl_json_get(reply, "state", state, sizeof state);
       ckpt_format_bytes((uint64_t)json_number(reply, "image_bytes"), bytes, sizeof bytes);
-      printf("%-8ld %-9s image %s\n", (long)pids[i], state, bytes);
+      printf("%-8ld %-9s image %s", (long)pids[i], state, bytes);
+      if (strstr(reply, "\"device_bytes\":")) {
+        ckpt_format_bytes((uint64_t)json_number(reply, "device_bytes"), bytes, sizeof bytes);
+        printf(", device %s", bytes);
+      }
+      printf("\n");
     } else {
       printf("%-8ld %-9s %s\n", (long)pids[i], "?",
              code == EXIT_PERMISSION ? "permission denied" : "no answer");

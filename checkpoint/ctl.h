@@ -19,7 +19,9 @@ enum exit_code {
 };
 
 /* Send one request line (with its '\n') to pid's control socket and read the reply line (without
- * it) into reply. Returns an exit code; problems reaching the process are printed on stderr. */
+ * it) into reply. Returns an exit code; problems reaching the process are printed on stderr. A
+ * process stopped by a signal or a debugger, before or while it is asked, cannot answer:
+ * EXIT_WRONG_STATE at once, and stderr says so. */
 int ctl_ask(pid_t pid, const char *request, char *reply, size_t len);
 /* The value of "key" in a flat one-line JSON reply, unquoted; false if absent. */
 bool ctl_json_get(const char *json, const char *key, char *out, size_t len);

@@ -229,6 +229,8 @@ void control_stop(void);
 void control_forget_after_fork(void);
 int control_signal_fd(void);
 const char *control_socket_path(void);
+/* Rewrite <pid>.state now (the control thread also does within 250 ms of any change). */
+void control_state_changed(void);
 /* One line of JSON (with '\n') describing a transition's result. */
 int control_format_result(const struct ckpt_result *result, char *buf, size_t len);
 
@@ -266,7 +268,12 @@ void suspend_on_events(void);
 int ckpt_socket_path(const char *dir, pid_t pid, char *buf, size_t len);
 /* 1 alive, 0 gone, by kill(pid, 0). */
 int ckpt_pid_alive(pid_t pid);
-/* Unlink <pid>.sock files of processes that are gone; returns how many. */
+/* <run dir>/<pid>.state for <run dir>/<pid>.sock: one JSON line the control thread keeps up to
+ * date (state, image and device bytes, "since": when it became so), read by cudaw-ctl when the
+ * process cannot answer (stopped by SIGSTOP). 0, -EINVAL (not a .sock path) or -ENAMETOOLONG. */
+int ckpt_state_path(const char *socket_path, char *buf, size_t len);
+/* Unlink <pid>.sock files (and <pid>.state files) of processes that are gone; returns how many
+ * sockets. */
 int ckpt_clean_stale(const char *dir);
 /* Parse "<pid>.sock"; 0 if the name is not one. */
 pid_t ckpt_socket_name_pid(const char *name);

@@ -1,8 +1,10 @@
-/* Where control sockets live (<run dir>/<pid>.sock), creating that directory safely, and
- * removing the sockets of processes that are gone. Used by the library and by cudaw-ctl. */
+/* Where control sockets live (<run dir>/<pid>.sock, beside <pid>.state: what the process last
+ * said of itself), creating that directory safely, and removing the files of processes that are
+ * gone. Used by the library and by cudaw-ctl. */
 #define _DEFAULT_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,13 +74,23 @@ int ckpt_pid_alive(pid_t pid) {
   return kill(pid, 0) == 0 || errno != ESRCH;
 }
 
-pid_t ckpt_socket_name_pid(const char *name) {
+int ckpt_state_path(const char *socket_path, char *buf, size_t len) {
+  size_t n = strlen(socket_path);
+  if (n < 5 || strcmp(socket_path + n - 5, ".sock") != 0) return -EINVAL;
+  int written = snprintf(buf, len, "%.*s.state", (int)(n - 5), socket_path);
+  return written < 0 || (size_t)written >= len ? -ENAMETOOLONG : 0;
+}
+
+/* The pid of "<pid><suffix>", 0 if the name is not one. */
+static pid_t name_pid(const char *name, const char *suffix) {
   char *end;
   errno = 0;
   long pid = strtol(name, &end, 10);
-  if (errno || end == name || pid <= 0 || strcmp(end, ".sock") != 0) return 0;
+  if (errno || end == name || pid <= 0 || strcmp(end, suffix) != 0) return 0;
   return (pid_t)pid;
 }
+
+pid_t ckpt_socket_name_pid(const char *name) { return name_pid(name, ".sock"); }
 
 int ckpt_clean_stale(const char *dir) {
   DIR *d = opendir(dir);
@@ -86,6 +98,15 @@ int ckpt_clean_stale(const char *dir) {
   int removed = 0;
   struct dirent *entry;
   while ((entry = readdir(d))) {
+    pid_t state_pid = name_pid(entry->d_name, ".state");
+    if (state_pid && !ckpt_pid_alive(state_pid)) { /* last-known file of a gone process */
+      char path[PATH_MAX];
+      struct stat st;
+      if (snprintf(path, sizeof path, "%s/%s", dir, entry->d_name) < (int)sizeof path &&
+          lstat(path, &st) == 0 && S_ISREG(st.st_mode))
+        unlink(path);
+      continue;
+    }
     pid_t pid = ckpt_socket_name_pid(entry->d_name);
     if (!pid || ckpt_pid_alive(pid)) continue;
     char path[sizeof ((struct sockaddr_un *)0)->sun_path];

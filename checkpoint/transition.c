@@ -432,6 +432,7 @@ static void lease_expired(void) {
   struct ckpt_result result = {.op = CKPT_OP_UNHOLD};
   snprintf(result.reason, sizeof result.reason, "lease of %u ms ran out", tr.lease_ms);
   state_finish(&result, CKPT_RUNNING);
+  control_state_changed();
   pthread_mutex_lock(&tr.lock);
 }
 
@@ -520,6 +521,7 @@ static void *run(void *unused) {
     }
     pthread_mutex_unlock(&tr.lock);
     state_finish(&result, to);
+    control_state_changed(); /* before the reply: a stop may follow it at once */
     if (done) done(done_arg, &result);
     if (tr.drop_image) { /* status does not read the image meanwhile */
       pthread_mutex_lock(&tr.lock);

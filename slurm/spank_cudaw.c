@@ -4,10 +4,12 @@
  * device memory (CUDAW_SUSPEND=release). Jobs that ask for nothing are left untouched.
  * Configuration (plugstack.conf arguments) and options: docs/slurm.md. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,9 +21,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <slurm/slurm.h> /* SLURM_BATCH_SCRIPT */
 #include <slurm/spank.h>
 
 #include "gres_shards.h"
+#include "node_gpus.h"
+#include "size.h" /* the library's own parser of CUDAW_MEM_LIMIT */
 
 SPANK_PLUGIN(cudaw, 1);
 
@@ -33,6 +38,11 @@ SPANK_PLUGIN(cudaw, 1);
 #endif
 #ifndef CUDAW_SPANK_LIB_NAME
 #define CUDAW_SPANK_LIB_NAME "libcudart.so.13"
+#endif
+/* The install layout, relative to the plugin's own folder (<libdir>/cudaw, beside the library):
+ * where the programs are. CMake computes it from its install rules. */
+#ifndef CUDAW_SPANK_BINDIR_FROM_PLUGIN
+#define CUDAW_SPANK_BINDIR_FROM_PLUGIN "../../bin"
 #endif
 
 /* What one job asked for, merged from plugstack.conf's defaults and the job's options. */
@@ -47,36 +57,40 @@ struct request {
 
 /* plugstack.conf arguments (the site's choices). */
 static struct {
-  char libdir[PATH_MAX];
-  char bindir[PATH_MAX];
+  char libdir[PATH_MAX];  /* libdir=; else the plugin's own folder, else CUDAW_SPANK_LIBDIR */
+  char bindir[PATH_MAX];  /* bindir=; else from the plugin's folder, else CUDAW_SPANK_BINDIR */
   char partitions[512];   /* partitions=a,b or all: jobs there run under cudaw without --cudaw */
   bool shard_jobs;        /* shards=on: jobs with shards run under cudaw, limited to their share */
   unsigned shards_per_gpu; /* shards_per_gpu=M; 0: read gres.conf */
   char gres_conf[PATH_MAX];
   bool system_cudawd;     /* cudawd=system: sharing jobs of every user join the node's cudawd */
   char system_dir[96];     /* system_dir=: its socket's directory, root's, 0755 */
+  char cudawd_host_memory[32]; /* cudawd_host_memory=: the pool of the cudawd it starts */
+  char cudawd_quantum[16];  /* cudawd_quantum=: its turn length, seconds */
+  char device_memory[32];   /* device_memory=: the GPUs' memory where NVML cannot tell */
   struct request defaults;
-} site = {CUDAW_SPANK_LIBDIR, CUDAW_SPANK_BINDIR, "", false, 0, "", false, "/run/cudaw",
-          {false, false, "", "", true, ""}};
+} site = {"", "", "", false, 0, "", false, "/run/cudaw", "", "", "", {false, false, "", "", true, ""}};
 
 static struct request job;
 
 enum option_id { OPT_CUDAW = 1, OPT_SHARE, OPT_MEM, OPT_VMEM, OPT_SUSPEND, OPT_CHECKPOINT_DIR };
 
-/* "4G", "1.5GiB", "8192M", "123456", "25%": the forms CUDAW_MEM_LIMIT takes (vmem/quota.c). */
+/* A device of this size stands in for the unknown one when a percentage is checked at
+ * submission: any positive value up to 100% passes, as it will on the node. */
+#define NOMINAL_DEVICE_BYTES (1ull << 40)
+
+/* "4G", "1.5GiB", "8192M", "123456", "25%": exactly what CUDAW_MEM_LIMIT takes (vmem_parse_size,
+ * the library's own parser). Whether the size fits the GPU is known only on the node. */
 static bool valid_size(const char *text) {
-  size_t digits = strspn(text, "0123456789.");
-  if (digits == 0 || digits > 24 || strspn(text, "0123456789") == 0) return false;
-  const char *end = text + digits;
-  if (*end == '%') return end[1] == '\0' && strtod(text, NULL) > 0 && strtod(text, NULL) <= 100;
-  if (*end && strchr("KkMmGgTt", *end)) {
-    end++;
-    if (*end == 'i') end++;
-    if (*end == 'B' || *end == 'b') end++;
-  } else if (*end == 'B') {
-    end++;
-  }
-  return *end == '\0' && strtod(text, NULL) > 0;
+  uint64_t bytes;
+  return vmem_parse_size(text, NOMINAL_DEVICE_BYTES, &bytes) == 0;
+}
+
+/* cudawd's --quantum: seconds, more than 0, at most a day (as cudawd checks it). */
+static bool valid_seconds(const char *text) {
+  char *end;
+  double value = strtod(text, &end);
+  return end != text && !*end && value > 0 && value <= 86400;
 }
 
 static bool valid_vmem(const char *text) {
@@ -183,6 +197,16 @@ static int parse_arguments(int ac, char **av) {
       unsigned long count = strtoul(value, &end, 10);
       if (*end || count == 0 || count > 100000) goto bad;
       site.shards_per_gpu = (unsigned)count;
+    } else if (KEY("cudawd_host_memory")) {
+      if (strcmp(value, "off") && !valid_size(value)) goto bad;
+      COPY(site.cudawd_host_memory);
+    } else if (KEY("cudawd_quantum")) {
+      if (!valid_seconds(value)) goto bad;
+      COPY(site.cudawd_quantum);
+    } else if (KEY("device_memory")) {
+      uint64_t bytes;
+      if (vmem_parse_size(value, 0, &bytes) != 0) goto bad; /* bytes, not a percentage */
+      COPY(site.device_memory);
     } else if (KEY("mem")) {
       if (!valid_size(value)) goto bad;
       COPY(site.defaults.mem);
@@ -208,8 +232,45 @@ static int parse_arguments(int ac, char **av) {
   return 0;
 }
 
+static bool file_exists(const char *dir, const char *name, int mode) {
+  char path[PATH_MAX * 2];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  return access(path, mode) == 0;
+}
+
+/* libdir and bindir where plugstack.conf does not name them: the plugin's own folder when the
+ * library is there (the install puts both in <libdir>/cudaw; the build tree both in lib/), and
+ * the programs where the install layout (or the build tree: ../bin) puts them from there; else
+ * the folders chosen at configure time. */
+static void locate_install(void) {
+  Dl_info self;
+  char here[PATH_MAX] = "";
+  if (dladdr((void *)locate_install, &self) && self.dli_fname && realpath(self.dli_fname, here)) {
+    char *slash = strrchr(here, '/');
+    if (slash) *slash = '\0';
+  }
+  if (!site.libdir[0]) {
+    if (here[0] && file_exists(here, CUDAW_SPANK_LIB_NAME, R_OK))
+      snprintf(site.libdir, sizeof site.libdir, "%s", here);
+    else
+      snprintf(site.libdir, sizeof site.libdir, "%s", CUDAW_SPANK_LIBDIR);
+  }
+  if (!site.bindir[0]) {
+    const char *relative[] = {CUDAW_SPANK_BINDIR_FROM_PLUGIN, "../bin"};
+    for (size_t i = 0; here[0] && !site.bindir[0] && i < 2; i++) {
+      char dir[PATH_MAX + 64];
+      snprintf(dir, sizeof dir, "%s/%s", here, relative[i]);
+      if (file_exists(dir, "cudawd", X_OK) && strlen(dir) < sizeof site.bindir)
+        snprintf(site.bindir, sizeof site.bindir, "%s", dir);
+    }
+    if (!site.bindir[0]) snprintf(site.bindir, sizeof site.bindir, "%s", CUDAW_SPANK_BINDIR);
+  }
+}
+
 int slurm_spank_init(spank_t sp, int ac, char **av) {
+  site.libdir[0] = site.bindir[0] = '\0';
   if (parse_arguments(ac, av) != 0) return -1;
+  locate_install();
   /* Arguments may change the defaults: the job starts from them, its options go on top. */
   job = site.defaults;
   spank_context_t context = spank_context();
@@ -325,7 +386,10 @@ static bool cudawd_answers(const char *path) {
 
 /* --cudaw-share: start the user's cudawd on this node unless one answers (detached: it serves
  * the user's later jobs too; with proctrack/cgroup it ends with this job's step). With
- * cudawd=system, the node's cudawd (root, `cudawd --system`; its unit file is the better way). */
+ * cudawd=system, the node's cudawd (root, `cudawd --system`; its unit file is the better way).
+ * Its environment is defined here, not inherited: slurmstepd's is slurmd's (whatever started
+ * slurmd, with CUDAW_* of its own perhaps), and a job's must not reach a daemon that serves other
+ * jobs (or, for the system one, runs as root). Its settings come from plugstack.conf. */
 static void ensure_cudawd(const char *dir, bool system) {
   char sock[PATH_MAX + 16], log[PATH_MAX + 16], daemon[PATH_MAX + 16];
   snprintf(sock, sizeof sock, "%s/cudawd.sock", dir);
@@ -354,10 +418,25 @@ static void ensure_cudawd(const char *dir, bool system) {
       dup2(log_fd, 1);
       dup2(log_fd, 2);
     }
+    clearenv();
+    setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", 1);
+    setenv("LC_ALL", "C", 1);
     setenv("CUDAW_RUN_DIR", dir, 1);
     setenv("CUDAW_SCHED_SOCKET", sock, 1);
-    if (system) execl(daemon, "cudawd", "--system", (char *)NULL);
-    else execl(daemon, "cudawd", (char *)NULL);
+    const char *argv[8];
+    int n = 0;
+    argv[n++] = "cudawd";
+    if (system) argv[n++] = "--system";
+    if (site.cudawd_host_memory[0]) {
+      argv[n++] = "--host-memory";
+      argv[n++] = site.cudawd_host_memory;
+    }
+    if (site.cudawd_quantum[0]) {
+      argv[n++] = "--quantum";
+      argv[n++] = site.cudawd_quantum;
+    }
+    argv[n] = NULL;
+    execv(daemon, (char *const *)argv);
     _exit(127);
   }
   waitpid(child, NULL, 0);
@@ -439,22 +518,73 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av) {
   return 0;
 }
 
-/* In the task, as the user, before exec: what `cudaw run` does, plus the job's settings. */
+/* Refuses (said on the task's stderr, the job's output, and in slurmd's log) or lets it pass. */
+static int refuse(const char *format, ...) __attribute__((format(printf, 1, 2)));
+static int refuse(const char *format, ...) {
+  char line[512];
+  va_list args;
+  va_start(args, format);
+  vsnprintf(line, sizeof line, format, args);
+  va_end(args);
+  fprintf(stderr, "%s\n", line);
+  slurm_error("%s", line);
+  return -1;
+}
+
+/* A --cudaw-mem (or mem=) in bytes larger than this node's GPUs would limit nothing: refused
+ * before the task runs. The GPUs' size: device_memory= in plugstack.conf, else NVML; where
+ * neither tells (the emulated device without device_memory=), not checked. 0 or -1 (refused). */
+static int check_mem_fits(void) {
+  uint64_t limit, device = 0;
+  if (!job.mem[0] || strchr(job.mem, '%') || vmem_parse_size(job.mem, 0, &limit) != 0) return 0;
+  char why[160] = "";
+  const char *source = "device_memory= in plugstack.conf";
+  if (site.device_memory[0]) {
+    vmem_parse_size(site.device_memory, 0, &device); /* checked with the arguments */
+  } else if (node_gpus_largest_memory(&device, why, sizeof why) == 0) {
+    source = "NVML";
+  } else {
+    slurm_debug("cudaw: --cudaw-mem=%s not checked against the GPUs' memory: %s (set "
+                "device_memory= in plugstack.conf)", job.mem, why);
+    return 0;
+  }
+  if (limit <= device) return 0;
+  return refuse("cudaw: --cudaw-mem=%s is more than this node's GPU memory (%.2f GiB, from %s): "
+                "the limit would limit nothing; the task is not started", job.mem,
+                (double)device / (1 << 30), source);
+}
+
+/* The batch script's step: its shell runs the script, not CUDA. */
+static bool batch_step(spank_t sp) {
+  uint32_t step = 0;
+  return spank_get_item(sp, S_JOB_STEPID, &step) == ESPANK_SUCCESS && step == SLURM_BATCH_SCRIPT;
+}
+
+/* In the task, as the user, before exec: what `cudaw run` does, plus the job's settings. In the
+ * batch step only LD_LIBRARY_PATH: the shell and the tools it runs stay without cudaw (no
+ * preload, no joining cudawd), a program it runs that loads libcudart.so.13 by name gets cudaw,
+ * and srun's steps inside the script are preloaded as usual. */
 int slurm_spank_task_init(spank_t sp, int ac, char **av) {
   (void)ac;
   (void)av;
   if (!spank_remote(sp) || !wanted(sp)) return 0;
+  if (check_mem_fits() != 0) return -1;
   char lib[PATH_MAX + 64];
   snprintf(lib, sizeof lib, "%s/%s", site.libdir, CUDAW_SPANK_LIB_NAME);
   if (access(lib, R_OK) != 0) {
-    slurm_error("cudaw: %s: %s; the job runs without cudaw (set libdir= in plugstack.conf)", lib,
-                strerror(errno));
+    slurm_error("cudaw: %s: %s; the job runs without cudaw (looked beside the plugin, then in "
+                "%s; set libdir= in plugstack.conf)", lib, strerror(errno), CUDAW_SPANK_LIBDIR);
     return 0;
   }
-  if (prepend(sp, "LD_LIBRARY_PATH", site.libdir) || prepend(sp, "LD_PRELOAD", lib)) {
+  bool batch = batch_step(sp);
+  if (prepend(sp, "LD_LIBRARY_PATH", site.libdir) || (!batch && prepend(sp, "LD_PRELOAD", lib))) {
     slurm_error("cudaw: cannot set the task's environment");
     return -1;
   }
+  if (batch) /* said, so that a program that needs the preload does not run without it unseen */
+    fprintf(stderr, "cudaw: the batch script is not preloaded: run its CUDA programs with srun "
+            "(run directly, a program gets cudaw only if it finds libcudart.so.N through "
+            "LD_LIBRARY_PATH; PyTorch does not)\n");
   char limit[64], dir[PATH_MAX];
   if (job.mem[0]) spank_setenv(sp, "CUDAW_MEM_LIMIT", job.mem, 1);
   else if (shard_limit(sp, limit, sizeof limit) == 1) spank_setenv(sp, "CUDAW_MEM_LIMIT", limit, 1);

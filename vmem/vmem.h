@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "size.h" /* vmem_parse_size */
+
 struct vmem_prims;
 
 enum vmem_policy {
@@ -234,9 +236,6 @@ int vmem_mem_info(int device, uint64_t *free_bytes, uint64_t *total_bytes);
 int vmem_quota_charge(int device, uint64_t bytes);
 void vmem_quota_uncharge(int device, uint64_t bytes);
 
-/* Parse CUDAW_MEM_LIMIT: plain bytes, a K/M/G/T suffix (binary, optional trailing B/iB,
- * fractions allowed: "1.5G"), or "N%" of device_total. -EINVAL for anything else, 0 or overflow. */
-int vmem_parse_size(const char *text, uint64_t device_total, uint64_t *out);
 
 enum vmem_check_kind {
   VMEM_CHECK_OK,          /* inside one live allocation */

@@ -118,7 +118,7 @@ if [ "${MODE:-suspend}" = gang ]; then
   for j in 1 2; do
     CUDAW_LOG=info CUDAW_SUSPEND_START_WAIT=60 sbatch -Q --cudaw -p gang -c "$(nproc)" \
       -J "cudaw-gang$j" -o "$dir/gang$j.out" \
-      --wrap "$PY $train --steps $STEPS --ballast-gib $GIB --check $dir/native.losses" ||
+      --wrap "srun $PY $train --steps $STEPS --ballast-gib $GIB --check $dir/native.losses" ||
       { kill $filler; echo "FAIL: sbatch"; exit 1; }
   done
   peak=0 i=0

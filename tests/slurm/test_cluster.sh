@@ -1,8 +1,12 @@
 #!/bin/sh
 # Description: the SPANK plugin in a real one-machine Slurm cluster (cluster.sh), on the emulated
-# device: srun --cudaw runs a program under cudaw (its log says so), a job without the option
-# is untouched, every job of a partition named in plugstack.conf runs under cudaw, and
-# --cudaw-share starts cudawd and joins it; --gres=shard:N of 4 shards limits the job to N/4 of the device's memory, as
+# device: srun --cudaw runs a program under cudaw (its log says so) with the library found beside
+# the plugin (build tree and install layout, no libdir=), a job without the option is untouched,
+# every job of a partition named in plugstack.conf runs under cudaw; --cudaw-mem=1.2.3G is
+# refused at submission (the library's parser), 5T in the task before the program runs (more
+# than the device); a batch script's shell is not preloaded, its srun steps are;
+# --cudaw-share starts cudawd (with plugstack.conf's pool, in an environment of its own) and
+# joins it; while a job is suspended, cudaw-ctl status and list answer within 2 s; --gres=shard:N of 4 shards limits the job to N/4 of the device's memory, as
 # cudaMemGetInfo shows; scontrol suspend frees the job's device memory before it stops (the
 # emulated device's usage file, read by this other process, shows it) and scontrol resume brings
 # it back with every byte verified, also when the release takes longer than Slurm's 2 s before
@@ -31,7 +35,7 @@ cleanup() {
   [ -z "$srun_pid" ] || kill "$srun_pid" 2>/dev/null
   # The cudawd that --cudaw-share started: the one whose run dir is ours.
   for pid in $(pgrep -x cudawd); do
-    { tr '\0' '\n' < "/proc/$pid/environ"; } 2>/dev/null | grep -qx "CUDAW_RUN_DIR=$dir/\(run\|sys\)" &&
+    { tr '\0' '\n' < "/proc/$pid/environ"; } 2>/dev/null | grep -qx "CUDAW_RUN_DIR=$dir/\(run\|run2\|sys\)" &&
       kill "$pid"
   done
   rm -f "/dev/shm/cudaw-emu-0-${dir#/tmp/}-0"
@@ -44,8 +48,11 @@ trap 'exit 1' INT TERM
 
 fail() { echo "FAIL: $*"; exit 1; }
 
+# No libdir= or bindir=: the plugin finds the library beside itself and the programs in ../bin.
+# device_memory=: the emulated device's size (no NVML without a driver).
+site_args="gres_conf=$dir/gres.conf partitions=cudaw cudawd_host_memory=256M device_memory=256M"
 cat > "$dir/plugstack.conf" <<CONF
-required $build/lib/spank_cudaw.so libdir=$build/lib bindir=$build/bin gres_conf=$dir/gres.conf partitions=cudaw
+required $build/lib/spank_cudaw.so $site_args
 CONF
 sh "$cluster" start "$dir" "$dir/plugstack.conf" || fail "the cluster did not start"
 export SLURM_CONF="$dir/slurm.conf"
@@ -66,6 +73,8 @@ echo "ok: srun --cudaw runs the job under cudaw: $(grep -m1 '^cudaw\[' "$dir/cud
 srun_job -p cudaw env > "$dir/partition.out" 2>&1 || fail "srun -p cudaw: $(cat "$dir/partition.out")"
 grep -q 'CUDAW_SUSPEND=release' "$dir/partition.out" ||
   fail "a job in partition cudaw (partitions=cudaw) is not under cudaw"
+grep -qx "LD_PRELOAD=$(realpath "$build/lib")/libcudart.so.13" "$dir/partition.out" ||
+  fail "the plugin did not find the library beside itself: $(grep '^LD_PRELOAD=' "$dir/partition.out")"
 echo "ok: partitions=cudaw: $(grep '^LD_PRELOAD=' "$dir/partition.out")"
 srun_job --cudaw-mem=100M --cudaw-vmem=translate "$job" 0 "$dir" > "$dir/mem.out" 2>&1 ||
   fail "srun --cudaw-mem: $(cat "$dir/mem.out")"
@@ -74,6 +83,47 @@ echo "ok: --cudaw-mem=100M: $(grep total= "$dir/mem.out")"
 srun_job --cudaw-mem=lots "$job" 0 "$dir" > "$dir/bad.out" 2>&1 && fail "--cudaw-mem=lots was accepted"
 grep -q 'cudaw-mem=lots' "$dir/bad.out" || fail "--cudaw-mem=lots: no reason given: $(cat "$dir/bad.out")"
 echo "ok: --cudaw-mem=lots refused: $(grep -m1 'cudaw-mem=lots' "$dir/bad.out")"
+# 1.2.3G: refused at submission by the library's own parser: sbatch makes no job, srun runs
+# nothing.
+sbatch --cudaw-mem=1.2.3G --wrap true > "$dir/bad.out" 2>&1 && fail "sbatch --cudaw-mem=1.2.3G was accepted: $(cat "$dir/bad.out")"
+grep -q 'cudaw-mem=1.2.3G: expected a size' "$dir/bad.out" && ! grep -q 'Submitted batch job' "$dir/bad.out" ||
+  fail "sbatch --cudaw-mem=1.2.3G: $(cat "$dir/bad.out")"
+srun_job --cudaw-mem=1.2.3G "$job" 0 "$dir" > "$dir/bad.out" 2>&1 && fail "srun --cudaw-mem=1.2.3G was accepted"
+grep -q 'cudaw-mem=1.2.3G: expected a size' "$dir/bad.out" && ! grep -q '^slurm_job:' "$dir/bad.out" ||
+  fail "srun --cudaw-mem=1.2.3G: $(cat "$dir/bad.out")"
+echo "ok: --cudaw-mem=1.2.3G refused at submission: $(grep -m1 'cudaw-mem=1.2.3G' "$dir/bad.out")"
+# 5T parses, but is more than the node's GPU (device_memory=256M): refused in the task, before
+# the program runs, on the job's stderr.
+srun_job --cudaw-mem=5T "$job" 0 "$dir" > "$dir/bad.out" 2>&1 && fail "srun --cudaw-mem=5T ran: $(cat "$dir/bad.out")"
+grep -q "cudaw: --cudaw-mem=5T is more than this node's GPU memory (0.25 GiB, from device_memory= in plugstack.conf)" \
+  "$dir/bad.out" && ! grep -q '^slurm_job:' "$dir/bad.out" || fail "srun --cudaw-mem=5T: $(cat "$dir/bad.out")"
+echo "ok: --cudaw-mem=5T refused in the task: $(grep -m1 'cudaw-mem=5T' "$dir/bad.out")"
+
+# A batch script: its shell is not under cudaw (no preload: it never maps the library, and never
+# joins cudawd), a CUDA program it runs is (LD_LIBRARY_PATH), and so are its srun steps.
+cat > "$dir/batch.sh" <<SCRIPT
+#!/bin/sh
+echo "shell maps cudaw: \$(grep -c 'libcudart' /proc/\$\$/maps)"
+echo "batch LD_PRELOAD=\${LD_PRELOAD:-}"
+srun -n1 sh -c 'echo "step LD_PRELOAD=\$LD_PRELOAD"'
+$job 0 $dir
+SCRIPT
+sbatch -Q --cudaw -J cudaw-batch -o "$dir/batch.out" "$dir/batch.sh" || fail "sbatch batch.sh"
+i=0
+while [ -n "$(squeue -h -n cudaw-batch)" ]; do
+  i=$((i + 1)); [ $i -lt 300 ] || fail "the batch job did not finish within 30 s"
+  sleep 0.1
+done
+grep -qx 'shell maps cudaw: 0' "$dir/batch.out" && grep -qx 'batch LD_PRELOAD=' "$dir/batch.out" ||
+  fail "the batch script's shell is under cudaw: $(cat "$dir/batch.out")"
+grep -q '^cudaw: the batch script is not preloaded: run its CUDA programs with srun' "$dir/batch.out" ||
+  fail "the batch job's output does not say that its script is not preloaded: $(cat "$dir/batch.out")"
+grep -q '^step LD_PRELOAD=.*libcudart.so.13' "$dir/batch.out" ||
+  fail "the batch script's srun step is not under cudaw: $(cat "$dir/batch.out")"
+grep -q '^cudaw\[[0-9]*\]: info: forwarding to' "$dir/batch.out" &&
+  grep -q 'cudaMemGetInfo total=268435456 ' "$dir/batch.out" ||
+  fail "the batch script's CUDA program is not under cudaw: $(cat "$dir/batch.out")"
+echo "ok: sbatch --cudaw: the shell is not under cudaw; its srun step and its CUDA program are"
 
 # --cudaw-checkpoint-dir: requeue with state is not available; the job runs and its log says
 # that a requeue would start it over, and why (criu check's answer on this node).
@@ -89,6 +139,37 @@ CUDAW_RUN_DIR="$dir/run" srun_job --cudaw-share "$job" 0 "$dir" > "$dir/share.ou
 grep -q "sched: joined cudawd on $dir/run/cudawd.sock" "$dir/share.out" ||
   fail "--cudaw-share: the job did not join cudawd: $(cat "$dir/share.out")"
 echo "ok: --cudaw-share: $(grep -m1 'joined cudawd' "$dir/share.out")"
+# That cudawd: plugstack.conf's pool, and an environment of its own: not slurmd's (this test
+# started slurmd with CUDAW_SCHED_HOST_MEMORY set), not the job's.
+cudawd_of() { # run dir -> the pid of the cudawd serving it
+  for pid in $(pgrep -x cudawd); do
+    { tr '\0' '\n' < "/proc/$pid/environ"; } 2>/dev/null | grep -qx "CUDAW_RUN_DIR=$1" && echo "$pid"
+  done
+}
+daemon=$(cudawd_of "$dir/run")
+[ -n "$daemon" ] || fail "no cudawd with CUDAW_RUN_DIR=$dir/run"
+environment=$(tr '\0' '\n' < "/proc/$daemon/environ" | cut -d= -f1 | sort | tr '\n' ' ')
+[ "$environment" = "CUDAW_RUN_DIR CUDAW_SCHED_SOCKET LC_ALL PATH " ] ||
+  fail "cudawd's environment: $environment"
+tr '\0' ' ' < "/proc/$daemon/cmdline" | grep -q -- '--host-memory 256M' ||
+  fail "cudawd was not given cudawd_host_memory=256M: $(tr '\0' ' ' < "/proc/$daemon/cmdline")"
+echo "ok: the plugin's cudawd: $(tr '\0' ' ' < "/proc/$daemon/cmdline")with only $environment"
+
+# The install layout (cmake --install): the installed plugin finds the installed library beside
+# itself and starts the installed cudawd (../../bin), with no libdir= or bindir=.
+cmake --install "$build" --prefix "$dir/opt" > "$dir/install.out" 2>&1 || fail "cmake --install: $(cat "$dir/install.out")"
+installed=$(find "$dir/opt" -name spank_cudaw.so)
+cp "$dir/plugstack.conf" "$dir/plugstack.build"
+echo "required $installed $site_args" > "$dir/plugstack.conf"
+CUDAW_RUN_DIR="$dir/run2" srun_job --cudaw-share env > "$dir/installed.out" 2>&1 || fail "srun with the installed plugin: $(cat "$dir/installed.out")"
+cp "$dir/plugstack.build" "$dir/plugstack.conf"
+grep -qx "LD_PRELOAD=$(dirname "$installed")/libcudart.so.13" "$dir/installed.out" ||
+  fail "the installed plugin did not preload the installed library: $(cat "$dir/installed.out")"
+daemon=$(cudawd_of "$dir/run2")
+[ -n "$daemon" ] && [ "$(readlink "/proc/$daemon/exe")" = "$dir/opt/bin/cudawd" ] ||
+  fail "the installed plugin did not start $dir/opt/bin/cudawd: ${daemon:+$(readlink "/proc/$daemon/exe")}"
+kill "$daemon"
+echo "ok: installed in $dir/opt: $(grep '^LD_PRELOAD' "$dir/installed.out"), cudawd $dir/opt/bin/cudawd"
 
 # 2. Shards: N of the GPU's 4 shards give N/4 of its memory.
 for n in 1 3; do
@@ -140,6 +221,16 @@ during=$(used)
 echo "suspended: task $task stopped $(awk "BEGIN { printf \"%.2f\", $stopped - $start }") s after scontrol suspend;" \
      "device memory in use $before -> $during bytes"
 [ "$during" -lt $((1 << 20)) ] || fail "the suspended job still holds $during bytes"
+# cudaw-ctl answers for the stopped task within 2 s: status, and list.
+for request in "status $task" list; do
+  t0=$(date +%s.%N)
+  CUDAW_RUN_DIR="$run_dir" timeout 20 "$build/bin/cudaw-ctl" $request > "$dir/ctl.out" 2>&1
+  took=$(awk "BEGIN { printf \"%.2f\", $(date +%s.%N) - $t0 }")
+  awk "BEGIN { exit !($took < 2) }" || fail "cudaw-ctl $request of a suspended job took $took s: $(cat "$dir/ctl.out")"
+  grep -q "stopped by SIGSTOP (suspended); last known: paused since .*, host image 64.00 MiB" "$dir/ctl.out" ||
+    fail "cudaw-ctl $request of a suspended job: $(cat "$dir/ctl.out")"
+  echo "ok: suspended: cudaw-ctl $request in $took s: $(grep -m1 stopped "$dir/ctl.out")"
+done
 scontrol resume "$jobid" || fail "scontrol resume $jobid"
 i=0
 while [ "$(used)" -lt $((64 << 20)) ]; do

@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "ckpt.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -23,7 +25,7 @@ extern "C" {
 /* The default host places: the system cudawd's socket, and the directory under which the
  * programs of containers make their run dirs (pidns-<inode>, one per pid namespace). */
 #define K8S_DEFAULT_CUDAWD_SOCKET "/run/cudaw/cudawd.sock"
-#define K8S_DEFAULT_CONTAINERS_DIR "/run/cudaw/containers"
+#define K8S_DEFAULT_CONTAINERS_DIR CKPT_CONTAINERS_DIR /* where cudaw-ctl list looks */
 
 struct k8s_node {
   int gpus;

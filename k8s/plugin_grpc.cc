@@ -36,7 +36,9 @@ grpc::Status refuse(grpc::StatusCode code, const char *what, const char *why)
   return grpc::Status(code, why);
 }
 
-class Plugin final : public v1beta1::DevicePlugin::Service {
+// Allocate takes raw bytes, so that a request that is no AllocateRequest gets a reason of ours
+// rather than gRPC's bare INTERNAL.
+class Plugin final : public v1beta1::DevicePlugin::WithRawCallbackMethod_Allocate<v1beta1::DevicePlugin::Service> {
  public:
   explicit Plugin(Shared &shared) : shared_(shared) {}
 
@@ -88,8 +90,38 @@ class Plugin final : public v1beta1::DevicePlugin::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Allocate(grpc::ServerContext *, const v1beta1::AllocateRequest *in,
-                        v1beta1::AllocateResponse *out) override
+  grpc::ServerUnaryReactor *Allocate(grpc::CallbackServerContext *context, const grpc::ByteBuffer *raw,
+                                     grpc::ByteBuffer *raw_out) override
+  {
+    grpc::ServerUnaryReactor *reactor = context->DefaultReactor();
+    std::vector<grpc::Slice> slices;
+    std::string bytes;
+    v1beta1::AllocateRequest in;
+    v1beta1::AllocateResponse out;
+    grpc::Status status;
+    if (!raw->Dump(&slices).ok()) slices.clear();
+    for (const auto &slice : slices) bytes.append(reinterpret_cast<const char *>(slice.begin()), slice.size());
+    if (!in.ParseFromString(bytes))
+      status = refuse(grpc::StatusCode::INVALID_ARGUMENT, "Allocate",
+                      "the request is not an AllocateRequest message (malformed)");
+    else status = allocate(&in, &out);
+    if (status.ok()) {
+      std::string answer = out.SerializeAsString();
+      grpc::Slice slice(answer);
+      *raw_out = grpc::ByteBuffer(&slice, 1);
+    }
+    reactor->Finish(status);
+    return reactor;
+  }
+
+  grpc::Status PreStartContainer(grpc::ServerContext *, const v1beta1::PreStartContainerRequest *,
+                                 v1beta1::PreStartContainerResponse *) override
+  {
+    return grpc::Status::OK;
+  }
+
+ private:
+  grpc::Status allocate(const v1beta1::AllocateRequest *in, v1beta1::AllocateResponse *out)
   {
     if (in->container_requests_size() == 0)
       return refuse(grpc::StatusCode::INVALID_ARGUMENT, "Allocate", "no container in the request");
@@ -127,13 +159,6 @@ class Plugin final : public v1beta1::DevicePlugin::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status PreStartContainer(grpc::ServerContext *, const v1beta1::PreStartContainerRequest *,
-                                 v1beta1::PreStartContainerResponse *) override
-  {
-    return grpc::Status::OK;
-  }
-
- private:
   static void add_device(const char *id, bool healthy, void *arg)
   {
     auto *device = static_cast<v1beta1::ListAndWatchResponse *>(arg)->add_devices();

@@ -299,9 +299,10 @@ void ckpt_shutdown(void);
 /* For the tools beside it (cudaw-ctl's subcommands, cudawd, the launcher): */
 /* Create the run dir (0700) if missing; refuse one owned by another user, with the reason. */
 int ckpt_run_dir_prepare(const char *dir, char *reason, size_t reason_len);
-/* CUDAW_RUN_DIR's "%n" (each becomes the inode of the caller's pid namespace, so that one
- * folder shared by containers gives each its own run dir: pids repeat between containers) and
- * "%%". 0, or -ENAMETOOLONG/-errno. */
+/* CUDAW_RUN_DIR's "%n" (the inode of the caller's pid namespace) and "%u" (its effective uid),
+ * so that one folder shared by containers gives each container and user a run dir of its own:
+ * pids repeat between containers, and a namespace's inode number is reused after it ends. "%%"
+ * is "%". 0, or -ENAMETOOLONG/-errno. */
 int ckpt_run_dir_expand(const char *text, char *out, size_t len);
 /* The control socket of a process in a pid namespace below ours (a container), found by its host
  * pid: its pid in its own namespace (/proc/<pid>/status NSpid) under its run dir, reached through

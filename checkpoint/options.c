@@ -30,7 +30,7 @@ static const struct ckpt_option_info table[] = {
     {"CUDAW_SIGNAL", "USR1", "signal that requests a checkpoint: USR1, USR2 or none"},
     {"CUDAW_RUN_DIR", "$XDG_RUNTIME_DIR/cudaw, /run/cudaw (root), /tmp/cudaw-<uid>",
      "absolute directory of the control sockets <pid>.sock, writable by its owner only; %n: "
-     "the pid namespace's inode (containers)"},
+     "the pid namespace's inode, %u: the uid (containers)"},
     {"CUDAW_SCHED_SOCKET", "<run dir>/cudawd.sock",
      "the cudawd socket to join (CUDAW_SHARE=1) and that cudaw-ctl sched asks; a node's system "
      "cudawd (cudawd --system): /run/cudaw/cudawd.sock"},

@@ -110,13 +110,14 @@ static int pid_namespace_inode(const char *proc_pid, unsigned long *inode) {
   return 0;
 }
 
-/* text with "%n" as inode and "%%" as "%". */
-static int expand(const char *text, unsigned long inode, char *out, size_t len) {
+/* text with "%n" as inode, "%u" as uid and "%%" as "%". */
+static int expand(const char *text, unsigned long inode, uid_t uid, char *out, size_t len) {
   size_t used = 0;
   for (const char *p = text; *p; p++) {
     char piece[24] = {p[0], 0};
     if (p[0] == '%' && p[1] == '%') p++;
     else if (p[0] == '%' && p[1] == 'n') snprintf(piece, sizeof piece, "%lu", inode), p++;
+    else if (p[0] == '%' && p[1] == 'u') snprintf(piece, sizeof piece, "%u", (unsigned)uid), p++;
     size_t n = strlen(piece);
     if (used + n >= len) return -ENAMETOOLONG;
     memcpy(out + used, piece, n + 1);
@@ -132,7 +133,7 @@ int ckpt_run_dir_expand(const char *text, char *out, size_t len) {
     int rc = pid_namespace_inode("/proc/self", &inode);
     if (rc) return rc;
   }
-  return expand(text, inode, out, len);
+  return expand(text, inode, geteuid(), out, len);
 }
 
 /* The last NSpid field: the pid in the process's own namespace (the first is ours). */
@@ -156,7 +157,7 @@ static pid_t inner_pid(pid_t pid, bool *nested) {
 }
 
 /* A process's CUDAW_RUN_DIR as it expands it, from its initial environment ("" if unset). */
-static void run_dir_of(pid_t pid, unsigned long inode, char *out, size_t len) {
+static void run_dir_of(pid_t pid, unsigned long inode, uid_t uid, char *out, size_t len) {
   char path[64], env[65536];
   snprintf(path, sizeof path, "/proc/%ld/environ", (long)pid);
   out[0] = '\0';
@@ -168,8 +169,30 @@ static void run_dir_of(pid_t pid, unsigned long inode, char *out, size_t len) {
   for (size_t at = 0; at < n; at += strlen(env + at) + 1) {
     const char *var = env + at;
     if (strncmp(var, "CUDAW_RUN_DIR=", 14) != 0 || var[14] != '/') continue;
-    if (expand(var + 14, inode, out, len) != 0) out[0] = '\0';
+    if (expand(var + 14, inode, uid, out, len) != 0) out[0] = '\0';
   }
+}
+
+/* The process's effective uid as it knows it: its host uid (status) mapped back through its
+ * user namespace's uid_map ("inside outside count" lines, outside as we see it). */
+static uid_t inner_uid(pid_t pid) {
+  char path[64], line[256];
+  unsigned long host = 0, inside, outside, count;
+  snprintf(path, sizeof path, "/proc/%ld/status", (long)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return (uid_t)-1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "Uid: %*u %lu", &host) == 1) break;
+  fclose(f);
+  snprintf(path, sizeof path, "/proc/%ld/uid_map", (long)pid);
+  if (!(f = fopen(path, "r"))) return (uid_t)host;
+  uid_t mapped = (uid_t)-1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "%lu %lu %lu", &inside, &outside, &count) == 3 && host >= outside &&
+        host - outside < count)
+      mapped = (uid_t)(inside + (host - outside));
+  fclose(f);
+  return mapped;
 }
 
 static bool served_by(const char *path, pid_t pid) {
@@ -193,7 +216,7 @@ int ckpt_namespaced_socket(pid_t pid, char *path, size_t len) {
   snprintf(proc, sizeof proc, "/proc/%ld", (long)pid);
   int rc = pid_namespace_inode(proc, &inode);
   if (rc) return rc == -EPERM ? -EACCES : rc;
-  run_dir_of(pid, inode, dir, sizeof dir);
+  run_dir_of(pid, inode, inner_uid(pid), dir, sizeof dir);
   if (!dir[0]) snprintf(dir, sizeof dir, "/run/cudaw"); /* root's default, inside the container */
   /* Through the process's own root: the container's files as it sees them, whatever was
    * mounted from where. */

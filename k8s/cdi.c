@@ -60,15 +60,15 @@ int k8s_edits_build(const struct k8s_edits_config *config, bool shared, uint64_t
     add_mount(out, config->real_cudart, true);
   }
   if (!rc && memory_limit) rc = add_env(out, err, err_len, "CUDAW_MEM_LIMIT=%" PRIu64, memory_limit);
+  /* The run dir is one per pid namespace (CUDAW_RUN_DIR's %n and %u), under a host folder every
+   * container mounts: pids repeat between containers, and the host's cudaw-ctl lists the
+   * programs there and reaches each by its host pid. */
+  if (!rc) rc = add_env(out, err, err_len, "CUDAW_RUN_DIR=%s/pidns-%%n-uid-%%u", config->containers_dir);
+  add_mount(out, config->containers_dir, false);
   if (!rc && shared) {
-    /* The run dir is one per pid namespace (CUDAW_RUN_DIR's %n), under a host folder every
-     * container mounts: pids repeat between containers, and the host's cudaw-ctl finds a
-     * program there by its pid namespace and its pid in it. */
     rc = add_env(out, err, err_len, "CUDAW_SHARE=1");
     if (!rc) rc = add_env(out, err, err_len, "CUDAW_SCHED_SOCKET=%s", config->cudawd_socket);
-    if (!rc) rc = add_env(out, err, err_len, "CUDAW_RUN_DIR=%s/pidns-%%n", config->containers_dir);
     add_mount(out, config->cudawd_socket, false);
-    add_mount(out, config->containers_dir, false);
   }
   for (int i = 0; !rc && i < config->extra_env_count; i++) {
     const char *e = config->extra_env[i], *eq = strchr(e, '=');

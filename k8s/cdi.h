@@ -23,7 +23,7 @@ extern "C" {
 #define CDI_DEFAULT_VERSION "1.1.0" /* the CDI spec's current published version */
 
 /* The default host places: the system cudawd's socket, and the directory under which the
- * programs of containers make their run dirs (pidns-<inode>, one per pid namespace). */
+ * programs of containers make their run dirs (pidns-<inode>-uid-<uid>, one per pid namespace and user). */
 #define K8S_DEFAULT_CUDAWD_SOCKET "/run/cudaw/cudawd.sock"
 #define K8S_DEFAULT_CONTAINERS_DIR CKPT_CONTAINERS_DIR /* where cudaw-ctl list looks */
 

@@ -254,7 +254,7 @@ try:
     check(envs.get("CUDAW_MEM_LIMIT") == str(3 * MEMORY // SHARES), "envs %r" % envs)
     check(envs.get("LD_PRELOAD") == "/opt/cudaw/lib/cudaw/libcudart.so.13", "envs %r" % envs)
     check(envs.get("CUDAW_SHARE") == "1" and envs.get("CUDAW_SCHED_SOCKET") == "/run/cudaw/cudawd.sock", "envs %r" % envs)
-    check(envs.get("CUDAW_RUN_DIR") == "/run/cudaw/containers/pidns-%n", "envs %r" % envs)
+    check(envs.get("CUDAW_RUN_DIR") == "/run/cudaw/containers/pidns-%n-uid-%u", "envs %r" % envs)
     check(envs.get("NVIDIA_VISIBLE_DEVICES") == "0", "envs %r" % envs)
     mounts = {m.host_path: (m.container_path, m.read_only) for m in response.mounts}
     check(mounts == {"/opt/cudaw/lib/cudaw": ("/opt/cudaw/lib/cudaw", True),

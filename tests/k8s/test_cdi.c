@@ -125,12 +125,12 @@ int main(int argc, char **argv)
     check_mount(d, emu, true);
     CHECK_EQ(has_env(d, "CUDAW_SHARE=1"), shared);
     CHECK_EQ(has_env_prefix(d, "CUDAW_MEM_LIMIT="), shared);
-    CHECK_EQ(mounts(d), shared ? 4 : 2);
+    CHECK_EQ(mounts(d), shared ? 4 : 3);
+    CHECK(has_env(d, "CUDAW_RUN_DIR=/run/cudaw/containers/pidns-%n-uid-%u"));
+    check_mount(d, "/run/cudaw/containers", false);
     if (!shared) continue;
     CHECK(has_env(d, "CUDAW_SCHED_SOCKET=/run/cudaw/sched/cudawd.sock"));
-    CHECK(has_env(d, "CUDAW_RUN_DIR=/run/cudaw/containers/pidns-%n"));
     check_mount(d, "/run/cudaw/sched/cudawd.sock", false);
-    check_mount(d, "/run/cudaw/containers", false);
   }
   CHECK(has_env(device(spec, "0-share-2"), "CUDAW_MEM_LIMIT=536870912"));
   CHECK(has_env(device(spec, "1-shares-3-of-4"), "CUDAW_MEM_LIMIT=805306368"));
@@ -148,7 +148,7 @@ int main(int argc, char **argv)
   CHECK_EQ(json_array_size(json_object_get(spec, "devices")), 1 + 4 + 1);
   CHECK(has_env(device(spec, "1-share-4"), "CUDAW_MEM_LIMIT=21474836480"));
   CHECK(!has_env_prefix(device(spec, "1"), "CUDAW_REAL_CUDART="));
-  CHECK_EQ(mounts(device(spec, "1")), 1);
+  CHECK_EQ(mounts(device(spec, "1")), 2);
   json_decref(spec);
 
   /* 3. Bad requests: each a one-line reason, no spec written. */

@@ -96,7 +96,8 @@ int main(void)
   CHECK(has_env(&a, "NVIDIA_VISIBLE_DEVICES=0"));
   CHECK_EQ(a.edits.mount_count, 3);
   CHECK(!strcmp(a.edits.mount[0].host_path, "/opt/cudaw/lib/cudaw") && a.edits.mount[0].read_only);
-  CHECK(!strcmp(a.edits.mount[1].host_path, "/run/cudaw/cudawd.sock") && !a.edits.mount[1].read_only);
+  CHECK(!strcmp(a.edits.mount[1].host_path, "/run/cudaw/containers") && !a.edits.mount[1].read_only);
+  CHECK(!strcmp(a.edits.mount[2].host_path, "/run/cudaw/cudawd.sock") && !a.edits.mount[2].read_only);
   /* Spread over both GPUs: 2 shares of GPU 1 (6 GiB) and 1 of GPU 0 (2 GiB): the least. */
   const char *spread[] = {"gpu1-share0", "gpu0-share2", "gpu1-share1"};
   CHECK_EQ(allocate(spread, 3, &a, err), 0);

@@ -13,6 +13,8 @@
 #  3. Two containers with cudaw.io/gpu=0-shares-2-of-2 (160 MiB each on one 256 MiB device both
 #     share) join the host's system cudawd, which knows them by host pid (cudaw-ctl sched,
 #     priority) and swaps them in turns; both verify their data.
+#  4. Root in a user namespace (host uid 65532) cannot pause container a's program; its own
+#     program does not trust the system cudawd (an unmapped uid to it) and runs unshared.
 #   usage: test_containers.sh CUDAW CUDAW_CTL CUDAWD JOB EMU CDI_EDITS     exit 0 / 1 / 77
 set -u
 cudaw=$1 ctl=$2 cudawd=$3 job=$4 emu=$5 edits=$6
@@ -39,13 +41,17 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 fail() { echo "FAIL: $*"; exit 1; }
-wait_file() { # path seconds log
-  i=0
-  while [ ! -e "$1" ]; do
-    i=$((i + 1)); [ $i -lt $(($2 * 10)) ] || fail "no $1 within $2 s: $(cat "$3")"
+# until_true SECONDS LOG COMMAND...: poll COMMAND every 0.1 s; fail with LOG after SECONDS.
+until_true() {
+  limit=$(($1 * 10)) log=$2 n=0
+  shift 2
+  until "$@"; do
+    n=$((n + 1)); [ $n -lt $limit ] || fail "not within $((limit / 10)) s: $*: $(cat "$log")"
     sleep 0.1
   done
 }
+wait_file() { until_true "$2" "$3" test -e "$1"; }
+gone() { ! kill -0 "$1" 2>/dev/null; }
 host_pid() { pgrep -f "^$job [0-9]* $1\$" | head -1; }
 
 # ---- a container engine, if this machine can run one -------------------------------------
@@ -95,7 +101,14 @@ container() {
     awk '$1 == "env" { printf " '\''%s'\''", substr($0, 5) }' "$tmp/$name.edits"
     printf ' %s %s %s\n' "$job" "$mib" "$dir"
   } > "$tmp/$name.sh"
-  unshare --pid --fork --mount --mount-proc sh "$tmp/$name.sh" > "$tmp/$name.out" 2>&1 &
+  if [ "${userns:-}" ]; then
+    # Root in a user namespace, host uid $userns: the engine's rootless mode.
+    sed -i "s/setpriv --reuid=$uid --regid=$uid --clear-groups -- //" "$tmp/$name.sh"
+    setpriv --reuid="$userns" --regid="$userns" --clear-groups -- unshare --user --map-root-user \
+      --pid --fork --mount --mount-proc sh "$tmp/$name.sh" > "$tmp/$name.out" 2>&1 &
+  else
+    unshare --pid --fork --mount --mount-proc sh "$tmp/$name.sh" > "$tmp/$name.out" 2>&1 &
+  fi
 }
 
 # ---- 1. one container, cudaw.io/gpu=0, controlled from the host by host pid ---------------
@@ -128,7 +141,7 @@ setpriv --reuid=65534 --regid=65534 --clear-groups env CUDAW_RUN_DIR="$run" \
 grep -q "permission denied" "$tmp/other2.out" || fail "uid 65534: $(cat "$tmp/other2.out")"
 echo "ok: refused from another container: $(head -1 "$tmp/other.out"); as uid 65534: $(head -1 "$tmp/other2.out")"
 touch "$tmp/solo/go"
-i=0; while kill -0 "$hp" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+until_true 10 "$tmp/solo.out" gone "$hp"
 grep -q "slurm_job: verified 32 MiB" "$tmp/solo.out" || fail "solo after pause and resume: $(cat "$tmp/solo.out")"
 
 # ---- 3. two containers share the GPU through the host's cudawd -----------------------------
@@ -148,10 +161,38 @@ for hp in $hpa $hpb; do
 done
 CUDAW_SCHED_SOCKET=$sys/cudawd.sock "$ctl" priority "$hpa" 2 > "$tmp/prio.out" 2>&1 ||
   fail "priority by host pid: $(cat "$tmp/prio.out")"
+
+# ---- 4. root in a user namespace (host uid 65532) ------------------------------------------
+# It is uid 65532 on the host, for cudawd and for the other containers' programs: it cannot reach
+# container a's run dir (uid 65534's). It cannot tell the host's root (cudawd) from any other
+# unmapped user either, so its program does not join cudawd: it runs unshared, and says so.
+userns=65532 container u 0-share-2 65532 16
+userns=
+wait_file "$tmp/u/ready" 30 "$tmp/u.out"
+hpu=$(host_pid "$tmp/u")
+[ "$(awk '/^Uid:/ { print $3 }' "/proc/$hpu/status")" = 65532 ] || fail "userns root is not uid 65532 on the host"
+echo "$containers/pidns-$(stat -L -c %i "/proc/$hpu/ns/pid")-uid-0" >> "$tmp/rundirs"
+grep -q "belongs to uid 65534, not to us: not joining it" "$tmp/u.out" ||
+  fail "userns root and the system cudawd: $(cat "$tmp/u.out")"
+runa=$containers/pidns-$(stat -L -c %i "/proc/$hpa/ns/pid")-uid-65534
+innera=$(awk '/^NSpid:/ { print $NF }' "/proc/$hpa/status")
+nsenter --target "$hpu" --user --mount --pid -- env CUDAW_RUN_DIR="$runa" "$ctl" checkpoint "$innera" \
+  > "$tmp/u-ctl.out" 2>&1 && fail "userns root paused container a: $(cat "$tmp/u-ctl.out")"
+grep -q "permission denied\|no such process" "$tmp/u-ctl.out" || fail "userns root: $(cat "$tmp/u-ctl.out")"
+setpriv --reuid=65532 --regid=65532 --clear-groups -- "$ctl" status "$hpu" > "$tmp/u-own.out" 2>&1 ||
+  fail "host uid 65532 cannot reach its own container's program: $(cat "$tmp/u-own.out")"
+# The host's root is an unmapped uid to it too (docs/kubernetes.md, Limits): refused.
+"$ctl" status "$hpu" > "$tmp/u-root.out" 2>&1 && fail "host root reached it: $(cat "$tmp/u-root.out")"
+grep -q "refused: uid 65534 may not control" "$tmp/u-root.out" || fail "host root: $(cat "$tmp/u-root.out")"
+touch "$tmp/u/go"
+until_true 30 "$tmp/u.out" gone "$hpu"
+grep -q "slurm_job: verified 16 MiB" "$tmp/u.out" || fail "u: $(cat "$tmp/u.out")"
+echo "ok: root in a user namespace is uid 65532: refused by container a ($(head -1 "$tmp/u-ctl.out"));" \
+     "runs unshared; its own host uid controls it"
 sleep 3
 touch "$tmp/a/go" "$tmp/b/go"
-gone() { i=0; while kill -0 "$1" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done; }
-gone "$hpa"; gone "$hpb"
+until_true 60 "$tmp/a.out" gone "$hpa"
+until_true 60 "$tmp/b.out" gone "$hpb"
 for c in a b; do
   grep -q "slurm_job: verified 160 MiB" "$tmp/$c.out" || fail "$c: $(cat "$tmp/$c.out")"
 done

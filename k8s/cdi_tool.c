@@ -121,7 +121,7 @@ int main(int argc, char **argv)
     else if (!strcmp(opt, "--real-cudart")) real = value;
     else if (!strcmp(opt, "--libdir")) snprintf(config.libdir, sizeof config.libdir, "%s", value);
     else if (!strcmp(opt, "--cudawd-socket") || !strcmp(opt, "--containers-dir")) {
-      char *dest = opt[2] == 'c' && opt[3] == 'u' ? config.cudawd_socket : config.containers_dir;
+      char *dest = !strcmp(opt, "--cudawd-socket") ? config.cudawd_socket : config.containers_dir;
       if (value[0] != '/' || strlen(value) >= K8S_PATH_MAX - 64) {
         fprintf(stderr, "cudaw cdi: %s must be an absolute path (got '%s')\n", opt, value);
         return 2;

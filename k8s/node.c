@@ -31,7 +31,7 @@ static int from_driver(struct k8s_node *node)
     rc = 0;
     for (int i = 0; i < node->gpus && !rc; i++) {
       int device;
-      size_t bytes;
+      size_t bytes = 0;
       if (get(&device, i) != 0 || total(&bytes, device) != 0) rc = -EIO;
       node->memory[i] = bytes;
       node->healthy[i] = true;
@@ -54,7 +54,7 @@ static int from_runtime(struct k8s_node *node, const char *path)
     node->gpus = n > K8S_MAX_GPUS ? K8S_MAX_GPUS : n;
     rc = 0;
     for (int i = 0; i < node->gpus && !rc; i++) {
-      size_t free_bytes, total_bytes;
+      size_t free_bytes, total_bytes = 0;
       if (set(i) != 0 || info(&free_bytes, &total_bytes) != 0) rc = -EIO;
       node->memory[i] = total_bytes;
       node->healthy[i] = true;

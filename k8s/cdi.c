@@ -68,7 +68,14 @@ int k8s_edits_build(const struct k8s_edits_config *config, bool shared, uint64_t
   if (!rc && shared) {
     rc = add_env(out, err, err_len, "CUDAW_SHARE=1");
     if (!rc) rc = add_env(out, err, err_len, "CUDAW_SCHED_SOCKET=%s", config->cudawd_socket);
-    add_mount(out, config->cudawd_socket, false);
+    /* A folder of cudawd's own is mounted whole, so that a restarted cudawd's new socket is seen
+     * in running containers; /run/cudaw also holds root's programs' sockets, so there only the
+     * socket file is (docs/kubernetes.md, Limits). */
+    char folder[K8S_PATH_MAX];
+    snprintf(folder, sizeof folder, "%s", config->cudawd_socket);
+    char *slash = strrchr(folder, '/');
+    if (slash && slash != folder) *slash = '\0';
+    add_mount(out, strcmp(folder, "/run/cudaw") == 0 ? config->cudawd_socket : folder, false);
   }
   for (int i = 0; !rc && i < config->extra_env_count; i++) {
     const char *e = config->extra_env[i], *eq = strchr(e, '=');

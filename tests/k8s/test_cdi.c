@@ -130,7 +130,7 @@ int main(int argc, char **argv)
     check_mount(d, "/run/cudaw/containers", false);
     if (!shared) continue;
     CHECK(has_env(d, "CUDAW_SCHED_SOCKET=/run/cudaw/sched/cudawd.sock"));
-    check_mount(d, "/run/cudaw/sched/cudawd.sock", false);
+    check_mount(d, "/run/cudaw/sched", false); /* cudawd's own folder: mounted whole */
   }
   CHECK(has_env(device(spec, "0-share-2"), "CUDAW_MEM_LIMIT=536870912"));
   CHECK(has_env(device(spec, "1-shares-3-of-4"), "CUDAW_MEM_LIMIT=805306368"));
@@ -147,6 +147,7 @@ int main(int argc, char **argv)
   CHECK(!strcmp(json_string_value(json_object_get(spec, "cdiVersion")), "0.5.0"));
   CHECK_EQ(json_array_size(json_object_get(spec, "devices")), 1 + 4 + 1);
   CHECK(has_env(device(spec, "1-share-4"), "CUDAW_MEM_LIMIT=21474836480"));
+  check_mount(device(spec, "1-share-4"), "/run/cudaw/cudawd.sock", false); /* in /run/cudaw: the file */
   CHECK(!has_env_prefix(device(spec, "1"), "CUDAW_REAL_CUDART="));
   CHECK_EQ(mounts(device(spec, "1")), 2);
   json_decref(spec);

@@ -12,7 +12,8 @@
 #     and as another uid the run dir is closed to it.
 #  3. Two containers with cudaw.io/gpu=0-shares-2-of-2 (160 MiB each on one 256 MiB device both
 #     share) join the host's system cudawd, which knows them by host pid (cudaw-ctl sched,
-#     priority) and swaps them in turns; both verify their data.
+#     priority) and swaps them in turns; both verify their data. cudawd restarts meanwhile: both
+#     join the new one.
 #  4. Root in a user namespace (host uid 65532) cannot pause container a's program; its own
 #     program does not trust the system cudawd (an unmapped uid to it) and runs unshared.
 #   usage: test_containers.sh CUDAW CUDAW_CTL CUDAWD JOB EMU CDI_EDITS     exit 0 / 1 / 77
@@ -77,6 +78,7 @@ echo "applying the CDI edits by hand: unshare --pid --mount, the spec's bind mou
 # ---- the node: the spec, the system cudawd, the containers' run dirs ----------------------
 sys=$tmp/sys
 CUDAW_RUN_DIR=$sys "$cudawd" --system --quantum 1 > "$tmp/cudawd.log" 2>&1 &
+daemon=$!
 wait_file "$sys/cudawd.sock" 10 "$tmp/cudawd.log"
 # As the system cudawd keeps /run/cudaw (0755: every user reaches the containers' folder).
 mkdir -p "$containers" && chmod 0755 /run/cudaw && chmod 1777 "$containers"
@@ -161,6 +163,18 @@ for hp in $hpa $hpb; do
 done
 CUDAW_SCHED_SOCKET=$sys/cudawd.sock "$ctl" priority "$hpa" 2 > "$tmp/prio.out" 2>&1 ||
   fail "priority by host pid: $(cat "$tmp/prio.out")"
+# cudawd restarts (a DaemonSet's rolling update): the containers' programs join the new one.
+# (This does not tell a mounted folder from a mounted socket file: the kernel drops the file's
+# mount when cudawd unlinks it, and these containers share the host's root, where the new
+# socket is. In a container with a root of its own only the folder mount shows the new socket.)
+kill "$daemon"
+wait "$daemon"
+CUDAW_RUN_DIR=$sys "$cudawd" --system --quantum 1 >> "$tmp/cudawd.log" 2>&1 &
+daemon=$!
+joined_twice() { [ "$(grep -c "sched: joined cudawd on" "$1")" -ge 2 ]; }
+until_true 30 "$tmp/a.out" joined_twice "$tmp/a.out"
+until_true 30 "$tmp/b.out" joined_twice "$tmp/b.out"
+echo "ok: both containers joined the restarted cudawd"
 
 # ---- 4. root in a user namespace (host uid 65532) ------------------------------------------
 # It is uid 65532 on the host, for cudawd and for the other containers' programs: it cannot reach

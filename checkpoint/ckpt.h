@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "delta_hash.h"
 
@@ -298,6 +299,21 @@ void ckpt_shutdown(void);
 /* For the tools beside it (cudaw-ctl's subcommands, cudawd, the launcher): */
 /* Create the run dir (0700) if missing; refuse one owned by another user, with the reason. */
 int ckpt_run_dir_prepare(const char *dir, char *reason, size_t reason_len);
+/* CUDAW_RUN_DIR's "%n" (the inode of the caller's pid namespace) and "%u" (its effective uid),
+ * so that one folder shared by containers gives each container and user a run dir of its own:
+ * pids repeat between containers, and a namespace's inode number is reused after it ends. "%%"
+ * is "%". 0, or -ENAMETOOLONG/-errno. */
+int ckpt_run_dir_expand(const char *text, char *out, size_t len);
+/* The control socket of a process in a pid namespace below ours (a container), found by its host
+ * pid: its pid in its own namespace (/proc/<pid>/status NSpid) under its run dir, reached through
+ * /proc/<pid>/root, and checked to be served by that very process (SO_PEERCRED). 0, -ENOENT
+ * (not namespaced, or no socket), -EACCES (not ours to look into), -ESRCH (another process). */
+int ckpt_namespaced_socket(pid_t pid, char *path, size_t len);
+/* Where the CDI spec and the Kubernetes plugin put the containers' run dirs on the host. */
+#define CKPT_CONTAINERS_DIR "/run/cudaw/containers"
+/* The host pids of the cudaw programs whose run dirs lie in dir/<name>/ (the containers' run
+ * dirs, K8S/CDI layout): each socket's server, by SO_PEERCRED. Returns how many (at most max). */
+size_t ckpt_container_pids(const char *dir, pid_t *pids, size_t max);
 /* A byte count for people: "1.50 GiB". */
 void ckpt_format_bytes(uint64_t bytes, char *buf, size_t len);
 

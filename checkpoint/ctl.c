@@ -163,6 +163,11 @@ static int try_socket(const char *dir, pid_t pid, char *path, size_t len, bool *
 static int find_socket(pid_t pid, char *path, size_t len, bool *denied) {
   struct ckpt_options options;
   ckpt_options_from_env(&options, NULL, 0);
+  int in_container = ckpt_namespaced_socket(pid, path, len); /* by host pid */
+  if (in_container == 0 || in_container == -EACCES || in_container == -ESRCH) {
+    *denied = in_container == -EACCES;
+    return in_container;
+  }
   if (getenv("CUDAW_RUN_DIR") && *getenv("CUDAW_RUN_DIR"))
     return try_socket(options.run_dir, pid, path, len, denied);
   if (options.run_dir[0] && try_socket(options.run_dir, pid, path, len, denied) == 0) return 0;
@@ -615,6 +620,8 @@ static int command_list(void) {
     fprintf(stderr, "cudaw-ctl: %s: permission denied\n", dir);
     return EXIT_PERMISSION;
   }
+  /* Programs in containers (docs/kubernetes.md), by host pid. */
+  count += ckpt_container_pids(CKPT_CONTAINERS_DIR, pids + count, sizeof pids / sizeof pids[0] - count);
   qsort(pids, count, sizeof pids[0], compare_pids);
   if (json_output) printf("[");
   else printf("%-8s %-9s %s\n", "PID", "STATE", "DETAIL");

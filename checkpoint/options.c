@@ -29,7 +29,8 @@ static const struct ckpt_option_info table[] = {
      "ms to wait for API calls in flight when pausing; then the checkpoint is abandoned"},
     {"CUDAW_SIGNAL", "USR1", "signal that requests a checkpoint: USR1, USR2 or none"},
     {"CUDAW_RUN_DIR", "$XDG_RUNTIME_DIR/cudaw, /run/cudaw (root), /tmp/cudaw-<uid>",
-     "absolute directory of the control sockets <pid>.sock, writable by its owner only"},
+     "absolute directory of the control sockets <pid>.sock, writable by its owner only; %n: "
+     "the pid namespace's inode, %u: the uid (containers)"},
     {"CUDAW_SCHED_SOCKET", "<run dir>/cudawd.sock",
      "the cudawd socket to join (CUDAW_SHARE=1) and that cudaw-ctl sched asks; a node's system "
      "cudawd (cudawd --system): /run/cudaw/cudawd.sock"},
@@ -220,8 +221,8 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
   if (out->streams == 0) out->streams = 2 * out->threads;
   if ((text = getenv("CUDAW_RUN_DIR")) && *text) {
     if (text[0] != '/') rc = reject("CUDAW_RUN_DIR", text, error, error_len); /* must be absolute */
-    else if (strlen(text) < sizeof out->run_dir) snprintf(out->run_dir, sizeof out->run_dir, "%s", text);
-    else rc = reject("CUDAW_RUN_DIR", "(too long)", error, error_len);
+    else if (ckpt_run_dir_expand(text, out->run_dir, sizeof out->run_dir) != 0) /* %n: containers */
+      rc = reject("CUDAW_RUN_DIR", "(too long, or its %n cannot be read)", error, error_len);
   }
   if (!out->run_dir[0] && ckpt_default_run_dir(out->run_dir, sizeof out->run_dir) != 0)
     out->run_dir[0] = '\0';

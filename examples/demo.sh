@@ -26,10 +26,13 @@ fail() {
 
 if [ -z "${DEMO_RUN_ONLY:-}" ]; then
   need=""
-  # The last line: Slurm, for the SPANK plugin (slurm/) and its local-cluster test (tests/slurm/).
+  # Slurm, for the SPANK plugin (slurm/) and its local-cluster test (tests/slurm/); gRPC and
+  # protobuf, for the Kubernetes device plugin (k8s/) and its fake-kubelet test (tests/k8s/).
   for pkg in cmake gcc g++ make python3 libelf-dev libzstd-dev liblz4-dev libcapstone-dev \
              libxxhash-dev zlib1g-dev libjansson-dev \
-             slurmd slurmctld slurm-client munge libslurm-dev; do
+             slurmd slurmctld slurm-client munge libslurm-dev \
+             libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
+             python3-grpcio python3-protobuf; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"
   done
   if [ -n "$need" ]; then

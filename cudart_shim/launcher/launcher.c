@@ -24,6 +24,7 @@ static void usage(FILE *out)
           "         --share: share the GPU with other programs through cudawd (started if none\n"
           "         answers on <run dir>/cudawd.sock; its log: <run dir>/cudawd.log)\n"
           "       cudaw libdir                         print the folder of cudaw's %s\n"
+          "       cudaw cdi generate [--output FILE]   write a CDI spec for containers (--help)\n"
           "       cudaw options [--markdown]           print the CUDAW_* options (--markdown: the\n"
           "                                            table of docs/options.md)\n"
           "       cudaw --version\n"
@@ -130,6 +131,24 @@ static int ensure_cudawd(void)
   return 0;
 }
 
+/* cudaw cdi ...: cudaw-cdi (k8s/) next to this launcher, told where the library is. */
+static int run_cdi(const char *libdir, int argc, char **argv)
+{
+  char self[PATH_MAX], tool[PATH_MAX + 16];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  self[n > 0 ? n : 0] = 0;
+  char *slash = strrchr(self, '/');
+  if (slash) *slash = 0;
+  snprintf(tool, sizeof tool, "%s/cudaw-cdi", self);
+  char **args = calloc((size_t)argc + 3, sizeof *args);
+  if (!args) return 127;
+  args[0] = "cudaw-cdi", args[1] = "--libdir", args[2] = (char *)libdir;
+  for (int i = 2; i < argc; i++) args[i + 1] = argv[i];
+  execv(tool, args);
+  fprintf(stderr, "cudaw: cannot run %s: %s\n", tool, strerror(errno));
+  return 127;
+}
+
 int main(int argc, char **argv)
 {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
@@ -154,6 +173,7 @@ int main(int argc, char **argv)
     printf("%s\n", libdir);
     return 0;
   }
+  if (!strcmp(argv[1], "cdi")) return run_cdi(libdir, argc, argv);
   if (strcmp(argv[1], "run") != 0) {
     fprintf(stderr, "cudaw: unknown command '%s'\n", argv[1]);
     usage(stderr);

@@ -3,8 +3,9 @@
 # benchmarks and framework checks. The machine lacks our Debian -dev packages: their .debs travel
 # in .carry/debs (see README) and are unpacked into /tmp/deps.
 # Usage: tests/gpu/device_run.sh [stage ...]   stages: build test bench pytorch cupy ckpt driver release multi
-# pool share demo gpu (default: build test bench). demo: examples/demo.sh on the built tree (the
-# README's first command, nvidia-smi's figures); gpu: `ctest -L gpu -j4`, the GPU tests side by side. Logs go to $OUT (or /tmp/cudaw-out); the summary is
+# pool share demo gpu k8s (default: build test bench). demo: examples/demo.sh on the built tree (the
+# README's first command, nvidia-smi's figures); gpu: `ctest -L gpu -j4`, the GPU tests side by side; k8s: a
+# PyTorch job under cudaw's CDI edits applied by hand (tests/k8s/gpu_pytorch_cdi.sh). Logs go to $OUT (or /tmp/cudaw-out); the summary is
 # printed last.
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -114,6 +115,12 @@ if [[ " $stages " == *" demo "* ]]; then
   t0=$SECONDS
   DEMO_RUN_ONLY=1 sh "$SRC/examples/demo.sh" "$B" > "$OUT/demo.log" 2>&1
   note "demo (rc $?, $((SECONDS - t0)) s, $(wc -l < "$OUT/demo.log") lines):"; cat "$OUT/demo.log"
+fi
+if [[ " $stages " == *" k8s "* ]]; then
+  # A PyTorch job in a "container" made of cudaw's CDI edits applied by hand (tests/k8s).
+  t0=$SECONDS
+  sh "$SRC/tests/k8s/gpu_pytorch_cdi.sh" "$B" "$OUT/k8s" > "$OUT/k8s.log" 2>&1
+  note "k8s CDI by hand (rc $?, $((SECONDS - t0)) s):"; grep -vE "^\s*$" "$OUT/k8s.log" | tail -30
 fi
 if [[ " $stages " == *" gpu "* ]]; then
   t0=$SECONDS

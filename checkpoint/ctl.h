@@ -18,6 +18,9 @@ enum exit_code {
   EXIT_WRONG_STATE = 6,
 };
 
+/* Print "cudaw-ctl: <message>" and "Try 'cudaw-ctl --help'." on stderr; returns EXIT_USAGE. */
+int ctl_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Send one request line (with its '\n') to pid's control socket and read the reply line (without
  * it) into reply. Returns an exit code; problems reaching the process are printed on stderr. */
 int ctl_ask(pid_t pid, const char *request, char *reply, size_t len);

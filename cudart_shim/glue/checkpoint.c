@@ -400,10 +400,7 @@ static int restore_stacks(void)
 static void *test_move_block(void)
 {
   static int wanted = -1;
-  if (wanted < 0) {
-    int invalid;
-    wanted = cudaw_option_flag("CUDAW_TEST_MOVE", &invalid) == 1;
-  }
+  if (wanted < 0) wanted = cudaw_option_flag("CUDAW_TEST_MOVE");
   void *block = NULL;
   if (!wanted || vmem_policy() != VMEM_TRANSLATE || !shim_vmem_running()) return NULL;
   if (REAL_CALL(cudaMalloc, &block, (size_t)2 << 20) != 0) return NULL;

@@ -69,22 +69,15 @@ static int read_config(const struct vmem_prims *prims, void *ctx, struct vmem_co
     shim_error("CUDAW_VMEM=%s: expected auto, remap, translate or off", cudaw_option("CUDAW_VMEM"));
     return -EINVAL;
   }
-  int invalid;
-  config->check = cudaw_option_flag("CUDAW_CHECK", &invalid);
-  if (invalid)
-    shim_warn("CUDAW_CHECK=%s is not 0 or 1; using the default (%d)", cudaw_option("CUDAW_CHECK"),
-              config->check);
+  config->check = cudaw_option_flag("CUDAW_CHECK");
   /* Identity placement (translate): pointers stored in device memory stay valid until a resume
    * moves memory. CUDAW_CHECK keeps every pointer in the range instead, where a freed or stray
    * one is recognised as cudaw's and reported; a freed identity address is the device's again. */
-  config->identity = cudaw_option_flag("CUDAW_VMEM_IDENTITY", &invalid);
-  if (invalid)
-    shim_warn("CUDAW_VMEM_IDENTITY=%s is not 0 or 1; using the default (%d)",
-              cudaw_option("CUDAW_VMEM_IDENTITY"), config->identity);
+  config->identity = cudaw_option_flag("CUDAW_VMEM_IDENTITY");
   if (config->check) config->identity = 0;
   /* A resume re-creates memory at its old addresses where the device has VMM; CUDAW_TEST_MOVE
    * asks for a move instead (glue/checkpoint.c). */
-  config->in_place = cudaw_option_flag("CUDAW_TEST_MOVE", &invalid) != 1 ? 2 : 0;
+  config->in_place = cudaw_option_flag("CUDAW_TEST_MOVE") ? 0 : 2;
   /* Sharing a GPU: memory a program frees must leave the device at once, or cudawd counts it as
    * held by someone else and nobody can give it back: no slabs at a resume (a freed chunk keeps
    * its slab's memory until the slab goes). A resume then maps every chunk on its own. */

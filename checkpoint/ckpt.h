@@ -4,6 +4,7 @@
 #ifndef CUDAW_CKPT_H
 #define CUDAW_CKPT_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -135,6 +136,13 @@ struct ckpt_host_ops {
   /* Optional. Device memory the process still holds on `device` (context, ...) for status.
    * Must not create a context: -ENODEV where there is none. */
   int (*mem_held)(void *ctx, int device, uint64_t *bytes);
+  /* Optional. 1 when the program's device memory is not cudaw's to release (vmem off, or it
+   * did not start), with the device memory that stays (*bytes, every device) and why (e.g.
+   * "vmem off (CUDAW_VMEM=off)"); 0 when cudaw holds it or nothing was allocated yet. A
+   * checkpoint is then refused (CKPT_ERROR_NOT_HELD) unless it releases all through the driver,
+   * and status says so. Called on the module's threads, never while the driver holds the
+   * process. */
+  int (*memory_not_held)(void *ctx, uint64_t *bytes, char *why, size_t len);
   /* Optional. More members for status: writes `,"name":value...` (at most len bytes with the
    * NUL) and returns its length, 0 for nothing. Called on the control thread, gate open or not. */
   size_t (*status_extra)(void *ctx, char *buf, size_t len);
@@ -233,6 +241,10 @@ int ckpt_option_env_invalid(const struct ckpt_option_info *row, char *line, size
 /* CUDAW_STRICT: 1 (the default) when an invalid CUDAW_* value must stop the program; 0 when it
  * is ignored (its default used) with one line saying so. */
 int ckpt_options_strict(void);
+
+/* A checkpoint refused because the program's device memory is not cudaw's (memory_not_held):
+ * pausing would release nothing and look like success. Its error kind is "not_held". */
+#define CKPT_ERROR_NOT_HELD (-ENOMEDIUM)
 
 /* The exit status of a program or tool stopped by an invalid CUDAW_* value (sysexits'
  * EX_CONFIG). */

@@ -83,8 +83,9 @@ static void usage(FILE *out) {
           "\n"
           "exit codes: 0 ok, 1 failed, 2 usage, 3 no such process, 4 not a cudaw process\n"
           "            (no control socket), 5 permission denied, 6 wrong state (resume while\n"
-          "            running, checkpoint while paused, another transition under way), 78 an\n"
-          "            invalid CUDAW_* value\n"
+          "            running, checkpoint while paused, another transition under way), 7 the\n"
+          "            process's device memory is not cudaw's (vmem off or not started: a\n"
+          "            checkpoint cannot release it), 78 an invalid CUDAW_* value\n"
           "\n"
           "the programs' environment (CUDAW_* options): see `cudaw options`\n");
 }
@@ -146,6 +147,7 @@ int ctl_exit_for_reply(const char *json) {
   ctl_json_get(json, "error", kind, sizeof kind);
   if (strcmp(kind, "wrong_state") == 0) return EXIT_WRONG_STATE;
   if (strcmp(kind, "permission") == 0) return EXIT_PERMISSION;
+  if (strcmp(kind, "not_held") == 0) return EXIT_NOT_HELD;
   return EXIT_FAILED;
 }
 
@@ -270,6 +272,7 @@ void ctl_print_failure(pid_t pid, const char *reply) {
   ctl_json_get(reply, "state", state, sizeof state);
   const char *what = strcmp(kind, "wrong_state") == 0  ? "wrong state"
                      : strcmp(kind, "permission") == 0 ? "permission denied"
+                     : strcmp(kind, "not_held") == 0   ? "refused"
                                                        : "failed";
   fprintf(stderr, "cudaw-ctl: pid %ld: %s: %s%s%s\n", (long)pid, what, reason,
           state[0] ? "; now " : "", state);
@@ -328,6 +331,13 @@ static void print_status(pid_t pid, const char *reply) {
     ckpt_format_bytes((uint64_t)json_number(reply, "kept_bytes"), kept, sizeof kept);
     printf("; still on the device: %s cudaw cannot release (not virtualised or shared with "
            "another process)", kept);
+  }
+  char not_held[160];
+  if (ctl_json_get(reply, "not_held", not_held, sizeof not_held)) {
+    char stays[32];
+    ckpt_format_bytes((uint64_t)json_number(reply, "not_held_bytes"), stays, sizeof stays);
+    printf("; %s: %.0f bytes (%s) stay on the device, which a checkpoint cannot release",
+           not_held, json_number(reply, "not_held_bytes"), stays);
   }
   if (json_number(reply, "ungated_functions") > 0)
     printf("; NOT fully held: %.0f driver functions run without cudaw's gate (named in the log)",
@@ -402,6 +412,9 @@ static int command_pid(const char *command, pid_t pid) {
   else if (code != EXIT_OK) ctl_print_failure(pid, reply);
   else if (strcmp(command, "status") == 0) print_status(pid, reply);
   else ctl_print_transition(pid, reply);
+  /* A status that looks fine while cudaw holds none of the memory would be a false success. */
+  if (code == EXIT_OK && strcmp(command, "status") == 0 && strstr(reply, "\"not_held\":"))
+    code = EXIT_NOT_HELD;
   return code;
 }
 

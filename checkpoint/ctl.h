@@ -16,6 +16,7 @@ enum exit_code {
   EXIT_NOT_CUDAW = 4,
   EXIT_PERMISSION = 5,
   EXIT_WRONG_STATE = 6,
+  EXIT_NOT_HELD = 7, /* the process's device memory is not cudaw's (vmem off or not started) */
 };
 
 /* Print "cudaw-ctl: <message>" and "Try 'cudaw-ctl --help'." on stderr; returns EXIT_USAGE. */

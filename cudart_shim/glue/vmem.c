@@ -284,6 +284,20 @@ int shim_vmem_running(void)
   return atomic_load_explicit(&vmem_fast.size, memory_order_acquire) != 0;
 }
 
+int shim_vmem_not_running(char *why, size_t len)
+{
+  pthread_mutex_lock(&start_lock);
+  int status = atomic_load_explicit(&started, memory_order_relaxed) ? vmem_status : 0;
+  pthread_mutex_unlock(&start_lock);
+  if (status == 0) return 0;
+  if (status == -ECANCELED) snprintf(why, len, "vmem off (CUDAW_VMEM=off)");
+  else if (status == -ENOTSUP)
+    snprintf(why, len, "vmem off (translate refused: a library that launches without the "
+             "runtime is loaded)");
+  else snprintf(why, len, "vmem not started (%s; see the program's log)", strerror(-status));
+  return 1;
+}
+
 /* A virtual pointer whose memory is not backed (never allocated, freed, released) is passed on
  * unchanged: it lies in a PROT_NONE host range, so the real runtime rejects it as invalid. */
 const void *shim_translate_slow(const void *p)

@@ -37,8 +37,12 @@ static int charge_once(int device, uint64_t bytes, bool *could_trim) {
   if (s->initialized && device >= 0 && device < s->devices) {
     struct device_state *d = &s->device[device];
     rc = 0;
-    if (s->mem_limit && d->held + d->charged + d->kept_bytes + bytes > s->mem_limit) rc = -ENOMEM;
-    else d->charged += bytes;
+    if (s->mem_limit && d->held + d->charged + d->kept_bytes + bytes > s->mem_limit) {
+      rc = -ENOMEM;
+      s->quota_refusals++;
+    } else {
+      d->charged += bytes;
+    }
     *could_trim = d->empty_arenas != 0 || d->kept_count != 0;
   }
   pthread_mutex_unlock(&s->lock);
@@ -50,6 +54,19 @@ int vmem_quota_charge(int device, uint64_t bytes) {
   int rc = charge_once(device, bytes, &could_trim);
   if (rc == -ENOMEM && could_trim && vmem_trim() == 0) rc = charge_once(device, bytes, &could_trim);
   return rc;
+}
+
+uint64_t vmem_quota_refusals(int device, uint64_t *held_bytes) {
+  struct vmem_space *s = &vmem_space;
+  pthread_mutex_lock(&s->lock);
+  uint64_t refusals = s->quota_refusals;
+  if (held_bytes) {
+    const struct device_state *d =
+        s->initialized && device >= 0 && device < s->devices ? &s->device[device] : NULL;
+    *held_bytes = d ? d->held + d->charged + d->kept_bytes : 0;
+  }
+  pthread_mutex_unlock(&s->lock);
+  return refusals;
 }
 
 void vmem_quota_uncharge(int device, uint64_t bytes) {

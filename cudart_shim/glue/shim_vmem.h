@@ -34,6 +34,9 @@ void shim_vmem_forget_frees(void);
 /* Forget the tracked allocations of `device` (destroyed by a reset), uncharging nothing. */
 void shim_mem_forget_device(int device);
 
+/* vmem_quota_charge (CUDAW_MEM_LIMIT), with the limit's one warning when it refuses. */
+int shim_vmem_charge(int device, uint64_t bytes);
+
 /* Nonzero once vmem runs (cheap; never starts it). */
 int shim_vmem_running(void);
 

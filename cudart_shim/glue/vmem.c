@@ -31,6 +31,7 @@ int shim_vmem_check_all;
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int started;
 static int vmem_status = -ENODEV; /* 0 once vmem runs; else why it does not */
+static uint64_t mem_limit;         /* CUDAW_MEM_LIMIT in bytes (0: none), for its warning */
 /* Peer access the program enabled (bit p of peers[d]: device d may access device p's memory),
  * under start_lock: a program may enable it before its first allocation starts vmem, and vmem
  * starts over after a cudaDeviceReset, so the shim keeps the record and hands it to each start. */
@@ -96,6 +97,7 @@ static int read_config(const struct vmem_prims *prims, void *ctx, struct vmem_co
       shim_error("CUDAW_MEM_LIMIT=%s: expected bytes, K/M/G/T or a percentage", limit);
       return -EINVAL;
     }
+    mem_limit = config->mem_limit;
   }
   return 0;
 }
@@ -378,8 +380,33 @@ static int suspend_start_wait(int device, uint64_t size, void **ptr)
   return rc;
 }
 
+/* The program sees only "out of memory" when the limit refuses: say once that it was cudaw's
+ * limit, with the figures (later refusals would flood a program that retries smaller sizes). */
+static void limit_refused(int device, uint64_t asked)
+{
+  static atomic_bool said;
+  if (atomic_exchange(&said, true)) return;
+  uint64_t held = 0;
+  vmem_quota_refusals(device, &held);
+  char asked_text[32], held_text[32], limit_text[32];
+  ckpt_format_bytes(asked, asked_text, sizeof asked_text);
+  ckpt_format_bytes(held, held_text, sizeof held_text);
+  ckpt_format_bytes(mem_limit, limit_text, sizeof limit_text);
+  shim_warn("CUDAW_MEM_LIMIT refused an allocation of %s on device %d: %s held, limit %s; the "
+            "program gets out of memory (said once; further refusals are not logged)",
+            asked_text, device, held_text, limit_text);
+}
+
+int shim_vmem_charge(int device, uint64_t bytes)
+{
+  int rc = vmem_quota_charge(device, bytes);
+  if (rc == -ENOMEM) limit_refused(device, bytes);
+  return rc;
+}
+
 cudaError_t shim_vmem_alloc_on(int device, void **ptr, uint64_t size)
 {
+  uint64_t refusals = vmem_quota_refusals(device, NULL);
   if (shim_translate_end && !shim_drv_routing() && check_late_libraries() != 0)
     return cudaErrorNotSupported;
   shim_vmem_reap_frees(0);
@@ -403,6 +430,7 @@ cudaError_t shim_vmem_alloc_on(int device, void **ptr, uint64_t size)
   shim_sched_allocated(device);
   if (rc == 0) shim_vmem_note_device(device);
   if (rc == -ENOMEM) shim_sched_failed(device, size, rc);
+  if (rc == -ENOMEM && vmem_quota_refusals(device, NULL) != refusals) limit_refused(device, size);
   return shim_error_from_errno(rc);
 }
 

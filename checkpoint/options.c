@@ -189,7 +189,9 @@ void ckpt_option_describe(const struct ckpt_option_info *row, char *out, size_t 
     case CKPT_OPTION_TEXT: snprintf(out, len, "expected any text"); break;
     case CKPT_OPTION_BOOL: snprintf(out, len, "expected 0 or 1"); break;
     case CKPT_OPTION_CHOICE: snprintf(out, len, "expected %s", words); break;
-    case CKPT_OPTION_SIGNAL: snprintf(out, len, "expected %s (any case, SIG before allowed)", words); break;
+    case CKPT_OPTION_SIGNAL:
+      snprintf(out, len, "expected %s (also written SIGUSR1, usr1)", words);
+      break;
     case CKPT_OPTION_NUMBER:
       snprintf(out, len, "expected a whole number of %s from %llu to %llu", row->unit, min, max);
       break;

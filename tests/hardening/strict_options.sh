@@ -5,8 +5,8 @@
 # here fails the test) the probe runs under cudaw on the emulated device with that one value:
 #   - CUDAW_STRICT unset: exit status 78 at its first CUDA call, and the one line
 #     "NAME=value: expected ..." before the "stopping" line; its main never reports success;
-#   - CUDAW_STRICT=0: it runs on (exit 0 or 1, never 78 or a signal) with exactly one line
-#     "NAME=value: expected ...; ignored (CUDAW_STRICT=0)".
+#   - CUDAW_STRICT=0: it runs on (exit 0 or 1, never 78 or a signal), and exactly one line names
+#     the value: "NAME=value: expected ...; ignored (CUDAW_STRICT=0)".
 # Then: `cudaw run` refuses before it starts the command; a process that never calls CUDA is not
 # stopped; an unknown CUDAW_* name is warned about once with the closest option, and runs on;
 # cudaw-ctl and cudawd refuse an invalid value they read.
@@ -93,10 +93,12 @@ for name in $names; do
     cases=$((cases + 1))
     run "$name" "$value" CUDAW_STRICT=0
     lines=$(grep -c "$name=$value: expected .*; ignored (CUDAW_STRICT=0)" "$tmp/out")
+    named=$(grep -c "$name=$value" "$tmp/out")
     if [ $rc -gt 1 ]; then
       fail "$name=$value CUDAW_STRICT=0: exit $rc:"; head -5 "$tmp/out"
-    elif [ "$lines" -ne 1 ]; then
-      fail "$name=$value CUDAW_STRICT=0: $lines lines saying it is ignored, not 1:"; head -5 "$tmp/out"
+    elif [ "$lines" -ne 1 ] || [ "$named" -ne 1 ]; then
+      fail "$name=$value CUDAW_STRICT=0: $named lines name it, $lines say it is ignored; 1 each:"
+      head -5 "$tmp/out"
     fi
   done
 done

@@ -68,8 +68,8 @@ static void usage(FILE *out) {
           "driver's restore,\n"
           "                                        the image read back and verified)\n"
           "       cudaw-ctl [--json] limit <pid> [--gpu PERCENT|off]\n"
-          "                                        the share of the GPU's time <pid> may use (1-100, "
-          "0 or off: no limit; its launches\n"
+          "                                        the share of the GPU's time <pid> may use "
+          "(1-100, 0 or off: no limit; its launches\n"
           "                                        are metered and held back; 100 meters only), "
           "live; without\n"
           "                                        --gpu: the share and the GPU time it used in the "
@@ -699,7 +699,8 @@ static int group_main(int argc, char **argv) {
     else if (!strcmp(a, "--release-all")) strcat(words, " release=all");
     else if (!strcmp(a, "--zstd")) strcat(words, " compress=zstd");
     else if (number && (*number = parse_count(argv[++i])) == 0)
-      code = ctl_usage_error("%s %s: expected a number of milliseconds from 1 to 3600000", a, argv[i]);
+      code = ctl_usage_error("%s %s: expected a number of milliseconds from 1 to 3600000", a,
+                             argv[i]);
     else if (number) continue;
     else if (!strcmp(a, "--attempts")) {
       options.attempts = (int)parse_count(argv[++i]);
@@ -709,9 +710,11 @@ static int group_main(int argc, char **argv) {
       code = absolute_dir(argv[++i], to_dir, sizeof to_dir);
       options.to_dir = to_dir;
     } else if (!command && (!strcmp(a, "checkpoint") || !strcmp(a, "resume"))) command = a;
-    else if (!command) code = ctl_usage_error("--group: expected checkpoint or resume, not '%s'", a);
+    else if (!command)
+      code = ctl_usage_error("--group: expected checkpoint or resume, not '%s'", a);
     else if (a[0] == '-') code = ctl_usage_error("%s --group: unknown option '%s'", command, a);
-    else if (parse_pid(a, &pid) != 0) code = ctl_usage_error("%s --group: '%s' is not a pid", command, a);
+    else if (parse_pid(a, &pid) != 0)
+      code = ctl_usage_error("%s --group: '%s' is not a pid", command, a);
     else {
       for (int k = 0; k < count && code == EXIT_OK; k++)
         if (pids[k] == pid) code = ctl_usage_error("pid %ld is given twice", (long)pid);
@@ -754,7 +757,8 @@ int ctl_usage_error(const char *fmt, ...) {
 static int pid_argument(const char *command, int count, const char *const *args, int wanted,
                         pid_t *pid) {
   if (count < 2) return ctl_usage_error("%s: no pid given", command);
-  if (parse_pid(args[1], pid) != 0) return ctl_usage_error("%s: '%s' is not a pid", command, args[1]);
+  if (parse_pid(args[1], pid) != 0)
+    return ctl_usage_error("%s: '%s' is not a pid", command, args[1]);
   if (count > wanted) return ctl_usage_error("%s: unexpected argument '%s'", command, args[wanted]);
   return EXIT_OK;
 }
@@ -837,7 +841,8 @@ int main(int argc, char **argv) {
     return command_list();
   }
   if (strcmp(command, "sched") == 0 || strcmp(command, "priority") == 0) {
-    if (!sched_ctl_main) return ctl_usage_error("%s: this cudaw-ctl was built without cudawd", command);
+    if (!sched_ctl_main)
+      return ctl_usage_error("%s: this cudaw-ctl was built without cudawd", command);
     return sched_ctl_main(count, args, json_output);
   }
   if (strcmp(command, "restore") == 0) {

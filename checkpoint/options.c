@@ -69,7 +69,8 @@ static const struct ckpt_option_info table[] = {
      "the helper that runs the driver's process checkpoint for release all",
      CKPT_OPTION_PROGRAM, NULL, 0, LENGTH_OF(driver_tool), NULL},
     {"CUDAW_CKPT_REGISTER", "1",
-     "1: page-lock the image while paused, so resume and kept-image checkpoints skip staging", BOOL},
+     "1: page-lock the image while paused, so resume and kept-image checkpoints skip staging",
+     BOOL},
     {"CUDAW_CKPT_PIN_EARLY", "1",
      "1: pin the staging buffers in the background once the program has device memory", BOOL},
     {"CUDAW_CKPT_FILL", "copy",
@@ -213,7 +214,9 @@ void ckpt_option_describe(const struct ckpt_option_info *row, char *out, size_t 
     case CKPT_OPTION_DIRECTORY:
       snprintf(out, len, "expected an absolute path (starting with /) of at most %llu bytes", max);
       break;
-    case CKPT_OPTION_FILE: snprintf(out, len, "expected the absolute path of a readable file"); break;
+    case CKPT_OPTION_FILE:
+      snprintf(out, len, "expected the absolute path of a readable file");
+      break;
     case CKPT_OPTION_LOG_FILE:
       snprintf(out, len, "expected a file that can be created or appended to");
       break;
@@ -338,7 +341,8 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
                                                          : 0;
   }
   if (VALUE("CUDAW_CKPT_STREAMS")) out->streams = (uint32_t)strtoul(text, NULL, 10);
-  if (VALUE("CUDAW_CKPT_STAGING") && vmem_parse_size(text, 0, &value) == 0) out->staging_bytes = value;
+  if (VALUE("CUDAW_CKPT_STAGING") && vmem_parse_size(text, 0, &value) == 0)
+    out->staging_bytes = value;
   if (VALUE("CUDAW_CKPT_THREADS")) out->threads = (uint32_t)strtoul(text, NULL, 10);
   if (VALUE("CUDAW_CKPT_KEEP_IMAGE")) out->keep_image = text[0] == '1';
   if (VALUE("CUDAW_CKPT_RELEASE")) out->release_all = strcmp(text, "all") == 0;
@@ -349,18 +353,21 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
   if (VALUE("CUDAW_CKPT_PREFAULT")) out->prefault = text[0] == '1';
   if (VALUE("CUDAW_CKPT_FILL")) out->fill_kernel = strcmp(text, "kernel") == 0;
   if (VALUE("CUDAW_CKPT_LIVE")) out->live = text[0] == '1';
-  if (VALUE("CUDAW_SUSPEND_START_WAIT")) out->suspend_start_wait_s = (uint32_t)strtoul(text, NULL, 10);
+  if (VALUE("CUDAW_SUSPEND_START_WAIT"))
+    out->suspend_start_wait_s = (uint32_t)strtoul(text, NULL, 10);
   if (VALUE("CUDAW_SUSPEND")) out->suspend_release = strcmp(text, "release") == 0;
   if (VALUE("CUDAW_CKPT_RESERVE")) {
     if (strcmp(text, "auto") == 0) out->reserve_auto = 1;
     else if (vmem_parse_size(text, 0, &value) == 0) out->reserve_bytes = value; /* else off, 0 */
   }
-  if (VALUE("CUDAW_CKPT_RESERVE_BUDGET")) out->reserve_budget_pct = (uint32_t)strtoul(text, NULL, 10);
+  if (VALUE("CUDAW_CKPT_RESERVE_BUDGET"))
+    out->reserve_budget_pct = (uint32_t)strtoul(text, NULL, 10);
   if (out->streams == 0) out->streams = 2 * out->threads;
   if (VALUE("CUDAW_RUN_DIR")) snprintf(out->run_dir, sizeof out->run_dir, "%s", text);
   if (!out->run_dir[0] && ckpt_default_run_dir(out->run_dir, sizeof out->run_dir) != 0)
     out->run_dir[0] = '\0';
-  if (VALUE("CUDAW_SCHED_SOCKET")) snprintf(out->sched_socket, sizeof out->sched_socket, "%s", text);
+  if (VALUE("CUDAW_SCHED_SOCKET"))
+    snprintf(out->sched_socket, sizeof out->sched_socket, "%s", text);
   if (VALUE("CUDAW_SCHED_HOST_MEMORY")) {
     if (strlen(text) < sizeof out->sched_host_memory)
       snprintf(out->sched_host_memory, sizeof out->sched_host_memory, "%s", text);

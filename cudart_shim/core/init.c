@@ -114,7 +114,8 @@ static void init_body(void)
   shim_gate_setup(1); /* membarrier registration is cheapest while the process has one thread */
   /* Stopping: nothing is loaded or started (no socket, no cudawd), every CUDA call stops. */
   shim_init_error = stop_on_options ? -EINVAL : shim_real_load();
-  if (!stop_on_options && cudaw_option_flag("CUDAW_STATIC_CHECK")) TIMED(SHIM_PROFILE_STATIC_CHECK, shim_check_static_runtime("/proc/self/exe"));
+  if (!stop_on_options && cudaw_option_flag("CUDAW_STATIC_CHECK"))
+    TIMED(SHIM_PROFILE_STATIC_CHECK, shim_check_static_runtime("/proc/self/exe"));
   if (shim_init_error == 0) run_start_steps();
   shim_span_end(&span, SHIM_PROFILE_INIT, 1);
   shim_depth--;

@@ -96,7 +96,8 @@ static void merge(void)
   const struct ckpt_option_info *checkpoint = ckpt_option_table(&count);
   for (size_t i = 0; i < sizeof own / sizeof own[0] && merged_count < MERGED_MAX; i++)
     merged[merged_count++] = own[i];
-  for (size_t i = 0; i < count && merged_count < MERGED_MAX; i++) merged[merged_count++] = checkpoint[i];
+  for (size_t i = 0; i < count && merged_count < MERGED_MAX; i++)
+    merged[merged_count++] = checkpoint[i];
 }
 
 const struct ckpt_option_info *cudaw_options_table(size_t *count)

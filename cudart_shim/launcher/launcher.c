@@ -168,7 +168,8 @@ int main(int argc, char **argv)
   }
   if (strcmp(command, "libdir") && strcmp(command, "run"))
     return usage_error(command[0] == '-' ? "unknown option" : "unknown command", command);
-  if (!strcmp(command, "libdir") && argc > 2) return usage_error("libdir: unexpected argument", argv[2]);
+  if (!strcmp(command, "libdir") && argc > 2)
+    return usage_error("libdir: unexpected argument", argv[2]);
   int first = 2;
   bool share = false;
   for (; first < argc && argv[first][0] == '-'; first++) {

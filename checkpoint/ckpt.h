@@ -4,6 +4,7 @@
 #ifndef CUDAW_CKPT_H
 #define CUDAW_CKPT_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -136,6 +137,13 @@ struct ckpt_host_ops {
   /* Optional. Device memory the process still holds on `device` (context, ...) for status.
    * Must not create a context: -ENODEV where there is none. */
   int (*mem_held)(void *ctx, int device, uint64_t *bytes);
+  /* Optional. 1 when the program's device memory is not cudaw's to release (vmem off, or it
+   * did not start), with the device memory that stays (*bytes, every device) and why (e.g.
+   * "vmem off (CUDAW_VMEM=off)"); 0 when cudaw holds it or nothing was allocated yet. A
+   * checkpoint is then refused (CKPT_ERROR_NOT_HELD) unless it releases all through the driver,
+   * and status says so. Called on the module's threads, never while the driver holds the
+   * process. */
+  int (*memory_not_held)(void *ctx, uint64_t *bytes, char *why, size_t len);
   /* Optional. More members for status: writes `,"name":value...` (at most len bytes with the
    * NUL) and returns its length, 0 for nothing. Called on the control thread, gate open or not. */
   size_t (*status_extra)(void *ctx, char *buf, size_t len);
@@ -185,18 +193,72 @@ struct ckpt_options {
   uint64_t reserve_piece;    /* the reserve grows by this much (not from the environment: tests) */
 };
 
-/* One row of the options table, for the shim's merged table (`cudaw options`). */
+/* What a row accepts. Every row of every options table names one, so that an invalid value is
+ * caught in one place (ckpt_option_check) with a message that says what would have been valid. */
+enum ckpt_option_kind {
+  CKPT_OPTION_TEXT,            /* anything */
+  CKPT_OPTION_BOOL,            /* 0 or 1 */
+  CKPT_OPTION_CHOICE,          /* one of `words` */
+  CKPT_OPTION_SIGNAL,          /* one of `words`, any case, SIG before a name allowed (SIGUSR1) */
+  CKPT_OPTION_NUMBER,          /* a whole number from min to max, in `unit` */
+  CKPT_OPTION_SIZE,            /* a size from min to max bytes (vmem_parse_size), or a word */
+  CKPT_OPTION_SIZE_OR_PERCENT, /* a size, N% (1-100) of a total known later, or a word */
+  CKPT_OPTION_PERCENT,         /* N or N% from min to max, or a word */
+  CKPT_OPTION_DIRECTORY,       /* an absolute path of at most max bytes */
+  CKPT_OPTION_FILE,            /* an absolute path of an existing, readable file */
+  CKPT_OPTION_LOG_FILE,        /* a file that can be appended to (it or its folder writable) */
+  CKPT_OPTION_PROGRAM,         /* an executable file, by path or found on PATH */
+};
+
+/* One row of an options table (the module's own, and the shim's merged one: `cudaw options`). */
 struct ckpt_option_info {
   const char *name;
   const char *default_value;
   const char *meaning;
+  enum ckpt_option_kind kind;
+  const char *words;           /* "a|b|c": CHOICE's values; other kinds' extra words ("auto") */
+  uint64_t min, max;           /* NUMBER, SIZE, PERCENT bounds; DIRECTORY's length (0: none) */
+  const char *unit;            /* NUMBER's unit, for the message ("milliseconds") */
 };
 
 /* The table of the module's CUDAW_* options; *count receives the number of rows. Static data. */
 const struct ckpt_option_info *ckpt_option_table(size_t *count);
 
-/* Fill *out with the defaults overridden by the environment. A malformed value keeps its
- * default and returns -EINVAL with the variable named in `error` (may be NULL). */
+/* The row of that name in the module's table, or NULL. */
+const struct ckpt_option_info *ckpt_option_find(const char *name);
+
+/* Is `value` valid for the row? 0 if so; else -EINVAL with "expected ..." (what the row
+ * accepts, one phrase) in `expected`. */
+int ckpt_option_check(const struct ckpt_option_info *row, const char *value, char *expected,
+                      size_t len);
+
+/* What the row accepts, as one phrase "expected ..." (messages, and `cudaw options`). */
+void ckpt_option_describe(const struct ckpt_option_info *row, char *out, size_t len);
+
+/* The environment's value of the row if it is set, non-empty and invalid: then 1, with the one
+ * line "NAME=value: expected ..." in `line`; 0 otherwise. */
+int ckpt_option_env_invalid(const struct ckpt_option_info *row, char *line, size_t len);
+
+/* CUDAW_STRICT: 1 (the default) when an invalid CUDAW_* value must stop the program; 0 when it
+ * is ignored (its default used) with one line saying so. */
+int ckpt_options_strict(void);
+
+/* A checkpoint refused because the program's device memory is not cudaw's (memory_not_held):
+ * pausing would release nothing and look like success. Its error kind is "not_held". */
+#define CKPT_ERROR_NOT_HELD (-ENOMEDIUM)
+
+/* The exit status of a program or tool stopped by an invalid CUDAW_* value (sysexits'
+ * EX_CONFIG). */
+#define CUDAW_EXIT_BAD_OPTION 78
+
+/* For tools (cudaw-ctl, cudawd): check the options they read (`names`, NULL-terminated rows of
+ * the module's table) in the environment, write one line "<tool>: NAME=value: expected ..." per
+ * invalid value to stderr (with "; ignored" under CUDAW_STRICT=0). Returns CUDAW_EXIT_BAD_OPTION
+ * when the tool must stop, else 0. */
+int ckpt_options_check_env(const char *tool, const char *const *names);
+
+/* Fill *out with the defaults overridden by the environment. An invalid value (ckpt_option_check)
+ * keeps its default and returns -EINVAL with the line naming it in `error` (may be NULL). */
 int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_len);
 
 /* The run directory when CUDAW_RUN_DIR is unset: $XDG_RUNTIME_DIR/cudaw, else /run/cudaw for

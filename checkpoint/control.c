@@ -92,6 +92,7 @@ static void append_string(char *buf, size_t len, size_t *used, const char *key, 
 static const char *error_kind(int error) {
   return error == -EALREADY || error == -EBUSY ? "wrong_state"
          : error == -EACCES || error == -EPERM ? "permission"
+         : error == CKPT_ERROR_NOT_HELD        ? "not_held"
                                                : "failed";
 }
 
@@ -184,6 +185,13 @@ static void format_status(char *buf, size_t len) {
   if (device_resident(&resident, &regions))
     append(buf, len, &used, ",\"device_bytes\":%" PRIu64 ",\"device_regions\":%" PRIu64,
            resident, regions);
+  uint64_t stays = 0;
+  char why[160];
+  if (!paused.driver_released && ops->memory_not_held &&
+      ops->memory_not_held(ckpt_rt.ctx, &stays, why, sizeof why) == 1) {
+    append(buf, len, &used, ",\"not_held_bytes\":%" PRIu64, stays);
+    append_string(buf, len, &used, "not_held", why);
+  }
   append(buf, len, &used, ",\"released_all\":%s,\"disk_bytes\":%" PRIu64 ",\"disk_stored\":%" PRIu64,
          paused.driver_released ? "true" : "false", paused.disk_bytes, paused.disk_stored);
   if (paused.dir[0]) append_string(buf, len, &used, "image_dir", paused.dir);

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,22 +70,24 @@ static void usage(FILE *out) {
           "driver's restore,\n"
           "                                        the image read back and verified)\n"
           "       cudaw-ctl [--json] limit <pid> [--gpu PERCENT|off]\n"
-          "                                        the share of the GPU's time <pid> may use (1-100; "
-          "its launches\n"
+          "                                        the share of the GPU's time <pid> may use "
+          "(1-100, 0 or off: no limit; its launches\n"
           "                                        are metered and held back; 100 meters only), "
           "live; without\n"
           "                                        --gpu: the share and the GPU time it used in the "
           "last second\n"
           "       cudaw-ctl [--json] sched              what cudawd shares: devices, programs\n"
           "       cudaw-ctl priority <pid> N            weight N (1-100) of a program under cudawd\n"
-          "       cudaw-ctl --help\n"
+          "       cudaw-ctl --help | --version\n"
           "\n"
           "checkpoint and resume wait until the transition is done and print what it did.\n"
           "--json prints the process's reply (one JSON object per line) instead of text.\n"
           "\n"
           "exit codes: 0 ok, 1 failed, 2 usage, 3 no such process, 4 not a cudaw process\n"
           "            (no control socket), 5 permission denied, 6 wrong state (resume while\n"
-          "            running, checkpoint while paused, another transition under way)\n"
+          "            running, checkpoint while paused, another transition under way), 7 the\n"
+          "            process's device memory is not cudaw's (vmem off or not started: a\n"
+          "            checkpoint cannot release it), 78 an invalid CUDAW_* value\n"
           "\n"
           "the programs' environment (CUDAW_* options): see `cudaw options`\n");
 }
@@ -146,6 +149,7 @@ int ctl_exit_for_reply(const char *json) {
   ctl_json_get(json, "error", kind, sizeof kind);
   if (strcmp(kind, "wrong_state") == 0) return EXIT_WRONG_STATE;
   if (strcmp(kind, "permission") == 0) return EXIT_PERMISSION;
+  if (strcmp(kind, "not_held") == 0) return EXIT_NOT_HELD;
   return EXIT_FAILED;
 }
 
@@ -401,6 +405,7 @@ void ctl_print_failure(pid_t pid, const char *reply) {
   ctl_json_get(reply, "state", state, sizeof state);
   const char *what = strcmp(kind, "wrong_state") == 0  ? "wrong state"
                      : strcmp(kind, "permission") == 0 ? "permission denied"
+                     : strcmp(kind, "not_held") == 0   ? "refused"
                                                        : "failed";
   fprintf(stderr, "cudaw-ctl: pid %ld: %s: %s%s%s\n", (long)pid, what, reason,
           state[0] ? "; now " : "", state);
@@ -473,6 +478,13 @@ static void print_status(pid_t pid, const char *reply) {
     ckpt_format_bytes((uint64_t)json_number(reply, "kept_bytes"), kept, sizeof kept);
     printf("; still on the device: %s cudaw cannot release (not virtualised or shared with "
            "another process)", kept);
+  }
+  char not_held[160];
+  if (ctl_json_get(reply, "not_held", not_held, sizeof not_held)) {
+    char stays[32];
+    ckpt_format_bytes((uint64_t)json_number(reply, "not_held_bytes"), stays, sizeof stays);
+    printf("; %s: %.0f bytes (%s) stay on the device, which a checkpoint cannot release",
+           not_held, json_number(reply, "not_held_bytes"), stays);
   }
   if (json_number(reply, "ungated_functions") > 0)
     printf("; NOT fully held: %.0f driver functions run without cudaw's gate (named in the log)",
@@ -553,6 +565,9 @@ static int command_pid(const char *command, pid_t pid) {
   else if (code != EXIT_OK) ctl_print_failure(pid, reply);
   else if (status) print_status(pid, reply);
   else ctl_print_transition(pid, reply);
+  /* A status that looks fine while cudaw holds none of the memory would be a false success. */
+  if (code == EXIT_OK && strcmp(command, "status") == 0 && strstr(reply, "\"not_held\":"))
+    code = EXIT_NOT_HELD;
   return code;
 }
 
@@ -564,10 +579,9 @@ static int command_limit(pid_t pid, const char *gpu) {
     long value = strtol(gpu, &end, 10);
     if (*end == '%') end++;
     bool off = strcmp(gpu, "off") == 0;
-    if (!off && (end == gpu || *end || value < 0 || value > 100)) {
-      fprintf(stderr, "cudaw-ctl: --gpu %s: expected a percentage from 1 to 100, or off\n", gpu);
-      return EXIT_USAGE;
-    }
+    if (!off && (end == gpu || *end || value < 0 || value > 100))
+      return ctl_usage_error("limit: --gpu %s: expected a percentage from 1 to 100, or 0 or off "
+                             "(no limit)", gpu);
     snprintf(request, sizeof request, "limit gpu=%ld\n", off ? 0L : value);
   } else {
     snprintf(request, sizeof request, "limit\n");
@@ -685,8 +699,7 @@ static int absolute_dir(const char *dir, char *out, size_t len) {
   else if (getcwd(cwd, sizeof cwd)) n = snprintf(out, len, "%.2047s/%.2047s", cwd, dir);
   else return EXIT_FAILED;
   if (n < 0 || strchr(out, '\n') || strlen(out) >= 4000) {
-    fprintf(stderr, "cudaw-ctl: %s: not a usable directory name\n", dir);
-    return EXIT_USAGE;
+    return ctl_usage_error("%s: not a usable directory name", dir);
   }
   return EXIT_OK;
 }
@@ -835,104 +848,180 @@ static int group_main(int argc, char **argv) {
   const char *command = NULL;
   char words[64] = "", to_dir[4096];
   pid_t *pids = calloc((size_t)argc, sizeof *pids);
-  int count = 0, code = EXIT_USAGE;
-  bool ok = pids != NULL;
-  for (int i = 1; ok && i < argc; i++) {
+  int count = 0, code = EXIT_OK;
+  if (!pids) return EXIT_FAILED;
+  for (int i = 1; code == EXIT_OK && i < argc; i++) {
     const char *a = argv[i];
     uint32_t *number = !strcmp(a, "--drain-ms") ? &options.drain_ms
                        : !strcmp(a, "--settle-ms") ? &options.settle_ms
                        : !strcmp(a, "--lease-ms") ? &options.lease_ms : NULL;
+    bool valued = number || !strcmp(a, "--attempts") || !strcmp(a, "--to");
     pid_t pid;
-    if (!strcmp(a, "--group")) continue;
-    if (!strcmp(a, "--json")) options.json = true;
+    if (valued && i + 1 >= argc) code = ctl_usage_error("%s needs a value", a);
+    else if (!strcmp(a, "--group")) continue;
+    else if (!strcmp(a, "--json")) options.json = true;
     else if (!strcmp(a, "--release-all")) strcat(words, " release=all");
     else if (!strcmp(a, "--zstd")) strcat(words, " compress=zstd");
-    else if (number && i + 1 < argc) ok = (*number = parse_count(argv[++i])) != 0;
-    else if (!strcmp(a, "--attempts") && i + 1 < argc)
-      ok = (options.attempts = (int)parse_count(argv[++i])) > 0 && options.attempts <= 1000;
-    else if (!strcmp(a, "--to") && i + 1 < argc) {
-      ok = absolute_dir(argv[++i], to_dir, sizeof to_dir) == EXIT_OK;
+    else if (number && (*number = parse_count(argv[++i])) == 0)
+      code = ctl_usage_error("%s %s: expected a number of milliseconds from 1 to 3600000", a,
+                             argv[i]);
+    else if (number) continue;
+    else if (!strcmp(a, "--attempts")) {
+      options.attempts = (int)parse_count(argv[++i]);
+      if (options.attempts < 1 || options.attempts > 1000)
+        code = ctl_usage_error("--attempts %s: expected a number from 1 to 1000", argv[i]);
+    } else if (!strcmp(a, "--to")) {
+      code = absolute_dir(argv[++i], to_dir, sizeof to_dir);
       options.to_dir = to_dir;
     } else if (!command && (!strcmp(a, "checkpoint") || !strcmp(a, "resume"))) command = a;
-    else if (command && parse_pid(a, &pid) == 0) {
-      for (int k = 0; k < count && ok; k++)
-        if (pids[k] == pid) { /* a pid twice: a mistake */
-          fprintf(stderr, "cudaw-ctl: pid %ld is given twice\n", (long)pid);
-          ok = false;
-        }
+    else if (!command)
+      code = ctl_usage_error("--group: expected checkpoint or resume, not '%s'", a);
+    else if (a[0] == '-') code = ctl_usage_error("%s --group: unknown option '%s'", command, a);
+    else if (parse_pid(a, &pid) != 0)
+      code = ctl_usage_error("%s --group: '%s' is not a pid", command, a);
+    else {
+      for (int k = 0; k < count && code == EXIT_OK; k++)
+        if (pids[k] == pid) code = ctl_usage_error("pid %ld is given twice", (long)pid);
       pids[count++] = pid;
-    } else ok = false;
+    }
   }
-  if (ok && command && count && count <= CTL_GROUP_MAX && strlen(words) < sizeof words - 16) {
-    options.checkpoint_words = words;
-    bool checkpoint = !strcmp(command, "checkpoint");
-    if (checkpoint || (!words[0] && !options.to_dir))
-      code = checkpoint ? ctl_group_checkpoint(pids, count, &options)
-                        : ctl_group_resume(pids, count, &options);
-    else usage(stderr);
+  bool checkpoint = command && !strcmp(command, "checkpoint");
+  if (code != EXIT_OK) {
+  } else if (!command) {
+    code = ctl_usage_error("--group: expected checkpoint or resume");
+  } else if (count == 0) {
+    code = ctl_usage_error("%s --group: no pid given", command);
+  } else if (count > CTL_GROUP_MAX) {
+    code = ctl_usage_error("%s --group: %d pids; at most %d", command, count, CTL_GROUP_MAX);
+  } else if (!checkpoint && (words[0] || options.to_dir)) {
+    code = ctl_usage_error("resume --group takes no --release-all, --zstd or --to (they are "
+                           "checkpoint's)");
+  } else if (strlen(words) >= sizeof words - 16) {
+    code = ctl_usage_error("checkpoint --group: a flag is given twice");
   } else {
-    usage(stderr);
+    options.checkpoint_words = words;
+    code = checkpoint ? ctl_group_checkpoint(pids, count, &options)
+                      : ctl_group_resume(pids, count, &options);
   }
   free(pids);
   return code;
 }
 
+int ctl_usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("cudaw-ctl: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputs("\nTry 'cudaw-ctl --help'.\n", stderr);
+  return EXIT_USAGE;
+}
+
+/* The pid argument of `command`: EXIT_OK, or a usage error naming what is wrong. */
+static int pid_argument(const char *command, int count, const char *const *args, int wanted,
+                        pid_t *pid) {
+  if (count < 2) return ctl_usage_error("%s: no pid given", command);
+  if (parse_pid(args[1], pid) != 0)
+    return ctl_usage_error("%s: '%s' is not a pid", command, args[1]);
+  if (count > wanted) return ctl_usage_error("%s: unexpected argument '%s'", command, args[wanted]);
+  return EXIT_OK;
+}
+
 int main(int argc, char **argv) {
-  for (int i = 1; i < argc; i++)
-    if (strcmp(argv[i], "--group") == 0) return group_main(argc, argv);
-  const char *args[3];
-  int count = 0;
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--json") == 0) {
-      json_output = true;
-    } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       usage(stdout);
       return EXIT_OK;
-    } else if (strcmp(argv[i], "--release-all") == 0) {
+    }
+    if (strcmp(argv[i], "--version") == 0) {
+      printf("cudaw-ctl %s\n", CUDAW_VERSION);
+      return EXIT_OK;
+    }
+    if (strcmp(argv[i], "--") == 0) break;
+  }
+  /* CUDAW_CRIU is checked where criu runs: `list` must not fail for want of it. */
+  static const char *const read_here[] = {"CUDAW_STRICT", "CUDAW_RUN_DIR", "CUDAW_SCHED_SOCKET",
+                                          NULL};
+  int bad_options = ckpt_options_check_env("cudaw-ctl", read_here);
+  if (bad_options) return bad_options;
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--group") == 0) return group_main(argc, argv);
+  const char *args[8];
+  int count = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    bool valued = !strcmp(a, "--gpu") || !strcmp(a, "--to") || !strcmp(a, "--criu");
+    if (valued && i + 1 >= argc) return ctl_usage_error("%s needs a value", a);
+    if (strcmp(a, "--json") == 0) {
+      json_output = true;
+    } else if (strcmp(a, "--release-all") == 0) {
       flags.release_all = true;
-    } else if (strcmp(argv[i], "--live") == 0) {
+    } else if (strcmp(a, "--live") == 0) {
       flags.live = true;
-    } else if (strcmp(argv[i], "--zstd") == 0) {
+    } else if (strcmp(a, "--zstd") == 0) {
       flags.compress = true;
-    } else if (strcmp(argv[i], "--gpu") == 0 && i + 1 < argc) {
+    } else if (strcmp(a, "--gpu") == 0) {
       flags.gpu = argv[++i];
-    } else if ((strcmp(argv[i], "--to") == 0 || strcmp(argv[i], "--criu") == 0) && i + 1 < argc) {
-      *(argv[i][2] == 't' ? &flags.to_dir : &flags.criu) = argv[i + 1];
-      i++;
-    } else if (strcmp(argv[i], "--") == 0) {
+    } else if (strcmp(a, "--to") == 0 || strcmp(a, "--criu") == 0) {
+      *(a[2] == 't' ? &flags.to_dir : &flags.criu) = argv[++i];
+    } else if (strcmp(a, "--") == 0) {
       flags.criu_args = argv + i + 1;
       flags.criu_arg_count = argc - i - 1;
       break;
-    } else if (count < 3) {
-      args[count++] = argv[i];
+    } else if (a[0] == '-' && a[1]) {
+      return ctl_usage_error("unknown option '%s'", a);
+    } else if (count < (int)(sizeof args / sizeof args[0])) {
+      args[count++] = a;
     } else {
-      usage(stderr);
-      return EXIT_USAGE;
+      return ctl_usage_error("too many arguments ('%s')", a);
     }
   }
-  bool checkpoint_flags = flags.release_all || flags.compress || flags.to_dir || flags.live;
-  if (count == 1 && strcmp(args[0], "list") == 0) return command_list();
-  if (count && sched_ctl_main && (!strcmp(args[0], "sched") || !strcmp(args[0], "priority")))
-    return sched_ctl_main(count, args, json_output);
-  pid_t pid;
-  if (count == 2 && strcmp(args[0], "limit") == 0 && parse_pid(args[1], &pid) == 0 &&
-      !checkpoint_flags)
-    return command_limit(pid, flags.gpu);
-  if (flags.gpu) {
-    usage(stderr);
-    return EXIT_USAGE;
+  if (count == 0) return ctl_usage_error("no command given");
+  const char *command = args[0];
+  static const char *const commands[] = {"list", "status", "checkpoint", "resume", "dump",
+                                         "restore", "limit", "sched", "priority"};
+  bool known = false;
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    known = known || strcmp(command, commands[i]) == 0;
+  if (!known) return ctl_usage_error("unknown command '%s'", command);
+  /* Each flag belongs to some commands only: given to another, it is a mistake worth naming. */
+  bool checkpoint = strcmp(command, "checkpoint") == 0;
+  const char *misplaced = flags.live && !checkpoint               ? "--live"
+                          : flags.compress && !checkpoint         ? "--zstd"
+                          : flags.to_dir && !checkpoint           ? "--to"
+                          : flags.release_all && !checkpoint      ? "--release-all"
+                          : flags.gpu && strcmp(command, "limit") ? "--gpu"
+                          : flags.criu && strcmp(command, "dump") && strcmp(command, "restore")
+                              ? "--criu"
+                          : flags.criu_args && strcmp(command, "dump") && strcmp(command, "restore")
+                              ? "--"
+                              : NULL;
+  if (misplaced) return ctl_usage_error("%s: %s does not apply to it", command, misplaced);
+  if (flags.compress && !flags.to_dir)
+    return ctl_usage_error("checkpoint: --zstd needs --to DIR (it compresses the image written "
+                           "to disk)");
+  if (strcmp(command, "list") == 0) {
+    if (count > 1) return ctl_usage_error("list: unexpected argument '%s'", args[1]);
+    return command_list();
   }
-  if (count == 2 && strcmp(args[0], "checkpoint") == 0 && parse_pid(args[1], &pid) == 0 &&
-      (!flags.compress || flags.to_dir))
-    return command_checkpoint(pid, flags.to_dir);
-  if (count == 3 && strcmp(args[0], "dump") == 0 && parse_pid(args[1], &pid) == 0 &&
-      !flags.release_all && !flags.to_dir)
-    return command_dump(pid, args[2]);
-  if (count == 2 && strcmp(args[0], "restore") == 0 && !checkpoint_flags)
+  if (strcmp(command, "sched") == 0 || strcmp(command, "priority") == 0) {
+    if (!sched_ctl_main)
+      return ctl_usage_error("%s: this cudaw-ctl was built without cudawd", command);
+    return sched_ctl_main(count, args, json_output);
+  }
+  if (strcmp(command, "restore") == 0) {
+    if (count < 2) return ctl_usage_error("restore: no directory given");
+    if (count > 2) return ctl_usage_error("restore: unexpected argument '%s'", args[2]);
     return command_restore(args[1]);
-  if (count == 2 && parse_pid(args[1], &pid) == 0 && !checkpoint_flags &&
-      (strcmp(args[0], "status") == 0 || strcmp(args[0], "resume") == 0))
-    return command_pid(args[0], pid);
-  usage(stderr);
-  return EXIT_USAGE;
+  }
+  pid_t pid;
+  int code = pid_argument(command, count, args, strcmp(command, "dump") == 0 ? 3 : 2, &pid);
+  if (code != EXIT_OK) return code;
+  if (strcmp(command, "limit") == 0) return command_limit(pid, flags.gpu);
+  if (checkpoint) return command_checkpoint(pid, flags.to_dir);
+  if (strcmp(command, "dump") == 0) {
+    if (count < 3) return ctl_usage_error("dump: no directory given (cudaw-ctl dump <pid> DIR)");
+    return command_dump(pid, args[2]);
+  }
+  return command_pid(command, pid); /* status, resume */
 }

@@ -16,7 +16,11 @@ enum exit_code {
   EXIT_NOT_CUDAW = 4,
   EXIT_PERMISSION = 5,
   EXIT_WRONG_STATE = 6,
+  EXIT_NOT_HELD = 7, /* the process's device memory is not cudaw's (vmem off or not started) */
 };
+
+/* Print "cudaw-ctl: <message>" and "Try 'cudaw-ctl --help'." on stderr; returns EXIT_USAGE. */
+int ctl_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Send one request line (with its '\n') to pid's control socket and read the reply line (without
  * it) into reply. Returns an exit code; problems reaching the process are printed on stderr. A

@@ -136,17 +136,41 @@ static int restore(int pid) {
   return 0;
 }
 
+/* One line naming what is wrong: exit status 2. */
+static int usage_error(const char *what, const char *arg) {
+  fprintf(stderr, "cudaw-ckpt-driver: %s%s%s\nusage: cudaw-ckpt-driver checkpoint|restore|state "
+          "<pid> [lock timeout ms]\n", what, arg ? " " : "", arg ? arg : "");
+  return 2;
+}
+
 int main(int argc, char **argv) {
+  if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+    printf("cudaw-ckpt-driver %s\n", CUDAW_VERSION);
+    return 0;
+  }
+  if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+    printf("usage: cudaw-ckpt-driver checkpoint|restore|state <pid> [lock timeout ms]\n"
+           "       cudaw-ckpt-driver --version\n"
+           "runs the driver's process checkpoint on a pid (cudaw uses it for release all)\n");
+    return 0;
+  }
+  if (argc < 2) return usage_error("no command given", NULL);
+  if (strcmp(argv[1], "checkpoint") && strcmp(argv[1], "restore") && strcmp(argv[1], "state"))
+    return usage_error("unknown command", argv[1]);
+  if (argc < 3) return usage_error("no pid given", NULL);
+  if (argc > 4) return usage_error("unexpected argument", argv[4]);
   char *end = NULL;
   long pid = argc >= 3 ? strtol(argv[2], &end, 10) : 0;
-  if (argc < 3 || argc > 4 || !end || *end || pid <= 0) {
-    fprintf(stderr, "usage: cudaw-ckpt-driver checkpoint|restore|state <pid> [lock timeout ms]\n");
-    return 2;
+  if (!end || *end || pid <= 0) return usage_error("not a pid:", argv[2]);
+  unsigned long timeout_ms = 10000;
+  if (argc == 4) {
+    timeout_ms = strtoul(argv[3], &end, 10);
+    if (*end || end == argv[3] || argv[3][0] == '-' || timeout_ms > 3600000)
+      return usage_error("expected a lock timeout in ms (0-3600000), not", argv[3]);
   }
-  unsigned timeout_ms = argc == 4 ? (unsigned)strtoul(argv[3], NULL, 10) : 10000;
   int code = load_driver();
   if (code) return code;
-  if (strcmp(argv[1], "checkpoint") == 0) return checkpoint((int)pid, timeout_ms);
+  if (strcmp(argv[1], "checkpoint") == 0) return checkpoint((int)pid, (unsigned)timeout_ms);
   if (strcmp(argv[1], "restore") == 0) return restore((int)pid);
   if (strcmp(argv[1], "state") == 0) {
     CUprocessState state;
@@ -158,6 +182,5 @@ int main(int argc, char **argv) {
     printf("pid %ld: %s\n", pid, state_name(state));
     return 0;
   }
-  fprintf(stderr, "usage: cudaw-ckpt-driver checkpoint|restore|state <pid> [lock timeout ms]\n");
-  return 2;
+  return usage_error("unknown command", argv[1]); /* not reached: checked above */
 }

@@ -49,8 +49,10 @@ int ckpt_init(const struct ckpt_host_ops *ops, void *ctx) {
     goto out;
   }
   char error[512];
+  /* Invalid values were named by the shim's check of the whole table (each once, with what
+   * happens to it); here they only keep their defaults. */
   if (ckpt_options_from_env(&ckpt_rt.options, error, sizeof error) != 0)
-    ckpt_logf(CKPT_LOG_WARN, "%s", error);
+    ckpt_logf(CKPT_LOG_DEBUG, "%s", error);
   state_reset();
   if ((rc = transition_start()) != 0) {
     ckpt_logf(CKPT_LOG_ERROR, "checkpointing disabled: cannot start its thread: %s", strerror(-rc));

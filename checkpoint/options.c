@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "vmem.h"
 
 #define DEFAULT_PAUSE_TIMEOUT_MS 10000u
 #define DEFAULT_STAGING_BYTES (4ull << 20)
@@ -24,101 +25,294 @@ static uint32_t default_threads(void) {
   return cpus > (long)MAX_DEFAULT_THREADS ? MAX_DEFAULT_THREADS : (uint32_t)cpus;
 }
 
+#define BOOL CKPT_OPTION_BOOL, NULL, 0, 0, NULL
+#define CHOICE(words) CKPT_OPTION_CHOICE, words, 0, 0, NULL
+#define NUMBER(min, max, unit) CKPT_OPTION_NUMBER, NULL, min, max, unit
+#define LENGTH_OF(field) (sizeof(((struct ckpt_options *)0)->field) - 1)
+
 static const struct ckpt_option_info table[] = {
+    {"CUDAW_STRICT", "1",
+     "1: an invalid CUDAW_* value stops the program at its first CUDA call (exit status 78) and "
+     "the tools at start; 0: it is ignored (its default used) with one line saying so",
+     BOOL},
     {"CUDAW_PAUSE_TIMEOUT", "10000",
-     "ms to wait for API calls in flight when pausing; then the checkpoint is abandoned"},
-    {"CUDAW_SIGNAL", "USR1", "signal that requests a checkpoint: USR1, USR2 or none"},
+     "ms to wait for API calls in flight when pausing; then the checkpoint is abandoned",
+     NUMBER(0, 24ull * 3600 * 1000, "milliseconds")},
+    {"CUDAW_SIGNAL", "USR1", "signal that requests a checkpoint: USR1, USR2 or none",
+     CKPT_OPTION_SIGNAL, "USR1|USR2|none|0", 0, 0, NULL},
     {"CUDAW_RUN_DIR", "$XDG_RUNTIME_DIR/cudaw, /run/cudaw (root), /tmp/cudaw-<uid>",
      "absolute directory of the control sockets <pid>.sock, writable by its owner only; %n: "
-     "the pid namespace's inode, %u: the uid (containers)"},
+     "the pid namespace's inode, %u: the uid (containers)",
+     CKPT_OPTION_DIRECTORY, NULL, 0, LENGTH_OF(run_dir), NULL},
     {"CUDAW_SCHED_SOCKET", "<run dir>/cudawd.sock",
      "the cudawd socket to join (CUDAW_SHARE=1) and that cudaw-ctl sched asks; a node's system "
-     "cudawd (cudawd --system): /run/cudaw/cudawd.sock"},
+     "cudawd (cudawd --system): /run/cudaw/cudawd.sock",
+     CKPT_OPTION_DIRECTORY, NULL, 0, LENGTH_OF(sched_socket), NULL},
     {"CUDAW_SCHED_HOST_MEMORY", "min(50% of RAM, available - 8G)",
      "cudawd's host-memory pool when --host-memory is not given (also a cudawd that cudaw run "
-     "--share starts): a size, N% of RAM, or off"},
+     "--share starts): a size, N% of RAM, or off",
+     CKPT_OPTION_SIZE_OR_PERCENT, "off|0", 0, 0, NULL},
     {"CUDAW_CKPT_STREAMS", "2 x threads",
-     "copies in flight per device, and pinned staging buffers in all (shared by the devices)"},
-    {"CUDAW_CKPT_STAGING", "4M", "size of one pinned staging buffer (= one checksummed chunk)"},
+     "copies in flight per device, and pinned staging buffers in all (shared by the devices)",
+     NUMBER(1, 64, "streams")},
+    {"CUDAW_CKPT_STAGING", "4M", "size of one pinned staging buffer (= one checksummed chunk)",
+     CKPT_OPTION_SIZE, NULL, 4096, 4ull << 30, NULL},
     {"CUDAW_CKPT_THREADS", "online CPUs, at most 16",
-     "host threads copying between staging buffers and the image"},
-    {"CUDAW_CKPT_KEEP_IMAGE", "0", "1: keep the host image after a resume for the next checkpoint"},
+     "host threads copying between staging buffers and the image", NUMBER(1, 64, "threads")},
+    {"CUDAW_CKPT_KEEP_IMAGE", "0", "1: keep the host image after a resume for the next checkpoint",
+     BOOL},
     {"CUDAW_CKPT_RELEASE", "device",
      "what a checkpoint releases by default (signal, cudaw-ctl): device (cudaw's memory) or all "
      "(the driver's process checkpoint then takes the context and the rest: 0 bytes left on the "
-     "GPU)"},
+     "GPU)",
+     CHOICE("device|all")},
     {"CUDAW_CKPT_DRIVER_TOOL", "<lib>/../bin/cudaw-ckpt-driver, then PATH",
-     "the helper that runs the driver's process checkpoint for release all"},
+     "the helper that runs the driver's process checkpoint for release all",
+     CKPT_OPTION_PROGRAM, NULL, 0, LENGTH_OF(driver_tool), NULL},
     {"CUDAW_CKPT_REGISTER", "1",
-     "1: page-lock the image while paused, so resume and kept-image checkpoints skip staging"},
+     "1: page-lock the image while paused, so resume and kept-image checkpoints skip staging",
+     BOOL},
     {"CUDAW_CKPT_PIN_EARLY", "1",
-     "1: pin the staging buffers in the background once the program has device memory"},
+     "1: pin the staging buffers in the background once the program has device memory", BOOL},
     {"CUDAW_CKPT_FILL", "copy",
      "copy: copy into fresh image pages the kernel zeroed first (huge pages); kernel: the kernel "
-     "fills them from staging (userfaultfd, 4 KiB pages), skipping the zeroing"},
+     "fills them from staging (userfaultfd, 4 KiB pages), skipping the zeroing",
+     CHOICE("copy|kernel")},
     {"CUDAW_SUSPEND", "off",
      "release: SIGTSTP checkpoints the program and releases its device memory, SIGCONT restores "
-     "it (a Slurm job's suspend: SIGTSTP, about 2 s, SIGSTOP; resume: SIGCONT)"},
+     "it (a Slurm job's suspend: SIGTSTP, about 2 s, SIGSTOP; resume: SIGCONT)",
+     CHOICE("release|off")},
     {"CUDAW_SUSPEND_START_WAIT", "5",
      "with CUDAW_SUSPEND=release: for this many seconds after the program starts, an allocation "
      "that does not fit waits for a job Slurm is suspending to release its memory (gang "
-     "scheduling: more than SchedulerTimeSlice + 2)"},
+     "scheduling: more than SchedulerTimeSlice + 2)",
+     NUMBER(0, 3600, "seconds")},
     {"CUDAW_CKPT_RESERVE", "off",
      "auto or a size (8G): keep page-locked host memory for the image, grown in the background "
-     "as device memory grows, so that a checkpoint copies straight into it"},
+     "as device memory grows, so that a checkpoint copies straight into it",
+     CKPT_OPTION_SIZE, "auto|off|0", 1, UINT64_MAX, NULL},
     {"CUDAW_CKPT_RESERVE_BUDGET", "50%",
      "the share of the host's available memory (MemAvailable) the reserve may take; past it the "
-     "reserve stops growing, says so once, and checkpoints copy the old way"},
+     "reserve stops growing, says so once, and checkpoints copy the old way",
+     CKPT_OPTION_PERCENT, NULL, 1, 100, NULL},
     {"CUDAW_CKPT_LIVE", "0",
      "1: a checkpoint by signal is live: device memory is copied while the program runs, then "
-     "the pause re-copies only the chunks whose checksum changed (cudaw-ctl checkpoint --live)"},
+     "the pause re-copies only the chunks whose checksum changed (cudaw-ctl checkpoint --live)",
+     BOOL},
     {"CUDAW_CKPT_PREFAULT", "0",
-     "1: fault fresh image pages in while their DMA runs (slower; shows the fault cost apart)"},
+     "1: fault fresh image pages in while their DMA runs (slower; shows the fault cost apart)",
+     BOOL},
+    {"CUDAW_CRIU", "criu (on PATH)",
+     "the criu program that cudaw-ctl checkpoint --criu and restore run", CKPT_OPTION_PROGRAM,
+     NULL, 0, 0, NULL},
 };
+
+#undef BOOL
+#undef CHOICE
+#undef NUMBER
+#undef LENGTH_OF
 
 const struct ckpt_option_info *ckpt_option_table(size_t *count) {
   *count = sizeof table / sizeof table[0];
   return table;
 }
 
-/* "123", "64K", "32M", "2G" -> bytes. */
-static int parse_size(const char *text, uint64_t *out) {
-  char *end;
-  errno = 0;
-  unsigned long long value = strtoull(text, &end, 10);
-  if (errno || end == text) return -EINVAL;
-  unsigned shift = 0;
-  switch (*end) {
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    default: break;
+const struct ckpt_option_info *ckpt_option_find(const char *name) {
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+    if (strcmp(table[i].name, name) == 0) return &table[i];
+  return NULL;
+}
+
+/* "a|b|c" -> "a, b or c". */
+static void list_words(const char *words, char *out, size_t len) {
+  size_t used = 0;
+  out[0] = '\0';
+  for (const char *w = words; *w && used < len;) {
+    size_t n = strcspn(w, "|");
+    const char *sep = used == 0 ? "" : w[n] ? ", " : " or ";
+    used += (size_t)snprintf(out + used, len - used, "%s%.*s", sep, (int)n, w);
+    w += n + (w[n] == '|');
   }
-  if (*end == 'i' || *end == 'B') end++;
-  if (*end == 'B') end++;
-  if (*end || value == 0 || value > (UINT64_MAX >> shift)) return -EINVAL;
-  *out = (uint64_t)value << shift;
-  return 0;
 }
 
-static int parse_count(const char *text, uint64_t max, uint64_t *out) {
+static bool is_word(const char *words, const char *value, bool any_case) {
+  if (!words) return false;
+  size_t length = strlen(value);
+  for (const char *w = words; *w;) {
+    size_t n = strcspn(w, "|");
+    if (n == length && (any_case ? strncasecmp(w, value, n) : strncmp(w, value, n)) == 0)
+      return true;
+    w += n + (w[n] == '|');
+  }
+  return false;
+}
+
+static bool whole_number(const char *text, uint64_t min, uint64_t max, uint64_t *out) {
+  if (*text < '0' || *text > '9') return false; /* no sign, no space */
   char *end;
   errno = 0;
   unsigned long long value = strtoull(text, &end, 10);
-  if (errno || end == text || *end || value > max) return -EINVAL;
-  *out = value;
-  return 0;
+  if (errno || *end || value < min || value > max) return false;
+  if (out) *out = value;
+  return true;
 }
 
-/* Appends "NAME=value is not valid; using the default" to error (several may be wrong). */
-static int reject(const char *name, const char *value, char *error, size_t len) {
+static bool executable(const char *program) {
+  if (strchr(program, '/')) return access(program, X_OK) == 0;
+  const char *path = getenv("PATH");
+  for (const char *dir = path && *path ? path : "/usr/bin:/bin"; *dir;) {
+    size_t n = strcspn(dir, ":");
+    char candidate[4096];
+    if ((size_t)snprintf(candidate, sizeof candidate, "%.*s/%s", (int)(n ? n : 1), n ? dir : ".",
+                         program) < sizeof candidate &&
+        access(candidate, X_OK) == 0)
+      return true;
+    dir += n + (dir[n] == ':');
+  }
+  return false;
+}
+
+static bool appendable(const char *file) {
+  if (access(file, F_OK) == 0) return access(file, W_OK) == 0;
+  char folder[4096];
+  if ((size_t)snprintf(folder, sizeof folder, "%s", file) >= sizeof folder) return false;
+  char *slash = strrchr(folder, '/');
+  if (!slash) return access(".", W_OK) == 0;
+  slash[slash == folder] = '\0'; /* "/log" -> "/" */
+  return access(folder, W_OK) == 0;
+}
+
+void ckpt_option_describe(const struct ckpt_option_info *row, char *out, size_t len) {
+  char words[160] = "";
+  if (row->words) list_words(row->words, words, sizeof words);
+  const char *or_words = row->words ? ", or " : "";
+  unsigned long long min = row->min, max = row->max;
+  switch (row->kind) {
+    case CKPT_OPTION_TEXT: snprintf(out, len, "expected any text"); break;
+    case CKPT_OPTION_BOOL: snprintf(out, len, "expected 0 or 1"); break;
+    case CKPT_OPTION_CHOICE: snprintf(out, len, "expected %s", words); break;
+    case CKPT_OPTION_SIGNAL:
+      snprintf(out, len, "expected %s (also written SIGUSR1, usr1)", words);
+      break;
+    case CKPT_OPTION_NUMBER:
+      snprintf(out, len, "expected a whole number of %s from %llu to %llu", row->unit, min, max);
+      break;
+    case CKPT_OPTION_SIZE:
+      if (max && max != UINT64_MAX)
+        snprintf(out, len, "expected a size (bytes, or with K, M, G or T) from %llu to %llu "
+                 "bytes%s%s", min, max, or_words, words);
+      else
+        snprintf(out, len, "expected a size such as 8G (bytes, or with K, M, G or T)%s%s",
+                 or_words, words);
+      break;
+    case CKPT_OPTION_SIZE_OR_PERCENT:
+      snprintf(out, len, "expected a size such as 8G (bytes, or with K, M, G or T) or a "
+               "percentage from 1 to 100 such as 50%%%s%s", or_words, words);
+      break;
+    case CKPT_OPTION_PERCENT:
+      snprintf(out, len, "expected a percentage from %llu to %llu%s%s", min, max, or_words, words);
+      break;
+    case CKPT_OPTION_DIRECTORY:
+      snprintf(out, len, "expected an absolute path (starting with /) of at most %llu bytes", max);
+      break;
+    case CKPT_OPTION_FILE:
+      snprintf(out, len, "expected the absolute path of a readable file");
+      break;
+    case CKPT_OPTION_LOG_FILE:
+      snprintf(out, len, "expected a file that can be created or appended to");
+      break;
+    case CKPT_OPTION_PROGRAM:
+      snprintf(out, len, "expected an executable program (a path, or a name found on PATH)");
+      break;
+  }
+}
+
+static bool valid(const struct ckpt_option_info *row, const char *value) {
+  uint64_t bytes;
+  switch (row->kind) {
+    case CKPT_OPTION_TEXT: return true;
+    case CKPT_OPTION_BOOL: return strcmp(value, "0") == 0 || strcmp(value, "1") == 0;
+    case CKPT_OPTION_CHOICE: return is_word(row->words, value, false);
+    case CKPT_OPTION_SIGNAL:
+      return is_word(row->words, strncasecmp(value, "SIG", 3) == 0 ? value + 3 : value, true);
+    case CKPT_OPTION_NUMBER: return whole_number(value, row->min, row->max, NULL);
+    case CKPT_OPTION_SIZE:
+      return is_word(row->words, value, false) ||
+             (vmem_parse_size(value, 0, &bytes) == 0 && bytes >= row->min &&
+              (!row->max || bytes <= row->max));
+    case CKPT_OPTION_SIZE_OR_PERCENT:
+      /* The total is not known yet (the device's or the host's memory): any nonzero one checks
+       * the syntax and the 1-100 range. */
+      return is_word(row->words, value, false) || vmem_parse_size(value, 1ull << 40, &bytes) == 0;
+    case CKPT_OPTION_PERCENT: {
+      if (is_word(row->words, value, false)) return true;
+      char number[24];
+      size_t n = strlen(value);
+      if (n == 0 || n >= sizeof number) return false;
+      memcpy(number, value, n + 1);
+      if (number[n - 1] == '%') number[n - 1] = '\0';
+      return whole_number(number, row->min, row->max, NULL);
+    }
+    case CKPT_OPTION_DIRECTORY: return value[0] == '/' && (!row->max || strlen(value) <= row->max);
+    case CKPT_OPTION_FILE: return value[0] == '/' && access(value, R_OK) == 0;
+    case CKPT_OPTION_LOG_FILE: return appendable(value);
+    case CKPT_OPTION_PROGRAM: return (!row->max || strlen(value) <= row->max) && executable(value);
+  }
+  return false;
+}
+
+int ckpt_option_check(const struct ckpt_option_info *row, const char *value, char *expected,
+                      size_t len) {
+  if (valid(row, value)) return 0;
+  if (expected && len) ckpt_option_describe(row, expected, len);
+  return -EINVAL;
+}
+
+int ckpt_option_env_invalid(const struct ckpt_option_info *row, char *line, size_t len) {
+  const char *value = getenv(row->name);
+  char expected[256];
+  if (!value || !*value || ckpt_option_check(row, value, expected, sizeof expected) == 0) return 0;
+  if (line && len)
+    snprintf(line, len, "%s=%.60s%s: %s", row->name, value, strlen(value) > 60 ? "..." : "",
+             expected);
+  return 1;
+}
+
+int ckpt_options_strict(void) {
+  const char *value = getenv("CUDAW_STRICT");
+  return !(value && strcmp(value, "0") == 0);
+}
+
+int ckpt_options_check_env(const char *tool, const char *const *names) {
+  int strict = ckpt_options_strict(), bad = 0;
+  for (; *names; names++) {
+    const struct ckpt_option_info *row = ckpt_option_find(*names);
+    char line[512];
+    if (!row || !ckpt_option_env_invalid(row, line, sizeof line)) continue;
+    bad++;
+    fprintf(stderr, "%s: %s%s\n", tool, line,
+            strict ? "" : "; ignored (CUDAW_STRICT=0): using the default");
+  }
+  if (bad && strict)
+    fprintf(stderr, "%s: stopping (exit status %d): fix the value, or set CUDAW_STRICT=0 to "
+            "ignore invalid values\n", tool, CUDAW_EXIT_BAD_OPTION);
+  return bad && strict ? CUDAW_EXIT_BAD_OPTION : 0;
+}
+
+/* The environment's value of a row of this table if it is set and valid; NULL otherwise, with
+ * an invalid one's line appended to `error` and *rc set. */
+static const char *env_value(const char *name, char *error, size_t len, int *rc) {
+  const struct ckpt_option_info *row = ckpt_option_find(name);
+  const char *value = getenv(name);
+  if (!row || !value || !*value) return NULL;
+  char line[512];
+  if (!ckpt_option_env_invalid(row, line, sizeof line)) return value;
+  *rc = -EINVAL;
   if (error && len) {
     size_t used = strlen(error);
-    if (used < len)
-      snprintf(error + used, len - used, "%s%s=%.40s%s is not valid; using the default",
-               used ? "; " : "", name, value, strlen(value) > 40 ? "..." : "");
+    if (used < len) snprintf(error + used, len - used, "%s%s", used ? "; " : "", line);
   }
-  return -EINVAL;
+  return NULL;
 }
 
 int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_len) {
@@ -131,111 +325,66 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
   out->streams = 0; /* 2 x threads unless set */
   out->staging_bytes = DEFAULT_STAGING_BYTES;
   out->threads = default_threads();
-  if (error && error_len) error[0] = '\0';
-
-  if ((text = getenv("CUDAW_PAUSE_TIMEOUT")) && *text) {
-    if (parse_count(text, 24ull * 3600 * 1000, &value) == 0) out->pause_timeout_ms = (uint32_t)value;
-    else rc = reject("CUDAW_PAUSE_TIMEOUT", text, error, error_len);
-  }
-  if ((text = getenv("CUDAW_SIGNAL")) && *text) {
-    const char *name = strncasecmp(text, "SIG", 3) == 0 ? text + 3 : text;
-    if (strcasecmp(name, "USR1") == 0) out->signal_number = SIGUSR1;
-    else if (strcasecmp(name, "USR2") == 0) out->signal_number = SIGUSR2;
-    else if (strcasecmp(name, "none") == 0 || strcmp(name, "0") == 0) out->signal_number = 0;
-    else rc = reject("CUDAW_SIGNAL", text, error, error_len);
-  }
-  if ((text = getenv("CUDAW_CKPT_STREAMS")) && *text) {
-    if (parse_count(text, 64, &value) == 0 && value > 0) out->streams = (uint32_t)value;
-    else rc = reject("CUDAW_CKPT_STREAMS", text, error, error_len);
-  }
-  if ((text = getenv("CUDAW_CKPT_STAGING")) && *text) {
-    if (parse_size(text, &value) == 0 && value >= 4096 && value <= (4ull << 30))
-      out->staging_bytes = value;
-    else rc = reject("CUDAW_CKPT_STAGING", text, error, error_len);
-  }
-  if ((text = getenv("CUDAW_CKPT_THREADS")) && *text) {
-    if (parse_count(text, 64, &value) == 0 && value > 0) out->threads = (uint32_t)value;
-    else rc = reject("CUDAW_CKPT_THREADS", text, error, error_len);
-  }
-  if ((text = getenv("CUDAW_CKPT_KEEP_IMAGE")) && *text) {
-    if (strcmp(text, "0") == 0 || strcmp(text, "1") == 0) out->keep_image = text[0] == '1';
-    else rc = reject("CUDAW_CKPT_KEEP_IMAGE", text, error, error_len);
-  }
-  if ((text = getenv("CUDAW_CKPT_RELEASE")) && *text) {
-    if (strcmp(text, "device") == 0 || strcmp(text, "all") == 0) out->release_all = text[0] == 'a';
-    else rc = reject("CUDAW_CKPT_RELEASE", text, error, error_len);
-  }
-  if ((text = getenv("CUDAW_CKPT_DRIVER_TOOL")) && *text) {
-    if (strlen(text) < sizeof out->driver_tool)
-      snprintf(out->driver_tool, sizeof out->driver_tool, "%s", text);
-    else rc = reject("CUDAW_CKPT_DRIVER_TOOL", "(too long)", error, error_len);
-  }
   out->register_image = 1;
   out->pin_early = 1;
-  if ((text = getenv("CUDAW_CKPT_PIN_EARLY")) && *text) {
-    if (strcmp(text, "0") == 0 || strcmp(text, "1") == 0) out->pin_early = text[0] == '1';
-    else rc = reject("CUDAW_CKPT_PIN_EARLY", text, error, error_len);
-  }
-  if ((text = getenv("CUDAW_CKPT_REGISTER")) && *text) {
-    if (strcmp(text, "0") == 0 || strcmp(text, "1") == 0) out->register_image = text[0] == '1';
-    else rc = reject("CUDAW_CKPT_REGISTER", text, error, error_len);
-  }
-  if ((text = getenv("CUDAW_CKPT_PREFAULT")) && *text) {
-    if (strcmp(text, "0") == 0 || strcmp(text, "1") == 0) out->prefault = text[0] == '1';
-    else rc = reject("CUDAW_CKPT_PREFAULT", text, error, error_len);
-  }
-  out->fill_kernel = 0;
-  if ((text = getenv("CUDAW_CKPT_FILL")) && *text) {
-    if (strcmp(text, "kernel") == 0 || strcmp(text, "copy") == 0) out->fill_kernel = text[0] == 'k';
-    else rc = reject("CUDAW_CKPT_FILL", text, error, error_len);
-  }
-  if ((text = getenv("CUDAW_CKPT_LIVE")) && *text) {
-    if (strcmp(text, "0") == 0 || strcmp(text, "1") == 0) out->live = text[0] == '1';
-    else rc = reject("CUDAW_CKPT_LIVE", text, error, error_len);
-  }
   out->suspend_start_wait_s = 5;
-  if ((text = getenv("CUDAW_SUSPEND_START_WAIT")) && *text) {
-    if (parse_count(text, 3600, &value) == 0) out->suspend_start_wait_s = (uint32_t)value;
-    else rc = reject("CUDAW_SUSPEND_START_WAIT", text, error, error_len);
-  }
-  if ((text = getenv("CUDAW_SUSPEND")) && *text) {
-    if (strcmp(text, "release") == 0 || strcmp(text, "off") == 0) out->suspend_release = text[0] == 'r';
-    else rc = reject("CUDAW_SUSPEND", text, error, error_len);
-  }
   out->reserve_budget_pct = 50;
   out->reserve_piece = 256ull << 20; /* a stop waits for one piece's page-locking at most */
-  if ((text = getenv("CUDAW_CKPT_RESERVE")) && *text) {
+  if (error && error_len) error[0] = '\0';
+#define VALUE(name) (text = env_value(name, error, error_len, &rc))
+
+  /* Every value below passed its row's check: only its meaning is read here. */
+  if (VALUE("CUDAW_PAUSE_TIMEOUT")) out->pause_timeout_ms = (uint32_t)strtoul(text, NULL, 10);
+  if (VALUE("CUDAW_SIGNAL")) {
+    const char *name = strncasecmp(text, "SIG", 3) == 0 ? text + 3 : text;
+    out->signal_number = strcasecmp(name, "USR1") == 0   ? SIGUSR1
+                         : strcasecmp(name, "USR2") == 0 ? SIGUSR2
+                                                         : 0;
+  }
+  if (VALUE("CUDAW_CKPT_STREAMS")) out->streams = (uint32_t)strtoul(text, NULL, 10);
+  if (VALUE("CUDAW_CKPT_STAGING") && vmem_parse_size(text, 0, &value) == 0)
+    out->staging_bytes = value;
+  if (VALUE("CUDAW_CKPT_THREADS")) out->threads = (uint32_t)strtoul(text, NULL, 10);
+  if (VALUE("CUDAW_CKPT_KEEP_IMAGE")) out->keep_image = text[0] == '1';
+  if (VALUE("CUDAW_CKPT_RELEASE")) out->release_all = strcmp(text, "all") == 0;
+  if (VALUE("CUDAW_CKPT_DRIVER_TOOL"))
+    snprintf(out->driver_tool, sizeof out->driver_tool, "%s", text);
+  if (VALUE("CUDAW_CKPT_PIN_EARLY")) out->pin_early = text[0] == '1';
+  if (VALUE("CUDAW_CKPT_REGISTER")) out->register_image = text[0] == '1';
+  if (VALUE("CUDAW_CKPT_PREFAULT")) out->prefault = text[0] == '1';
+  if (VALUE("CUDAW_CKPT_FILL")) out->fill_kernel = strcmp(text, "kernel") == 0;
+  if (VALUE("CUDAW_CKPT_LIVE")) out->live = text[0] == '1';
+  if (VALUE("CUDAW_SUSPEND_START_WAIT"))
+    out->suspend_start_wait_s = (uint32_t)strtoul(text, NULL, 10);
+  if (VALUE("CUDAW_SUSPEND")) out->suspend_release = strcmp(text, "release") == 0;
+  if (VALUE("CUDAW_CKPT_RESERVE")) {
     if (strcmp(text, "auto") == 0) out->reserve_auto = 1;
-    else if (strcmp(text, "off") == 0 || strcmp(text, "0") == 0) out->reserve_bytes = 0;
-    else if (parse_size(text, &value) == 0) out->reserve_bytes = value;
-    else rc = reject("CUDAW_CKPT_RESERVE", text, error, error_len);
+    else if (vmem_parse_size(text, 0, &value) == 0) out->reserve_bytes = value; /* else off, 0 */
   }
-  if ((text = getenv("CUDAW_CKPT_RESERVE_BUDGET")) && *text) {
-    char percent[16];
-    snprintf(percent, sizeof percent, "%s", text);
-    size_t n = strlen(percent);
-    if (n && percent[n - 1] == '%') percent[n - 1] = '\0';
-    if (parse_count(percent, 100, &value) == 0 && value > 0) out->reserve_budget_pct = (uint32_t)value;
-    else rc = reject("CUDAW_CKPT_RESERVE_BUDGET", text, error, error_len);
-  }
+  if (VALUE("CUDAW_CKPT_RESERVE_BUDGET"))
+    out->reserve_budget_pct = (uint32_t)strtoul(text, NULL, 10);
   if (out->streams == 0) out->streams = 2 * out->threads;
-  if ((text = getenv("CUDAW_RUN_DIR")) && *text) {
-    if (text[0] != '/') rc = reject("CUDAW_RUN_DIR", text, error, error_len); /* must be absolute */
-    else if (ckpt_run_dir_expand(text, out->run_dir, sizeof out->run_dir) != 0) /* %n: containers */
-      rc = reject("CUDAW_RUN_DIR", "(too long, or its %n cannot be read)", error, error_len);
+  /* %n and %u (containers) are expanded here; a value too long once expanded, or whose pid
+   * namespace cannot be read, is refused like an invalid one. */
+  if (VALUE("CUDAW_RUN_DIR") && ckpt_run_dir_expand(text, out->run_dir, sizeof out->run_dir) != 0) {
+    rc = -EINVAL;
+    out->run_dir[0] = '\0';
+    if (error && error_len) {
+      size_t used = strlen(error);
+      if (used < error_len)
+        snprintf(error + used, error_len - used, "%sCUDAW_RUN_DIR=%s: too long once %%n and %%u "
+                 "are expanded, or its pid namespace cannot be read", used ? "; " : "", text);
+    }
   }
   if (!out->run_dir[0] && ckpt_default_run_dir(out->run_dir, sizeof out->run_dir) != 0)
     out->run_dir[0] = '\0';
-  if ((text = getenv("CUDAW_SCHED_SOCKET")) && *text) {
-    if (text[0] != '/' || strlen(text) >= sizeof out->sched_socket)
-      rc = reject("CUDAW_SCHED_SOCKET", text, error, error_len);
-    else snprintf(out->sched_socket, sizeof out->sched_socket, "%s", text);
-  }
-  if ((text = getenv("CUDAW_SCHED_HOST_MEMORY")) && *text) {
+  if (VALUE("CUDAW_SCHED_SOCKET"))
+    snprintf(out->sched_socket, sizeof out->sched_socket, "%s", text);
+  if (VALUE("CUDAW_SCHED_HOST_MEMORY")) {
     if (strlen(text) < sizeof out->sched_host_memory)
       snprintf(out->sched_host_memory, sizeof out->sched_host_memory, "%s", text);
-    else rc = reject("CUDAW_SCHED_HOST_MEMORY", text, error, error_len);
   }
+#undef VALUE
   if (!out->sched_socket[0] && out->run_dir[0] &&
       (size_t)snprintf(out->sched_socket, sizeof out->sched_socket, "%s/cudawd.sock",
                        out->run_dir) >= sizeof out->sched_socket)

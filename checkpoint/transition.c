@@ -6,6 +6,7 @@
  * dies mid-way never leaves a rank frozen. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <time.h>
@@ -157,6 +158,19 @@ static void pause_program(struct ckpt_result *r, double requested_at) {
     return;
   }
 
+  /* Nothing of cudaw's to release: a pause would keep every byte on the device while looking
+   * like success, so it is refused and the program runs on. The driver's checkpoint (release
+   * all) takes the memory whoever allocated it. */
+  uint64_t stays = 0;
+  if (!tr.request.release_all && ops->memory_not_held &&
+      ops->memory_not_held(ctx, &stays, reason, sizeof reason) == 1) {
+    char amount[32];
+    ckpt_format_bytes(stays, amount, sizeof amount);
+    fail(r, CKPT_ERROR_NOT_HELD, "%s: %" PRIu64 " bytes (%s) stay on the device; nothing was "
+         "checkpointed and the program keeps running (a checkpoint with release all lets the "
+         "driver take them)", reason, stays, amount);
+    goto reopen;
+  }
   if (ops->refuse_checkpoint && (rc = ops->refuse_checkpoint(ctx, reason, sizeof reason)) != 0) {
     fail(r, rc, "checkpoint refused: %s", reason);
     goto reopen;

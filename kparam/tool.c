@@ -3,6 +3,7 @@
 #include "kparam.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
@@ -15,9 +16,17 @@
 
 #define EM_CUDA_MACHINE 190
 
-static void usage(void) {
-  fprintf(stderr, "usage: cudaw-kparam <ELF, cubin or fatbin file> [--json] [--kernel NAME] "
-                  "[--arch SM]\n");
+static void usage(FILE *out) {
+  fprintf(out, "usage: cudaw-kparam <ELF, cubin or fatbin file> [--json] [--kernel NAME] "
+               "[--arch SM]\n"
+               "       cudaw-kparam --help | --version\n");
+}
+
+/* One line naming what is wrong, and where to look: exit status 2. */
+static int usage_error(const char *what, const char *arg) {
+  fprintf(stderr, "cudaw-kparam: %s%s%s\nTry 'cudaw-kparam --help'.\n", what, arg ? " " : "",
+          arg ? arg : "");
+  return 2;
 }
 
 /* The .nv_fatbin section of an ELF file, or the whole file if it is a cubin or not ELF. */
@@ -105,13 +114,24 @@ int main(int argc, char **argv) {
   bool json = false;
   int arch = 0;
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--json") == 0) json = true;
-    else if (strcmp(argv[i], "--kernel") == 0 && i + 1 < argc) only = argv[++i];
-    else if (strcmp(argv[i], "--arch") == 0 && i + 1 < argc) arch = atoi(argv[++i]);
-    else if (argv[i][0] != '-' && !path) path = argv[i];
-    else return usage(), 1;
+    const char *a = argv[i];
+    bool valued = strcmp(a, "--kernel") == 0 || strcmp(a, "--arch") == 0;
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return usage(stdout), 0;
+    if (strcmp(a, "--version") == 0) return printf("cudaw-kparam %s\n", CUDAW_VERSION), 0;
+    if (valued && i + 1 >= argc) return usage_error(a, "needs a value");
+    if (strcmp(a, "--json") == 0) json = true;
+    else if (strcmp(a, "--kernel") == 0) only = argv[++i];
+    else if (strcmp(a, "--arch") == 0) {
+      char *end;
+      long sm = strtol(argv[++i], &end, 10);
+      if (*end || end == argv[i] || sm <= 0 || sm > 10000)
+        return usage_error("--arch: expected an SM number such as 90, not", argv[i]);
+      arch = (int)sm;
+    } else if (a[0] == '-') return usage_error("unknown option", a);
+    else if (path) return usage_error("one file at a time; unexpected", a);
+    else path = a;
   }
-  if (!path) return usage(), 1;
+  if (!path) return usage_error("no file given", NULL);
   int fd = open(path, O_RDONLY);
   struct stat st;
   if (fd < 0 || fstat(fd, &st) != 0) {

@@ -228,32 +228,36 @@ int sched_ctl_main(int count, const char *const *args, bool json)
     free(snapshot);
     return code;
   }
+  if (strcmp(args[0], "sched") == 0)
+    return ctl_usage_error("sched: unexpected argument '%s'", args[1]);
   char *end;
-  long pid = count == 3 ? strtol(args[1], &end, 10) : 0;
-  long value = pid > 0 && !*end ? strtol(args[2], &end, 10) : 0;
-  if (count == 3 && strcmp(args[0], "priority") == 0 && pid > 0 && !*end && value >= 1 &&
-      value <= 100) {
-    struct sched_msg reply;
-    int code = ask(SCHED_PRIORITY, (pid_t)pid, (int)value, &reply, sizeof reply, sizeof reply);
-    if (code != EXIT_OK) return code;
-    if (reply.status == -ESRCH) {
-      fprintf(stderr, "cudaw-ctl: pid %ld does not share a GPU through cudawd\n", pid);
-      return EXIT_NO_PROCESS;
-    }
-    if (reply.status == -EPERM) {
-      fprintf(stderr, "cudaw-ctl: priority: refused by cudawd: pid %ld belongs to another user "
-                      "(only its owner or root may change it)\n", pid);
-      return EXIT_PERMISSION;
-    }
-    if (reply.status) {
-      fprintf(stderr, "cudaw-ctl: priority: %s\n", strerror(-reply.status));
-      return EXIT_FAILED;
-    }
-    if (json) printf("{\"ok\":true,\"pid\":%ld,\"priority\":%ld}\n", pid, value);
-    else printf("pid %ld: priority %ld\n", pid, value);
-    return EXIT_OK;
+  if (count < 2) return ctl_usage_error("priority: no pid given (cudaw-ctl priority <pid> N)");
+  long pid = strtol(args[1], &end, 10);
+  if (*end || end == args[1] || pid <= 0 || pid > 0x7fffffff)
+    return ctl_usage_error("priority: '%s' is not a pid", args[1]);
+  if (count < 3)
+    return ctl_usage_error("priority: no weight given (cudaw-ctl priority <pid> N, N 1-100)");
+  if (count > 3) return ctl_usage_error("priority: unexpected argument '%s'", args[3]);
+  long value = strtol(args[2], &end, 10);
+  if (*end || end == args[2] || value < 1 || value > 100)
+    return ctl_usage_error("priority: '%s': expected a weight from 1 to 100", args[2]);
+  struct sched_msg reply;
+  int code = ask(SCHED_PRIORITY, (pid_t)pid, (int)value, &reply, sizeof reply, sizeof reply);
+  if (code != EXIT_OK) return code;
+  if (reply.status == -ESRCH) {
+    fprintf(stderr, "cudaw-ctl: pid %ld does not share a GPU through cudawd\n", pid);
+    return EXIT_NO_PROCESS;
   }
-  fprintf(stderr, "usage: cudaw-ctl [--json] sched\n"
-                  "       cudaw-ctl priority <pid> N   (N from 1 to 100; default 1)\n");
-  return EXIT_USAGE;
+  if (reply.status == -EPERM) {
+    fprintf(stderr, "cudaw-ctl: priority: refused by cudawd: pid %ld belongs to another user "
+                    "(only its owner or root may change it)\n", pid);
+    return EXIT_PERMISSION;
+  }
+  if (reply.status) {
+    fprintf(stderr, "cudaw-ctl: priority: %s\n", strerror(-reply.status));
+    return EXIT_FAILED;
+  }
+  if (json) printf("{\"ok\":true,\"pid\":%ld,\"priority\":%ld}\n", pid, value);
+  else printf("pid %ld: priority %ld\n", pid, value);
+  return EXIT_OK;
 }

@@ -36,6 +36,7 @@ static void usage(FILE *out)
           "              [--swap-timeout SEC] [--gpu-list DIR|none] [--metrics-file PATH]\n"
           "              [--host-memory SIZE|N%%|off] [--max-per-user N]\n"
           "              [--client-timeout SEC] [--log-max SIZE] [--verbose]\n"
+          "       cudawd --help | --version\n"
           "\n"
           "Schedules the programs run with `cudaw run --share` (CUDAW_SHARE=1) on this machine's\n"
           "GPUs: an allocation that does not fit waits while programs whose turn is over are\n"
@@ -111,14 +112,24 @@ static int parse_args(int argc, char **argv, struct sched_config *config)
     if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
       usage(stdout);
       exit(0);
+    } else if (!strcmp(arg, "--version")) {
+      printf("cudawd %s\n", CUDAW_VERSION);
+      exit(0);
     } else if (!strcmp(arg, "--verbose") || !strcmp(arg, "-v")) {
       config->verbose = true;
       continue;
     } else if (!strcmp(arg, "--system")) {
       config->system = true;
       continue;
+    } else if (strcmp(arg, "--quantum") && strcmp(arg, "--min-run") &&
+               strcmp(arg, "--device-memory") && strcmp(arg, "--swap-timeout") &&
+               strcmp(arg, "--gpu-list") && strcmp(arg, "--host-memory") &&
+               strcmp(arg, "--metrics-file") && strcmp(arg, "--max-per-user") &&
+               strcmp(arg, "--client-timeout") && strcmp(arg, "--log-max")) {
+      fprintf(stderr, "cudawd: unknown %s '%s'\n", arg[0] == '-' ? "option" : "argument", arg);
+      return -EINVAL;
     } else if (!value) {
-      fprintf(stderr, "cudawd: %s: unknown option or missing value\n", arg);
+      fprintf(stderr, "cudawd: %s needs a value\n", arg);
       return -EINVAL;
     } else if (!strcmp(arg, "--quantum")) {
       rc = parse_seconds(value, &config->quantum);
@@ -147,9 +158,6 @@ static int parse_args(int argc, char **argv, struct sched_config *config)
       if (strcmp(value, "0") != 0 &&
           (vmem_parse_size(value, 0, &config->log_max) != 0 || config->log_max < 65536))
         rc = -EINVAL;
-    } else {
-      fprintf(stderr, "cudawd: unknown option %s\n", arg);
-      return -EINVAL;
     }
     if (rc) {
       fprintf(stderr, "cudawd: %s %s: expected %s\n", arg, value,
@@ -573,13 +581,15 @@ int main(int argc, char **argv)
 {
   static struct daemon d;
   if (parse_args(argc, argv, &d.config) != 0) {
-    usage(stderr);
+    fprintf(stderr, "Try 'cudawd --help'.\n");
     return 2;
   }
+  static const char *const read_here[] = {"CUDAW_STRICT", "CUDAW_RUN_DIR", "CUDAW_SCHED_SOCKET",
+                                          "CUDAW_SCHED_HOST_MEMORY", NULL};
+  int bad_options = ckpt_options_check_env("cudawd", read_here);
+  if (bad_options) return bad_options;
   struct ckpt_options options;
-  char error[160] = "";
-  if (ckpt_options_from_env(&options, error, sizeof error) != 0)
-    fprintf(stderr, "cudawd: %s\n", error);
+  ckpt_options_from_env(&options, NULL, 0); /* invalid values were named just above */
   if (!d.config.host_memory_set && options.sched_host_memory[0]) {
     if (pool_parse_size(options.sched_host_memory, &d.config.host_memory) != 0) {
       fprintf(stderr, "cudawd: CUDAW_SCHED_HOST_MEMORY=%s: expected a size such as 64G, N%% of "

@@ -8,4 +8,8 @@
  * cudaw-ctl's exit code. */
 int sched_ctl_main(int count, const char *const *args, bool json);
 
+/* From checkpoint/ctl.c: "cudaw-ctl: <message>" and the pointer to --help on stderr; returns the
+ * usage exit code (2). */
+int ctl_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 #endif

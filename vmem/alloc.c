@@ -57,7 +57,10 @@ static int chunk_create(int device, uint64_t va_granules, uint64_t backed, bool 
   struct device_state *d = &s->device[device];
   /* Kept memory counts against the quota too, unless this chunk takes it. */
   uint64_t kept = d->kept_bytes - (!arena && vmem_backing_kept(device, backed) ? backed : 0);
-  if (s->mem_limit && d->held + d->charged + kept + backed > s->mem_limit) return -ENOMEM;
+  if (s->mem_limit && d->held + d->charged + kept + backed > s->mem_limit) {
+    s->quota_refusals++;
+    return -ENOMEM;
+  }
   struct chunk *c = calloc(1, sizeof(*c));
   if (!c) return -ENOMEM;
   c->device = device;

@@ -100,6 +100,7 @@ struct vmem_space {
   uint64_t extent_count, extent_capacity, live_chunks;
   int devices;
   uint64_t mem_limit;
+  uint64_t quota_refusals; /* chunks and charges mem_limit refused (vmem_quota_refusals) */
   uint64_t slab_max_bytes; /* see struct vmem_config */
   struct device_state *device;
   uint64_t epoch, released_chunks;

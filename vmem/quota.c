@@ -1,5 +1,5 @@
-/* The per-device quota: the cudaMemGetInfo view that respects CUDAW_MEM_LIMIT (parsed by size.c).
- * Enforcement itself is one comparison where chunks are created (alloc.c). */
+/* The per-device quota (CUDAW_MEM_LIMIT, parsed by size.c) and the cudaMemGetInfo view that
+ * respects it. Enforcement itself is one comparison where chunks are created (alloc.c). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,8 +39,12 @@ static int charge_once(int device, uint64_t bytes, bool *could_trim) {
   if (s->initialized && device >= 0 && device < s->devices) {
     struct device_state *d = &s->device[device];
     rc = 0;
-    if (s->mem_limit && d->held + d->charged + d->kept_bytes + bytes > s->mem_limit) rc = -ENOMEM;
-    else d->charged += bytes;
+    if (s->mem_limit && d->held + d->charged + d->kept_bytes + bytes > s->mem_limit) {
+      rc = -ENOMEM;
+      s->quota_refusals++;
+    } else {
+      d->charged += bytes;
+    }
     *could_trim = d->empty_arenas != 0 || d->kept_count != 0;
   }
   pthread_mutex_unlock(&s->lock);
@@ -52,6 +56,19 @@ int vmem_quota_charge(int device, uint64_t bytes) {
   int rc = charge_once(device, bytes, &could_trim);
   if (rc == -ENOMEM && could_trim && vmem_trim() == 0) rc = charge_once(device, bytes, &could_trim);
   return rc;
+}
+
+uint64_t vmem_quota_refusals(int device, uint64_t *held_bytes) {
+  struct vmem_space *s = &vmem_space;
+  pthread_mutex_lock(&s->lock);
+  uint64_t refusals = s->quota_refusals;
+  if (held_bytes) {
+    const struct device_state *d =
+        s->initialized && device >= 0 && device < s->devices ? &s->device[device] : NULL;
+    *held_bytes = d ? d->held + d->charged + d->kept_bytes : 0;
+  }
+  pthread_mutex_unlock(&s->lock);
+  return refusals;
 }
 
 void vmem_quota_uncharge(int device, uint64_t bytes) {

@@ -236,6 +236,10 @@ int vmem_mem_info(int device, uint64_t *free_bytes, uint64_t *total_bytes);
 int vmem_quota_charge(int device, uint64_t bytes);
 void vmem_quota_uncharge(int device, uint64_t bytes);
 
+/* How many chunks and charges CUDAW_MEM_LIMIT has refused so far (only ever grows; a refusal a
+ * trim then satisfied counts too), and what counts against the limit on `device` now
+ * (*held_bytes, may be NULL). */
+uint64_t vmem_quota_refusals(int device, uint64_t *held_bytes);
 
 enum vmem_check_kind {
   VMEM_CHECK_OK,          /* inside one live allocation */

@@ -8,6 +8,7 @@ static atomic_uchar missing_logged[SHIM_FN_COUNT];
 
 static int report_missing(enum shim_fn_id id)
 {
+  shim_options_first_call();
   if (shim_init_error) return cudaErrorInitializationError;
   if (!atomic_exchange(&missing_logged[id], 1))
     shim_warn("%s is not in the real runtime %s; returning cudaErrorNotSupported",
@@ -36,6 +37,7 @@ shim_real_fn shim_trampoline_resolve(unsigned id);
 shim_real_fn shim_trampoline_resolve(unsigned id)
 {
   if (!atomic_load_explicit(&shim_ready, memory_order_acquire)) shim_init();
+  if (shim_depth == 0) shim_options_first_call();
   if (shim_depth == 0) shim_gate_wait_open();
   shim_real_fn real = id < SHIM_FN_COUNT ? shim_real_table[id] : NULL;
   if (!real) {

@@ -97,6 +97,7 @@ int shim_gate_setup(int membarrier_wanted)
 struct shim_gate_slot *shim_gate_register(void)
 {
   if (!atomic_load_explicit(&shim_ready, memory_order_acquire)) shim_init();
+  shim_options_first_call();
   shim_gate_setup(1);
   pthread_mutex_lock(&slots_lock);
   struct shim_gate_slot *slot = spare_slots;

@@ -17,13 +17,8 @@ static const char *const level_names[] = {"error", "warn", "info", "debug"};
 void shim_log_open(void)
 {
   const char *level = cudaw_option("CUDAW_LOG");
-  int known = 0;
-  for (int i = SHIM_LOG_ERROR; i <= SHIM_LOG_DEBUG; i++) {
-    if (strcmp(level, level_names[i]) == 0) {
-      shim_log_level = i;
-      known = 1;
-    }
-  }
+  for (int i = SHIM_LOG_ERROR; i <= SHIM_LOG_DEBUG; i++) /* validated: one of them */
+    if (strcmp(level, level_names[i]) == 0) shim_log_level = i;
   const char *file = cudaw_option("CUDAW_LOG_FILE");
   if (*file) {
     int fd = open(file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -33,7 +28,6 @@ void shim_log_open(void)
       shim_warn("cannot open CUDAW_LOG_FILE=%s: %s; logging to standard error", file,
                 strerror(errno));
   }
-  if (!known) shim_warn("CUDAW_LOG=%s is not one of error, warn, info, debug; using warn", level);
 }
 
 static void write_line(enum shim_log_level level, const char *fmt, va_list ap)

@@ -1,6 +1,7 @@
-/* The one table of CUDAW_* environment options: name, default, one-line meaning. Shared by the
- * library and the launcher (`cudaw options`, `cudaw --help`; `--markdown` gives docs/options.md's
- * table, which a test keeps equal to it). */
+/* The one table of CUDAW_* environment options: name, default, what it accepts, one-line meaning.
+ * Shared by the library and the launcher (`cudaw options`, `cudaw --help`; `--markdown` gives
+ * docs/options.md's table, which a test keeps equal to it). The rows are struct ckpt_option_info
+ * (ckpt.h): the checkpoint module's own rows are merged in, and its checker validates all. */
 #ifndef CUDAW_OPTIONS_H
 #define CUDAW_OPTIONS_H
 
@@ -8,17 +9,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-struct cudaw_option {
-  const char *name;      /* environment variable */
-  const char *fallback;  /* default, as the user would write it */
-  const char *meaning;   /* one line */
-};
-
-extern const struct cudaw_option cudaw_options[];
-extern const unsigned cudaw_option_count;
-
-/* The option's value: the environment's if set and non-empty, else its default. NULL for a
- * name that is not in the table (a programming error, logged by the caller). */
+/* The option's value: the environment's if set, non-empty and valid (see
+ * cudaw_options_validate), else its default. NULL for a name that is not in the table (a
+ * programming error, logged by the caller). */
 const char *cudaw_option(const char *name);
 
 /* Lookups made through cudaw_option, for the start-up profile: always counted, timed (ns) once
@@ -26,17 +19,29 @@ const char *cudaw_option(const char *name);
 void cudaw_options_time(int on);
 void cudaw_options_stats(uint64_t *count, uint64_t *ns);
 
-/* A 0/1 option: 0 or 1 as given; the default for any other value, with *invalid set (the
- * caller logs it, naming the variable). */
-int cudaw_option_flag(const char *name, int *invalid);
+/* A 0/1 option (validated): 1 when it is 1. */
+int cudaw_option_flag(const char *name);
 
-/* The merged table: the rows above, then the checkpoint module's (ckpt_option_table in ckpt.h).
- * Static data, built at the first call. */
+/* Called with one line per problem: "NAME=value: expected ..." (with the row's default), or for
+ * an unknown name "NAME is not a cudaw option ..." (default NULL). */
+typedef void cudaw_option_report(const char *line, const char *default_value, void *ctx);
+
+/* Check every row's value in the environment, once at start: each invalid one is reported and
+ * from then on read as unset (cudaw_option gives its default). Returns how many were invalid. */
+unsigned cudaw_options_validate(cudaw_option_report *report, void *ctx);
+
+/* Report each CUDAW_* name in the environment that is no row of the table (CUDAW_EMU_*, the
+ * emulated device's, excepted), with the closest row's name when it looks like a typo. Returns
+ * how many. */
+unsigned cudaw_options_unknown(cudaw_option_report *report, void *ctx);
+
+/* The merged table: the rows of core/options.c, then the checkpoint module's (ckpt_option_table
+ * in ckpt.h). Static data, built at the first call. */
 struct ckpt_option_info;
 const struct ckpt_option_info *cudaw_options_table(size_t *count);
 
-/* Print the whole table (these rows and the checkpoint module's; see cudaw_options_table in
- * ckpt.h), aligned, one option per line (markdown when `markdown` is nonzero). */
+/* Print the whole table aligned, each option with its default, meaning and what it accepts
+ * (markdown when `markdown` is nonzero). */
 void cudaw_options_print(FILE *out, int markdown);
 
 #endif

@@ -75,10 +75,7 @@ static void forget_in_child(void) { atomic_store_explicit(&timed, 0, memory_orde
 
 int shim_profile_setup(void)
 {
-  int invalid, on = cudaw_option_flag("CUDAW_PROFILE", &invalid);
-  if (invalid)
-    shim_warn("CUDAW_PROFILE=%s is not 0 or 1; using the default (%d)",
-              cudaw_option("CUDAW_PROFILE"), on);
+  int on = cudaw_option_flag("CUDAW_PROFILE");
   cudaw_options_time(on);
   atomic_store_explicit(&timed, on, memory_order_relaxed);
   if (on) pthread_atfork(NULL, NULL, forget_in_child);

@@ -49,6 +49,11 @@ extern int shim_init_error;
  * the first API call, whichever comes first. */
 void shim_init(void);
 
+/* At a thread's first CUDA call (and wherever a call finds no real entry point): say what the
+ * options' check found at start, once, and stop the program (exit status CUDAW_EXIT_BAD_OPTION)
+ * when an option is invalid under CUDAW_STRICT=1. One atomic load once said. */
+void shim_options_first_call(void);
+
 /* A start step: work of a layer above the core that shim_init runs once the real runtime has
  * loaded (starting the checkpoint module, joining cudawd, a layer offering a hook to another),
  * in increasing order, timed as profile phase `phase` (-1: not timed). The core does not name

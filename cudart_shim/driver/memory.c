@@ -220,7 +220,7 @@ SHIM_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsig
   uint64_t charged = 0;
   CUresult result = CUDA_SUCCESS;
   if (bytesize && use_vmem(&device)) {
-    if (vmem_quota_charge(device, bytesize) != 0)
+    if (shim_vmem_charge(device, bytesize) != 0)
       result = CUDA_ERROR_OUT_OF_MEMORY;
     else
       charged = bytesize;

@@ -77,6 +77,7 @@ static atomic_uchar missing_logged[SHIM_DRV_COUNT];
 
 static CUresult report_missing(enum shim_drv_id id)
 {
+  shim_options_first_call();
   if (!shim_drv_loaded()) return CUDA_ERROR_NOT_INITIALIZED;
   if (!atomic_exchange(&missing_logged[id], 1))
     shim_warn("%s is not in the real driver; returning CUDA_ERROR_NOT_SUPPORTED",
@@ -103,6 +104,7 @@ shim_real_fn shim_drv_trampoline_resolve(unsigned id);
 shim_real_fn shim_drv_trampoline_resolve(unsigned id)
 {
   if (!atomic_load_explicit(&shim_ready, memory_order_acquire)) shim_init();
+  if (shim_depth == 0) shim_options_first_call();
   if (shim_depth == 0) shim_gate_wait_open();
   shim_real_fn real = id < SHIM_DRV_COUNT ? shim_drv_resolve((enum shim_drv_id)id) : NULL;
   if (!real) {

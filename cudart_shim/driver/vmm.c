@@ -147,7 +147,7 @@ SHIM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
   h->refs = 1;
   h->device = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? prop->location.id : -1;
   if (h->device >= 0 && shim_vmem_running()) {
-    if (vmem_quota_charge(h->device, size) != 0) goto out;
+    if (shim_vmem_charge(h->device, size) != 0) goto out;
     h->charged = size;
   }
   result = REAL(cuMemCreate)(&h->real, size, prop, flags);

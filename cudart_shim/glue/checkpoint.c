@@ -400,10 +400,7 @@ static int restore_stacks(void)
 static void *test_move_block(void)
 {
   static int wanted = -1;
-  if (wanted < 0) {
-    int invalid;
-    wanted = cudaw_option_flag("CUDAW_TEST_MOVE", &invalid) == 1;
-  }
+  if (wanted < 0) wanted = cudaw_option_flag("CUDAW_TEST_MOVE");
   void *block = NULL;
   if (!wanted || vmem_policy() != VMEM_TRANSLATE || !shim_vmem_running()) return NULL;
   if (REAL_CALL(cudaMalloc, &block, (size_t)2 << 20) != 0) return NULL;
@@ -938,6 +935,28 @@ static int mem_held_nvml(int device, uint64_t *bytes)
   return 0;
 }
 
+/* The device memory that stays when vmem does not hold the program's: the process's own figure
+ * from NVML where it has one, else the device's used memory (total - free: the emulated device
+ * counts this process only; a GPU counts every process on it). */
+static int memory_not_held(void *ctx, uint64_t *bytes, char *why, size_t len)
+{
+  if (!shim_vmem_not_running(why, len)) return 0;
+  *bytes = 0;
+  int devices = 0, current = 0;
+  if (REAL_CALL(cudaGetDeviceCount, &devices) != 0) return 1;
+  REAL_CALL(cudaGetDevice, &current);
+  for (int d = 0; d < devices; d++) {
+    uint64_t held = 0;
+    size_t free_bytes = 0, total = 0;
+    if (mem_held(ctx, d, &held) == 0 && held) *bytes += held;
+    else if (REAL_CALL(cudaSetDevice, d) == 0 &&
+             REAL_CALL(cudaMemGetInfo, &free_bytes, &total) == 0 && total > free_bytes)
+      *bytes += total - free_bytes;
+  }
+  REAL_CALL(cudaSetDevice, current);
+  return 1;
+}
+
 /* ---- log and start ------------------------------------------------------------------------- */
 
 static void log_message(void *ctx, int level, const char *message)
@@ -1012,6 +1031,7 @@ static const struct ckpt_host_ops host_ops = {
   .park_other = park_other,
   .unpark_other = unpark_other,
   .mem_held = mem_held,
+  .memory_not_held = memory_not_held,
   .device_bytes = device_bytes,
   .refuse_checkpoint = refuse_checkpoint,
   .status_extra = status_extra,

@@ -29,8 +29,7 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static void init(void)
 {
   kparam_set_log(route_log);
-  int invalid; /* reported by vmem's start, which reads it too */
-  shim_kparam_check = cudaw_option_flag("CUDAW_CHECK", &invalid);
+  shim_kparam_check = cudaw_option_flag("CUDAW_CHECK");
 }
 
 void shim_kparam_init(void) { pthread_once(&init_once, init); }

@@ -34,8 +34,15 @@ void shim_vmem_forget_frees(void);
 /* Forget the tracked allocations of `device` (destroyed by a reset), uncharging nothing. */
 void shim_mem_forget_device(int device);
 
+/* vmem_quota_charge (CUDAW_MEM_LIMIT), with the limit's one warning when it refuses. */
+int shim_vmem_charge(int device, uint64_t bytes);
+
 /* Nonzero once vmem runs (cheap; never starts it). */
 int shim_vmem_running(void);
+
+/* 1 when the program allocated but vmem does not run (off, or it could not start), with why in
+ * `why` ("vmem off (CUDAW_VMEM=off)"); 0 when vmem runs or nothing was allocated yet. */
+int shim_vmem_not_running(char *why, size_t len);
 
 /* 0 / -errno from vmem or the shim -> the cudaError_t the real runtime would return. */
 cudaError_t shim_error_from_errno(int rc);

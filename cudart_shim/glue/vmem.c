@@ -31,6 +31,7 @@ int shim_vmem_check_all;
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int started;
 static int vmem_status = -ENODEV; /* 0 once vmem runs; else why it does not */
+static uint64_t mem_limit;         /* CUDAW_MEM_LIMIT in bytes (0: none), for its warning */
 /* Peer access the program enabled (bit p of peers[d]: device d may access device p's memory),
  * under start_lock: a program may enable it before its first allocation starts vmem, and vmem
  * starts over after a cudaDeviceReset, so the shim keeps the record and hands it to each start. */
@@ -69,22 +70,15 @@ static int read_config(const struct vmem_prims *prims, void *ctx, struct vmem_co
     shim_error("CUDAW_VMEM=%s: expected auto, remap, translate or off", cudaw_option("CUDAW_VMEM"));
     return -EINVAL;
   }
-  int invalid;
-  config->check = cudaw_option_flag("CUDAW_CHECK", &invalid);
-  if (invalid)
-    shim_warn("CUDAW_CHECK=%s is not 0 or 1; using the default (%d)", cudaw_option("CUDAW_CHECK"),
-              config->check);
+  config->check = cudaw_option_flag("CUDAW_CHECK");
   /* Identity placement (translate): pointers stored in device memory stay valid until a resume
    * moves memory. CUDAW_CHECK keeps every pointer in the range instead, where a freed or stray
    * one is recognised as cudaw's and reported; a freed identity address is the device's again. */
-  config->identity = cudaw_option_flag("CUDAW_VMEM_IDENTITY", &invalid);
-  if (invalid)
-    shim_warn("CUDAW_VMEM_IDENTITY=%s is not 0 or 1; using the default (%d)",
-              cudaw_option("CUDAW_VMEM_IDENTITY"), config->identity);
+  config->identity = cudaw_option_flag("CUDAW_VMEM_IDENTITY");
   if (config->check) config->identity = 0;
   /* A resume re-creates memory at its old addresses where the device has VMM; CUDAW_TEST_MOVE
    * asks for a move instead (glue/checkpoint.c). */
-  config->in_place = cudaw_option_flag("CUDAW_TEST_MOVE", &invalid) != 1 ? 2 : 0;
+  config->in_place = cudaw_option_flag("CUDAW_TEST_MOVE") ? 0 : 2;
   /* Sharing a GPU: memory a program frees must leave the device at once, or cudawd counts it as
    * held by someone else and nobody can give it back: no slabs at a resume (a freed chunk keeps
    * its slab's memory until the slab goes). A resume then maps every chunk on its own. */
@@ -103,6 +97,7 @@ static int read_config(const struct vmem_prims *prims, void *ctx, struct vmem_co
       shim_error("CUDAW_MEM_LIMIT=%s: expected bytes, K/M/G/T or a percentage", limit);
       return -EINVAL;
     }
+    mem_limit = config->mem_limit;
   }
   return 0;
 }
@@ -291,6 +286,20 @@ int shim_vmem_running(void)
   return atomic_load_explicit(&vmem_fast.size, memory_order_acquire) != 0;
 }
 
+int shim_vmem_not_running(char *why, size_t len)
+{
+  pthread_mutex_lock(&start_lock);
+  int status = atomic_load_explicit(&started, memory_order_relaxed) ? vmem_status : 0;
+  pthread_mutex_unlock(&start_lock);
+  if (status == 0) return 0;
+  if (status == -ECANCELED) snprintf(why, len, "vmem off (CUDAW_VMEM=off)");
+  else if (status == -ENOTSUP)
+    snprintf(why, len, "vmem off (translate refused: a library that launches without the "
+             "runtime is loaded)");
+  else snprintf(why, len, "vmem not started (%s; see the program's log)", strerror(-status));
+  return 1;
+}
+
 /* A virtual pointer whose memory is not backed (never allocated, freed, released) is passed on
  * unchanged: it lies in a PROT_NONE host range, so the real runtime rejects it as invalid. */
 const void *shim_translate_slow(const void *p)
@@ -371,8 +380,33 @@ static int suspend_start_wait(int device, uint64_t size, void **ptr)
   return rc;
 }
 
+/* The program sees only "out of memory" when the limit refuses: say once that it was cudaw's
+ * limit, with the figures (later refusals would flood a program that retries smaller sizes). */
+static void limit_refused(int device, uint64_t asked)
+{
+  static atomic_bool said;
+  if (atomic_exchange(&said, true)) return;
+  uint64_t held = 0;
+  vmem_quota_refusals(device, &held);
+  char asked_text[32], held_text[32], limit_text[32];
+  ckpt_format_bytes(asked, asked_text, sizeof asked_text);
+  ckpt_format_bytes(held, held_text, sizeof held_text);
+  ckpt_format_bytes(mem_limit, limit_text, sizeof limit_text);
+  shim_warn("CUDAW_MEM_LIMIT refused an allocation of %s on device %d: %s held, limit %s; the "
+            "program gets out of memory (said once; further refusals are not logged)",
+            asked_text, device, held_text, limit_text);
+}
+
+int shim_vmem_charge(int device, uint64_t bytes)
+{
+  int rc = vmem_quota_charge(device, bytes);
+  if (rc == -ENOMEM) limit_refused(device, bytes);
+  return rc;
+}
+
 cudaError_t shim_vmem_alloc_on(int device, void **ptr, uint64_t size)
 {
+  uint64_t refusals = vmem_quota_refusals(device, NULL);
   if (shim_translate_end && !shim_drv_routing() && check_late_libraries() != 0)
     return cudaErrorNotSupported;
   shim_vmem_reap_frees(0);
@@ -396,6 +430,7 @@ cudaError_t shim_vmem_alloc_on(int device, void **ptr, uint64_t size)
   shim_sched_allocated(device);
   if (rc == 0) shim_vmem_note_device(device);
   if (rc == -ENOMEM) shim_sched_failed(device, size, rc);
+  if (rc == -ENOMEM && vmem_quota_refusals(device, NULL) != refusals) limit_refused(device, size);
   return shim_error_from_errno(rc);
 }
 

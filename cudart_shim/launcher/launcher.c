@@ -27,10 +27,13 @@ static void usage(FILE *out)
           "       cudaw cdi generate [--output FILE]   write a CDI spec for containers (--help)\n"
           "       cudaw options [--markdown]           print the CUDAW_* options (--markdown: the\n"
           "                                            table of docs/options.md)\n"
-          "       cudaw --version\n"
+          "       cudaw --help | --version\n"
           "\nAny CUDA program works: the shared runtime is replaced, a static runtime (nvcc's\n"
           "default), CuPy, JAX and NVIDIA's libraries are seen through the driver layer.\n"
           "Pause and resume it with cudaw-ctl. Documentation: docs/ in cudaw's sources.\n\n"
+          "Exit status: the command's; 2 a usage error, 78 an invalid CUDAW_* value (cudaw run\n"
+          "checks them before it starts the command; CUDAW_STRICT=0 runs on, ignoring them),\n"
+          "126/127 the command cannot be run.\n\n"
           "Options (environment):\n",
           CUDAW_LIB_NAME);
   cudaw_options_print(out, 0);
@@ -149,46 +152,79 @@ static int run_cdi(const char *libdir, int argc, char **argv)
   return 127;
 }
 
+static int no_libdir(void)
+{
+  fprintf(stderr, "cudaw: cannot find %s next to this launcher (looked in ../%s and ../lib)\n",
+          CUDAW_LIB_NAME, CUDAW_INSTALL_LIBDIR);
+  return 127;
+}
+
+/* One line naming what is wrong, then where to look: exit status 2. */
+static int usage_error(const char *what, const char *arg)
+{
+  fprintf(stderr, "cudaw: %s%s%s%s\nTry 'cudaw --help'.\n", what, arg ? " '" : "", arg ? arg : "",
+          arg ? "'" : "");
+  return 2;
+}
+
+static void print_invalid(const char *line, const char *default_value, void *ctx)
+{
+  (void)default_value;
+  (void)ctx;
+  fprintf(stderr, "cudaw: %s\n", line);
+}
+
 int main(int argc, char **argv)
 {
-  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-    usage(argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
+  if (argc < 2) return usage_error("no command given", NULL);
+  const char *command = argv[1];
+  if (!strcmp(command, "--help") || !strcmp(command, "-h")) {
+    usage(stdout);
+    return 0;
   }
-  if (!strcmp(argv[1], "--version")) {
+  if (!strcmp(command, "--version")) {
     printf("cudaw %s (%s)\n", CUDAW_VERSION, CUDAW_LIB_NAME);
     return 0;
   }
-  if (!strcmp(argv[1], "options")) {
-    cudaw_options_print(stdout, argc > 2 && !strcmp(argv[2], "--markdown"));
+  if (!strcmp(command, "options")) {
+    if (argc > 3 || (argc == 3 && strcmp(argv[2], "--markdown")))
+      return usage_error("options: unknown argument", argv[2]);
+    cudaw_options_print(stdout, argc == 3);
     return 0;
   }
+  if (strcmp(command, "libdir") && strcmp(command, "run") && strcmp(command, "cdi"))
+    return usage_error(command[0] == '-' ? "unknown option" : "unknown command", command);
+  if (!strcmp(command, "libdir") && argc > 2)
+    return usage_error("libdir: unexpected argument", argv[2]);
   char libdir[PATH_MAX];
-  if (find_libdir(libdir, sizeof libdir) != 0) {
-    fprintf(stderr, "cudaw: cannot find %s next to this launcher (looked in ../%s and ../lib)\n",
-            CUDAW_LIB_NAME, CUDAW_INSTALL_LIBDIR);
-    return 127;
+  if (!strcmp(command, "cdi")) { /* its arguments are cudaw-cdi's to check */
+    if (find_libdir(libdir, sizeof libdir) != 0) return no_libdir();
+    return run_cdi(libdir, argc, argv);
   }
-  if (!strcmp(argv[1], "libdir")) {
+  int first = 2;
+  bool share = false;
+  for (; first < argc && argv[first][0] == '-'; first++) {
+    if (!strcmp(argv[first], "--")) {
+      first++;
+      break;
+    }
+    if (strcmp(argv[first], "--share")) return usage_error("run: unknown option", argv[first]);
+    share = true;
+  }
+  if (!strcmp(command, "run") && first >= argc) return usage_error("run: no command given", NULL);
+  if (find_libdir(libdir, sizeof libdir) != 0) return no_libdir();
+  if (!strcmp(command, "libdir")) {
     printf("%s\n", libdir);
     return 0;
   }
-  if (!strcmp(argv[1], "cdi")) return run_cdi(libdir, argc, argv);
-  if (strcmp(argv[1], "run") != 0) {
-    fprintf(stderr, "cudaw: unknown command '%s'\n", argv[1]);
-    usage(stderr);
-    return 2;
+  /* The library would stop the program at its first CUDA call; before it starts is better.
+   * Unknown names and, under CUDAW_STRICT=0, ignored values are the library's to say. */
+  if (ckpt_options_strict() && cudaw_options_validate(print_invalid, NULL)) {
+    fprintf(stderr, "cudaw: not starting %s (exit status %d): fix the value, or set "
+            "CUDAW_STRICT=0 to ignore invalid values\n", argv[first], CUDAW_EXIT_BAD_OPTION);
+    return CUDAW_EXIT_BAD_OPTION;
   }
-  int first = 2;
-  if (first < argc && !strcmp(argv[first], "--share")) {
-    first++;
-    if (setenv("CUDAW_SHARE", "1", 1) != 0 || ensure_cudawd() != 0) return 127;
-  }
-  if (first < argc && !strcmp(argv[first], "--")) first++;
-  if (first >= argc) {
-    fprintf(stderr, "cudaw run: no command given\n");
-    return 2;
-  }
+  if (share && (setenv("CUDAW_SHARE", "1", 1) != 0 || ensure_cudawd() != 0)) return 127;
   char lib[PATH_MAX + 64];
   snprintf(lib, sizeof lib, "%s/%s", libdir, CUDAW_LIB_NAME);
   if (prepend("LD_LIBRARY_PATH", libdir, ':') || prepend("LD_PRELOAD", lib, ':')) {

@@ -39,7 +39,7 @@ static cudaError_t track_array(enum shim_mem_kind kind, void *handle,
   record.size = array_bytes(kind, handle, record.device, desc, extent, levels);
   if (shim_vmem_start() == 0) {
     uint64_t bytes = record.size;
-    if (vmem_quota_charge(record.device, bytes) != 0) {
+    if (shim_vmem_charge(record.device, bytes) != 0) {
       if (kind == SHIM_MEM_ARRAY) SHIM_REAL(cudaFreeArray)(handle);
       else SHIM_REAL(cudaFreeMipmappedArray)(handle);
       return shim_set_last_error(cudaErrorMemoryAllocation);

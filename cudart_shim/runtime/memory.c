@@ -112,7 +112,7 @@ SHIM_EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned i
   int device = 0;
   uint64_t charged = 0;
   if (size && shim_vmem_start() == 0 && shim_current_device(&device) == cudaSuccess) {
-    if (vmem_quota_charge(device, size) != 0) {
+    if (shim_vmem_charge(device, size) != 0) {
       shim_gate_leave();
       return shim_set_last_error(cudaErrorMemoryAllocation);
     }

@@ -24,6 +24,7 @@ atomic_int shim_ready = 1;
 int shim_init_error;
 shim_real_fn shim_real_table[SHIM_FN_COUNT];
 void shim_init(void) {}
+void shim_options_first_call(void) {}
 
 enum { FREE_WORKERS = 3, CHECKS_PER_CALL = 64, NOISE_LINES = 32 };
 

@@ -15,6 +15,7 @@ atomic_int shim_ready = 1;
 int shim_init_error;
 shim_real_fn shim_real_table[SHIM_FN_COUNT];
 void shim_init(void) {}
+void shim_options_first_call(void) {}
 
 static atomic_int entered, finished;
 static atomic_int hold_in_flight;

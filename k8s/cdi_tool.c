@@ -10,6 +10,8 @@
 
 #include "cdi.h"
 
+#define TRY_HELP "Try 'cudaw cdi --help'.\n"
+
 static void usage(FILE *out)
 {
   fprintf(out,
@@ -98,9 +100,12 @@ int main(int argc, char **argv)
       usage(stdout);
       return 0;
     }
-    fprintf(stderr, "cudaw cdi: expected 'generate'%s%s\n", i < argc ? ", got " : "",
+    if (i < argc && !strcmp(argv[i], "--version")) {
+      printf("cudaw cdi %s\n", CUDAW_VERSION);
+      return 0;
+    }
+    fprintf(stderr, "cudaw cdi: expected 'generate'%s%s\n" TRY_HELP, i < argc ? ", got " : "",
             i < argc ? argv[i] : "");
-    usage(stderr);
     return 2;
   }
   for (i++; i < argc; i++) {
@@ -110,7 +115,7 @@ int main(int argc, char **argv)
       return 0;
     }
     if (!value) {
-      fprintf(stderr, "cudaw cdi: %s needs a value (or is unknown)\n", opt);
+      fprintf(stderr, "cudaw cdi: %s needs a value (or is unknown)\n" TRY_HELP, opt);
       return 2;
     }
     i++;
@@ -147,8 +152,7 @@ int main(int argc, char **argv)
       }
       snprintf(request.version, sizeof request.version, "%s", value);
     } else {
-      fprintf(stderr, "cudaw cdi: unknown option %s\n", opt);
-      usage(stderr);
+      fprintf(stderr, "cudaw cdi: unknown option '%s'\n" TRY_HELP, opt);
       return 2;
     }
   }

@@ -78,12 +78,15 @@ int k8s_plugin_options(int argc, char **argv, struct k8s_plugin_config *config)
       usage(stdout);
       exit(0);
     }
+    if (!strcmp(argv[i], "--version")) {
+      printf("cudaw-k8s-plugin %s\n", CUDAW_VERSION);
+      exit(0);
+    }
     size_t id = 0;
     while (id < sizeof table / sizeof table[0] && strcmp(argv[i], table[id].name) != 0) id++;
     if (id == sizeof table / sizeof table[0] || i + 1 >= argc) {
-      fprintf(stderr, "cudaw-k8s-plugin: %s %s\n", argv[i],
+      fprintf(stderr, "cudaw-k8s-plugin: %s %s\nTry 'cudaw-k8s-plugin --help'.\n", argv[i],
               id == sizeof table / sizeof table[0] ? "is not an option" : "needs a value");
-      usage(stderr);
       return 2;
     }
     const char *value = argv[++i];

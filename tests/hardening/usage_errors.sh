@@ -72,11 +72,22 @@ expect cudawd "--bogus" "unknown option '--bogus'"
 expect cudawd "stray" "unknown argument 'stray'"
 expect cudawd "--quantum" "--quantum needs a value"
 expect cudawd "--quantum soon" "--quantum soon: expected a number of seconds"
+expect cudawd "--max-per-user 0" "--max-per-user 0: expected a number of programs from 1 to 64"
+expect cudawd "--log-max 1K" "--log-max 1K: expected a size of at least 64K, or 0 (never rotate)"
 expect cudaw-kparam "" "no file given"
 expect cudaw-kparam "--bogus" "unknown option --bogus"
 expect cudaw-kparam "--arch" "--arch needs a value"
 
-for tool in cudaw cudaw-ctl cudawd cudaw-kparam cudaw-ckpt-driver; do
+# The Kubernetes device plugin is built only where Debian's gRPC is installed.
+k8s_plugin=""; [ -x "$bin/cudaw-k8s-plugin" ] && k8s_plugin=cudaw-k8s-plugin
+[ -n "$k8s_plugin" ] && expect cudaw-k8s-plugin "--bogus" "--bogus is not an option"
+# cudaw-cdi runs as 'cudaw cdi', and says so.
+cases=$((cases + 1))
+"$bin/cudaw" cdi generate --bogus x > "$tmp/out" 2> "$tmp/err"
+if [ $? -ne 2 ] || [ "$(cat "$tmp/err")" != "$(printf "cudaw cdi: unknown option '--bogus'\nTry 'cudaw cdi --help'.")" ]; then
+  fail "cudaw cdi generate --bogus: $(cat "$tmp/err")"
+fi
+for tool in cudaw cudaw-ctl cudawd cudaw-kparam cudaw-ckpt-driver $k8s_plugin; do
   cases=$((cases + 2))
   out=$("$bin/$tool" --version 2>&1)
   rc=$?

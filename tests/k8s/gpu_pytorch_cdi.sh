@@ -14,7 +14,7 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 nvidia-smi -L >/dev/null 2>&1 || { echo "skipped: no GPU"; exit 77; }
 mkdir -p "$OUT"
 fail() { echo "FAIL: $*"; exit 1; }
-train="python3 $SRC/examples/pytorch/train.py --steps ${STEPS:-400} --batch 256 --ballast-gib 8"
+train="python3 $SRC/examples/pytorch/train.py --steps ${STEPS:-400} --batch 256 --ballast-gib 8 --step-delay 0.02"
 daemon=
 cleanup() { [ -n "$daemon" ] && kill "$daemon" 2>/dev/null; wait 2>/dev/null; }
 trap cleanup EXIT
@@ -54,9 +54,10 @@ done
 inner=$(awk '/^NSpid:/ { print $NF }' "/proc/$hp/status")
 echo "container job: host pid $hp, pid $inner inside"
 tr '\0' '\n' < "/proc/$hp/environ" | grep -E "^CUDAW_(MEM_LIMIT|SHARE|SCHED_SOCKET|RUN_DIR)=|^LD_PRELOAD=" | sed 's/^/  /'
-"$B/bin/cudaw-ctl" list | grep -E "^ *PID|^$hp " || fail "cudaw-ctl list does not show host pid $hp"
-CUDAW_SCHED_SOCKET=/run/cudaw/sched/cudawd.sock "$B/bin/cudaw-ctl" sched | grep -E "^$hp |PID" ||
-  fail "cudawd does not list host pid $hp"
+"$B/bin/cudaw-ctl" list > "$OUT/list.txt" 2>&1
+grep -E "^ *$hp " "$OUT/list.txt" || fail "cudaw-ctl list does not show host pid $hp: $(cat "$OUT/list.txt")"
+CUDAW_SCHED_SOCKET=/run/cudaw/sched/cudawd.sock "$B/bin/cudaw-ctl" sched > "$OUT/sched.txt" 2>&1
+grep -E "^$hp " "$OUT/sched.txt" || fail "cudawd does not list host pid $hp: $(cat "$OUT/sched.txt")"
 touch "$OUT/hold"   # the job waits between steps while we look: its losses stay comparable
 before=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
 "$B/bin/cudaw-ctl" checkpoint "$hp" || fail "checkpoint of host pid $hp"

@@ -29,8 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sched_proto.h"
-#include "test.h"
+#include "client.h"
 
 #define MIB (1024ull * 1024)
 #define CONNECTIONS 3000
@@ -42,53 +41,7 @@
 static char run_dir[64];
 static const char *ctl_path;
 
-static void sleep_ms(long ms)
-{
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
-  nanosleep(&ts, NULL);
-}
-
-static pid_t spawn(const char *const argv[], const char *log)
-{
-  pid_t pid = fork();
-  CHECK(pid >= 0, "fork: %s", strerror(errno));
-  if (pid == 0) {
-    if (log) {
-      int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-      if (fd >= 0) dup2(fd, 2);
-    }
-    execv(argv[0], (char *const *)argv);
-    _exit(127);
-  }
-  return pid;
-}
-
-static int connect_cudawd(void)
-{
-  struct sockaddr_un addr = {.sun_family = AF_UNIX};
-  snprintf(addr.sun_path, sizeof addr.sun_path, "%s/%s", run_dir, SCHED_SOCKET_NAME);
-  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  CHECK(fd >= 0);
-  struct timeval timeout = {5, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
-  if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-static bool snapshot(struct sched_snapshot *out)
-{
-  int fd = connect_cudawd();
-  if (fd < 0) return false;
-  struct sched_msg msg = {.version = SCHED_PROTO_VERSION, .type = SCHED_STATUS};
-  bool ok = send(fd, &msg, sizeof msg, MSG_NOSIGNAL) == (ssize_t)sizeof msg &&
-            recv(fd, out, sizeof *out, 0) == (ssize_t)sizeof *out;
-  close(fd);
-  return ok;
-}
+static bool snapshot(struct sched_snapshot *out) { return client_snapshot(run_dir, out); }
 
 /* One junk message of kind k (the menu below), sent as it is. */
 static void send_junk(int fd, unsigned k, unsigned r)
@@ -193,16 +146,6 @@ static int run_ctl_to(const char *path, const char *a, const char *b)
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-static bool file_has(const char *path, const char *text)
-{
-  FILE *f = fopen(path, "r");
-  char line[1024];
-  bool found = false;
-  while (f && !found && fgets(line, sizeof line, f)) found = strstr(line, text) != NULL;
-  if (f) fclose(f);
-  return found;
-}
-
 static void end_children(void)
 {
   signal(SIGTERM, SIG_IGN);
@@ -233,12 +176,12 @@ int main(int argc, char **argv)
   snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
   const char *dargv[] = {argv[1], "--device-memory", "96M", "--quantum", "0.5", "--min-run",
                          "0.2", "--swap-timeout", "5", "--gpu-list", gpus, NULL};
-  pid_t daemon = spawn(dargv, log);
+  pid_t daemon = client_spawn(dargv, log, false);
   struct sched_snapshot s;
   bool up = false;
   for (int i = 0; i < 200 && !up; i++) {
     up = snapshot(&s);
-    if (!up) sleep_ms(25);
+    if (!up) client_sleep_ms(25);
   }
   CHECK(up, "cudawd did not answer on %s", run_dir);
 
@@ -246,17 +189,17 @@ int main(int argc, char **argv)
   char beside_log[160];
   snprintf(beside_log, sizeof beside_log, "%s/beside.log", run_dir);
   const char *bargv[] = {argv[3], "33554432", "600", NULL};
-  pid_t beside = spawn(bargv, beside_log);
+  pid_t beside = client_spawn(bargv, beside_log, false);
 
   /* The junk: 3,000 connections, AT_ONCE at a time, 1-8 messages each; most close at once, the
    * others stay until the end of their batch. */
   srand(24);
   int open_fds[AT_ONCE], open_count = 0, refused = 0, statuses = 0;
   for (int c = 0; c < CONNECTIONS; c++) {
-    int fd = connect_cudawd();
+    int fd = client_connect(run_dir);
     if (fd < 0) {
       refused++;
-      sleep_ms(5);
+      client_sleep_ms(5);
       continue;
     }
     int messages = 1 + rand() % 8;
@@ -264,7 +207,7 @@ int main(int argc, char **argv)
     if (rand() % 4 == 0) open_fds[open_count++] = fd;
     else close(fd);
     if (open_count == AT_ONCE || c == CONNECTIONS - 1) {
-      sleep_ms(20);
+      client_sleep_ms(20);
       while (open_count) close(open_fds[--open_count]);
     }
     if (c % 500 == 499) {
@@ -278,7 +221,7 @@ int main(int argc, char **argv)
          CONNECTIONS, refused, statuses);
   CHECK(waitpid(beside, &status, 0) == beside && WIFEXITED(status) && WEXITSTATUS(status) == 0,
         "the job beside the junk failed (status %#x, log %s)", status, beside_log);
-  CHECK(!file_has(beside_log, "UNSCHEDULED") && !file_has(beside_log, "unshared"),
+  CHECK(!client_file_has(beside_log, "UNSCHEDULED") && !client_file_has(beside_log, "unshared"),
         "the job beside the junk ran unscheduled (%s)", beside_log);
   printf("the job beside the junk finished verified\n");
 
@@ -289,7 +232,7 @@ int main(int argc, char **argv)
     clean = true;
     for (int k = 0; k < s.programs; k++) clean &= s.program[k].state == SCHED_EXITED;
     for (int k = 0; k < s.devices; k++) clean &= s.device[k].users == 0 && s.device[k].resident == 0;
-    if (!clean) sleep_ms(25);
+    if (!clean) client_sleep_ms(25);
   }
   CHECK(clean, "junk programs or device slots are still held after the junk clients left");
   char out[160];
@@ -306,7 +249,7 @@ int main(int argc, char **argv)
   for (int i = 0; i < 2; i++) {
     snprintf(job_log[i], sizeof job_log[i], "%s/job%d.log", run_dir, i);
     const char *jargv[] = {argv[3], "75497472", "20", NULL};
-    jobs[i] = spawn(jargv, job_log[i]);
+    jobs[i] = client_spawn(jargv, job_log[i], false);
   }
   bool seen_on_device = false;
   for (int done = 0; done < 2;) {
@@ -321,7 +264,7 @@ int main(int argc, char **argv)
       for (int k = 0; k < s.devices; k++)
         seen_on_device |= !strncmp(s.device[k].key, EMU_KEY, 32) && s.device[k].users > 0 &&
                           s.device[k].resident >= 72 * MIB && s.device[k].capacity == 96 * MIB;
-    sleep_ms(50);
+    client_sleep_ms(50);
   }
   CHECK(snapshot(&s));
   uint64_t swaps = 0;
@@ -330,13 +273,13 @@ int main(int argc, char **argv)
   CHECK(seen_on_device, "the real jobs never held memory on the emulated device's slot");
   CHECK(swaps > 0, "the real jobs never took turns: they ran unscheduled");
   for (int i = 0; i < 2; i++)
-    CHECK(!file_has(job_log[i], "UNSCHEDULED") && !file_has(job_log[i], "unshared"),
+    CHECK(!client_file_has(job_log[i], "UNSCHEDULED") && !client_file_has(job_log[i], "unshared"),
           "job %d ran unscheduled after the junk (%s)", i, job_log[i]);
   CHECK(waitpid(daemon, &status, WNOHANG) == 0, "cudawd died");
   kill(daemon, SIGTERM);
   waitpid(daemon, NULL, 0);
   check_plain(log, false);
-  CHECK(file_has(log, "not the UUID of a GPU of this machine"),
+  CHECK(client_file_has(log, "not the UUID of a GPU of this machine"),
         "cudawd never refused a UUID that is no GPU of this machine");
   printf("after the junk: status, JSON and the table clean, slots free; two real jobs shared "
          "the device with %llu swaps\n", (unsigned long long)swaps);

@@ -2,12 +2,13 @@
 # Description: on a GPU machine (as root), a PyTorch job in a "container" made by applying
 # cudaw's generated CDI edits by hand, as an engine would (new pid and mount namespaces, the
 # spec's bind mounts read-only where it says, only the spec's environment added): device
-# cudaw.io/gpu=0-share-4, so the job runs under cudaw with a quarter of GPU 0's memory and joins
+# cudaw.io/gpu=0-share-2, so the job runs under cudaw with half of GPU 0's memory and joins
 # the node's system cudawd. From the host, by host pid: cudaw-ctl list and sched show it, a
 # checkpoint gives its memory back (nvidia-smi), a resume brings it back; its losses are
-# identical to a native run. Its 4 GiB ballast (and the 8 GiB its float64 sum takes) fit the share's
-# limit (20 GiB on an H100); 8 GiB did not: PyTorch then saw a GPU of 19.79 GiB and ran out of
-# memory, as a share should make it. Exit 77 without a GPU or root.
+# identical to a native run. Its 4 GiB ballast and the two 8 GiB float64 sums of it (PyTorch's
+# cache splits the first, so the second needs a block of its own) fit half an H100; a quarter
+# share (19.79 GiB) did not: PyTorch ran out of memory, as on a GPU of that size. Exit 77 without
+# a GPU or root.
 #   usage: tests/k8s/gpu_pytorch_cdi.sh BUILD_DIR [OUT_DIR]
 set -u
 B=$(cd "$1" && pwd) OUT=${2:-/tmp/cudaw-k8s-gpu}
@@ -32,9 +33,9 @@ daemon=$!
 for i in $(seq 50); do [ -S /run/cudaw/sched/cudawd.sock ] && break; sleep 0.1; done
 "$B/bin/cudaw" cdi generate --output "$OUT/cudaw.json" --cudawd-socket /run/cudaw/sched/cudawd.sock \
   --env CUDAW_LOG=info > "$OUT/cdi.log" 2>&1 || fail "cudaw cdi generate: $(cat "$OUT/cdi.log")"
-"$B/tests/k8s/k8s_cdi_edits" "$OUT/cudaw.json" cudaw.io/gpu=0-share-4 > "$OUT/edits" ||
-  fail "no device 0-share-4 in the spec"
-echo "edits of cudaw.io/gpu=0-share-4:"; sed 's/^/  /' "$OUT/edits"
+"$B/tests/k8s/k8s_cdi_edits" "$OUT/cudaw.json" cudaw.io/gpu=0-share-2 > "$OUT/edits" ||
+  fail "no device 0-share-2 in the spec"
+echo "edits of cudaw.io/gpu=0-share-2:"; sed 's/^/  /' "$OUT/edits"
 
 # The container: its own pid and mount namespaces, the edits, and nothing of cudaw but them.
 {

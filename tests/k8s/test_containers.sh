@@ -100,6 +100,8 @@ container() {
     printf 'exec setpriv --reuid=%s --regid=%s --clear-groups -- env -i PATH=/usr/bin:/bin' "$uid" "$uid"
     # The emulated device's own settings (a GPU has none): one 256 MiB device both share.
     printf " CUDAW_EMU_MEM=256M CUDAW_EMU_SHARED=all CUDAW_EMU_SHARED_KEY=%s" "${tmp#/tmp/}"
+    # A sanitizer build's library is instrumented: what ctest sets for it passes through.
+    [ -z "${ASAN_OPTIONS:-}" ] || printf " ASAN_OPTIONS=%s" "$ASAN_OPTIONS"
     awk '$1 == "env" { printf " '\''%s'\''", substr($0, 5) }' "$tmp/$name.edits"
     printf ' %s %s %s\n' "$job" "$mib" "$dir"
   } > "$tmp/$name.sh"

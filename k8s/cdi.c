@@ -181,23 +181,3 @@ int cdi_spec_write(FILE *out, const struct k8s_edits_config *config, const struc
   }
   return rc;
 }
-
-int k8s_parse_size(const char *text, uint64_t *out)
-{
-  char *end;
-  errno = 0;
-  unsigned long long value = strtoull(text, &end, 10);
-  if (errno || end == text || text[0] == '-') return -EINVAL;
-  unsigned shift = 0;
-  switch (*end) {
-  case 'K': case 'k': shift = 10; end++; break;
-  case 'M': case 'm': shift = 20; end++; break;
-  case 'G': case 'g': shift = 30; end++; break;
-  case 'T': case 't': shift = 40; end++; break;
-  default: break;
-  }
-  if (*end == 'i' || *end == 'B') end += *end == 'i' && end[1] == 'B' ? 2 : 1;
-  if (*end || value == 0 || (shift && value > (UINT64_MAX >> shift))) return -EINVAL;
-  *out = (uint64_t)value << shift;
-  return 0;
-}

@@ -87,9 +87,6 @@ int cdi_share_name(int gpu, int k, int n, char *out, size_t len);
  * CUDAW_REAL_CUDART names (the emulated device in tests). 0, or -ENODEV with a message. */
 int k8s_node_probe(struct k8s_node *node, char *err, size_t err_len);
 
-/* Parse a size: bytes, or with K/M/G/T (powers of 1024). 0 or -EINVAL. */
-int k8s_parse_size(const char *text, uint64_t *out);
-
 /* Write s as a JSON string (quotes and escapes included). */
 void k8s_json_string(FILE *out, const char *s);
 

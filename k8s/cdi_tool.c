@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cdi.h"
+#include "size.h" /* the one size grammar of every cudaw option */
 
 #define TRY_HELP "Try 'cudaw cdi --help'.\n"
 
@@ -176,7 +177,7 @@ int main(int argc, char **argv)
     int n;
     uint64_t bytes;
     if (!gpus_text || !memory_text || parse_list(gpus_text, &n, 1, 1, K8S_MAX_GPUS) != 1 ||
-        k8s_parse_size(memory_text, &bytes) != 0) {
+        vmem_parse_size(memory_text, 0, &bytes) != 0) {
       fprintf(stderr, "cudaw cdi: describe the node with both --gpus N (1-%d) and --memory SIZE "
               "(e.g. 80G)\n", K8S_MAX_GPUS);
       return 2;

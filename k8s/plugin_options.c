@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "plugin.h"
+#include "size.h" /* the one size grammar of every cudaw option */
 
 enum option_id {
   OPT_SOCKET_DIR, OPT_SHARES, OPT_RESOURCE, OPT_CDI, OPT_NVIDIA, OPT_GPUS, OPT_MEMORY, OPT_LIBDIR,
@@ -132,7 +133,7 @@ int k8s_plugin_options(int argc, char **argv, struct k8s_plugin_config *config)
     if (rc) return rc;
   }
   if ((config->given_gpus != 0) != (memory != NULL) ||
-      (memory && k8s_parse_size(memory, &config->given_memory) != 0)) {
+      (memory && vmem_parse_size(memory, 0, &config->given_memory) != 0)) {
     fprintf(stderr, "cudaw-k8s-plugin: describe the node with both --gpus N and --memory SIZE "
             "(e.g. 80G)\n");
     return 2;

@@ -258,19 +258,8 @@ static void accept_some(struct daemon *d, int listen_fd)
     if (fd < 0) return;
     pid_t pid = 0;
     uid_t uid = (uid_t)-1;
-    if (!peer_allowed(d, fd, &pid, &uid)) {
-      struct uid_account *a = sched_uid_account(d, uid);
-      if (a) a->refused++;
-      sched_log_noisy(SCHED_NOISE_REFUSED, "cudawd: refused pid %ld: another user (only uid %u "
-                      "or root may join)\n", (long)pid, (unsigned)geteuid());
-      struct program refused = {.fd = fd};
-      struct sched_msg msg = {.version = SCHED_PROTO_VERSION, .type = SCHED_REPLY,
-                              .status = -EACCES};
-      sched_send(&refused, &msg);
-      close(fd);
-      continue;
-    }
-    sched_peer_admit(d, fd, pid, uid);
+    bool allowed = peer_allowed(d, fd, &pid, &uid);
+    sched_peer_admit(d, fd, pid, uid, allowed);
   }
 }
 

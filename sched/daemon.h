@@ -170,21 +170,19 @@ int sched_send(struct program *p, const struct sched_msg *msg);
 
 /* peers.c: the connections, and the limits per uid and per peer that keep any one user's
  * clients from locking the others out. */
-/* A new connection fd from (pid, uid): admitted (a new program entry, returned) if the limits
- * allow, after closing a silent connection of the same uid (or, the table being full, of the
- * uid with the most) where that makes room; NULL: refused and closed. */
-struct program *sched_peer_admit(struct daemon *d, int fd, pid_t pid, uid_t uid);
+/* A new connection fd from (pid, uid), allowed to connect at all or not (another user of a
+ * user's own cudawd): admitted (a new program entry, returned) if the limits allow, after closing
+ * a silent connection of the same uid (or, the table being full, of the uid with the most) where
+ * that makes room; NULL: refused with the reason, counted against the uid, and closed. */
+struct program *sched_peer_admit(struct daemon *d, int fd, pid_t pid, uid_t uid, bool allowed);
 /* p says hello: false if it may not join (its uid is at its limit and no silent program of that
  * uid can be closed); a second connection of the same process replaces the first. */
 bool sched_peer_join(struct daemon *d, struct program *p);
-/* Close p's connection and forget it; why (may be NULL) is logged for a program closed by
- * cudawd. */
-void sched_peer_remove(struct daemon *d, struct program *p, const char *why);
-/* Close every connection that was marked (close_reason), or silent too long without joining. */
+/* Close every connection that was marked (close_reason; "" for a peer that hung up or broke the
+ * protocol), or silent too long without joining. */
 void sched_peer_sweep(struct daemon *d);
 /* Count a message from p (protocol_error: it broke the protocol). */
 void sched_peer_count(struct daemon *d, const struct program *p, bool protocol_error);
-struct uid_account *sched_uid_account(struct daemon *d, uid_t uid);
 void sched_uid_info(const struct daemon *d, struct sched_snapshot *out);
 
 /* log.c: lines a peer can cause are rate-limited per kind and summed up; the log file is

@@ -18,7 +18,9 @@
 #define PEER_CONNECTIONS 4   /* one process: a program needs 1, cudaw-ctl 1 */
 #define UNJOINED_GRACE 0.5   /* a program or cudaw-ctl says what it wants at once */
 
-struct uid_account *sched_uid_account(struct daemon *d, uid_t uid)
+/* The row of uid, made (reusing the longest gone) if it has none; NULL: every row has live
+ * connections. */
+static struct uid_account *uid_account(struct daemon *d, uid_t uid)
 {
   struct uid_account *free_row = NULL, *stale = NULL;
   for (int i = 0; i < SCHED_MAX_UIDS; i++) {
@@ -56,7 +58,7 @@ static void retire(struct daemon *d, struct program *p, const char *why)
   p->retired = true;
   if (why) p->close_reason = why;
   else if (!p->close_reason) p->close_reason = "";
-  struct uid_account *a = sched_uid_account(d, p->uid);
+  struct uid_account *a = uid_account(d, p->uid);
   if (*p->close_reason) {
     if (a) a->closed++;
     sched_log_noisy(SCHED_NOISE_CLOSED, "cudawd: closing pid %ld (uid %u): %s\n", (long)p->pid,
@@ -88,7 +90,7 @@ static struct program *silent_victim(struct daemon *d, uid_t only, bool all, boo
     if (p == except || (!all && p->uid != only) || (joined_only && !p->joined) ||
         !silent(d, p, now))
       continue;
-    const struct uid_account *a = sched_uid_account(d, p->uid);
+    const struct uid_account *a = uid_account(d, p->uid);
     int weight = all && a ? a->connections : 0;
     if (weight > best_weight || (weight == best_weight && p->last_message < best->last_message)) {
       best = p;
@@ -108,23 +110,31 @@ static bool make_room(struct daemon *d, uid_t uid, bool all, bool joined_only,
   return true;
 }
 
-static void refuse(int fd, pid_t pid, uid_t uid, struct uid_account *a, const char *why)
+/* status: -EACCES (not allowed at all) or -EUSERS (over a limit), for the program to say why. */
+static void refuse(int fd, pid_t pid, uid_t uid, struct uid_account *a, int status,
+                   const char *why)
 {
   if (a) a->refused++;
   sched_log_noisy(SCHED_NOISE_REFUSED, "cudawd: refused pid %ld (uid %u): %s\n", (long)pid,
                   (unsigned)uid, why);
   struct program refused = {.fd = fd};
-  struct sched_msg msg = {.version = SCHED_PROTO_VERSION, .type = SCHED_REPLY, .status = -EUSERS};
+  struct sched_msg msg = {.version = SCHED_PROTO_VERSION, .type = SCHED_REPLY, .status = status};
   sched_send(&refused, &msg);
   close(fd);
 }
 
-struct program *sched_peer_admit(struct daemon *d, int fd, pid_t pid, uid_t uid)
+struct program *sched_peer_admit(struct daemon *d, int fd, pid_t pid, uid_t uid, bool allowed)
 {
   double now = sched_now();
-  struct uid_account *a = sched_uid_account(d, uid);
+  struct uid_account *a = uid_account(d, uid);
+  char why[96];
+  if (!allowed) {
+    snprintf(why, sizeof why, "another user (only uid %u or root may join)", (unsigned)geteuid());
+    refuse(fd, pid, uid, a, -EACCES, why);
+    return NULL;
+  }
   if (!a) {
-    refuse(fd, pid, uid, NULL, "connections of too many users at once");
+    refuse(fd, pid, uid, NULL, -EUSERS, "connections of too many users at once");
     return NULL;
   }
   a->last_seen = now;
@@ -132,22 +142,21 @@ struct program *sched_peer_admit(struct daemon *d, int fd, pid_t pid, uid_t uid)
   int same_process = 0;
   for (const struct program *p = d->programs; p; p = p->next)
     same_process += p->pid == pid && !p->retired;
-  char why[96];
   if (limited(d, uid) && same_process >= PEER_CONNECTIONS) {
     snprintf(why, sizeof why, "its process holds %d connections already", same_process);
-    refuse(fd, pid, uid, a, why);
+    refuse(fd, pid, uid, a, -EUSERS, why);
     return NULL;
   }
   int per_uid = 2 * d->config.max_per_user;
   if (limited(d, uid) && a->connections >= per_uid && !make_room(d, uid, false, false, NULL)) {
     snprintf(why, sizeof why, "its user holds %d connections, the most one user may "
              "(--max-per-user %d)", a->connections, d->config.max_per_user);
-    refuse(fd, pid, uid, a, why);
+    refuse(fd, pid, uid, a, -EUSERS, why);
     return NULL;
   }
   if (d->connections >= SCHED_MAX_CONNECTIONS && !make_room(d, uid, true, false, NULL)) {
     snprintf(why, sizeof why, "%d connections already, none of them silent", d->connections);
-    refuse(fd, pid, uid, a, why);
+    refuse(fd, pid, uid, a, -EUSERS, why);
     return NULL;
   }
   struct program *p = calloc(1, sizeof *p);
@@ -175,7 +184,7 @@ bool sched_peer_join(struct daemon *d, struct program *p)
   for (struct program *q = d->programs; q; q = q->next)
     if (q != p && q->joined && !q->retired && q->pid == p->pid && q->uid == p->uid)
       retire(d, q, "its process joined again on a new connection");
-  struct uid_account *a = sched_uid_account(d, p->uid);
+  struct uid_account *a = uid_account(d, p->uid);
   if (!a) return false;
   char why[96];
   if (limited(d, p->uid) && a->programs >= d->config.max_per_user &&
@@ -210,12 +219,6 @@ static void unlink_program(struct daemon *d, struct program *p)
   free(p);
 }
 
-void sched_peer_remove(struct daemon *d, struct program *p, const char *why)
-{
-  retire(d, p, why);
-  unlink_program(d, p);
-}
-
 void sched_peer_sweep(struct daemon *d)
 {
   double now = sched_now();
@@ -223,13 +226,16 @@ void sched_peer_sweep(struct daemon *d)
     next = p->next;
     if (!p->retired && !p->joined && now - p->last_message >= d->config.client_timeout)
       retire(d, p, "connected and said nothing");
-    if (p->close_reason) sched_peer_remove(d, p, NULL);
+    if (p->close_reason) {
+      retire(d, p, NULL);
+      unlink_program(d, p);
+    }
   }
 }
 
 void sched_peer_count(struct daemon *d, const struct program *p, bool protocol_error)
 {
-  struct uid_account *a = sched_uid_account(d, p->uid);
+  struct uid_account *a = uid_account(d, p->uid);
   if (!a) return;
   a->messages++;
   a->protocol_errors += protocol_error;

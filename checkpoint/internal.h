@@ -138,6 +138,9 @@ int engine_restore(struct engine *engine, struct engine_stats *stats, char *reas
  * between the device and the image without staging buffers. save, restore, drop and
  * forget_pinned stop it first. No-op without host_register. */
 void engine_register_image(struct engine *engine);
+/* Stop that registering now (the pieces under way finish): the resume does so before it
+ * re-creates device memory, which the driver makes wait behind page-locking calls. */
+void engine_stop_registering(struct engine *engine);
 /* Bytes of the image registered so far (pieces are rounded up to pages). Any thread. */
 uint64_t engine_image_registered(struct engine *engine);
 /* Free the image's memory (kept between cycles with keep_image). */

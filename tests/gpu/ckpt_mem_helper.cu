@@ -2,8 +2,11 @@
 //   ckpt_mem_helper info         prints "free <bytes> total <bytes>" of device 0 (cudaMemGetInfo)
 //   ckpt_mem_helper hog <bytes>  allocates that much device memory, prints "holding <bytes>",
 //                                and keeps it until killed
+//   ckpt_mem_helper ceiling      prints "d2h <GB/s> h2d <GB/s>": pinned copies of 4 GiB in 64 MiB
+//                                pieces each way, the best of 3 (the reference a pause is held to)
 // Exits 77 ("skipped: no GPU") without a GPU.
 #include <csignal>
+#include <ctime>
 #include <cstring>
 #include <unistd.h>
 
@@ -26,6 +29,33 @@ int main(int argc, char **argv)
     fflush(stdout);
     for (;;) pause();
   }
-  fprintf(stderr, "usage: ckpt_mem_helper info | hog <bytes>\n");
+  if (argc >= 2 && !strcmp(argv[1], "ceiling")) {
+    const size_t total = (size_t)4 << 30, piece = (size_t)64 << 20;
+    char *device, *host;
+    cudaStream_t stream;
+    CUDA_CHECK(cudaMalloc(&device, total));
+    CUDA_CHECK(cudaHostAlloc(&host, total, cudaHostAllocDefault));
+    CUDA_CHECK(cudaMemset(device, 1, total));
+    memset(host, 2, total);
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    double best[2] = {0, 0};
+    for (int round = 0; round < 3; round++)
+      for (int d2h = 0; d2h < 2; d2h++) {
+        timespec a, b;
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        for (size_t at = 0; at < total; at += piece)
+          CUDA_CHECK(cudaMemcpyAsync(d2h ? host + at : device + at, d2h ? device + at : host + at,
+                                     piece, d2h ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice,
+                                     stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        double gbps = (double)total / ((double)(b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) * 1e-9) / 1e9;
+        if (gbps > best[d2h]) best[d2h] = gbps;
+      }
+    printf("d2h %.2f h2d %.2f\n", best[1], best[0]);
+    return 0;
+  }
+  fprintf(stderr, "usage: ckpt_mem_helper info | hog <bytes> | ceiling\n");
   return 2;
 }

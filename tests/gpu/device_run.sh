@@ -3,7 +3,8 @@
 # benchmarks and framework checks. The machine lacks our Debian -dev packages: their .debs travel
 # in .carry/debs (see README) and are unpacked into /tmp/deps.
 # Usage: tests/gpu/device_run.sh [stage ...]   stages: build test bench pytorch cupy ckpt driver release multi
-# pool share demo gpu k8s (default: build test bench). demo: examples/demo.sh on the built tree (the
+# pool share soon demo gpu k8s (default: build test bench). soon: jobs paused ~2 s after allocating
+# (tests/gpu/pause_soon.sh). demo: examples/demo.sh on the built tree (the
 # README's first command, nvidia-smi's figures); gpu: `ctest -L gpu -j4`, the GPU tests side by side; k8s: a
 # PyTorch job under cudaw's CDI edits applied by hand (tests/k8s/gpu_pytorch_cdi.sh). Logs go to $OUT (or /tmp/cudaw-out); the summary is
 # printed last.
@@ -110,6 +111,18 @@ if [[ " $stages " == *" share "* ]]; then
   # Sharing benchmarks: three jobs of 1.7x the GPU, GPU-bound and with host phases (SCENARIOS).
   bash "$SRC/tests/sched/share_bench.sh" "$B" "$OUT/share" > "$OUT/share_bench.log" 2>&1
   note "share_bench (rc $?):"; grep -vE "^\s*$" "$OUT/share_bench.log" | tail -30
+fi
+if [[ " $stages " == *" soon "* ]]; then
+  # Issue 32: PyTorch 45 GiB and JAX (default 75% preallocation) paused ~2 s after allocating,
+  # stop-the-world and live, under the default options; JAX once more under translate.
+  soon() { bash "$SRC/tests/gpu/pause_soon.sh" "$B" "$@" >> "$OUT/soon.log" 2>&1; }
+  : > "$OUT/soon.log"
+  for mode in stop live; do
+    soon pytorch_45g $mode python3 "$SRC/examples/pytorch/loop.py" ${PT_STEPS:-60000} 46080 2000
+    soon jax_prealloc $mode python3 "$SRC/examples/jax/loop.py" ${JAX_STEPS:-20000} 1024 1000
+  done
+  CUDAW_VMEM=translate soon jax_prealloc_translate stop python3 "$SRC/examples/jax/loop.py" ${JAX_STEPS:-20000} 1024 1000
+  note "pause soon after allocating:"; cat "$OUT/soon.log"
 fi
 if [[ " $stages " == *" demo "* ]]; then
   t0=$SECONDS

@@ -79,6 +79,9 @@ static int errno_from_cuda(cudaError_t error, const char *what)
   case cudaErrorInvalidValue: return -EINVAL;
   case cudaErrorInvalidDevice: case cudaErrorNoDevice: return -ENODEV;
   case cudaErrorNotSupported: return -ENOTSUP;
+  /* The process is exiting: a background thread's page-locking met the runtime's unload (the
+   * reserve's "page-locking it failed (Input/output error)", H100 2026-11-27). */
+  case cudaErrorCudartUnloading: return -ESHUTDOWN;
   default: return -EIO;
   }
 }

@@ -15,6 +15,7 @@ tmp=$(mktemp -d); pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"; }
 trap cleanup EXIT
 export CUDAW_RUN_DIR=$tmp/run CUDAW_CKPT_KEEP_IMAGE=${CUDAW_CKPT_KEEP_IMAGE:-0}
+export CUDAW_CKPT_RESERVE=${CUDAW_CKPT_RESERVE:-auto}
 for d in $(seq 0 $((n - 1))); do
   "$B/bin/cudaw" run -- "$B/tests/bench/bench_ckpt" --hold "$gib" "$d" > "$tmp/hold$d" 2>&1 &
   pids+=($!)
@@ -25,6 +26,19 @@ for d in $(seq 0 $((n - 1))); do
 done
 # The pids cudaw knows are the programs' (cudaw run execs them): take them from their own lines.
 ranks=$(for d in $(seq 0 $((n - 1))); do awk '/^hold pid/{print $3}' "$tmp/hold$d"; done)
+# Each process's image reserve (CUDAW_CKPT_RESERVE, auto here) page-locks host memory for its
+# device's image in the background: wait until every one is ready (at most 60 s), so that the
+# figures are the copy engine's with all devices at once, not the reserve's growth.
+for p in $ranks; do
+  for _ in $(seq 300); do
+    st=$("$B/bin/cudaw-ctl" --json status "$p")
+    ready=$(echo "$st" | grep -oE '"reserve_bytes":[0-9]+' | cut -d: -f2)
+    want=$(echo "$st" | grep -oE '"device_bytes":[0-9]+' | cut -d: -f2)
+    [ "${ready:-0}" -ge "${want:-1}" ] && break
+    sleep 0.2
+  done
+  echo "pid $p: image reserve $(awk -v r="${ready:-0}" 'BEGIN { printf "%.2f", r / 1073741824 }') GiB ready"
+done
 ceilings() { awk -v k="$1" '/^hold pid/{for (i = 1; i < NF; i++) if ($i == k) print $(i + 1)}' "$tmp/hold$2"; }
 report() { # $1 checkpoint|resume, $2 file of JSON replies (one per process, in pid order)
   local d=0 total=0 sum=0

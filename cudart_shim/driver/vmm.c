@@ -43,6 +43,9 @@ struct mapping {
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mapping *mappings;
+/* The mapping mapping_at found last: a live checkpoint asks for the chunks of one mapping after
+ * another, and PyTorch's expandable segments make thousands of mappings. Cleared at its unmap. */
+static struct mapping *recent;
 
 /* A live checkpoint copies mappings while the program runs (copy_pin/copy_unpin, live_hold). */
 static pthread_cond_t copies_done = PTHREAD_COND_INITIALIZER;
@@ -254,6 +257,7 @@ SHIM_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
         *at = m->next;
         m->handle->mappings--;
         maybe_forget(m->handle);
+        if (m == recent) recent = NULL;
         free(m);
       } else {
         at = &m->next;
@@ -301,8 +305,9 @@ SHIM_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAcc
 /* The mapping containing address a. */
 static struct mapping *mapping_at(CUdeviceptr a)
 {
+  if (recent && a >= recent->va && a < recent->va + recent->size) return recent;
   for (struct mapping *m = mappings; m; m = m->next)
-    if (a >= m->va && a < m->va + m->size) return m;
+    if (a >= m->va && a < m->va + m->size) return recent = m;
   return NULL;
 }
 

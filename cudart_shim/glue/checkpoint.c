@@ -213,12 +213,19 @@ static int collect_mapping(const struct shim_vmm_region *region, void *arg)
  * mappings are pinned (copy_d2h_async), and vmem holds releases where it held them. */
 static _Atomic int live_copying;
 static int live_vmem_held;
+static _Atomic uint64_t live_skipped, live_skipped_bytes; /* copies of memory unmapped meanwhile */
 
 static void live_end(void *ctx)
 {
   (void)ctx;
   atomic_store(&live_copying, 0);
   if (vmm()) vmm()->live_hold(0);
+  uint64_t skipped = atomic_exchange(&live_skipped, 0);
+  uint64_t bytes = atomic_exchange(&live_skipped_bytes, 0);
+  if (skipped)
+    shim_info("live checkpoint: %llu copies (%llu bytes) of memory the program unmapped during the "
+              "pre-copy were skipped; the pause compared those chunks on the device",
+              (unsigned long long)skipped, (unsigned long long)bytes);
   if (!live_vmem_held) return;
   live_vmem_held = 0;
   shim_depth++;
@@ -595,13 +602,14 @@ static int copy_d2h_async(void *ctx, void *host, uint64_t vaddr, size_t n, void 
   int pinned = rc == 0 ? pin_copy(s, vaddr, n) : 0;
   /* The program unmapped it meanwhile: the image keeps what it had there, and its checksum
    * says so; the pause lists the mappings again and re-copies what differs. */
-  if (pinned == -ENOENT)
-    shim_debug("checkpoint: live copy of %#llx (%zu bytes) skipped: the program unmapped it",
-               (unsigned long long)vaddr, n);
-  else if (pinned < 0)
+  if (pinned == -ENOENT) {
+    atomic_fetch_add(&live_skipped, 1);
+    atomic_fetch_add(&live_skipped_bytes, n);
+  } else if (pinned < 0) {
     rc = pinned;
-  else if (rc == 0)
+  } else if (rc == 0) {
     rc = REAL_CALL(cudaMemcpyAsync, host, device, n, cudaMemcpyDeviceToHost, s->stream);
+  }
   if (rc == 0) rc = REAL_CALL(cudaEventRecord, s->done, s->stream);
   return rc;
 }

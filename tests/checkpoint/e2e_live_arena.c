@@ -159,7 +159,8 @@ static int run_spot(const char *mode)
   printf("%s: %llu bytes pre-copied while running, %llu re-copied in the pause (chunk %zu)\n",
          mode, (unsigned long long)precopied, (unsigned long long)recopied, chunk);
   CHECK(precopied >= ARENA_BYTES, "the pre-copy left out the arena: %s", reply);
-  CHECK(recopied == chunk, "the pause re-copied %llu bytes, expected the one chunk written (%zu): %s",
+  CHECK(recopied == chunk,
+        "the pause re-copied %llu bytes, expected the one chunk written (%zu): %s",
         (unsigned long long)recopied, chunk, reply);
   e2e_ask("resume", reply, sizeof reply);
   CHECK(e2e_reply_ok(reply), "resume: %s", reply);

@@ -18,8 +18,10 @@
 #include "e2e_common.h"
 
 #define ARENA_BYTES ((size_t)64 << 20)
-#define SPOT_OFFSET ((size_t)5 << 20) /* inside the sixth 1 MiB chunk */
-#define SPOT_BYTES ((size_t)4096)
+/* In the first chunk, which the pre-copy takes first: the writer has the rest of the pre-copy
+ * (63 chunks) to write it again after its copy, and every write stores a new value, so exactly
+ * that chunk differs at the pause. */
+#define SPOT_OFFSET ((size_t)64 << 10)
 #define PIECES 8 /* unmap mode: the arena is this many mappings */
 #define PIECE_BYTES (ARENA_BYTES / PIECES)
 
@@ -33,7 +35,6 @@ static struct {
   __typeof__(&cuMemSetAccess) set_access;
   __typeof__(&cuMemcpyHtoD) htod;
   __typeof__(&cuMemcpyDtoH) dtoh;
-  __typeof__(&cuMemsetD8) memset;
 } cu;
 
 #define CU_OK(call)                                                                      \
@@ -62,7 +63,6 @@ static void load_driver(void)
   get("cuMemSetAccess", &cu.set_access);
   get("cuMemcpyHtoD", &cu.htod);
   get("cuMemcpyDtoH", &cu.dtoh);
-  get("cuMemsetD8", &cu.memset);
 }
 
 /* Physical memory of `bytes` mapped read-write at `at`; its handle. With gap_us, a pause may
@@ -113,19 +113,18 @@ static void check_arena(const char *when)
 /* ---- one spot written during the pre-copy ---- */
 
 static atomic_int stop;
-static atomic_long spot_writes;
-static atomic_uchar spot_value;
+static atomic_ulong spot_writes; /* also the last value written at the spot */
 
-/* Writes the spot again and again (the gate holds it while paused); the shadow follows. */
+/* Writes the next count to the spot again and again (the gate holds it while paused). */
 static void *write_spot(void *unused)
 {
   (void)unused;
   CUDA_OK(cudaSetDevice(0));
-  for (unsigned char value = 1; !atomic_load(&stop); value = (unsigned char)(value % 250 + 1)) {
-    if (mapped) CU_OK(cu.memset(arena + SPOT_OFFSET, value, SPOT_BYTES));
-    else CUDA_OK(cudaMemset((void *)(uintptr_t)(arena + SPOT_OFFSET), value, SPOT_BYTES));
-    atomic_store(&spot_value, value);
-    atomic_fetch_add(&spot_writes, 1);
+  for (uint64_t count = 1; !atomic_load(&stop); count++) {
+    if (mapped) CU_OK(cu.htod(arena + SPOT_OFFSET, &count, sizeof count));
+    else CUDA_OK(cudaMemcpy((void *)(uintptr_t)(arena + SPOT_OFFSET), &count, sizeof count,
+                            cudaMemcpyHostToDevice));
+    atomic_store(&spot_writes, count);
   }
   return NULL;
 }
@@ -166,7 +165,8 @@ static int run_spot(const char *mode)
   CHECK(e2e_reply_ok(reply), "resume: %s", reply);
   atomic_store(&stop, 1);
   pthread_join(writer, NULL);
-  memset(shadow + SPOT_OFFSET, atomic_load(&spot_value), SPOT_BYTES);
+  uint64_t last = atomic_load(&spot_writes);
+  memcpy(shadow + SPOT_OFFSET, &last, sizeof last);
   check_arena("after the resume");
   printf("%s: ok: only the chunk written was re-copied; every byte verified\n", mode);
   return 0;

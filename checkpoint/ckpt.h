@@ -152,10 +152,11 @@ struct ckpt_host_ops {
    * -ENOENT for a request the host does not know either. Called on the control thread. */
   int (*extra_request)(void *ctx, const char *request, char *reply, size_t len);
   /* Optional (all three or none): live checkpoints. live_begin runs with the gate open and the
-   * program running: from then on, memory the program frees stays mapped (and its range unused)
-   * until live_end, so that a copy queued on it still reads valid memory; then it visits the
-   * regions that may be copied while the program runs (memory whose release the host can hold:
-   * vmem's, not the program's own VMM mappings, which the pause saves). On error nothing is held.
+   * program running: from then on until live_end, no copy queued by copy_d2h_async reads memory
+   * the program gave back (memory it frees stays mapped and its range unused; memory it unmaps
+   * itself waits for the copies reading it, and a copy of memory already unmapped is skipped,
+   * leaving the image's bytes there as they were); then it visits every region (vmem's and the
+   * program's own VMM mappings). On error nothing is held.
    * live_end gives the held memory back (once after each successful live_begin).
    * live_stream_create is stream_create for a stream that does not wait for the program's
    * streams, nor they for it (non-blocking); stream_destroy destroys it. */

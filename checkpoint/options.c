@@ -96,8 +96,9 @@ static const struct ckpt_option_info table[] = {
      "reserve stops growing, says so once, and checkpoints copy the old way",
      CKPT_OPTION_PERCENT, NULL, 1, 100, NULL},
     {"CUDAW_CKPT_LIVE", "0",
-     "1: a checkpoint by signal is live: device memory is copied while the program runs, then "
-     "the pause re-copies only the chunks whose checksum changed (cudaw-ctl checkpoint --live)",
+     "1: a checkpoint by signal is live: device memory (the program's own VMM mappings too) is "
+     "copied while the program runs, then the pause re-copies only the chunks whose checksum "
+     "changed (cudaw-ctl checkpoint --live)",
      BOOL},
     {"CUDAW_CKPT_PREFAULT", "0",
      "1: fault fresh image pages in while their DMA runs (slower; shows the fault cost apart)",

@@ -36,11 +36,20 @@ struct mapping {
   struct handle *handle;
   CUmemAccessDesc access[ACCESS_MAX];
   unsigned access_count;
+  unsigned copies;  /* a live checkpoint's copies reading it now (copy_pin) */
+  int unmapping;    /* the program's cuMemUnmap waits for those copies: start no more */
   struct mapping *next;
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mapping *mappings;
+/* The mapping mapping_at found last: a live checkpoint asks for the chunks of one mapping after
+ * another, and PyTorch's expandable segments make thousands of mappings. Cleared at its unmap. */
+static struct mapping *recent;
+
+/* A live checkpoint copies mappings while the program runs (copy_pin/copy_unpin, live_hold). */
+static pthread_cond_t copies_done = PTHREAD_COND_INITIALIZER;
+static int live_held;
 
 /* The set of live handle records, so that a handle the program passes is checked before use. */
 static struct handle **handles;
@@ -216,11 +225,31 @@ SHIM_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   return result;
 }
 
+/* During a live checkpoint a copy may be reading a mapping of the range: the device would fault
+ * on an unmapped range, so the unmap waits until those copies are done, and no new one starts on
+ * it. Bounded: a copy is pinned from its start to its stream's synchronisation (one chunk), and
+ * the pre-copy's end releases every pin; the wait never depends on the gate, which the pause
+ * closing behind it would need. */
+static void wait_for_copies(CUdeviceptr ptr, size_t size, int mark)
+{
+  int waiting = 1;
+  for (struct mapping *m = mappings; m; m = m->next)
+    if (m->va < ptr + size && m->va + m->size > ptr) m->unmapping = mark;
+  while (mark && waiting && live_held) {
+    waiting = 0;
+    for (struct mapping *m = mappings; m && !waiting; m = m->next)
+      waiting = m->unmapping && m->copies > 0;
+    if (waiting) pthread_cond_wait(&copies_done, &lock);
+  }
+}
+
 SHIM_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
   ENTER(cuMemUnmap);
   pthread_mutex_lock(&lock);
+  wait_for_copies(ptr, size, 1);
   CUresult result = REAL(cuMemUnmap)(ptr, size);
+  if (result != CUDA_SUCCESS) wait_for_copies(ptr, size, 0); /* still mapped: copies may go on */
   if (result == CUDA_SUCCESS) {
     for (struct mapping **at = &mappings; *at;) {
       struct mapping *m = *at;
@@ -228,6 +257,7 @@ SHIM_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
         *at = m->next;
         m->handle->mappings--;
         maybe_forget(m->handle);
+        if (m == recent) recent = NULL;
         free(m);
       } else {
         at = &m->next;
@@ -275,8 +305,9 @@ SHIM_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAcc
 /* The mapping containing address a. */
 static struct mapping *mapping_at(CUdeviceptr a)
 {
+  if (recent && a >= recent->va && a < recent->va + recent->size) return recent;
   for (struct mapping *m = mappings; m; m = m->next)
-    if (a >= m->va && a < m->va + m->size) return m;
+    if (a >= m->va && a < m->va + m->size) return recent = m;
   return NULL;
 }
 
@@ -391,12 +422,20 @@ static int releasable(const struct mapping *m)
   return !m->handle->shared && m->handle->device >= 0;
 }
 
+/* Whether a checkpoint saves the mapping's contents: a device may read it. One the program has
+ * not given access to yet (between its cuMemMap and cuMemSetAccess) holds nothing anyone wrote,
+ * and no copy could read it: it is released and mapped again all the same, without contents. */
+static int saved(const struct mapping *m)
+{
+  return releasable(m) && m->handle->real && m->access_count > 0;
+}
+
 static int for_each(int (*cb)(const struct shim_vmm_region *region, void *ctx), void *ctx)
 {
   int rc = 0;
   pthread_mutex_lock(&lock);
   for (struct mapping *m = mappings; m && rc == 0; m = m->next) {
-    if (!releasable(m) || !m->handle->real) continue;
+    if (!saved(m)) continue;
     struct shim_vmm_region region = {m->va, m->size, m->handle->device};
     rc = cb(&region, ctx);
   }
@@ -515,11 +554,45 @@ static int recreate_all(uint64_t *shortfall_bytes)
   return rc;
 }
 
+static void live_hold(int on)
+{
+  pthread_mutex_lock(&lock);
+  live_held = on;
+  if (!on)
+    for (struct mapping *m = mappings; m; m = m->next) m->copies = 0;
+  pthread_cond_broadcast(&copies_done);
+  pthread_mutex_unlock(&lock);
+}
+
+static int copy_pin(uint64_t vaddr, uint64_t size)
+{
+  pthread_mutex_lock(&lock);
+  struct mapping *m = mapping_at((CUdeviceptr)vaddr);
+  int rc = -ENOENT;
+  if (m && !m->unmapping && saved(m) && vaddr + size <= m->va + m->size) {
+    m->copies++;
+    rc = 0;
+  }
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+static void copy_unpin(uint64_t vaddr)
+{
+  pthread_mutex_lock(&lock);
+  struct mapping *m = mapping_at((CUdeviceptr)vaddr);
+  if (m && m->copies > 0 && --m->copies == 0) pthread_cond_broadcast(&copies_done);
+  pthread_mutex_unlock(&lock);
+}
+
 static const struct shim_vmm_ops vmm_ops = {
   .for_each = for_each,
   .release_all = release_all,
   .recreate_all = recreate_all,
   .totals = totals,
+  .live_hold = live_hold,
+  .copy_pin = copy_pin,
+  .copy_unpin = copy_unpin,
 };
 
 static void offer_to_checkpoint(void)

@@ -212,10 +212,25 @@ static int collect_mapping(const struct shim_vmm_region *region, void *arg)
   return collect_chunk(&chunk, arg);
 }
 
+/* A live checkpoint is under way (live_begin .. live_end): copies out of the program's own
+ * mappings are pinned (copy_d2h_async), and vmem holds releases where it held them. */
+static _Atomic int live_copying;
+static int live_vmem_held;
+static _Atomic uint64_t live_skipped, live_skipped_bytes; /* copies of memory unmapped meanwhile */
+
 static void live_end(void *ctx)
 {
   (void)ctx;
-  if (!shim_vmem_running()) return;
+  atomic_store(&live_copying, 0);
+  if (vmm()) vmm()->live_hold(0);
+  uint64_t skipped = atomic_exchange(&live_skipped, 0);
+  uint64_t bytes = atomic_exchange(&live_skipped_bytes, 0);
+  if (skipped)
+    shim_info("live checkpoint: %llu copies (%llu bytes) of memory the program unmapped during the "
+              "pre-copy were skipped; the pause compared those chunks on the device",
+              (unsigned long long)skipped, (unsigned long long)bytes);
+  if (!live_vmem_held) return;
+  live_vmem_held = 0;
   shim_depth++;
   int rc = vmem_hold_releases(0);
   shim_depth--;
@@ -248,16 +263,22 @@ static int for_each_region(void *ctx, ckpt_region_visit_fn visit, void *visit_ct
 }
 
 /* Live checkpoints: vmem holds what the program frees from now on (a copy may be in flight on
- * it), then lists its chunks. The program's own VMM mappings are left to the pause: its
- * cuMemUnmap cannot be held. */
+ * it), and the program's own VMM mappings are pinned copy by copy (their cuMemUnmap cannot be
+ * held, so it waits for the copies on the mapping instead); then both are listed. */
 static int live_begin(void *ctx, ckpt_region_visit_fn visit, void *visit_ctx)
 {
   (void)ctx;
   struct chunk_list list = {0};
-  if (!shim_vmem_running()) return 0;
+  if (vmm()) vmm()->live_hold(1);
+  atomic_store(&live_copying, 1);
   shim_depth++;
-  int rc = vmem_hold_releases(1);
-  if (rc == 0) rc = vmem_for_each(collect_chunk, &list);
+  int rc = 0;
+  if (shim_vmem_running()) {
+    rc = vmem_hold_releases(1);
+    live_vmem_held = rc == 0;
+    if (rc == 0) rc = vmem_for_each(collect_chunk, &list);
+  }
+  if (rc == 0) rc = vmm_for_each(collect_mapping, &list);
   shim_depth--;
   rc = visit_chunks(&list, rc, visit, visit_ctx);
   if (rc) live_end(ctx);
@@ -472,10 +493,14 @@ static int release_all(void *ctx)
  * device's legacy default stream instead (the context has it anyway; the program's streams are
  * drained while the gate is closed, and one stream reaches the copy ceiling), and each handle is
  * an event recorded after its copies, which is what stream_sync waits for. */
+#define PINS_MAX 8 /* copies of the program's mappings pinned on one stream at once */
+
 struct glue_stream {
   cudaStream_t stream;
   cudaEvent_t done;
   int device;
+  uint64_t pinned[PINS_MAX]; /* live: addresses of the copies whose mapping is pinned */
+  unsigned pins;
 };
 
 static int stream_create(void *ctx, int device, void **out);
@@ -525,11 +550,21 @@ static int stream_create(void *ctx, int device, void **out)
   return 0;
 }
 
+/* The stream's copies are done (or will never read again): their mappings may be unmapped. */
+static void unpin_copies(struct glue_stream *s)
+{
+  for (unsigned i = 0; i < s->pins; i++) vmm()->copy_unpin(s->pinned[i]);
+  s->pins = 0;
+}
+
 static void stream_destroy(void *ctx, void *stream)
 {
   (void)ctx;
   struct glue_stream *s = stream;
   if (!s) return;
+  /* A copy still pinned here is waited for first: an unmap waiting on it may then go on. */
+  if (s->pins && !atomic_load(&exiting)) (void)REAL_CALL(cudaEventSynchronize, s->done);
+  if (s->pins) unpin_copies(s);
   if (!atomic_load(&exiting)) (void)REAL_CALL(cudaEventDestroy, s->done);
   free(s);
 }
@@ -542,6 +577,24 @@ static int device_address(uint64_t vaddr, void **real)
   return *real ? 0 : -EFAULT;
 }
 
+static int stream_sync(void *ctx, void *stream);
+
+/* During a live checkpoint, a copy out of one of the program's own mappings pins it until the
+ * stream is synchronised. 1: pinned; 0: nothing to pin (vmem's memory, or no live checkpoint);
+ * -ENOENT: the mapping is gone or going, the copy must be skipped. */
+static int pin_copy(struct glue_stream *s, uint64_t vaddr, size_t n)
+{
+  if (!atomic_load(&live_copying) || !vmm() || vmem_owns((const void *)(uintptr_t)vaddr))
+    return 0;
+  if (s->pins == PINS_MAX) {
+    int rc = stream_sync(NULL, s); /* unpins the copies queued so far */
+    if (rc) return rc;
+  }
+  int rc = vmm()->copy_pin(vaddr, n);
+  if (rc == 0) s->pinned[s->pins++] = vaddr;
+  return rc ? rc : 1;
+}
+
 static int copy_d2h_async(void *ctx, void *host, uint64_t vaddr, size_t n, void *stream)
 {
   (void)ctx;
@@ -549,8 +602,17 @@ static int copy_d2h_async(void *ctx, void *host, uint64_t vaddr, size_t n, void 
   void *device;
   int rc = device_address(vaddr, &device);
   if (rc == 0) rc = use_device(s->device);
-  if (rc == 0)
+  int pinned = rc == 0 ? pin_copy(s, vaddr, n) : 0;
+  /* The program unmapped it meanwhile: the image keeps what it had there, and its checksum
+   * says so; the pause lists the mappings again and re-copies what differs. */
+  if (pinned == -ENOENT) {
+    atomic_fetch_add(&live_skipped, 1);
+    atomic_fetch_add(&live_skipped_bytes, n);
+  } else if (pinned < 0) {
+    rc = pinned;
+  } else if (rc == 0) {
     rc = REAL_CALL(cudaMemcpyAsync, host, device, n, cudaMemcpyDeviceToHost, s->stream);
+  }
   if (rc == 0) rc = REAL_CALL(cudaEventRecord, s->done, s->stream);
   return rc;
 }
@@ -571,7 +633,10 @@ static int copy_h2d_async(void *ctx, uint64_t vaddr, const void *host, size_t n,
 static int stream_sync(void *ctx, void *stream)
 {
   (void)ctx;
-  return REAL_CALL(cudaEventSynchronize, ((struct glue_stream *)stream)->done);
+  struct glue_stream *s = stream;
+  int rc = REAL_CALL(cudaEventSynchronize, s->done);
+  if (s->pins) unpin_copies(s); /* failed or not, nothing of these copies runs any more */
+  return rc;
 }
 
 /* Page-locking runs on cudaw's threads while the program runs (early pinning, the reserve), and

@@ -16,9 +16,10 @@ struct shim_vmm_region {
 };
 
 struct shim_vmm_ops {
-  /* Call cb for every resident mapping that a checkpoint may release (not exported or imported
-   * memory). The registry's lock is held: cb must not call back. A non-zero return stops the
-   * walk and is returned. */
+  /* Call cb for every resident mapping whose contents a checkpoint saves: one it may release
+   * (not exported or imported memory) that the program has given a device access to. The
+   * registry's lock is held: cb must not call back. A non-zero return stops the walk and is
+   * returned. */
   int (*for_each)(int (*cb)(const struct shim_vmm_region *region, void *ctx), void *ctx);
   /* Unmap every releasable mapping and release its physical memory, all or nothing: on a driver
    * error what was released is re-created (its contents are then lost: the caller restores
@@ -32,6 +33,17 @@ struct shim_vmm_ops {
   /* Bytes the program has mapped through its own VMM calls, and how many of them a checkpoint
    * cannot release (exported to or imported from another process). */
   void (*totals)(uint64_t *mapped_bytes, uint64_t *kept_bytes);
+  /* A live checkpoint copies mappings while the program runs. live_hold(1) at its start: from
+   * then on the program's cuMemUnmap of a mapping waits until the copies pinned on it are
+   * unpinned, and no new pin is given on it meanwhile. live_hold(0) at its end drops every pin
+   * and wakes those waiting. */
+  void (*live_hold)(int on);
+  /* Before a copy out of [vaddr, vaddr + size): 0 and the mapping pinned (its unmap waits for
+   * copy_unpin) when the range lies inside one mapping that may be copied; -ENOENT when it does
+   * not (unmapped, being unmapped, or another mapping now): the copy must not start. */
+  int (*copy_pin)(uint64_t vaddr, uint64_t size);
+  /* The pinned copy at vaddr is done (its stream synchronised), or was never started. */
+  void (*copy_unpin)(uint64_t vaddr);
 };
 
 /* The driver layer offers its registry to the checkpoint glue (glue/checkpoint.c), once, from a

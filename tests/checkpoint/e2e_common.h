@@ -87,6 +87,16 @@ static inline void e2e_ask(const char *command, char *reply, size_t len)
 
 static inline int e2e_reply_ok(const char *reply) { return strstr(reply, "\"ok\":true") != NULL; }
 
+/* The whole number after "key": in a reply; fails the test when the reply has none. */
+static inline uint64_t e2e_json_u64(const char *reply, const char *key)
+{
+  char want[64];
+  snprintf(want, sizeof want, "\"%s\":", key);
+  const char *at = strstr(reply, want);
+  CHECK(at, "no %s in %s", key, reply);
+  return strtoull(at + strlen(want), NULL, 10);
+}
+
 static inline int e2e_reply_state(const char *reply, const char *state)
 {
   char want[48];

@@ -28,6 +28,10 @@ cudaError_t emu_memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitc
   if (emu_stream_check(stream)) return emu_result(cudaErrorInvalidResourceHandle);
   if (height > 1 && (width > dpitch || width > spitch)) return emu_result(cudaErrorInvalidPitchValue);
   int err = emu_memory_copy2d(dst, dpitch, dst_side, src, spitch, src_side, width, height);
+  /* On a stream of its own, a GPU reads the source later: in flight until synchronised. */
+  if (!err && src_side != EMU_SIDE_HOST && stream && stream != cudaStreamLegacy &&
+      stream != cudaStreamPerThread)
+    emu_memory_note_read(stream, src, height ? (height - 1) * spitch + width : 0);
   return emu_result(emu_error_from_errno(err));
 }
 

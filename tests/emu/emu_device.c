@@ -176,7 +176,8 @@ EMU_EXPORT cudaError_t cudaDeviceSynchronize(void) {
   emu_init();
   emu_work_wait(current_device);
   emu_pool_synchronized(current_device);
-  return cudaSuccess;
+  return emu_memory_reads_done(NULL, true, UINT64_MAX) ? emu_result(cudaErrorIllegalAddress)
+                                                 : cudaSuccess;
 }
 
 /* The current device's memory goes, and with its context the peer access it enabled. */

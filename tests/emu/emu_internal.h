@@ -130,6 +130,12 @@ int emu_vmm_map(uintptr_t addr, size_t size, size_t offset, uint64_t handle);
  * others keep theirs. */
 int emu_vmm_set_access(uintptr_t addr, size_t size, unsigned changed, unsigned readable);
 int emu_vmm_unmap(uintptr_t addr, size_t size);
+/* Reads in flight (see emu_memory.c): note an asynchronous copy's read of src on a created
+ * stream; the mark an event recorded now carries; retire the reads of stream (or of every
+ * stream) up to a mark (UINT64_MAX: all). reads_done returns -EFAULT once the device faulted. */
+void emu_memory_note_read(const void *stream, const void *src, size_t size);
+uint64_t emu_memory_read_mark(void);
+int emu_memory_reads_done(const void *stream, bool every_stream, uint64_t upto);
 
 /* ---- emu_shared.c: CUDAW_EMU_SHARED=1, one device memory for every process of the user ---- */
 /* Opens the shared ledgers when CUDAW_EMU_SHARED=1 (nothing otherwise); -errno on failure. */

@@ -692,12 +692,77 @@ int emu_vmm_set_access(uintptr_t address, size_t size, unsigned changed, unsigne
   return err;
 }
 
+/* ---- reads in flight: asynchronous copies out of VMM mappings ---- */
+
+/* The emu copies at once, but a GPU's DMA reads when the stream gets to it, and a mapping unmapped
+ * under it faults the context. So a copy out of a VMM mapping on a created stream counts as in
+ * flight until its stream (or an event recorded after it, or the device) is synchronised, and an
+ * unmap of it meanwhile is a device fault: said on stderr, and every later synchronisation fails
+ * with cudaErrorIllegalAddress, as a lost context's would. */
+#define READS_MAX 256
+
+static struct read_in_flight {
+  const void *stream;
+  uintptr_t base;
+  size_t size;
+  uint64_t sequence;
+} reads[READS_MAX];
+static size_t read_count;
+static uint64_t read_sequence;
+static bool device_faulted;
+
+void emu_memory_note_read(const void *stream, const void *src, size_t size) {
+  pthread_mutex_lock(&lock);
+  struct emu_range range;
+  if (size && lookup_locked((uintptr_t)src, &range) == 0 && range.mapped) {
+    if (read_count == READS_MAX) memmove(reads, reads + 1, --read_count * sizeof *reads);
+    reads[read_count++] = (struct read_in_flight){stream, (uintptr_t)src, size, ++read_sequence};
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+uint64_t emu_memory_read_mark(void) {
+  pthread_mutex_lock(&lock);
+  uint64_t mark = read_sequence;
+  pthread_mutex_unlock(&lock);
+  return mark;
+}
+
+int emu_memory_reads_done(const void *stream, bool every_stream, uint64_t upto) {
+  pthread_mutex_lock(&lock);
+  for (size_t i = 0; i < read_count;) {
+    if ((every_stream || reads[i].stream == stream) && reads[i].sequence <= upto)
+      reads[i] = reads[--read_count];
+    else
+      i++;
+  }
+  int err = device_faulted ? -EFAULT : 0;
+  pthread_mutex_unlock(&lock);
+  return err;
+}
+
+/* Called with the lock held, before [address, address+size) is unmapped. */
+static void fault_reads_in_flight(uintptr_t address, size_t size) {
+  for (size_t i = 0; i < read_count;) {
+    if (reads[i].base < address + size && reads[i].base + reads[i].size > address) {
+      fprintf(stderr, "cudaw-emu: device fault: %#lx..%#lx unmapped while an asynchronous copy "
+                      "still read it (a GPU's context would be lost)\n",
+              (unsigned long)address, (unsigned long)(address + size));
+      device_faulted = true;
+      reads[i] = reads[--read_count];
+    } else {
+      i++;
+    }
+  }
+}
+
 int emu_vmm_unmap(uintptr_t address, size_t size) {
   pthread_mutex_lock(&lock);
   int err = -EINVAL;
   size_t first, last;
   mappings_overlapping(address, size, &first, &last);
   if (size && mappings_tile(address, size, first, last)) {
+    fault_reads_in_flight(address, size);
     make_inaccessible(address, size);
     for (size_t i = last; i-- > first;) remove_at(&mappings, i);
     err = 0;

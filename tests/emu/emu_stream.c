@@ -23,6 +23,8 @@ struct emu_event {
   bool recorded;
   struct timespec time;
   cudaStream_t held_on; /* recorded on a held stream (cudaw_emu_hold_stream): not complete yet */
+  cudaStream_t stream;  /* where it was recorded, and the reads in flight it follows (mark) */
+  uint64_t mark;
 };
 
 /* Live handles, so a destroyed or made-up handle is refused without being dereferenced. */
@@ -97,6 +99,7 @@ EMU_EXPORT cudaError_t cudaStreamCreate(cudaStream_t *stream) {
 EMU_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   if (!stream || !handle_live(stream, HANDLE_MAGIC_STREAM, true))
     return emu_result(cudaErrorInvalidResourceHandle);
+  emu_memory_reads_done(stream, false, UINT64_MAX); /* its work completes */
   ((struct emu_stream *)stream)->magic = 0;
   free(stream);
   return cudaSuccess;
@@ -143,7 +146,8 @@ cudaError_t emu_stream_sync(cudaStream_t stream) {
   if (emu_stream_check(stream)) return emu_result(cudaErrorInvalidResourceHandle);
   emu_work_wait(emu_current_device());
   emu_pool_synchronized(emu_current_device());
-  return cudaSuccess;
+  return emu_memory_reads_done(stream, false, UINT64_MAX) ? emu_result(cudaErrorIllegalAddress)
+                                                   : cudaSuccess;
 }
 
 EMU_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t stream) { return emu_stream_sync(stream); }
@@ -219,6 +223,8 @@ cudaError_t emu_event_record(cudaEvent_t event, cudaStream_t stream) {
   clock_gettime(CLOCK_MONOTONIC, &e->time);
   e->recorded = true;
   e->held_on = emu_stream_held(stream) ? stream : NULL;
+  e->stream = stream;
+  e->mark = emu_memory_read_mark();
   return cudaSuccess;
 }
 
@@ -236,6 +242,8 @@ EMU_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   struct emu_event *e = live_event(event);
   if (e && e->held_on) emu_stream_release(e->held_on); /* waiting lets the stream catch up */
   if (e) emu_pool_synchronized(emu_current_device());
+  if (e && e->recorded && emu_memory_reads_done(e->stream, false, e->mark))
+    return emu_result(cudaErrorIllegalAddress);
   return emu_result(e ? cudaSuccess : cudaErrorInvalidResourceHandle);
 }
 

@@ -19,6 +19,15 @@
 /* The copy threads: one per online CPU, at most 16. The program's own threads wait at the gate
  * while they run, and the host side of the copies (hashing, copying between staging and the
  * image, first-touch page faults) needs many cores to keep up with the DMA. */
+/* The reserve's threads: faulting fresh huge pages in scales with threads up to the memory's
+ * bandwidth (8 on the H100 machine, docs/performance.md); half the CPUs leaves the program the
+ * rest while it grows. */
+static uint32_t default_reserve_threads(void) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  long threads = cpus / 2 < 1 ? 1 : cpus / 2;
+  return threads > 8 ? 8u : (uint32_t)threads;
+}
+
 static uint32_t default_threads(void) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   if (cpus < 1) cpus = 1;
@@ -95,6 +104,9 @@ static const struct ckpt_option_info table[] = {
      "the share of the host's available memory (MemAvailable) the reserve may take; past it the "
      "reserve stops growing, says so once, and checkpoints copy the old way",
      CKPT_OPTION_PERCENT, NULL, 1, 100, NULL},
+    {"CUDAW_CKPT_RESERVE_THREADS", "half the online CPUs, at most 8",
+     "threads that fault in and page-lock the reserve in the background, each a piece at a time",
+     NUMBER(1, 64, "threads")},
     {"CUDAW_CKPT_LIVE", "0",
      "1: a checkpoint by signal is live: device memory is copied while the program runs, then "
      "the pause re-copies only the chunks whose checksum changed (cudaw-ctl checkpoint --live)",
@@ -330,6 +342,7 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
   out->suspend_start_wait_s = 5;
   out->reserve_budget_pct = 50;
   out->reserve_piece = 256ull << 20; /* a stop waits for one piece's page-locking at most */
+  out->reserve_threads = default_reserve_threads();
   if (error && error_len) error[0] = '\0';
 #define VALUE(name) (text = env_value(name, error, error_len, &rc))
 
@@ -361,6 +374,8 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
     if (strcmp(text, "auto") == 0) out->reserve_auto = 1;
     else if (vmem_parse_size(text, 0, &value) == 0) out->reserve_bytes = value; /* else off, 0 */
   }
+  if (VALUE("CUDAW_CKPT_RESERVE_THREADS"))
+    out->reserve_threads = (uint32_t)strtoul(text, NULL, 10);
   if (VALUE("CUDAW_CKPT_RESERVE_BUDGET"))
     out->reserve_budget_pct = (uint32_t)strtoul(text, NULL, 10);
   if (out->streams == 0) out->streams = 2 * out->threads;

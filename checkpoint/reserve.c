@@ -20,10 +20,13 @@
 #include "internal.h"
 
 /* Registered in pieces, so that stopping waits for one piece at most; a copy is split where it
- * crosses from one piece into the next (engine.c). */
+ * crosses from one piece into the next (engine.c). Several threads grow it, each a piece at a
+ * time; pieces finish out of order, and `ready` counts only the prefix that is all done. */
 #define RESERVE_ALIGN 4096ull
 #define FAULT_STEP (8ull << 20)
 #define POLL_NS (50ull * 1000 * 1000)
+#define WINDOW 64 /* pieces past `ready` handed out at most (bits of done_mask) */
+#define MAX_THREADS 64
 
 struct reserve {
   const struct ckpt_host_ops *ops;
@@ -39,14 +42,20 @@ struct reserve {
   uint64_t capacity;
   pthread_mutex_t lock;
   pthread_cond_t wake;
-  pthread_t thread;
-  bool running, taken, refused;
+  pthread_t threads[MAX_THREADS];
+  int started;
+  bool taken, refused;
   bool shrinking;        /* auto: device memory fell to half the reserve; give back to it */
   _Atomic bool stop;     /* also read between the steps of faulting a piece in */
-  uint64_t ready;        /* faulted in and registered: usable by a checkpoint */
-  uint64_t used;         /* taken by the current image */
-  uint64_t target;       /* what the thread grows towards, for status */
-  char refusal[384];
+  uint64_t ready;        /* faulted in and registered, a prefix: usable by a checkpoint */
+  uint64_t claimed;      /* [ready, claimed): pieces handed to the threads, done or not */
+  uint64_t done_mask;    /* bit i: the piece at ready + i * piece is registered */
+  int unregistering;     /* pieces being given back (shrink): no growth meanwhile */
+  uint64_t used;         /* taken by the current image (its end; may pass `ready`) */
+  uint64_t dirty_end;    /* pages up to here past `claimed` may be faulted in (an image wrote
+                            there, or a piece failed): given back once nothing wants them */
+  uint64_t target;       /* what the threads grow towards, for status */
+  char refusal[512];
 };
 
 static uint64_t meminfo(const char *key) {
@@ -87,20 +96,57 @@ static void refuse(struct reserve *rs, uint64_t want, uint64_t available) {
   ckpt_logf(CKPT_LOG_WARN, "%s", rs->refusal);
 }
 
-/* Fault in and register [ready, ready + n); 0 or -errno. Called without the lock. */
+/* Fault in and register [at, at + n); 0 or -errno. Called without the lock. */
 static int grow_piece(struct reserve *rs, uint64_t at, uint64_t n) {
   uint8_t *p = rs->base + at;
   /* A few huge pages at a time: faulting holds the address space's lock, which the program's
-   * own mmap and munmap (allocations) need; a whole piece at once made them wait ~0.3 s. */
+   * own mmap and munmap (allocations) need; a whole piece at once made them wait ~0.3 s.
+   * MADV_POPULATE_WRITE zeroes each page once and skips pages present already (an image may
+   * have written there); the register below then finds them all present, its fast case. */
   for (uint64_t done = 0; done < n; done += FAULT_STEP) {
     if (atomic_load(&rs->stop)) return -ECANCELED; /* the program is leaving */
     size_t step = (size_t)(n - done < FAULT_STEP ? n - done : FAULT_STEP);
     if (madvise(p + done, step, MADV_POPULATE_WRITE) != 0)
-      for (size_t i = 0; i < step; i += 4096) ((volatile uint8_t *)p + done)[i] = 0;
+      for (size_t i = 0; i < step; i += 4096) ((volatile uint8_t *)p + done)[i] |= 0;
   }
   return rs->ops->host_register(rs->ctx, p, (size_t)n);
 }
 
+static uint64_t piece_at(const struct reserve *rs, uint64_t at) {
+  return rs->capacity - at < rs->piece ? rs->capacity - at : rs->piece;
+}
+
+/* A thread finished the piece at `at` (lock held): count it into `ready` once every piece
+ * before it is done too. */
+static void piece_done(struct reserve *rs, uint64_t at, uint64_t n, int rc) {
+  if (rc == -ECANCELED) return; /* stopping: not registered, nothing to undo */
+  if (rc) {
+    if (!rs->refused) {
+      char cause[256] = "";
+      if (rs->ops->last_error) rs->ops->last_error(rs->ctx, cause, sizeof cause);
+      snprintf(rs->refusal, sizeof rs->refusal, "%s: page-locking it failed at %" PRIu64 " MiB "
+               "of it (%s%s%s); checkpoints that do not fit copy the old way", rs->name,
+               at >> 20, strerror(-rc), cause[0] ? ": " : "", cause);
+      ckpt_logf(CKPT_LOG_WARN, "%s", rs->refusal);
+    }
+    rs->refused = true;
+    if (at + n > rs->dirty_end) rs->dirty_end = at + n;
+    return;
+  }
+  rs->done_mask |= 1ull << ((at - rs->ready) / rs->piece);
+  while ((rs->done_mask & 1) && rs->ready < rs->capacity) {
+    rs->ready += piece_at(rs, rs->ready);
+    rs->done_mask >>= 1;
+  }
+  if (rs->shared && rs->ready == rs->capacity) {
+    char size[32];
+    ckpt_format_bytes(rs->capacity, size, sizeof size);
+    ckpt_logf(CKPT_LOG_INFO, "%s: %s page-locked", rs->name, size);
+  }
+  pthread_cond_broadcast(&rs->wake);
+}
+
+/* Every thread runs this loop: hand itself the next piece, or shrink, or wait. */
 static void *grow(void *arg) {
   struct reserve *rs = arg;
   pthread_mutex_lock(&rs->lock);
@@ -112,51 +158,51 @@ static void *grow(void *arg) {
     /* Not while paused: with CUDAW_CKPT_RELEASE=all the driver holds the process, and
      * page-locking calls into it would wait until the resume. While a kept image holds the
      * reserve it still grows past it, for the next image that replaces that one. */
-    if (!rs->refused && want > rs->ready && ckpt_state() == CKPT_RUNNING) {
+    bool running = ckpt_state() == CKPT_RUNNING;
+    if (!rs->refused && want > rs->claimed && running && !rs->unregistering &&
+        (rs->claimed - rs->ready) / rs->piece < WINDOW) {
       uint64_t available = rs->shared ? UINT64_MAX : meminfo("MemAvailable");
+      /* What is faulted in already (pieces under way, an image's pages) counts as allowed. */
+      uint64_t held = rs->claimed > rs->dirty_end ? rs->claimed : rs->dirty_end;
       uint64_t allowed = available == UINT64_MAX ? UINT64_MAX
-                                                 : rs->ready + available / 100 * rs->budget_pct;
+                                                 : held + available / 100 * rs->budget_pct;
       if (want > allowed) {
         rs->refused = true; /* once: a program near the limit would otherwise log forever */
         refuse(rs, want, available);
         continue;
       }
-      uint64_t at = rs->ready;
-      uint64_t n = rs->capacity - at < rs->piece ? rs->capacity - at : rs->piece;
+      uint64_t at = rs->claimed, n = piece_at(rs, at);
+      rs->claimed += n;
       pthread_mutex_unlock(&rs->lock);
       int rc = grow_piece(rs, at, n);
       pthread_mutex_lock(&rs->lock);
-      if (rc == -ECANCELED) break;
-      if (rc) {
-        rs->refused = true;
-        snprintf(rs->refusal, sizeof rs->refusal, "%s: page-locking it failed (%s); checkpoints "
-                 "that do not fit copy the old way", rs->name, strerror(-rc));
-        ckpt_logf(CKPT_LOG_WARN, "%s", rs->refusal);
-        if (!rs->shared) madvise(rs->base + at, (size_t)n, MADV_DONTNEED);
-      } else {
-        rs->ready = at + n;
-        if (rs->shared && rs->ready == rs->capacity) {
-          char size[32];
-          ckpt_format_bytes(rs->capacity, size, sizeof size);
-          ckpt_logf(CKPT_LOG_INFO, "%s: %s page-locked", rs->name, size);
-        }
-        pthread_cond_broadcast(&rs->wake);
-      }
+      piece_done(rs, at, n, rc);
       continue;
     }
     /* auto: the program gave much of its device memory back; so does the reserve, piece by
      * piece from the top (at half, so that a program that frees and allocates again does not
-     * make it shrink and grow each time). */
+     * make it shrink and grow each time). Only once no piece is under way above `ready`. */
     if (!rs->fixed && !rs->taken && want * 2 <= rs->ready) rs->shrinking = true;
     if (rs->shrinking && (rs->taken || rs->ready <= want)) rs->shrinking = false;
-    if (rs->shrinking && ckpt_state() == CKPT_RUNNING) {
+    if (rs->shrinking && running && rs->claimed == rs->ready) {
       rs->ready -= rs->piece; /* a checkpoint now cannot take it */
+      rs->claimed = rs->ready;
+      rs->unregistering++;
       uint8_t *top = rs->base + rs->ready;
       pthread_mutex_unlock(&rs->lock);
       rs->ops->host_unregister(rs->ctx, top);
       madvise(top, (size_t)rs->piece, MADV_DONTNEED);
       pthread_mutex_lock(&rs->lock);
+      rs->unregistering--;
       continue;
+    }
+    /* Pages past what the threads were handed, faulted in by an image's staged part or a piece
+     * that failed: kept while the reserve will grow over them (they page-lock fast), given
+     * back once it will not. No thread touches memory past `claimed`. */
+    if (!rs->taken && rs->dirty_end > rs->claimed && (rs->refused || want <= rs->claimed)) {
+      if (!rs->shared)
+        madvise(rs->base + rs->claimed, (size_t)(rs->dirty_end - rs->claimed), MADV_DONTNEED);
+      rs->dirty_end = 0;
     }
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
@@ -169,6 +215,17 @@ static void *grow(void *arg) {
   }
   pthread_mutex_unlock(&rs->lock);
   return NULL;
+}
+
+static void start_threads(struct reserve *rs, uint32_t threads) {
+  if (threads < 1) threads = 1;
+  if (threads > MAX_THREADS) threads = MAX_THREADS;
+  pthread_mutex_init(&rs->lock, NULL);
+  pthread_cond_init(&rs->wake, NULL);
+  for (uint32_t t = 0; t < threads; t++) {
+    if (pthread_create(&rs->threads[rs->started], NULL, grow, rs) != 0) break;
+    rs->started++;
+  }
 }
 
 struct reserve *reserve_new(const struct ckpt_host_ops *ops, void *ctx,
@@ -209,14 +266,12 @@ struct reserve *reserve_new(const struct ckpt_host_ops *ops, void *ctx,
   }
   rs->base = p;
   madvise(rs->base, (size_t)rs->capacity, MADV_HUGEPAGE);
-  pthread_mutex_init(&rs->lock, NULL);
-  pthread_cond_init(&rs->wake, NULL);
-  rs->running = pthread_create(&rs->thread, NULL, grow, rs) == 0;
+  start_threads(rs, options->reserve_threads);
   return rs;
 }
 
 struct reserve *reserve_new_shared(const struct ckpt_host_ops *ops, void *ctx, void *base,
-                                   uint64_t size, uint64_t piece) {
+                                   uint64_t size, uint64_t piece, uint32_t threads) {
   if (!ops->host_register || !ops->host_unregister || !size) return NULL;
   struct reserve *rs = calloc(1, sizeof *rs);
   if (!rs) return NULL;
@@ -228,9 +283,7 @@ struct reserve *reserve_new_shared(const struct ckpt_host_ops *ops, void *ctx, v
   rs->align = RESERVE_ALIGN;
   rs->piece = piece ? (piece + rs->align - 1) / rs->align * rs->align : IMAGE_ALIGN;
   rs->base = base;
-  pthread_mutex_init(&rs->lock, NULL);
-  pthread_cond_init(&rs->wake, NULL);
-  rs->running = pthread_create(&rs->thread, NULL, grow, rs) == 0;
+  start_threads(rs, threads);
   return rs;
 }
 
@@ -240,60 +293,74 @@ void reserve_free(struct reserve *rs) {
   rs->stop = true;
   pthread_cond_broadcast(&rs->wake);
   pthread_mutex_unlock(&rs->lock);
-  if (rs->running) pthread_join(rs->thread, NULL);
+  for (int t = 0; t < rs->started; t++) pthread_join(rs->threads[t], NULL);
+  /* The prefix, and pieces registered past a gap (one failed, or stopped under way). */
   for (uint64_t at = 0; at < rs->ready; at += rs->piece)
     rs->ops->host_unregister(rs->ctx, rs->base + at);
+  for (int i = 0; i < WINDOW; i++)
+    if (rs->done_mask & (1ull << i))
+      rs->ops->host_unregister(rs->ctx, rs->base + rs->ready + (uint64_t)i * rs->piece);
   munmap(rs->base, (size_t)rs->capacity);
   pthread_mutex_destroy(&rs->lock);
   pthread_cond_destroy(&rs->wake);
   free(rs);
 }
 
-uint8_t *reserve_take(struct reserve *rs, uint64_t bytes) {
+uint8_t *reserve_take(struct reserve *rs, bool kept, struct reserve_span *span) {
+  *span = (struct reserve_span){0};
   if (!rs) return NULL;
   pthread_mutex_lock(&rs->lock);
   uint8_t *p = NULL;
-  if (!rs->taken && bytes <= rs->ready) {
+  if (rs->taken == kept) {
     rs->taken = true;
-    rs->used = bytes;
+    rs->used = rs->capacity; /* until reserve_use says how far the image reaches */
+    *span = (struct reserve_span){rs->ready, rs->capacity};
     p = rs->base;
   }
   pthread_mutex_unlock(&rs->lock);
   return p;
 }
 
-uint8_t *reserve_take_more(struct reserve *rs, uint64_t from, uint64_t bytes) {
+uint8_t *reserve_take_range(struct reserve *rs, uint64_t offset, uint64_t bytes,
+                            struct reserve_span *span) {
+  *span = (struct reserve_span){0};
   if (!rs) return NULL;
   pthread_mutex_lock(&rs->lock);
   uint8_t *p = NULL;
-  if (rs->taken && from <= rs->ready && bytes <= rs->ready - from) {
-    rs->used = from + bytes;
-    p = rs->base + from;
+  if (!rs->taken && offset <= rs->capacity && bytes <= rs->capacity - offset) {
+    rs->taken = true;
+    rs->used = offset + bytes;
+    uint64_t ready = rs->ready > offset ? rs->ready - offset : 0;
+    *span = (struct reserve_span){ready < bytes ? ready : bytes, bytes};
+    p = rs->base + offset;
   }
   pthread_mutex_unlock(&rs->lock);
   return p;
+}
+
+void reserve_use(struct reserve *rs, uint64_t end) {
+  if (!rs) return;
+  pthread_mutex_lock(&rs->lock);
+  rs->used = end;
+  pthread_mutex_unlock(&rs->lock);
+}
+
+uint64_t reserve_ready(struct reserve *rs) {
+  if (!rs) return 0;
+  pthread_mutex_lock(&rs->lock);
+  uint64_t ready = rs->ready;
+  pthread_mutex_unlock(&rs->lock);
+  return ready;
 }
 
 void reserve_give_back(struct reserve *rs) {
   if (!rs) return;
   pthread_mutex_lock(&rs->lock);
+  if (rs->taken && rs->used > rs->dirty_end) rs->dirty_end = rs->used;
   rs->taken = false;
   rs->used = 0;
   pthread_cond_broadcast(&rs->wake); /* grow again if the program grew meanwhile */
   pthread_mutex_unlock(&rs->lock);
-}
-
-uint8_t *reserve_take_range(struct reserve *rs, uint64_t offset, uint64_t bytes) {
-  if (!rs) return NULL;
-  pthread_mutex_lock(&rs->lock);
-  uint8_t *p = NULL;
-  if (!rs->taken && offset <= rs->ready && bytes <= rs->ready - offset) {
-    rs->taken = true;
-    rs->used = bytes;
-    p = rs->base + offset;
-  }
-  pthread_mutex_unlock(&rs->lock);
-  return p;
 }
 
 const uint8_t *reserve_base(const struct reserve *rs) { return rs ? rs->base : NULL; }

@@ -1,9 +1,10 @@
 /* The image reserve (CUDAW_CKPT_RESERVE): page-locked host memory kept for the next checkpoint's
- * image. A thread of its own faults it in and registers it (host_register) piece by piece as the
+ * image. Threads of its own fault it in and register it (host_register) piece by piece as the
  * program's device memory grows, never on the program's threads, so that a first checkpoint
  * copies from the device straight into it: no fresh pages to fault and zero, no staging pass.
- * It is bounded by a share of the host's available memory (CUDAW_CKPT_RESERVE_BUDGET); past that
- * it stops growing and says so once, and checkpoints that do not fit take the old path.
+ * It is bounded by a share of the host memory available to it (CUDAW_CKPT_RESERVE_BUDGET); past
+ * that it stops growing and says so once. A checkpoint uses whatever part of it is ready (its
+ * rest goes through staging).
  * The same machinery registers cudawd's host-memory pool (reserve_new_shared): memory that
  * cudawd faulted in and lends range by range, registered here once the program uses a device. */
 #define _GNU_SOURCE
@@ -85,14 +86,23 @@ static uint64_t wanted(struct reserve *rs) {
   return bytes ? bytes + regions * rs->align : 0;
 }
 
-static void refuse(struct reserve *rs, uint64_t want, uint64_t available) {
+/* Said once, when the program's device memory grows past what the budget allows (not at its
+ * first checkpoint), with the setting that would let it grow. */
+static void refuse(struct reserve *rs, uint64_t want, uint64_t held, uint64_t available) {
   char need[32], have[32];
   ckpt_format_bytes(want, need, sizeof need);
   ckpt_format_bytes(available, have, sizeof have);
+  uint64_t pool = held + (available == UINT64_MAX ? 0 : available);
+  uint64_t pct = pool ? (want * 100 + pool - 1) / pool : 101;
+  char fix[128];
+  if (pct <= 100)
+    snprintf(fix, sizeof fix, "CUDAW_CKPT_RESERVE_BUDGET=%" PRIu64 "%% would allow it", pct);
+  else
+    snprintf(fix, sizeof fix, "no budget allows it on this machine");
   snprintf(rs->refusal, sizeof rs->refusal,
            "CUDAW_CKPT_RESERVE: keeping %s of page-locked host memory for the checkpoint image "
-           "would leave the machine short (%s available, CUDAW_CKPT_RESERVE_BUDGET=%u%%); "
-           "checkpoints that do not fit copy the old way", need, have, rs->budget_pct);
+           "would leave the machine short (%s available, CUDAW_CKPT_RESERVE_BUDGET=%u%%; %s); "
+           "checkpoints that do not fit copy the old way", need, have, rs->budget_pct, fix);
   ckpt_logf(CKPT_LOG_WARN, "%s", rs->refusal);
 }
 
@@ -108,6 +118,14 @@ static int grow_piece(struct reserve *rs, uint64_t at, uint64_t n) {
     size_t step = (size_t)(n - done < FAULT_STEP ? n - done : FAULT_STEP);
     if (madvise(p + done, step, MADV_POPULATE_WRITE) != 0)
       for (size_t i = 0; i < step; i += 4096) ((volatile uint8_t *)p + done)[i] |= 0;
+  }
+  /* A pause may have begun while this piece was faulted in: page-lock it only once the
+   * program runs again (with CUDAW_CKPT_RELEASE=all the driver holds the process meanwhile,
+   * and a register then fails or waits inside it). */
+  while (ckpt_state() != CKPT_RUNNING) {
+    if (atomic_load(&rs->stop)) return -ECANCELED;
+    struct timespec pause = {0, 10 * 1000 * 1000};
+    nanosleep(&pause, NULL);
   }
   return rs->ops->host_register(rs->ctx, p, (size_t)n);
 }
@@ -130,7 +148,9 @@ static void piece_done(struct reserve *rs, uint64_t at, uint64_t n, int rc) {
       ckpt_logf(CKPT_LOG_WARN, "%s", rs->refusal);
     }
     rs->refused = true;
-    if (at + n > rs->dirty_end) rs->dirty_end = at + n;
+    /* Its pages go back now unless an image may lie there (then once it is given back). */
+    if (!rs->taken && !rs->shared) madvise(rs->base + at, (size_t)n, MADV_DONTNEED);
+    else if (at + n > rs->dirty_end) rs->dirty_end = at + n;
     return;
   }
   rs->done_mask |= 1ull << ((at - rs->ready) / rs->piece);
@@ -162,13 +182,16 @@ static void *grow(void *arg) {
     if (!rs->refused && want > rs->claimed && running && !rs->unregistering &&
         (rs->claimed - rs->ready) / rs->piece < WINDOW) {
       uint64_t available = rs->shared ? UINT64_MAX : meminfo("MemAvailable");
-      /* What is faulted in already (pieces under way, an image's pages) counts as allowed. */
+      /* The budget is a share of the memory available to the reserve: what it holds already
+       * (pieces under way, an image's pages) and what is available beside it. A share of
+       * MemAvailable alone shrank as the reserve grew (it refused 59.5 GiB at 50% on a host
+       * of 128 GiB once 46 GiB were in it). */
       uint64_t held = rs->claimed > rs->dirty_end ? rs->claimed : rs->dirty_end;
       uint64_t allowed = available == UINT64_MAX ? UINT64_MAX
-                                                 : held + available / 100 * rs->budget_pct;
+                                                 : (held + available) / 100 * rs->budget_pct;
       if (want > allowed) {
         rs->refused = true; /* once: a program near the limit would otherwise log forever */
-        refuse(rs, want, available);
+        refuse(rs, want, held, available);
         continue;
       }
       uint64_t at = rs->claimed, n = piece_at(rs, at);
@@ -254,7 +277,7 @@ struct reserve *reserve_new(const struct ckpt_host_ops *ops, void *ctx,
     rs->capacity = (rs->fixed + rs->piece - 1) / rs->piece * rs->piece;
   if (rs->fixed && rs->fixed > rs->capacity) { /* cannot fit whatever the budget */
     rs->refused = true;
-    refuse(rs, rs->fixed, meminfo("MemAvailable"));
+    refuse(rs, rs->fixed, 0, meminfo("MemAvailable"));
   }
   void *p = rs->capacity ? mmap(NULL, (size_t)rs->capacity, PROT_READ | PROT_WRITE,
                                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)

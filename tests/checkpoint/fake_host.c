@@ -418,6 +418,9 @@ static int host_register(void *ctx, void *p, size_t n) {
     nanosleep(&pause, NULL);
   }
   if (fail) {
+    pthread_mutex_lock(&host->lock);
+    host->register_failed = p;
+    pthread_mutex_unlock(&host->lock);
     snprintf(failed_call, sizeof failed_call, "cudaHostRegister returned cudaErrorInjected (999)");
     return -EIO;
   }

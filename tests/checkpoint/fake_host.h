@@ -47,6 +47,7 @@ struct fake_host {
   int pinned_live, streams_live, registered_live;
   int pin_calls;               /* host_alloc_pinned calls that succeeded */
   int register_calls;
+  void *register_failed;       /* where the injected failure happened */
   int violations;
   char violation[256];
   int log_lines;

@@ -1,8 +1,9 @@
 /* Description: the image reserve (CUDAW_CKPT_RESERVE). A checkpoint copies straight into it (the
  * engine counts every image byte there and none through staging) and a resume restores every
  * byte; auto grows it as the program's device memory grows and shrinks it when that memory is
- * freed; an image it cannot hold puts what fits there and the rest takes the old path; a reserve past the host-memory budget is refused with a message naming the variable
- * and the checkpoint still works; freeing the engine unregisters it. */
+ * freed; an image it cannot hold puts what fits there and the rest takes the old path; a
+ * reserve past the host-memory budget is refused with a message naming the variable and the
+ * checkpoint still works; freeing the engine unregisters it. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,7 +5,8 @@
  * checkpoint and a round trip through a disk image. Several threads grow the reserve with
  * page-locking calls that finish out of order: `ready` is always a prefix that is all
  * registered, and stopping in the middle leaves nothing registered and nothing registered twice.
- * A failed page-locking names the host's error (the runtime's name for it), not just EIO. */
+ * A failed page-locking names the host's error (the runtime's name for it), not just EIO. A
+ * program whose device memory grows past the budget is told once, as it allocates. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,7 +175,14 @@ static void growth(bool fail) {
   } while (info.bytes < 24 * MIB && !info.refused && ckpt_now() < deadline);
   if (fail) {
     CHECK(info.refused, "the injected failure stops the growth");
-    CHECK(info.bytes < 12 * MIB, "ready stops before the piece that failed");
+    usleep(100 * 1000); /* the pieces under way finish */
+    reserve_status(rs, &info);
+    pthread_mutex_lock(&h.lock);
+    uint64_t failed = (uint64_t)((uint8_t *)h.register_failed - base);
+    pthread_mutex_unlock(&h.lock);
+    CHECK(h.register_failed != NULL, "the failure was injected");
+    CHECK_EQ(info.bytes, failed); /* ready stops at the piece that failed */
+    CHECK(fake_host_registered(&h, base, info.bytes), "ready is a registered prefix");
     pthread_mutex_lock(&h.lock);
     bool named = strstr(h.last_log, "cudaErrorInjected") != NULL &&
                  strstr(h.last_log, "Input/output error") != NULL;
@@ -191,7 +199,45 @@ static void growth(bool fail) {
   fake_host_free(&h);
 }
 
+/* A program whose device memory grows past the budget is told at that moment, once, with the
+ * setting that would allow it; not again when it grows further. */
+static void budget_at_allocation(void) {
+  struct fake_host h;
+  fake_host_init(&h, 1);
+  ckpt_rt.ops = &fake_host_ops;
+  ckpt_rt.ctx = &h;
+  struct ckpt_options options = base_options();
+  options.reserve_auto = 1;
+  options.reserve_budget_pct = 1;
+  struct engine *e = engine_new(&fake_host_ops, &h, &options);
+  usleep(200 * 1000);
+  CHECK_EQ(h.log_lines, 0); /* no device memory: nothing to say */
+  /* 1% of what is available is less than 256 MiB on any machine this runs on. */
+  fake_host_add_region(&h, 256 * MIB, 0, 4);
+  struct reserve_info info;
+  double deadline = ckpt_now() + 5;
+  do reserve_status(engine_reserve(e), &info);
+  while (!info.refused && ckpt_now() < deadline);
+  CHECK(info.refused, "refused as the program allocated, before any checkpoint");
+  pthread_mutex_lock(&h.lock);
+  int lines = h.log_lines;
+  bool named = strstr(h.last_log, "CUDAW_CKPT_RESERVE_BUDGET=1%") != NULL &&
+               strstr(h.last_log, "would allow it") != NULL;
+  pthread_mutex_unlock(&h.lock);
+  if (!named) fprintf(stderr, "last log: %s\n", h.last_log);
+  CHECK(named, "the line names the option and the value that would fit");
+  CHECK_EQ(lines, 1);
+  fake_host_add_region(&h, 16 * MIB, 0, 5);
+  usleep(300 * 1000);
+  CHECK_EQ(h.log_lines, 1); /* once */
+  engine_free(e);
+  CHECK_EQ(h.violations, 0);
+  ckpt_rt.ops = NULL;
+  fake_host_free(&h);
+}
+
 int main(void) {
+  budget_at_allocation();
   half_ready();
   growth(false);
   growth(true);

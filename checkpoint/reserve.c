@@ -279,15 +279,23 @@ struct reserve *reserve_new(const struct ckpt_host_ops *ops, void *ctx,
     rs->refused = true;
     refuse(rs, rs->fixed, 0, meminfo("MemAvailable"));
   }
-  void *p = rs->capacity ? mmap(NULL, (size_t)rs->capacity, PROT_READ | PROT_WRITE,
-                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
-                         : MAP_FAILED;
+  /* At a huge-page boundary, so that every piece is whole huge pages: the kernel (before 6.7)
+   * aligns a large mapping only to pages, and a piece's first and last huge page would then be
+   * shared with its neighbours (small pages where a shrink splits them). */
+  size_t length = (size_t)rs->capacity + IMAGE_ALIGN;
+  uint8_t *p = rs->capacity ? mmap(NULL, length, PROT_READ | PROT_WRITE,
+                                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+                            : MAP_FAILED;
   if (p == MAP_FAILED) {
     ckpt_logf(CKPT_LOG_WARN, "CUDAW_CKPT_RESERVE: cannot map address space for it; no reserve");
     free(rs);
     return NULL;
   }
-  rs->base = p;
+  uint8_t *start = (uint8_t *)(((uintptr_t)p + IMAGE_ALIGN - 1) & ~(uintptr_t)(IMAGE_ALIGN - 1));
+  if (start > p) munmap(p, (size_t)(start - p));
+  if (p + length > start + rs->capacity)
+    munmap(start + rs->capacity, (size_t)(p + length - (start + rs->capacity)));
+  rs->base = start;
   madvise(rs->base, (size_t)rs->capacity, MADV_HUGEPAGE);
   start_threads(rs, options->reserve_threads);
   return rs;

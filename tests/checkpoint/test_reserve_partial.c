@@ -163,6 +163,7 @@ static void growth(bool fail) {
   struct reserve *rs = reserve_new(&fake_host_ops, &h, &options);
   CHECK(rs != NULL, "a reserve");
   const uint8_t *base = reserve_base(rs);
+  CHECK((uintptr_t)base % (2 * MIB) == 0, "it starts at a huge-page boundary");
   uint64_t last = 0;
   struct reserve_info info;
   double deadline = ckpt_now() + 10;

@@ -102,7 +102,8 @@ static const struct ckpt_option_info table[] = {
      CKPT_OPTION_SIZE, "auto|off|0", 1, UINT64_MAX, NULL},
     {"CUDAW_CKPT_RESERVE_BUDGET", "75%",
      "the share of the host memory available to the reserve (MemAvailable plus what it holds) "
-     "it may take; past it the reserve stops growing and says so once, when device memory grows",
+     "it may take; an image larger than that is said once, as device memory grows, and the "
+     "reserve grows up to it",
      CKPT_OPTION_PERCENT, NULL, 1, 100, NULL},
     {"CUDAW_CKPT_RESERVE_THREADS", "half the online CPUs, at most 8",
      "threads that fault in and page-lock the reserve in the background, each a piece at a time",

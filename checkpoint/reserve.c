@@ -2,8 +2,8 @@
  * image. Threads of its own fault it in and register it (host_register) piece by piece as the
  * program's device memory grows, never on the program's threads, so that a first checkpoint
  * copies from the device straight into it: no fresh pages to fault and zero, no staging pass.
- * It is bounded by a share of the host memory available to it (CUDAW_CKPT_RESERVE_BUDGET); past
- * that it stops growing and says so once. A checkpoint uses whatever part of it is ready (its
+ * It is bounded by a share of the host memory available to it (CUDAW_CKPT_RESERVE_BUDGET): an
+ * image larger than that is said once and the reserve grows up to the budget. A checkpoint uses whatever part of it is ready (its
  * rest goes through staging).
  * The same machinery registers cudawd's host-memory pool (reserve_new_shared): memory that
  * cudawd faulted in and lends range by range, registered here once the program uses a device. */
@@ -45,7 +45,8 @@ struct reserve {
   pthread_cond_t wake;
   pthread_t threads[MAX_THREADS];
   int started;
-  bool taken, refused;
+  bool taken, refused;   /* refused: page-locking failed, the reserve stops growing */
+  bool over_budget;      /* the image would pass the budget: it grows up to it, said once */
   bool shrinking;        /* auto: device memory fell to half the reserve; give back to it */
   _Atomic bool stop;     /* also read between the steps of faulting a piece in */
   uint64_t ready;        /* faulted in and registered, a prefix: usable by a checkpoint */
@@ -101,8 +102,9 @@ static void refuse(struct reserve *rs, uint64_t want, uint64_t held, uint64_t av
     snprintf(fix, sizeof fix, "no budget allows it on this machine");
   snprintf(rs->refusal, sizeof rs->refusal,
            "CUDAW_CKPT_RESERVE: keeping %s of page-locked host memory for the checkpoint image "
-           "would leave the machine short (%s available, CUDAW_CKPT_RESERVE_BUDGET=%u%%; %s); "
-           "checkpoints that do not fit copy the old way", need, have, rs->budget_pct, fix);
+           "would leave the machine short (%s available, CUDAW_CKPT_RESERVE_BUDGET=%u%%; %s); it "
+           "grows up to the budget, and checkpoints stage the rest", need, have, rs->budget_pct,
+           fix);
   ckpt_logf(CKPT_LOG_WARN, "%s", rs->refusal);
 }
 
@@ -189,18 +191,20 @@ static void *grow(void *arg) {
       uint64_t held = rs->claimed > rs->dirty_end ? rs->claimed : rs->dirty_end;
       uint64_t allowed = available == UINT64_MAX ? UINT64_MAX
                                                  : (held + available) / 100 * rs->budget_pct;
-      if (want > allowed) {
-        rs->refused = true; /* once: a program near the limit would otherwise log forever */
+      uint64_t at = rs->claimed, n = piece_at(rs, at);
+      if (want > allowed && !rs->over_budget) {
+        rs->over_budget = true; /* once: a program near the limit would otherwise log forever */
         refuse(rs, want, held, available);
+      }
+      /* Past the budget it grows up to it: a checkpoint uses whatever part is ready. */
+      if (want <= allowed || at + n <= allowed) {
+        rs->claimed += n;
+        pthread_mutex_unlock(&rs->lock);
+        int rc = grow_piece(rs, at, n);
+        pthread_mutex_lock(&rs->lock);
+        piece_done(rs, at, n, rc);
         continue;
       }
-      uint64_t at = rs->claimed, n = piece_at(rs, at);
-      rs->claimed += n;
-      pthread_mutex_unlock(&rs->lock);
-      int rc = grow_piece(rs, at, n);
-      pthread_mutex_lock(&rs->lock);
-      piece_done(rs, at, n, rc);
-      continue;
     }
     /* auto: the program gave much of its device memory back; so does the reserve, piece by
      * piece from the top (at half, so that a program that frees and allocates again does not
@@ -222,7 +226,8 @@ static void *grow(void *arg) {
     /* Pages past what the threads were handed, faulted in by an image's staged part or a piece
      * that failed: kept while the reserve will grow over them (they page-lock fast), given
      * back once it will not. No thread touches memory past `claimed`. */
-    if (!rs->taken && rs->dirty_end > rs->claimed && (rs->refused || want <= rs->claimed)) {
+    if (!rs->taken && rs->dirty_end > rs->claimed &&
+        (rs->refused || rs->over_budget || want <= rs->claimed)) {
       if (!rs->shared)
         madvise(rs->base + rs->claimed, (size_t)(rs->dirty_end - rs->claimed), MADV_DONTNEED);
       rs->dirty_end = 0;
@@ -275,8 +280,8 @@ struct reserve *reserve_new(const struct ckpt_host_ops *ops, void *ctx,
   rs->capacity = total == UINT64_MAX ? (64ull << 30) : total / rs->piece * rs->piece;
   if (rs->fixed && rs->fixed < rs->capacity)
     rs->capacity = (rs->fixed + rs->piece - 1) / rs->piece * rs->piece;
-  if (rs->fixed && rs->fixed > rs->capacity) { /* cannot fit whatever the budget */
-    rs->refused = true;
+  if (rs->fixed && rs->fixed > rs->capacity) { /* more than the machine: up to the budget */
+    rs->over_budget = true;
     refuse(rs, rs->fixed, 0, meminfo("MemAvailable"));
   }
   /* At a huge-page boundary, so that every piece is whole huge pages: the kernel (before 6.7)
@@ -411,7 +416,7 @@ void reserve_status(struct reserve *rs, struct reserve_info *out) {
   out->bytes = rs->ready;
   out->used = rs->used;
   out->target = rs->target;
-  out->refused = rs->refused;
+  out->refused = rs->refused || rs->over_budget;
   pthread_mutex_unlock(&rs->lock);
 }
 
@@ -419,7 +424,7 @@ bool reserve_wait(struct reserve *rs, uint64_t bytes, double seconds) {
   if (!rs) return false;
   double until = ckpt_now() + seconds;
   pthread_mutex_lock(&rs->lock);
-  while (rs->ready < bytes && !rs->refused && ckpt_now() < until) {
+  while (rs->ready < bytes && !rs->refused && !rs->over_budget && ckpt_now() < until) {
     pthread_mutex_unlock(&rs->lock);
     struct timespec pause = {0, 5 * 1000 * 1000};
     nanosleep(&pause, NULL);

@@ -201,7 +201,8 @@ static void growth(bool fail) {
 }
 
 /* A program whose device memory grows past the budget is told at that moment, once, with the
- * setting that would allow it; not again when it grows further. */
+ * setting that would allow it; not again when it grows further (the reserve grows up to the
+ * budget meanwhile, without a word). */
 static void budget_at_allocation(void) {
   struct fake_host h;
   fake_host_init(&h, 1);
@@ -210,6 +211,7 @@ static void budget_at_allocation(void) {
   struct ckpt_options options = base_options();
   options.reserve_auto = 1;
   options.reserve_budget_pct = 1;
+  options.reserve_piece = 64 * MIB; /* it grows up to the budget: few pieces even at 1% */
   struct engine *e = engine_new(&fake_host_ops, &h, &options);
   usleep(200 * 1000);
   CHECK_EQ(h.log_lines, 0); /* no device memory: nothing to say */

@@ -105,10 +105,14 @@ struct ckpt_host_ops {
   int (*stream_sync)(void *ctx, void *stream);
   /* Optional (both or neither). Page-lock [host, host + n) of the module's image for copies on
    * every device (cudaHostRegisterPortable), and undo it (host is the start of a registered
-   * range). Called from at most two module threads at once (the image's registrar and the
-   * reserve's, on different ranges), while no copy uses the range. */
+   * range). Called from several module threads at once (the image's registrar and the
+   * reserve's threads), each on a range of its own that no copy uses meanwhile. */
   int (*host_register)(void *ctx, void *host, size_t n);
   void (*host_unregister)(void *ctx, void *host);
+  /* Optional. The calling thread's last failed host call, in the host's words (for the
+   * runtime: the call, the error's name and its description), "" if none. A -errno loses the
+   * cause; messages about a failure add this. */
+  void (*last_error)(void *ctx, char *buf, size_t len);
   /* Page-locked host memory usable by copies on every device (cudaHostAllocPortable). */
   int (*host_alloc_pinned)(void *ctx, size_t n, void **host);
   void (*host_free_pinned)(void *ctx, void *host);
@@ -192,6 +196,7 @@ struct ckpt_options {
   uint64_t reserve_bytes;    /* CUDAW_CKPT_RESERVE=SIZE (0: off unless auto) */
   uint32_t reserve_budget_pct; /* CUDAW_CKPT_RESERVE_BUDGET: % of MemAvailable it may take */
   uint64_t reserve_piece;    /* the reserve grows by this much (not from the environment: tests) */
+  uint32_t reserve_threads;  /* CUDAW_CKPT_RESERVE_THREADS: threads faulting in and page-locking it */
 };
 
 /* What a row accepts. Every row of every options table names one, so that an invalid value is

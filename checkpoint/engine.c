@@ -361,6 +361,7 @@ int engine_set_pool(struct engine *e, struct reserve *pool) {
   reserve_free(e->pool);
   e->pool = pool;
   e->loan_length = 0;
+  reserve_standby(e->reserve, pool != NULL);
   return 0;
 }
 
@@ -448,45 +449,83 @@ static uint64_t host_memory_available(void) {
 }
 
 
-/* Every region of the image without memory yet, one after another from base at align
- * boundaries, in memory registered already (the reserve's, or with in_pool cudawd's pool). */
-static void place_fresh_regions(struct engine *e, uint8_t *base, uint64_t align, bool in_pool) {
-  uint64_t at = 0;
+/* How much of a region's image bytes the copies reach directly (registered, page-locked). */
+static uint64_t direct_bytes(const struct image_region *r) {
+  return r->registered < r->region.size ? r->registered : r->region.size;
+}
+
+/* The regions of the image without memory yet, one after another from base + from at align
+ * boundaries, in a taken reserve (or with in_pool cudawd's lent range) whose first span.ready
+ * bytes are page-locked. A region goes there while it starts in the page-locked part: the part
+ * of it past that is plain memory of the reserve's mapping, copied through staging (and
+ * page-locked by the reserve's threads later, for the next checkpoint). Past the page-locked
+ * part the rest stay out (the fresh arena), except in the pool (with all: memory cudawd lent,
+ * better than more of the host's). Returns where the last one ends. */
+static uint64_t place_fresh_regions(struct engine *e, uint8_t *base, struct reserve_span span,
+                                    uint64_t from, uint64_t align, bool in_pool, bool all) {
+  uint64_t at = from;
   for (size_t i = 0; i < e->image_count; i++) {
     struct image_region *r = &e->image[i];
     if (r->data) continue;
+    uint64_t mapped = (r->region.size + align - 1) / align * align;
+    if ((!all && at >= span.ready) || mapped > span.size - at) continue;
     r->data = base + at;
-    r->mapped = (size_t)((r->region.size + align - 1) / align * align);
-    r->registered = r->mapped; /* page-locked already: status counts it */
-    atomic_fetch_add(&e->registered_bytes, r->registered);
+    r->mapped = (size_t)mapped;
+    r->registered = span.ready > at ? (span.ready - at < mapped ? span.ready - at : mapped) : 0;
+    atomic_fetch_add(&e->registered_bytes, r->registered); /* page-locked already: status counts it */
     r->in_reserve = true;
     r->in_pool = in_pool;
     r->fresh = true; /* no earlier image's bytes: every chunk is copied */
-    at += r->mapped;
+    at += mapped;
   }
+  return at;
 }
 
-/* Put every fresh region of the image into the reserve, each at a reserve_align boundary, if it
- * holds them all. Where regions reused from a kept image lie in it already, the fresh ones go
- * after the last of those (a program's small allocations that stay, beside big ones that come
- * and go). Only for a checkpoint's image: one read from disk is no reason to hold page-locked
- * memory. */
+/* One line on where a new image's fresh regions went, where not all went direct. */
+static void log_placement(struct engine *e, const char *what, const char *into_what, bool in_pool) {
+  uint64_t fresh = 0, direct_part = 0;
+  for (size_t i = 0; i < e->image_count; i++) {
+    const struct image_region *r = &e->image[i];
+    if (!r->fresh || !r->in_reserve || r->in_pool != in_pool) continue;
+    direct_part += direct_bytes(r);
+  }
+  for (size_t i = 0; i < e->image_count; i++)
+    if (e->image[i].fresh || !e->image[i].data) fresh += e->image[i].region.size;
+  if (direct_part == fresh) return; /* the result's line says "straight into ..." */
+  char into[32], of[32];
+  ckpt_format_bytes(direct_part, into, sizeof into);
+  ckpt_format_bytes(fresh, of, sizeof of);
+  ckpt_logf(CKPT_LOG_INFO, "%s: %s of %s into %s (ready), the rest staged", what, into, of,
+            into_what);
+}
+
+/* Put the fresh regions of the image into the reserve, each at a reserve_align boundary, as far
+ * as it is page-locked (place_fresh_regions): never all or nothing. Where regions reused from
+ * a kept image lie in it already, the fresh ones go after the last of those (a program's small
+ * allocations that stay, beside big ones that come and go). Only for a checkpoint's image: one
+ * read from disk is no reason to hold page-locked memory. */
 static bool place_in_reserve(struct engine *e) {
   if (!e->reserve) return false;
-  uint64_t align = reserve_align(e->reserve), bytes = 0, kept_end = 0;
+  uint64_t align = reserve_align(e->reserve), bytes = 0, kept_bytes = 0, kept_end = 0;
   const uint8_t *start = reserve_base(e->reserve);
   for (size_t i = 0; i < e->image_count; i++) {
     const struct image_region *r = &e->image[i];
-    if (!r->data) bytes += (r->region.size + align - 1) / align * align;
-    else if (r->in_reserve && !r->in_pool && (uint64_t)(r->data - start) + r->mapped > kept_end)
-      kept_end = (uint64_t)(r->data - start) + r->mapped;
+    if (!r->data) {
+      bytes += (r->region.size + align - 1) / align * align;
+    } else if (r->in_reserve && !r->in_pool) {
+      kept_bytes += r->mapped;
+      if ((uint64_t)(r->data - start) + r->mapped > kept_end)
+        kept_end = (uint64_t)(r->data - start) + r->mapped;
+    }
   }
-  uint8_t *base = !bytes ? NULL
-                  : e->reserve_held ? reserve_take_more(e->reserve, kept_end, bytes)
-                                    : reserve_take(e->reserve, bytes);
-  if (!base && bytes && e->reserve_held) {
+  if (!bytes) return false;
+  struct reserve_span span;
+  uint8_t *base = reserve_take(e->reserve, e->reserve_held, &span);
+  if (!base) return false;
+  if (e->reserve_held && kept_end + bytes > span.ready && kept_bytes + bytes <= span.ready) {
     /* The kept regions stand in the way (the reserve grows with the program's memory, not with
-     * the gaps the regions that went left): copy them afresh too, all from the start. */
+     * the gaps the regions that went left): copy them afresh too, all from the start, since
+     * that way every byte goes direct. */
     for (size_t i = 0; i < e->image_count; i++) {
       struct image_region *r = &e->image[i];
       if (!r->in_reserve || r->in_pool) continue;
@@ -497,34 +536,37 @@ static bool place_in_reserve(struct engine *e) {
       r->mapped = 0;
       r->in_reserve = false;
       r->fresh = true;
-      bytes += (r->region.size + align - 1) / align * align;
     }
-    reserve_give_back(e->reserve);
-    e->reserve_held = false;
     kept_end = 0;
-    base = reserve_take(e->reserve, bytes);
   }
-  if (!base) {
-    struct reserve_info info;
-    reserve_status(e->reserve, &info);
+  uint64_t end = place_fresh_regions(e, base, span, kept_end, align, false, false);
+  bool placed = end > kept_end;
+  if (!placed) {
     char need[32], ready[32];
     ckpt_format_bytes(bytes, need, sizeof need);
-    ckpt_format_bytes(info.bytes, ready, sizeof ready);
-    if (bytes)
-      ckpt_logf(CKPT_LOG_INFO, "image reserve not used: the image's new regions need %s, the "
-                "reserve has %s ready%s%s; copying them the old way", need, ready,
-                kept_end ? " after the regions kept in it" : "",
-                info.refused ? " (refused, see above)" : "");
-    return false;
+    ckpt_format_bytes(span.ready, ready, sizeof ready);
+    struct reserve_info info;
+    reserve_status(e->reserve, &info);
+    ckpt_logf(CKPT_LOG_INFO, "image reserve not used: the image's new regions need %s, the "
+              "reserve has %s ready%s%s; copying them the old way", need, ready,
+              kept_end ? " up to the regions kept in it" : "",
+              info.refused ? " (refused, see above)" : "");
   }
-  e->reserve_held = true;
-  place_fresh_regions(e, base, align, false);
-  return true;
+  if (kept_end || placed) {
+    e->reserve_held = true;
+    reserve_use(e->reserve, end);
+  } else {
+    e->reserve_held = false;
+    reserve_give_back(e->reserve);
+  }
+  if (placed) log_placement(e, "image reserve", "the reserve", false);
+  return placed;
 }
 
 /* Put every fresh region of the image into the range of cudawd's pool lent for this checkpoint
- * (engine_lend), each at a reserve_align boundary, if the range holds them all and is registered
- * already; otherwise say why in one line (the image then goes to the reserve or the old way). */
+ * (engine_lend), each at a reserve_align boundary, if the range holds them all; the part of it
+ * page-locked already is copied to directly, the rest through staging. Otherwise say why in one
+ * line (the image then goes to the reserve or the old way). */
 static bool place_in_pool(struct engine *e) {
   if (!e->pool || !e->loan_length || e->pool_held) return false;
   uint64_t align = reserve_align(e->pool), bytes = 0;
@@ -539,7 +581,12 @@ static bool place_in_pool(struct engine *e) {
               "lent is %s; copying the old way", need, lent);
     return false;
   }
-  uint8_t *base = reserve_take_range(e->pool, e->loan_offset, bytes);
+  struct reserve_span span;
+  uint8_t *base = reserve_take_range(e->pool, e->loan_offset, bytes, &span);
+  if (base && span.ready == 0) {
+    reserve_give_back(e->pool);
+    base = NULL;
+  }
   if (!base) {
     struct reserve_info info;
     reserve_status(e->pool, &info);
@@ -550,8 +597,26 @@ static bool place_in_pool(struct engine *e) {
     return false;
   }
   e->pool_held = true;
-  place_fresh_regions(e, base, align, true);
+  place_fresh_regions(e, base, span, 0, align, true, true);
+  log_placement(e, "cudawd's host-memory pool", "the range lent", true);
   return true;
+}
+
+/* Regions in a reserve: the pages its threads page-locked since the image was placed are copied
+ * to and from directly from now on. Called before a job, never during one: a chunk's copy and
+ * its completion must agree on the path. */
+static void note_registered(struct engine *e) {
+  uint64_t ready[2] = {reserve_ready(e->reserve), reserve_ready(e->pool)};
+  for (size_t i = 0; i < e->image_count; i++) {
+    struct image_region *r = &e->image[i];
+    if (!r->in_reserve) continue;
+    const uint8_t *start = reserve_base(r->in_pool ? e->pool : e->reserve);
+    uint64_t at = (uint64_t)(r->data - start), now = ready[r->in_pool];
+    uint64_t registered = now > at ? (now - at < r->mapped ? now - at : r->mapped) : 0;
+    if (registered <= r->registered) continue;
+    atomic_fetch_add(&e->registered_bytes, registered - r->registered);
+    r->registered = registered;
+  }
 }
 
 /* Build the image for `list`: reuse a kept buffer whose region has the same id and size, map
@@ -600,7 +665,12 @@ static int build_image(struct engine *e, struct region_list *list, bool fill, ch
   e->image = image;
   e->image_count = list->count;
   e->image_bytes = total;
-  if (fill && (place_in_pool(e) || place_in_reserve(e))) needed = 0;
+  if (fill && !place_in_pool(e)) place_in_reserve(e);
+  note_registered(e); /* kept regions: the reserve may have grown under them since */
+  needed = 0; /* fresh memory: the arena, and the reserve's part not page-locked yet */
+  for (size_t i = 0; i < list->count; i++)
+    if (!image[i].data) needed += image_span(image[i].region.size);
+    else if (image[i].fresh && image[i].in_reserve) needed += image[i].mapped - image[i].registered;
 
   uint64_t available = host_memory_available();
   if (needed > available) {
@@ -736,7 +806,7 @@ static uint64_t hash_only(XXH3_state_t *state, const uint8_t *data, size_t n,
 
 /* Whether the chunk at offset is registered image memory that the DMA can use directly. */
 static bool direct(const struct image_region *r, uint64_t offset, size_t n) {
-  return r->in_reserve || offset + n <= r->registered;
+  return offset + n <= r->registered;
 }
 
 /* Queue a chunk's copy between the device and the image itself (registered). A chunk may cross
@@ -1191,8 +1261,8 @@ int engine_save(struct engine *e, struct engine_stats *stats, char *reason, size
     free(sums);
     for (size_t i = 0; rc == 0 && i < e->image_count; i++) {
       if (e->image[i].untouched) stats->filled_bytes += e->image[i].region.size;
-      if (e->image[i].in_pool) stats->pool_bytes += e->image[i].region.size;
-      else if (e->image[i].in_reserve) stats->reserve_bytes += e->image[i].region.size;
+      if (e->image[i].in_pool) stats->pool_bytes += direct_bytes(&e->image[i]);
+      else if (e->image[i].in_reserve) stats->reserve_bytes += direct_bytes(&e->image[i]);
     }
     stop_filling(e);
     for (size_t i = 0; i < e->image_count; i++) e->image[i].fresh = false;
@@ -1247,8 +1317,8 @@ int engine_precopy(struct engine *e, struct engine_stats *stats, char *reason, s
   free(list.items);
   for (size_t i = 0; rc == 0 && i < e->image_count; i++) {
     if (e->image[i].untouched) stats->filled_bytes += e->image[i].region.size;
-    if (e->image[i].in_pool) stats->pool_bytes += e->image[i].region.size;
-    else if (e->image[i].in_reserve) stats->reserve_bytes += e->image[i].region.size;
+    if (e->image[i].in_pool) stats->pool_bytes += direct_bytes(&e->image[i]);
+    else if (e->image[i].in_reserve) stats->reserve_bytes += direct_bytes(&e->image[i]);
     e->image[i].device_sums = true; /* ckpt_delta_hash of the image: the pause compares */
   }
   stop_filling(e);
@@ -1263,6 +1333,7 @@ int engine_precopy(struct engine *e, struct engine_stats *stats, char *reason, s
 int engine_restore(struct engine *e, struct engine_stats *stats, char *reason, size_t len) {
   *stats = (struct engine_stats){0};
   stop_registering(e);
+  note_registered(e);
   uint64_t count = 0;
   struct chunk_ref *chunks = list_chunks(e, &count);
   if (!chunks) {

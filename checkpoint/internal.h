@@ -50,8 +50,8 @@ int image_filler_unregister(struct image_filler *f, uint8_t *data, uint64_t byte
 /* Fill n bytes at dst (page-aligned, registered, never touched) from src. */
 int image_filler_copy(struct image_filler *f, uint8_t *dst, const uint8_t *src, size_t n);
 
-/* reserve.c: page-locked host memory kept for the next image (CUDAW_CKPT_RESERVE), grown by a
- * thread of its own. NULL (no reserve) where the option is off or the host cannot register. */
+/* reserve.c: page-locked host memory kept for the next image (CUDAW_CKPT_RESERVE), grown by
+ * threads of its own. NULL (no reserve) where the option is off or the host cannot register. */
 struct reserve;
 struct reserve_info {
   bool enabled, refused; /* refused: the budget (or page-locking) stopped its growth */
@@ -59,24 +59,36 @@ struct reserve_info {
   uint64_t used;   /* taken by the current image */
   uint64_t target; /* what it grows towards */
 };
+/* What an image may use of a taken reserve, from the pointer returned: `ready` bytes
+ * page-locked (direct DMA), then plain memory of its mapping up to `size` (staged copies). */
+struct reserve_span {
+  uint64_t ready, size;
+};
 struct reserve *reserve_new(const struct ckpt_host_ops *ops, void *ctx,
                             const struct ckpt_options *options);
 /* cudawd's host-memory pool as a reserve: base maps `size` bytes (MAP_SHARED, faulted in by
- * cudawd), registered by the reserve's thread in pieces once the program holds device memory.
+ * cudawd), registered by `threads` threads in pieces once the program holds device memory.
  * The reserve owns the mapping from then on. NULL where the host cannot register. */
 struct reserve *reserve_new_shared(const struct ckpt_host_ops *ops, void *ctx, void *base,
-                                   uint64_t size, uint64_t piece);
+                                   uint64_t size, uint64_t piece, uint32_t threads);
 void reserve_free(struct reserve *rs); /* unregisters and unmaps it */
-/* The reserve's start for an image of `bytes` (regions start at reserve_align multiples), or
- * NULL when it holds fewer ready bytes or an image has it already. Given back by
- * reserve_give_back once no image uses it. */
-uint8_t *reserve_take(struct reserve *rs, uint64_t bytes);
-/* A kept image holds the reserve up to `from` bytes (regions of it reused by the next image):
- * `bytes` more for the next image's fresh regions, at base + from, or NULL if not ready. */
-uint8_t *reserve_take_more(struct reserve *rs, uint64_t from, uint64_t bytes);
-/* [offset, offset + bytes) of it for one image, or NULL if not all registered yet or taken. */
-uint8_t *reserve_take_range(struct reserve *rs, uint64_t offset, uint64_t bytes);
+/* An auto reserve stands by (wants nothing, so gives its memory back) while cudawd's pool takes
+ * the images: both would page-lock an image's size each. A fixed size is kept. */
+void reserve_standby(struct reserve *rs, bool standby);
+/* Take the reserve for an image (kept false: no image holds it), or go on using it (kept true:
+ * a kept image holds it, the next image adds regions after those): its base, and in *span how
+ * much of it is page-locked now (a prefix that only grows while taken) and its size; NULL when
+ * it is not in the state `kept` names. Regions start at reserve_align multiples. The image says
+ * how far it reaches with reserve_use; reserve_give_back once no image uses it. */
+uint8_t *reserve_take(struct reserve *rs, bool kept, struct reserve_span *span);
+/* [offset, offset + bytes) of it for one image (cudawd's loan), or NULL if taken or past its
+ * end; *span relative to base + offset. */
+uint8_t *reserve_take_range(struct reserve *rs, uint64_t offset, uint64_t bytes,
+                            struct reserve_span *span);
+void reserve_use(struct reserve *rs, uint64_t end);
 void reserve_give_back(struct reserve *rs);
+/* Bytes page-locked from its start (a prefix). */
+uint64_t reserve_ready(struct reserve *rs);
 uint64_t reserve_align(const struct reserve *rs);
 const uint8_t *reserve_base(const struct reserve *rs);
 /* How much of [p, p + n) (inside the taken reserve) lies in p's registered piece: a copy must

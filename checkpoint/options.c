@@ -19,6 +19,15 @@
 /* The copy threads: one per online CPU, at most 16. The program's own threads wait at the gate
  * while they run, and the host side of the copies (hashing, copying between staging and the
  * image, first-touch page faults) needs many cores to keep up with the DMA. */
+/* The reserve's threads: faulting fresh huge pages in scales with threads up to the memory's
+ * bandwidth (8 on the H100 machine, docs/performance.md); half the CPUs leaves the program the
+ * rest while it grows. */
+static uint32_t default_reserve_threads(void) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  long threads = cpus / 2 < 1 ? 1 : cpus / 2;
+  return threads > 8 ? 8u : (uint32_t)threads;
+}
+
 static uint32_t default_threads(void) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   if (cpus < 1) cpus = 1;
@@ -87,14 +96,19 @@ static const struct ckpt_option_info table[] = {
      "that does not fit waits for a job Slurm is suspending to release its memory (gang "
      "scheduling: more than SchedulerTimeSlice + 2)",
      NUMBER(0, 3600, "seconds")},
-    {"CUDAW_CKPT_RESERVE", "off",
-     "auto or a size (8G): keep page-locked host memory for the image, grown in the background "
-     "as device memory grows, so that a checkpoint copies straight into it",
+    {"CUDAW_CKPT_RESERVE", "auto",
+     "auto, a size (8G) or off: keep page-locked host memory for the image, grown in the "
+     "background as device memory grows (auto: as large as it, within the budget), so that a "
+     "checkpoint copies straight into it; under cudaw run --share cudawd's pool takes its place",
      CKPT_OPTION_SIZE, "auto|off|0", 1, UINT64_MAX, NULL},
-    {"CUDAW_CKPT_RESERVE_BUDGET", "50%",
-     "the share of the host's available memory (MemAvailable) the reserve may take; past it the "
-     "reserve stops growing, says so once, and checkpoints copy the old way",
+    {"CUDAW_CKPT_RESERVE_BUDGET", "75%",
+     "the share of the host memory available to the reserve (MemAvailable plus what it holds) "
+     "it may take; an image larger than that is said once, as device memory grows, and the "
+     "reserve grows up to it",
      CKPT_OPTION_PERCENT, NULL, 1, 100, NULL},
+    {"CUDAW_CKPT_RESERVE_THREADS", "half the online CPUs, at most 8",
+     "threads that fault in and page-lock the reserve in the background, each a piece at a time",
+     NUMBER(1, 64, "threads")},
     {"CUDAW_CKPT_LIVE", "0",
      "1: a checkpoint by signal is live: device memory (the program's own VMM mappings too) is "
      "copied while the program runs, then the pause re-copies only the chunks whose checksum "
@@ -329,8 +343,10 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
   out->register_image = 1;
   out->pin_early = 1;
   out->suspend_start_wait_s = 5;
-  out->reserve_budget_pct = 50;
+  out->reserve_auto = 1; /* a pause at any moment copies at the link's speed: docs/checkpoint.md */
+  out->reserve_budget_pct = 75; /* JAX's 59.5 GiB image on a 128 GiB host: docs/checkpoint.md */
   out->reserve_piece = 256ull << 20; /* a stop waits for one piece's page-locking at most */
+  out->reserve_threads = default_reserve_threads();
   if (error && error_len) error[0] = '\0';
 #define VALUE(name) (text = env_value(name, error, error_len, &rc))
 
@@ -359,9 +375,12 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
     out->suspend_start_wait_s = (uint32_t)strtoul(text, NULL, 10);
   if (VALUE("CUDAW_SUSPEND")) out->suspend_release = strcmp(text, "release") == 0;
   if (VALUE("CUDAW_CKPT_RESERVE")) {
-    if (strcmp(text, "auto") == 0) out->reserve_auto = 1;
-    else if (vmem_parse_size(text, 0, &value) == 0) out->reserve_bytes = value; /* else off, 0 */
+    out->reserve_auto = strcmp(text, "auto") == 0;
+    if (!out->reserve_auto && vmem_parse_size(text, 0, &value) == 0)
+      out->reserve_bytes = value; /* else off, 0 */
   }
+  if (VALUE("CUDAW_CKPT_RESERVE_THREADS"))
+    out->reserve_threads = (uint32_t)strtoul(text, NULL, 10);
   if (VALUE("CUDAW_CKPT_RESERVE_BUDGET"))
     out->reserve_budget_pct = (uint32_t)strtoul(text, NULL, 10);
   if (out->streams == 0) out->streams = 2 * out->threads;

@@ -1,9 +1,10 @@
 /* The image reserve (CUDAW_CKPT_RESERVE): page-locked host memory kept for the next checkpoint's
- * image. A thread of its own faults it in and registers it (host_register) piece by piece as the
+ * image. Threads of its own fault it in and register it (host_register) piece by piece as the
  * program's device memory grows, never on the program's threads, so that a first checkpoint
  * copies from the device straight into it: no fresh pages to fault and zero, no staging pass.
- * It is bounded by a share of the host's available memory (CUDAW_CKPT_RESERVE_BUDGET); past that
- * it stops growing and says so once, and checkpoints that do not fit take the old path.
+ * It is bounded by a share of the host memory available to it (CUDAW_CKPT_RESERVE_BUDGET): an
+ * image larger than that is said once and the reserve grows up to the budget. A checkpoint uses whatever part of it is ready (its
+ * rest goes through staging).
  * The same machinery registers cudawd's host-memory pool (reserve_new_shared): memory that
  * cudawd faulted in and lends range by range, registered here once the program uses a device. */
 #define _GNU_SOURCE
@@ -20,16 +21,20 @@
 #include "internal.h"
 
 /* Registered in pieces, so that stopping waits for one piece at most; a copy is split where it
- * crosses from one piece into the next (engine.c). */
+ * crosses from one piece into the next (engine.c). Several threads grow it, each a piece at a
+ * time; pieces finish out of order, and `ready` counts only the prefix that is all done. */
 #define RESERVE_ALIGN 4096ull
 #define FAULT_STEP (8ull << 20)
 #define POLL_NS (50ull * 1000 * 1000)
+#define WINDOW 64 /* pieces past `ready` handed out at most (bits of done_mask) */
+#define MAX_THREADS 64
 
 struct reserve {
   const struct ckpt_host_ops *ops;
   void *ctx;
   uint64_t fixed;        /* the size asked for, 0 for auto */
   bool shared;           /* cudawd's pool: mapped by the caller, sized by cudawd, no budget */
+  _Atomic bool standby;  /* auto: cudawd's pool takes the images; want nothing (shrinks) */
   const char *name;      /* for the messages */
   uint32_t budget_pct;   /* of MemAvailable the reserve may take */
   uint64_t align;        /* where an image region starts inside the reserve: pages, so that
@@ -39,14 +44,21 @@ struct reserve {
   uint64_t capacity;
   pthread_mutex_t lock;
   pthread_cond_t wake;
-  pthread_t thread;
-  bool running, taken, refused;
+  pthread_t threads[MAX_THREADS];
+  int started;
+  bool taken, refused;   /* refused: page-locking failed, the reserve stops growing */
+  bool over_budget;      /* the image would pass the budget: it grows up to it, said once */
   bool shrinking;        /* auto: device memory fell to half the reserve; give back to it */
   _Atomic bool stop;     /* also read between the steps of faulting a piece in */
-  uint64_t ready;        /* faulted in and registered: usable by a checkpoint */
-  uint64_t used;         /* taken by the current image */
-  uint64_t target;       /* what the thread grows towards, for status */
-  char refusal[384];
+  uint64_t ready;        /* faulted in and registered, a prefix: usable by a checkpoint */
+  uint64_t claimed;      /* [ready, claimed): pieces handed to the threads, done or not */
+  uint64_t done_mask;    /* bit i: the piece at ready + i * piece is registered */
+  int unregistering;     /* pieces being given back (shrink): no growth meanwhile */
+  uint64_t used;         /* taken by the current image (its end; may pass `ready`) */
+  uint64_t dirty_end;    /* pages up to here past `claimed` may be faulted in (an image wrote
+                            there, or a piece failed): given back once nothing wants them */
+  uint64_t target;       /* what the threads grow towards, for status */
+  char refusal[512];
 };
 
 static uint64_t meminfo(const char *key) {
@@ -68,6 +80,7 @@ static uint64_t meminfo(const char *key) {
  * memory with each region's start rounded up to `align`. */
 static uint64_t wanted(struct reserve *rs) {
   if (rs->fixed && !rs->shared) return rs->fixed;
+  if (atomic_load(&rs->standby)) return 0;
   uint64_t bytes = 0, regions = 0;
   if (!rs->ops->device_bytes || rs->ops->device_bytes(rs->ctx, &bytes, &regions) != 0) return 0;
   /* The pool: all of it (a loan may lie anywhere in it), once the program holds device memory;
@@ -76,31 +89,105 @@ static uint64_t wanted(struct reserve *rs) {
   return bytes ? bytes + regions * rs->align : 0;
 }
 
-static void refuse(struct reserve *rs, uint64_t want, uint64_t available) {
+/* Said once, when the program's device memory grows past what the budget allows (not at its
+ * first checkpoint), with the setting that would let it grow. */
+static void refuse(struct reserve *rs, uint64_t want, uint64_t held, uint64_t available) {
   char need[32], have[32];
   ckpt_format_bytes(want, need, sizeof need);
   ckpt_format_bytes(available, have, sizeof have);
+  uint64_t pool = held + (available == UINT64_MAX ? 0 : available);
+  uint64_t pct = pool ? (want * 100 + pool - 1) / pool : 101;
+  char fix[128];
+  if (pct <= 100)
+    snprintf(fix, sizeof fix, "CUDAW_CKPT_RESERVE_BUDGET=%" PRIu64 "%% would allow it", pct);
+  else
+    snprintf(fix, sizeof fix, "no budget allows it on this machine");
   snprintf(rs->refusal, sizeof rs->refusal,
            "CUDAW_CKPT_RESERVE: keeping %s of page-locked host memory for the checkpoint image "
-           "would leave the machine short (%s available, CUDAW_CKPT_RESERVE_BUDGET=%u%%); "
-           "checkpoints that do not fit copy the old way", need, have, rs->budget_pct);
+           "would leave the machine short (%s available, CUDAW_CKPT_RESERVE_BUDGET=%u%%; %s); it "
+           "grows up to the budget, and checkpoints stage the rest", need, have, rs->budget_pct,
+           fix);
   ckpt_logf(CKPT_LOG_WARN, "%s", rs->refusal);
 }
 
-/* Fault in and register [ready, ready + n); 0 or -errno. Called without the lock. */
+/* Whether the threads may page-lock now: while the program runs, and while it is paused with
+ * its image in host memory, so that the part of an image that did not fit the ready prefix
+ * (copied there through staging) is page-locked before the resume, which then copies all of it
+ * directly; not during a transition, nor while the driver holds the process (release all). */
+static bool may_register(void) {
+  enum ckpt_state_id state = ckpt_state();
+  if (state == CKPT_RUNNING) return true;
+  if (state != CKPT_PAUSED) return false;
+  struct transition_paused paused;
+  transition_paused_info(&paused);
+  return !paused.driver_released && !paused.disk_bytes;
+}
+
+/* Fault in and register [at, at + n); 0 or -errno. Called without the lock. */
 static int grow_piece(struct reserve *rs, uint64_t at, uint64_t n) {
   uint8_t *p = rs->base + at;
   /* A few huge pages at a time: faulting holds the address space's lock, which the program's
-   * own mmap and munmap (allocations) need; a whole piece at once made them wait ~0.3 s. */
+   * own mmap and munmap (allocations) need; a whole piece at once made them wait ~0.3 s.
+   * MADV_POPULATE_WRITE zeroes each page once and skips pages present already (an image may
+   * have written there); the register below then finds them all present, its fast case. */
   for (uint64_t done = 0; done < n; done += FAULT_STEP) {
     if (atomic_load(&rs->stop)) return -ECANCELED; /* the program is leaving */
     size_t step = (size_t)(n - done < FAULT_STEP ? n - done : FAULT_STEP);
     if (madvise(p + done, step, MADV_POPULATE_WRITE) != 0)
-      for (size_t i = 0; i < step; i += 4096) ((volatile uint8_t *)p + done)[i] = 0;
+      for (size_t i = 0; i < step; i += 4096) ((volatile uint8_t *)p + done)[i] |= 0;
+  }
+  /* A transition may have begun while this piece was faulted in: page-lock it only once the
+   * program runs or rests paused (with CUDAW_CKPT_RELEASE=all the driver holds the process
+   * meanwhile, and a register then fails or waits inside it). */
+  while (!may_register()) {
+    if (atomic_load(&rs->stop)) return -ECANCELED;
+    struct timespec pause = {0, 10 * 1000 * 1000};
+    nanosleep(&pause, NULL);
   }
   return rs->ops->host_register(rs->ctx, p, (size_t)n);
 }
 
+static uint64_t piece_at(const struct reserve *rs, uint64_t at) {
+  return rs->capacity - at < rs->piece ? rs->capacity - at : rs->piece;
+}
+
+/* A thread finished the piece at `at` (lock held): count it into `ready` once every piece
+ * before it is done too. */
+static void piece_done(struct reserve *rs, uint64_t at, uint64_t n, int rc) {
+  if (rc == -ECANCELED) return; /* stopping: not registered, nothing to undo */
+  if (rc == -ESHUTDOWN) { /* the runtime is unloading: the process exits; grow no more, quietly */
+    rs->refused = true;
+    return;
+  }
+  if (rc) {
+    if (!rs->refused) {
+      char cause[256] = "";
+      if (rs->ops->last_error) rs->ops->last_error(rs->ctx, cause, sizeof cause);
+      snprintf(rs->refusal, sizeof rs->refusal, "%s: page-locking it failed at %" PRIu64 " MiB "
+               "of it (%s%s%s); checkpoints that do not fit copy the old way", rs->name,
+               at >> 20, strerror(-rc), cause[0] ? ": " : "", cause);
+      ckpt_logf(CKPT_LOG_WARN, "%s", rs->refusal);
+    }
+    rs->refused = true;
+    /* Its pages go back now unless an image may lie there (then once it is given back). */
+    if (!rs->taken && !rs->shared) madvise(rs->base + at, (size_t)n, MADV_DONTNEED);
+    else if (at + n > rs->dirty_end) rs->dirty_end = at + n;
+    return;
+  }
+  rs->done_mask |= 1ull << ((at - rs->ready) / rs->piece);
+  while ((rs->done_mask & 1) && rs->ready < rs->capacity) {
+    rs->ready += piece_at(rs, rs->ready);
+    rs->done_mask >>= 1;
+  }
+  if (rs->shared && rs->ready == rs->capacity) {
+    char size[32];
+    ckpt_format_bytes(rs->capacity, size, sizeof size);
+    ckpt_logf(CKPT_LOG_INFO, "%s: %s page-locked", rs->name, size);
+  }
+  pthread_cond_broadcast(&rs->wake);
+}
+
+/* Every thread runs this loop: hand itself the next piece, or shrink, or wait. */
 static void *grow(void *arg) {
   struct reserve *rs = arg;
   pthread_mutex_lock(&rs->lock);
@@ -109,54 +196,60 @@ static void *grow(void *arg) {
     want = (want + rs->piece - 1) / rs->piece * rs->piece;
     if (want > rs->capacity) want = rs->capacity;
     rs->target = want;
-    /* Not while paused: with CUDAW_CKPT_RELEASE=all the driver holds the process, and
-     * page-locking calls into it would wait until the resume. While a kept image holds the
-     * reserve it still grows past it, for the next image that replaces that one. */
-    if (!rs->refused && want > rs->ready && ckpt_state() == CKPT_RUNNING) {
+    /* Not during transitions nor while the driver holds the process (may_register). While a
+     * kept image holds the reserve it still grows past it, for the next image that replaces
+     * that one, and while paused over the image's staged part. */
+    bool running = may_register();
+    if (!rs->refused && want > rs->claimed && running && !rs->unregistering &&
+        (rs->claimed - rs->ready) / rs->piece < WINDOW) {
       uint64_t available = rs->shared ? UINT64_MAX : meminfo("MemAvailable");
+      /* The budget is a share of the memory available to the reserve: what it holds already
+       * (pieces under way, an image's pages) and what is available beside it. A share of
+       * MemAvailable alone shrank as the reserve grew (it refused 59.5 GiB at 50% on a host
+       * of 128 GiB once 46 GiB were in it). */
+      uint64_t held = rs->claimed > rs->dirty_end ? rs->claimed : rs->dirty_end;
       uint64_t allowed = available == UINT64_MAX ? UINT64_MAX
-                                                 : rs->ready + available / 100 * rs->budget_pct;
-      if (want > allowed) {
-        rs->refused = true; /* once: a program near the limit would otherwise log forever */
-        refuse(rs, want, available);
+                                                 : (held + available) / 100 * rs->budget_pct;
+      uint64_t at = rs->claimed, n = piece_at(rs, at);
+      if (want > allowed && !rs->over_budget) {
+        rs->over_budget = true; /* once: a program near the limit would otherwise log forever */
+        refuse(rs, want, held, available);
+      }
+      /* Past the budget it grows up to it: a checkpoint uses whatever part is ready. */
+      if (want <= allowed || at + n <= allowed) {
+        rs->claimed += n;
+        pthread_mutex_unlock(&rs->lock);
+        int rc = grow_piece(rs, at, n);
+        pthread_mutex_lock(&rs->lock);
+        piece_done(rs, at, n, rc);
         continue;
       }
-      uint64_t at = rs->ready;
-      uint64_t n = rs->capacity - at < rs->piece ? rs->capacity - at : rs->piece;
-      pthread_mutex_unlock(&rs->lock);
-      int rc = grow_piece(rs, at, n);
-      pthread_mutex_lock(&rs->lock);
-      if (rc == -ECANCELED) break;
-      if (rc) {
-        rs->refused = true;
-        snprintf(rs->refusal, sizeof rs->refusal, "%s: page-locking it failed (%s); checkpoints "
-                 "that do not fit copy the old way", rs->name, strerror(-rc));
-        ckpt_logf(CKPT_LOG_WARN, "%s", rs->refusal);
-        if (!rs->shared) madvise(rs->base + at, (size_t)n, MADV_DONTNEED);
-      } else {
-        rs->ready = at + n;
-        if (rs->shared && rs->ready == rs->capacity) {
-          char size[32];
-          ckpt_format_bytes(rs->capacity, size, sizeof size);
-          ckpt_logf(CKPT_LOG_INFO, "%s: %s page-locked", rs->name, size);
-        }
-        pthread_cond_broadcast(&rs->wake);
-      }
-      continue;
     }
     /* auto: the program gave much of its device memory back; so does the reserve, piece by
      * piece from the top (at half, so that a program that frees and allocates again does not
-     * make it shrink and grow each time). */
+     * make it shrink and grow each time). Only once no piece is under way above `ready`. */
     if (!rs->fixed && !rs->taken && want * 2 <= rs->ready) rs->shrinking = true;
     if (rs->shrinking && (rs->taken || rs->ready <= want)) rs->shrinking = false;
-    if (rs->shrinking && ckpt_state() == CKPT_RUNNING) {
+    if (rs->shrinking && ckpt_state() == CKPT_RUNNING && rs->claimed == rs->ready) {
       rs->ready -= rs->piece; /* a checkpoint now cannot take it */
+      rs->claimed = rs->ready;
+      rs->unregistering++;
       uint8_t *top = rs->base + rs->ready;
       pthread_mutex_unlock(&rs->lock);
       rs->ops->host_unregister(rs->ctx, top);
       madvise(top, (size_t)rs->piece, MADV_DONTNEED);
       pthread_mutex_lock(&rs->lock);
+      rs->unregistering--;
       continue;
+    }
+    /* Pages past what the threads were handed, faulted in by an image's staged part or a piece
+     * that failed: kept while the reserve will grow over them (they page-lock fast), given
+     * back once it will not. No thread touches memory past `claimed`. */
+    if (!rs->taken && rs->dirty_end > rs->claimed &&
+        (rs->refused || rs->over_budget || want <= rs->claimed)) {
+      if (!rs->shared)
+        madvise(rs->base + rs->claimed, (size_t)(rs->dirty_end - rs->claimed), MADV_DONTNEED);
+      rs->dirty_end = 0;
     }
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
@@ -171,6 +264,17 @@ static void *grow(void *arg) {
   return NULL;
 }
 
+static void start_threads(struct reserve *rs, uint32_t threads) {
+  if (threads < 1) threads = 1;
+  if (threads > MAX_THREADS) threads = MAX_THREADS;
+  pthread_mutex_init(&rs->lock, NULL);
+  pthread_cond_init(&rs->wake, NULL);
+  for (uint32_t t = 0; t < threads; t++) {
+    if (pthread_create(&rs->threads[rs->started], NULL, grow, rs) != 0) break;
+    rs->started++;
+  }
+}
+
 struct reserve *reserve_new(const struct ckpt_host_ops *ops, void *ctx,
                             const struct ckpt_options *options) {
   if (!options->reserve_auto && !options->reserve_bytes) return NULL;
@@ -183,7 +287,7 @@ struct reserve *reserve_new(const struct ckpt_host_ops *ops, void *ctx,
   rs->ops = ops;
   rs->ctx = ctx;
   rs->name = "CUDAW_CKPT_RESERVE";
-  rs->fixed = options->reserve_auto ? 0 : options->reserve_bytes;
+  rs->fixed = options->reserve_bytes; /* a size wins over auto (the default) */
   rs->budget_pct = options->reserve_budget_pct;
   rs->align = RESERVE_ALIGN;
   rs->piece = options->reserve_piece ? options->reserve_piece : IMAGE_ALIGN;
@@ -195,28 +299,34 @@ struct reserve *reserve_new(const struct ckpt_host_ops *ops, void *ctx,
   rs->capacity = total == UINT64_MAX ? (64ull << 30) : total / rs->piece * rs->piece;
   if (rs->fixed && rs->fixed < rs->capacity)
     rs->capacity = (rs->fixed + rs->piece - 1) / rs->piece * rs->piece;
-  if (rs->fixed && rs->fixed > rs->capacity) { /* cannot fit whatever the budget */
-    rs->refused = true;
-    refuse(rs, rs->fixed, meminfo("MemAvailable"));
+  if (rs->fixed && rs->fixed > rs->capacity) { /* more than the machine: up to the budget */
+    rs->over_budget = true;
+    refuse(rs, rs->fixed, 0, meminfo("MemAvailable"));
   }
-  void *p = rs->capacity ? mmap(NULL, (size_t)rs->capacity, PROT_READ | PROT_WRITE,
-                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
-                         : MAP_FAILED;
+  /* At a huge-page boundary, so that every piece is whole huge pages: the kernel (before 6.7)
+   * aligns a large mapping only to pages, and a piece's first and last huge page would then be
+   * shared with its neighbours (small pages where a shrink splits them). */
+  size_t length = (size_t)rs->capacity + IMAGE_ALIGN;
+  uint8_t *p = rs->capacity ? mmap(NULL, length, PROT_READ | PROT_WRITE,
+                                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+                            : MAP_FAILED;
   if (p == MAP_FAILED) {
     ckpt_logf(CKPT_LOG_WARN, "CUDAW_CKPT_RESERVE: cannot map address space for it; no reserve");
     free(rs);
     return NULL;
   }
-  rs->base = p;
+  uint8_t *start = (uint8_t *)(((uintptr_t)p + IMAGE_ALIGN - 1) & ~(uintptr_t)(IMAGE_ALIGN - 1));
+  if (start > p) munmap(p, (size_t)(start - p));
+  if (p + length > start + rs->capacity)
+    munmap(start + rs->capacity, (size_t)(p + length - (start + rs->capacity)));
+  rs->base = start;
   madvise(rs->base, (size_t)rs->capacity, MADV_HUGEPAGE);
-  pthread_mutex_init(&rs->lock, NULL);
-  pthread_cond_init(&rs->wake, NULL);
-  rs->running = pthread_create(&rs->thread, NULL, grow, rs) == 0;
+  start_threads(rs, options->reserve_threads);
   return rs;
 }
 
 struct reserve *reserve_new_shared(const struct ckpt_host_ops *ops, void *ctx, void *base,
-                                   uint64_t size, uint64_t piece) {
+                                   uint64_t size, uint64_t piece, uint32_t threads) {
   if (!ops->host_register || !ops->host_unregister || !size) return NULL;
   struct reserve *rs = calloc(1, sizeof *rs);
   if (!rs) return NULL;
@@ -228,10 +338,16 @@ struct reserve *reserve_new_shared(const struct ckpt_host_ops *ops, void *ctx, v
   rs->align = RESERVE_ALIGN;
   rs->piece = piece ? (piece + rs->align - 1) / rs->align * rs->align : IMAGE_ALIGN;
   rs->base = base;
-  pthread_mutex_init(&rs->lock, NULL);
-  pthread_cond_init(&rs->wake, NULL);
-  rs->running = pthread_create(&rs->thread, NULL, grow, rs) == 0;
+  start_threads(rs, threads);
   return rs;
+}
+
+void reserve_standby(struct reserve *rs, bool standby) {
+  if (!rs) return;
+  atomic_store(&rs->standby, standby);
+  pthread_mutex_lock(&rs->lock);
+  pthread_cond_broadcast(&rs->wake);
+  pthread_mutex_unlock(&rs->lock);
 }
 
 void reserve_free(struct reserve *rs) {
@@ -240,60 +356,74 @@ void reserve_free(struct reserve *rs) {
   rs->stop = true;
   pthread_cond_broadcast(&rs->wake);
   pthread_mutex_unlock(&rs->lock);
-  if (rs->running) pthread_join(rs->thread, NULL);
+  for (int t = 0; t < rs->started; t++) pthread_join(rs->threads[t], NULL);
+  /* The prefix, and pieces registered past a gap (one failed, or stopped under way). */
   for (uint64_t at = 0; at < rs->ready; at += rs->piece)
     rs->ops->host_unregister(rs->ctx, rs->base + at);
+  for (int i = 0; i < WINDOW; i++)
+    if (rs->done_mask & (1ull << i))
+      rs->ops->host_unregister(rs->ctx, rs->base + rs->ready + (uint64_t)i * rs->piece);
   munmap(rs->base, (size_t)rs->capacity);
   pthread_mutex_destroy(&rs->lock);
   pthread_cond_destroy(&rs->wake);
   free(rs);
 }
 
-uint8_t *reserve_take(struct reserve *rs, uint64_t bytes) {
+uint8_t *reserve_take(struct reserve *rs, bool kept, struct reserve_span *span) {
+  *span = (struct reserve_span){0};
   if (!rs) return NULL;
   pthread_mutex_lock(&rs->lock);
   uint8_t *p = NULL;
-  if (!rs->taken && bytes <= rs->ready) {
+  if (rs->taken == kept) {
     rs->taken = true;
-    rs->used = bytes;
+    rs->used = rs->capacity; /* until reserve_use says how far the image reaches */
+    *span = (struct reserve_span){rs->ready, rs->capacity};
     p = rs->base;
   }
   pthread_mutex_unlock(&rs->lock);
   return p;
 }
 
-uint8_t *reserve_take_more(struct reserve *rs, uint64_t from, uint64_t bytes) {
+uint8_t *reserve_take_range(struct reserve *rs, uint64_t offset, uint64_t bytes,
+                            struct reserve_span *span) {
+  *span = (struct reserve_span){0};
   if (!rs) return NULL;
   pthread_mutex_lock(&rs->lock);
   uint8_t *p = NULL;
-  if (rs->taken && from <= rs->ready && bytes <= rs->ready - from) {
-    rs->used = from + bytes;
-    p = rs->base + from;
+  if (!rs->taken && offset <= rs->capacity && bytes <= rs->capacity - offset) {
+    rs->taken = true;
+    rs->used = offset + bytes;
+    uint64_t ready = rs->ready > offset ? rs->ready - offset : 0;
+    *span = (struct reserve_span){ready < bytes ? ready : bytes, bytes};
+    p = rs->base + offset;
   }
   pthread_mutex_unlock(&rs->lock);
   return p;
+}
+
+void reserve_use(struct reserve *rs, uint64_t end) {
+  if (!rs) return;
+  pthread_mutex_lock(&rs->lock);
+  rs->used = end;
+  pthread_mutex_unlock(&rs->lock);
+}
+
+uint64_t reserve_ready(struct reserve *rs) {
+  if (!rs) return 0;
+  pthread_mutex_lock(&rs->lock);
+  uint64_t ready = rs->ready;
+  pthread_mutex_unlock(&rs->lock);
+  return ready;
 }
 
 void reserve_give_back(struct reserve *rs) {
   if (!rs) return;
   pthread_mutex_lock(&rs->lock);
+  if (rs->taken && rs->used > rs->dirty_end) rs->dirty_end = rs->used;
   rs->taken = false;
   rs->used = 0;
   pthread_cond_broadcast(&rs->wake); /* grow again if the program grew meanwhile */
   pthread_mutex_unlock(&rs->lock);
-}
-
-uint8_t *reserve_take_range(struct reserve *rs, uint64_t offset, uint64_t bytes) {
-  if (!rs) return NULL;
-  pthread_mutex_lock(&rs->lock);
-  uint8_t *p = NULL;
-  if (!rs->taken && offset <= rs->ready && bytes <= rs->ready - offset) {
-    rs->taken = true;
-    rs->used = bytes;
-    p = rs->base + offset;
-  }
-  pthread_mutex_unlock(&rs->lock);
-  return p;
 }
 
 const uint8_t *reserve_base(const struct reserve *rs) { return rs ? rs->base : NULL; }
@@ -313,7 +443,7 @@ void reserve_status(struct reserve *rs, struct reserve_info *out) {
   out->bytes = rs->ready;
   out->used = rs->used;
   out->target = rs->target;
-  out->refused = rs->refused;
+  out->refused = rs->refused || rs->over_budget;
   pthread_mutex_unlock(&rs->lock);
 }
 
@@ -321,7 +451,7 @@ bool reserve_wait(struct reserve *rs, uint64_t bytes, double seconds) {
   if (!rs) return false;
   double until = ckpt_now() + seconds;
   pthread_mutex_lock(&rs->lock);
-  while (rs->ready < bytes && !rs->refused && ckpt_now() < until) {
+  while (rs->ready < bytes && !rs->refused && !rs->over_budget && ckpt_now() < until) {
     pthread_mutex_unlock(&rs->lock);
     struct timespec pause = {0, 5 * 1000 * 1000};
     nanosleep(&pause, NULL);

@@ -682,7 +682,8 @@ int transition_pool_attach(void *base, uint64_t size) {
   else if (tr.pending || tr.dropping || engine_image_in_pool(tr.engine)) rc = -EBUSY;
   struct reserve *pool = NULL;
   if (!rc && !(pool = reserve_new_shared(ckpt_rt.ops, ckpt_rt.ctx, base, size,
-                                         ckpt_rt.options.reserve_piece)))
+                                         ckpt_rt.options.reserve_piece,
+                                         ckpt_rt.options.reserve_threads)))
     rc = -ENOSYS;
   if (!rc) engine_set_pool(tr.engine, pool); /* no image in the last one: cannot fail */
   pthread_mutex_unlock(&tr.lock);

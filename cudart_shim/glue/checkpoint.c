@@ -69,21 +69,46 @@ static int vmm_recreate_all(uint64_t *shortfall_bytes)
   return vmm() ? vmm()->recreate_all(shortfall_bytes) : 0;
 }
 
+/* The last failed runtime call of this (module) thread, for last_error: the -errno below keeps
+ * only a class of the cause. */
+static SHIM_TLS const char *failed_call;
+static SHIM_TLS cudaError_t failed_error;
+
 static int errno_from_cuda(cudaError_t error, const char *what)
 {
   if (error == cudaSuccess) return 0;
+  failed_call = what;
+  failed_error = error;
   shim_debug("checkpoint: %s: %s", what, SHIM_REAL(cudaGetErrorName)
                                              ? SHIM_REAL(cudaGetErrorName)(error) : "?");
   switch (error) {
   case cudaErrorMemoryAllocation: return -ENOMEM;
-  case cudaErrorInvalidValue: return -EINVAL;
+  case cudaErrorInvalidValue: case cudaErrorInvalidHostPointer: return -EINVAL;
   case cudaErrorInvalidDevice: case cudaErrorNoDevice: return -ENODEV;
   case cudaErrorNotSupported: return -ENOTSUP;
   /* The process is exiting: a background thread's page-locking met the runtime's unload (the
    * reserve's "page-locking it failed (Input/output error)", H100 2026-11-27). */
   case cudaErrorCudartUnloading: return -ESHUTDOWN;
+  case cudaErrorHostMemoryAlreadyRegistered: return -EEXIST;
+  case cudaErrorHostMemoryNotRegistered: return -ENOENT;
+  case cudaErrorNotPermitted: return -EPERM;
+  case cudaErrorInitializationError: case cudaErrorInsufficientDriver: return -ENXIO;
   default: return -EIO;
   }
+}
+
+static void last_error(void *ctx, char *buf, size_t len)
+{
+  (void)ctx;
+  if (!failed_call) {
+    snprintf(buf, len, "%s", "");
+    return;
+  }
+  const char *name = SHIM_REAL(cudaGetErrorName) ? SHIM_REAL(cudaGetErrorName)(failed_error) : NULL;
+  const char *text = SHIM_REAL(cudaGetErrorString) ? SHIM_REAL(cudaGetErrorString)(failed_error)
+                                                   : NULL;
+  snprintf(buf, len, "%s returned %s (%d)%s%s", failed_call, name ? name : "error",
+           (int)failed_error, text ? ": " : "", text ? text : "");
 }
 
 /* Everything below runs on the module's threads, outside any API call. While they are in the
@@ -1092,6 +1117,7 @@ static const struct ckpt_host_ops host_ops = {
   .host_free_pinned = host_free_pinned,
   .host_register = host_register,
   .host_unregister = host_unregister,
+  .last_error = last_error,
   .device_hash = device_hash,
   .live_begin = live_begin,
   .live_end = live_end,

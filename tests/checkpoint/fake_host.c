@@ -400,12 +400,37 @@ static int device_hash(void *ctx, int device, const struct ckpt_delta_piece *pie
   return 0;
 }
 
-/* Registered image ranges count as pinned for the copies' check. */
+/* The last failed host call of this thread, for last_error. */
+static __thread char failed_call[128];
+
+/* Registered image ranges count as pinned for the copies' check. As the runtime does, a range
+ * overlapping one registered already is refused (cudaErrorHostMemoryAlreadyRegistered); here it
+ * is also a contract violation, since the module never means to do it. */
 static int host_register(void *ctx, void *p, size_t n) {
   struct fake_host *host = ctx;
+  pthread_mutex_lock(&host->lock);
+  int delay = host->register_delay_us;
+  bool fail = host->register_fail_after > 0 && --host->register_fail_after == 0;
+  host->register_calls++;
+  pthread_mutex_unlock(&host->lock);
+  if (delay > 0) { /* a random share of it, so that several threads finish out of order */
+    struct timespec pause = {0, (long)(rand() % delay) * 1000};
+    nanosleep(&pause, NULL);
+  }
+  if (fail) {
+    pthread_mutex_lock(&host->lock);
+    host->register_failed = p;
+    pthread_mutex_unlock(&host->lock);
+    snprintf(failed_call, sizeof failed_call, "cudaHostRegister returned cudaErrorInjected (999)");
+    return -EIO;
+  }
   int rc = -ENOMEM;
   pthread_mutex_lock(&host->lock);
-  for (int i = 0; i < PINNED_MAX && rc; i++)
+  for (int i = 0; i < PINNED_MAX; i++)
+    if (pinned[i].base && (char *)p < (char *)pinned[i].base + pinned[i].size &&
+        (char *)pinned[i].base < (char *)p + n)
+      rc = -EEXIST;
+  for (int i = 0; i < PINNED_MAX && rc == -ENOMEM; i++)
     if (!pinned[i].base) {
       pinned[i].base = p;
       pinned[i].size = n;
@@ -413,7 +438,30 @@ static int host_register(void *ctx, void *p, size_t n) {
       rc = 0;
     }
   pthread_mutex_unlock(&host->lock);
+  if (rc == -EEXIST) violation(host, "registering a range that overlaps a registered one");
   return rc;
+}
+
+static void last_error(void *ctx, char *buf, size_t len) {
+  (void)ctx;
+  snprintf(buf, len, "%s", failed_call);
+}
+
+bool fake_host_registered(struct fake_host *host, const void *p, size_t n) {
+  pthread_mutex_lock(&host->lock);
+  const char *at = p, *end = (const char *)p + n;
+  bool progress = true;
+  while (at < end && progress) { /* walk from range to adjacent range */
+    progress = false;
+    for (int i = 0; i < PINNED_MAX; i++)
+      if (pinned[i].base && at >= (char *)pinned[i].base &&
+          at < (char *)pinned[i].base + pinned[i].size) {
+        at = (char *)pinned[i].base + pinned[i].size;
+        progress = true;
+      }
+  }
+  pthread_mutex_unlock(&host->lock);
+  return at >= end;
 }
 
 static void host_unregister(void *ctx, void *p) {
@@ -478,6 +526,7 @@ const struct ckpt_host_ops fake_host_ops = {
     .device_hash = device_hash,
     .host_register = host_register,
     .host_unregister = host_unregister,
+    .last_error = last_error,
     .mem_held = mem_held,
     .device_bytes = device_bytes,
     .log = log_line,

@@ -40,10 +40,14 @@ struct fake_host {
   bool device_hash;            /* offer device_hash (checksums "on the device") */
   int device_hash_calls;
   int pin_delay_us;            /* host_alloc_pinned takes this long (pinning is slow on GPUs) */
+  int register_delay_us;       /* host_register takes up to this long (a random share) */
+  int register_fail_after;     /* the Nth host_register from now fails with -EIO (0: none) */
   /* what happened */
   int gate_closes, gate_opens, release_calls, recreate_calls, copies;
   int pinned_live, streams_live, registered_live;
   int pin_calls;               /* host_alloc_pinned calls that succeeded */
+  int register_calls;
+  void *register_failed;       /* where the injected failure happened */
   int violations;
   char violation[256];
   int log_lines;
@@ -58,6 +62,8 @@ void fake_host_free(struct fake_host *host);
 size_t fake_host_add_region(struct fake_host *host, uint64_t size, int device, uint32_t seed);
 /* 0 if every byte of every region matches its pattern, else the first bad region index + 1. */
 size_t fake_host_verify(struct fake_host *host, uint64_t *bad_offset);
+/* Whether [p, p + n) lies in registered ranges (one or several adjacent ones). */
+bool fake_host_registered(struct fake_host *host, const void *p, size_t n);
 /* A program's API call: blocks while the gate is closed. */
 void fake_host_call_enter(struct fake_host *host);
 void fake_host_call_exit(struct fake_host *host);

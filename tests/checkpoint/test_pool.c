@@ -79,7 +79,7 @@ static void run(bool with_reserve) {
   if (with_reserve) options.reserve_bytes = 16 * MIB;
   struct engine *e = engine_new(&fake_host_ops, &h, &options);
   uint8_t *base = map_pool();
-  struct reserve *pool = reserve_new_shared(&fake_host_ops, &h, base, POOL, 2 * MIB);
+  struct reserve *pool = reserve_new_shared(&fake_host_ops, &h, base, POOL, 2 * MIB, 2);
   CHECK(pool != NULL);
   CHECK(reserve_wait(pool, POOL, 10), "the pool is page-locked in the background");
   CHECK_EQ(engine_set_pool(e, pool), 0);

@@ -55,6 +55,7 @@ invalid() {
     CUDAW_SUSPEND_START_WAIT) echo 9999 ;;
     CUDAW_CKPT_RESERVE) echo lots ;;
     CUDAW_CKPT_RESERVE_BUDGET) echo 0 ;;
+    CUDAW_CKPT_RESERVE_THREADS) echo 0 ;;
     CUDAW_CKPT_LIVE) echo 2 ;;
     CUDAW_CKPT_PREFAULT) echo 2 ;;
     CUDAW_CRIU) echo /nonexistent/criu ;;

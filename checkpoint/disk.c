@@ -402,8 +402,15 @@ int disk_write_image(struct engine *e, const char *dir, bool compress, int threa
   return rc;
 }
 
-static int check_regions(const struct manifest *m, const char *path, const struct ckpt_region *live,
-                         size_t live_count, char *reason, size_t len) {
+int disk_check_manifest(const struct manifest *m, const char *path, size_t chunk_bytes,
+                        const struct ckpt_region *live, size_t live_count, char *reason,
+                        size_t len) {
+  if (m->chunk_bytes != chunk_bytes) {
+    snprintf(reason, len, "manifest %s: chunks of %" PRIu64 " bytes; this process uses %zu "
+             "(CUDAW_CKPT_STAGING must be what it was when the image was written)", path,
+             m->chunk_bytes, chunk_bytes);
+    return -EBADMSG;
+  }
   if (m->region_count != live_count) {
     snprintf(reason, len, "manifest %s: %zu regions, the paused process has %zu", path,
              m->region_count, live_count);
@@ -432,13 +439,7 @@ int disk_read_image(struct engine *e, const char *dir, const struct ckpt_region 
   struct manifest m;
   int rc = manifest_read(path, &m, reason, len);
   if (rc) return rc == -ENOENT ? -ENOENT : -EBADMSG;
-  if (m.chunk_bytes != engine_chunk_bytes(e)) {
-    snprintf(reason, len, "manifest %s: chunks of %" PRIu64 " bytes; this process uses %zu "
-             "(CUDAW_CKPT_STAGING must be what it was when the image was written)", path,
-             m.chunk_bytes, engine_chunk_bytes(e));
-    rc = -EBADMSG;
-  }
-  if (!rc) rc = check_regions(&m, path, live, live_count, reason, len);
+  rc = disk_check_manifest(&m, path, engine_chunk_bytes(e), live, live_count, reason, len);
   struct ckpt_region *regions = calloc(m.region_count ? m.region_count : 1, sizeof *regions);
   if (!rc && !regions) rc = -ENOMEM;
   for (size_t r = 0; !rc && r < m.region_count; r++) regions[r] = m.regions[r].region;

@@ -8,6 +8,7 @@
  * make the resume fail naming the file while the program stays paused with its image on disk,
  * and once the file is back the resume succeeds; the same with zstd files; unspill reads the
  * image back into host memory (the files may then go) and the resume works from there.
+ * A spill that fails (DIR cannot be made) leaves the image in host memory and the resume works.
  * usage: e2e_spill <cudaw-ctl> <work dir> */
 #include "e2e_common.h"
 
@@ -159,7 +160,20 @@ int main(int argc, char **argv)
   ctl_ok("unspill %ld", 6, "not paused");
   expect_state("running");
 
+  /* A spill that fails loses nothing: the image stays in host memory, the resume works. */
+  char blocked[700];
+  snprintf(blocked, sizeof blocked, "%s/a-file", base);
+  write_file(blocked, "x", 1);
+  ctl_ok("checkpoint %ld", 0, "saved");
+  snprintf(args, sizeof args, "spill %%ld %s/image", blocked);
+  ctl_ok(args, 1, "the image stays in host memory");
+  expect_ctl("status %ld", 0, "paused", out, sizeof out);
+  CHECK(!strstr(out, "image on disk"), "a failed spill left status saying disk: %s", out);
+  ctl_ok("resume %ld", 0, "restored");
+  e2e_check_data(&data, "after a failed spill");
+
   /* Spill: the host memory goes, status says where the image is. */
+  snprintf(args, sizeof args, "spill %%ld %s", plain);
   ctl_ok("checkpoint %ld", 0, "saved");
   long rss_memory = status_kib("VmRSS");
   ctl_ok(args, 0, "written to disk, its host memory freed");

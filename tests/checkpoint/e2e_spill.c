@@ -60,18 +60,6 @@ static long status_kib(const char *key)
   return kib;
 }
 
-static void read_file(const char *path, char **bytes, size_t *size)
-{
-  FILE *f = fopen(path, "rb");
-  CHECK(f, "open %s: %s", path, strerror(errno));
-  fseek(f, 0, SEEK_END);
-  *size = (size_t)ftell(f);
-  rewind(f);
-  *bytes = malloc(*size ? *size : 1);
-  CHECK(*bytes && fread(*bytes, 1, *size, f) == *size, "read %s", path);
-  fclose(f);
-}
-
 static void write_file(const char *path, const char *bytes, size_t size)
 {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -104,7 +92,7 @@ static void damage_and_fix(const char *dir, const char *flags, const char *file,
   snprintf(path, sizeof path, "%s/%s", dir, file);
   char *original;
   size_t size;
-  read_file(path, &original, &size);
+  e2e_read_file(path, &original, &size);
   if (remove) {
     CHECK(unlink(path) == 0, "unlink %s", path);
   } else {

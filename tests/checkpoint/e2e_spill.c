@@ -5,7 +5,8 @@
  * device with every byte back, its peak host memory no more than where it ends plus 16 MiB
  * (VmHWM, reset before it; a resume that read the whole image first would hold it beside the
  * device memory) and its reply's disk_peak_bytes small; a corrupt chunk file and a missing one
- * make the resume fail naming the file while the program stays paused with its image on disk,
+ * make the resume fail naming the file while the program stays paused with its image on disk
+ * and the device memory it re-created released again (the emulated device's free memory),
  * and once the file is back the resume succeeds; the same with zstd files; unspill reads the
  * image back into host memory (the files may then go) and the resume works from there.
  * A spill that fails (DIR cannot be made) leaves the image in host memory and the resume works.
@@ -73,6 +74,16 @@ static void expect_state(const char *state)
   CHECK(e2e_reply_state(reply, state), "expected %s, status says %s", state, reply);
 }
 
+/* The emulated device's free memory, asked of it directly (cudaw's gate is closed while paused). */
+static size_t emu_free_bytes(void)
+{
+  cudaError_t (*get)(size_t *, size_t *) =
+      (cudaError_t(*)(size_t *, size_t *))e2e_emu_symbol("cudaMemGetInfo");
+  size_t free_bytes = 0, total = 0;
+  CHECK(get(&free_bytes, &total) == cudaSuccess, "the emulated cudaMemGetInfo failed");
+  return free_bytes;
+}
+
 /* Pause and spill to dir (flags: "" or "--zstd"). */
 static void pause_and_spill(const char *dir, const char *flags)
 {
@@ -103,9 +114,12 @@ static void damage_and_fix(const char *dir, const char *flags, const char *file,
     write_file(path, copy, size);
     free(copy);
   }
+  size_t free_paused = emu_free_bytes();
   expect_ctl("resume %ld", 1, file, out, sizeof out);
   CHECK(strstr(out, expect) && strstr(out, "still paused"), "expected '%s' and 'still paused': %s",
         expect, out);
+  CHECK(emu_free_bytes() == free_paused, "the failed resume should release the device memory it "
+        "re-created: %zu bytes free before, %zu after", free_paused, emu_free_bytes());
   expect_state("paused");
   ctl_ok("status %ld", 0, "image on disk");
   write_file(path, original, size);

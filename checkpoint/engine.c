@@ -881,12 +881,12 @@ static int start_slot(struct worker *w, struct slot *slot, uint64_t index, XXH3_
                                                                : e->chunk_bytes);
   void *stream = stream_of(e, r->region.device, slot->staging);
   void *staging = e->staging[slot->staging];
+  if (e->source) return start_from_source(w, slot, index, offset, n, stream, staging);
   if (!stream) {
     job_fail(job, -ENODEV, "region %" PRIu64 " is on device %d, but only %d devices exist",
              r->region.id, r->region.device, e->devices);
     return -ENODEV;
   }
-  if (e->source) return start_from_source(w, slot, index, offset, n, stream, staging);
   int rc;
   bool straight = direct(r, offset, n);
   if (!straight) w->staged_bytes += n;

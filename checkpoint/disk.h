@@ -17,6 +17,9 @@ struct manifest_file {
   uint64_t offset, size, stored;
   uint64_t chunks;
   uint64_t *sums; /* [chunks], the checksum of each chunk_bytes piece */
+  /* zstd: [chunks], the stored bytes of each chunk's own frame, so that a streamed resume can
+   * decode chunks in parallel; NULL where the file is one frame (images written before). */
+  uint64_t *frames;
 };
 
 struct manifest_region {

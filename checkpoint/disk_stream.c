@@ -6,9 +6,11 @@
  * once), counted in `held`.
  *
  * Uncompressed files are read at each chunk's offset (pread) by any thread, and dropped from
- * the page cache behind. A zstd file is one frame: its chunks can only come out in order, so
- * the thread that took chunk c waits until chunk c - 1 of that file is out (the engine hands
- * out a file's chunks in order, and start_from_source asks for every chunk it took). */
+ * the page cache behind; so are zstd files written with one frame per chunk (the manifest's
+ * "frames"), each thread decoding with a decoder of its own from a small pool. A zstd file
+ * written as one frame (before "frames" existed) can only come out in order, so the thread that
+ * took chunk c waits until chunk c - 1 of that file is out (the engine hands out a file's chunks
+ * in order, and start_from_source asks for every chunk it took). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -28,8 +30,17 @@
 #include "delta_hash.h"
 #include "disk.h"
 
+/* A zstd decoder and its input buffer, for one chunk's frame at a time. */
+struct decoder {
+  ZSTD_DCtx *dctx;
+  uint8_t *in;
+  uint64_t held; /* host bytes of both */
+  struct decoder *next;
+};
+
 struct source_file {
   const struct manifest_file *file;
+  uint64_t *frame_at; /* per-chunk frames: where chunk c's frame starts in the file */
   int fd;             /* -1 until its first chunk is read, and again after its last */
   uint64_t next;      /* zstd: the chunk the decoder gives next */
   uint64_t delivered; /* chunks read (or failed): the file is closed after the last */
@@ -49,6 +60,7 @@ struct disk_source {
   int error;                   /* the first chunk that failed, and why */
   char reason[224];
   uint64_t held, peak;
+  struct decoder *idle; /* decoders not in use (per-chunk frames) */
   _Atomic uint64_t stored_read;
 };
 
@@ -80,9 +92,10 @@ static int source_fail(struct disk_source *s, const struct manifest_file *f, int
   return record_fail(s, error, reason);
 }
 
-static void count_held(struct disk_source *s, struct source_file *sf, uint64_t bytes) {
-  s->held = s->held - sf->held + bytes;
-  sf->held = bytes;
+/* *counted (a file's or a decoder's host bytes, part of s->held) is now `bytes`; s->lock held. */
+static void count_held(struct disk_source *s, uint64_t *counted, uint64_t bytes) {
+  s->held = s->held - *counted + bytes;
+  *counted = bytes;
   if (s->held > s->peak) s->peak = s->held;
 }
 
@@ -97,7 +110,7 @@ static int open_file(struct disk_source *s, struct source_file *sf, char *reason
     return rc;
   }
   posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  if (s->m.compressed) {
+  if (s->m.compressed && !sf->frame_at) { /* one frame: this file's own decoder */
     sf->dctx = ZSTD_createDCtx();
     sf->in = malloc(ZSTD_DStreamInSize());
     if (!sf->dctx || !sf->in) {
@@ -110,7 +123,7 @@ static int open_file(struct disk_source *s, struct source_file *sf, char *reason
       return -ENOMEM;
     }
     sf->in_pos = sf->in_len = 0;
-    count_held(s, sf, ZSTD_DStreamInSize() + ZSTD_sizeof_DCtx(sf->dctx));
+    count_held(s, &sf->held, ZSTD_DStreamInSize() + ZSTD_sizeof_DCtx(sf->dctx));
   }
   sf->fd = fd;
   return 0;
@@ -123,17 +136,24 @@ static void close_file(struct disk_source *s, struct source_file *sf) {
   free(sf->in);
   sf->dctx = NULL;
   sf->in = NULL;
-  count_held(s, sf, 0);
+  count_held(s, &sf->held, 0);
+}
+
+/* sf's descriptor, the file opened at its first chunk; 0 or the failure recorded. */
+static int file_fd(struct disk_source *s, struct source_file *sf, int *fd, char *reason,
+                   size_t len) {
+  pthread_mutex_lock(&s->lock);
+  int rc = sf->fd < 0 ? open_file(s, sf, reason, len) : 0;
+  *fd = sf->fd;
+  pthread_mutex_unlock(&s->lock);
+  return rc ? record_fail(s, rc, reason) : 0;
 }
 
 /* Uncompressed: the chunk at file offset `at`, read where it lies. */
 static int read_plain(struct disk_source *s, struct source_file *sf, uint64_t at, uint8_t *dst,
                       size_t n, char *reason, size_t len) {
-  pthread_mutex_lock(&s->lock);
-  int rc = sf->fd < 0 ? open_file(s, sf, reason, len) : 0;
-  int fd = sf->fd;
-  pthread_mutex_unlock(&s->lock);
-  if (rc) return record_fail(s, rc, reason);
+  int fd, rc = file_fd(s, sf, &fd, reason, len);
+  if (rc) return rc;
   size_t got = 0;
   while (got < n) {
     ssize_t r = pread(fd, dst + got, n - got, (off_t)(at + got));
@@ -193,10 +213,84 @@ static int read_zstd(struct disk_source *s, struct source_file *sf, uint64_t c, 
   }
   pthread_mutex_lock(&s->lock);
   sf->next++;
-  count_held(s, sf, ZSTD_DStreamInSize() + ZSTD_sizeof_DCtx(sf->dctx));
+  count_held(s, &sf->held, ZSTD_DStreamInSize() + ZSTD_sizeof_DCtx(sf->dctx));
   pthread_cond_broadcast(&s->turn);
   pthread_mutex_unlock(&s->lock);
   return 0;
+}
+
+static struct decoder *take_decoder(struct disk_source *s) {
+  pthread_mutex_lock(&s->lock);
+  struct decoder *d = s->idle;
+  if (d) s->idle = d->next;
+  pthread_mutex_unlock(&s->lock);
+  if (d) return d;
+  if (!(d = calloc(1, sizeof *d))) return NULL;
+  d->dctx = ZSTD_createDCtx();
+  d->in = malloc(ZSTD_DStreamInSize());
+  if (!d->dctx || !d->in) {
+    ZSTD_freeDCtx(d->dctx);
+    free(d->in);
+    free(d);
+    return NULL;
+  }
+  return d;
+}
+
+static void put_decoder(struct disk_source *s, struct decoder *d) {
+  pthread_mutex_lock(&s->lock);
+  count_held(s, &d->held, ZSTD_DStreamInSize() + ZSTD_sizeof_DCtx(d->dctx));
+  d->next = s->idle;
+  s->idle = d;
+  pthread_mutex_unlock(&s->lock);
+}
+
+/* zstd, one frame per chunk: chunk c's frame, read where it lies and decoded into dst. */
+static int read_frame(struct disk_source *s, struct source_file *sf, uint64_t c, uint64_t at,
+                      uint8_t *dst, size_t n, char *reason, size_t len) {
+  int fd, rc = file_fd(s, sf, &fd, reason, len);
+  if (rc) return rc;
+  struct decoder *d = take_decoder(s);
+  if (!d)
+    return source_fail(s, sf->file, -ENOMEM, reason, len, "out of memory for a zstd decoder");
+  ZSTD_DCtx_reset(d->dctx, ZSTD_reset_session_only);
+  uint64_t from = sf->frame_at[c], left = sf->file->frames[c];
+  ZSTD_outBuffer out = {dst, n, 0};
+  size_t ret = 1;
+  while (!rc && left) {
+    size_t want = left < ZSTD_DStreamInSize() ? (size_t)left : ZSTD_DStreamInSize();
+    ssize_t r = pread(fd, d->in, want, (off_t)from);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      rc = source_fail(s, sf->file, r < 0 ? -errno : -EBADMSG, reason, len, "cannot read the "
+                       "frame of the chunk at file offset %" PRIu64 ": %s", at,
+                       r < 0 ? strerror(errno) : "the file ends inside it");
+      break;
+    }
+    atomic_fetch_add(&s->stored_read, (uint64_t)r);
+    from += (uint64_t)r;
+    left -= (uint64_t)r;
+    ZSTD_inBuffer in = {d->in, (size_t)r, 0};
+    while (!rc && in.pos < in.size) {
+      ret = ZSTD_decompressStream(d->dctx, &out, &in);
+      if (ZSTD_isError(ret))
+        rc = source_fail(s, sf->file, -EBADMSG, reason, len, "corrupt zstd data in the chunk at "
+                         "file offset %" PRIu64 ": %s", at, ZSTD_getErrorName(ret));
+      else if (ret != 0 && out.pos == out.size && in.pos < in.size)
+        rc = source_fail(s, sf->file, -EBADMSG, reason, len, "corrupt zstd data: the chunk at "
+                         "file offset %" PRIu64 " decodes to more than %zu bytes", at, n);
+      else if (ret == 0 && in.pos < in.size)
+        rc = source_fail(s, sf->file, -EBADMSG, reason, len, "corrupt zstd data: the frame of "
+                         "the chunk at file offset %" PRIu64 " ends early", at);
+    }
+  }
+  if (!rc && (ret != 0 || out.pos != n))
+    rc = source_fail(s, sf->file, -EBADMSG, reason, len, "corrupt zstd data: the chunk at file "
+                     "offset %" PRIu64 " decodes to %zu of its %zu bytes", at, out.pos, n);
+  if (!rc) posix_fadvise(fd, (off_t)sf->frame_at[c], (off_t)sf->file->frames[c],
+                         POSIX_FADV_DONTNEED);
+  put_decoder(s, d);
+  return rc;
 }
 
 /* The file of region r holding byte `offset` (the manifest's files are contiguous). */
@@ -219,8 +313,9 @@ static int fill_chunk(void *arg, size_t region, uint64_t chunk, uint8_t *dst, si
   struct source_file *sf = file_at(s, region, offset);
   const struct manifest_file *f = sf->file;
   uint64_t at = offset - f->offset, c = at / s->m.chunk_bytes;
-  int rc = s->m.compressed ? read_zstd(s, sf, c, at, dst, n, reason, len)
-                           : read_plain(s, sf, at, dst, n, reason, len);
+  int rc = !s->m.compressed ? read_plain(s, sf, at, dst, n, reason, len)
+           : sf->frame_at    ? read_frame(s, sf, c, at, dst, n, reason, len)
+                             : read_zstd(s, sf, c, at, dst, n, reason, len);
   if (!rc) {
     uint64_t sum = s->m.regions[region].device_sums ? ckpt_delta_hash(dst, n)
                                                     : XXH3_64bits(dst, n);
@@ -238,11 +333,20 @@ static int fill_chunk(void *arg, size_t region, uint64_t chunk, uint8_t *dst, si
 void disk_source_close(struct disk_source *s) {
   if (!s) return;
   for (size_t r = 0; s->files && r < s->m.region_count; r++) {
-    for (size_t f = 0; s->files[r] && f < s->m.regions[r].file_count; f++)
+    for (size_t f = 0; s->files[r] && f < s->m.regions[r].file_count; f++) {
       close_file(s, &s->files[r][f]);
+      free(s->files[r][f].frame_at);
+    }
     free(s->files[r]);
   }
   free(s->files);
+  while (s->idle) {
+    struct decoder *d = s->idle;
+    s->idle = d->next;
+    ZSTD_freeDCtx(d->dctx);
+    free(d->in);
+    free(d);
+  }
   free(s->regions);
   manifest_free(&s->m);
   pthread_mutex_destroy(&s->lock);
@@ -308,8 +412,19 @@ int disk_source_open(const char *dir, size_t chunk_bytes, const struct ckpt_regi
       snprintf(reason, len, "image directory %s: out of memory", dir);
       break;
     }
-    for (size_t f = 0; f < mr->file_count; f++)
-      s->files[r][f] = (struct source_file){.file = &mr->files[f], .fd = -1};
+    for (size_t f = 0; !rc && f < mr->file_count; f++) {
+      const struct manifest_file *file = &mr->files[f];
+      struct source_file *sf = &s->files[r][f];
+      *sf = (struct source_file){.file = file, .fd = -1};
+      if (!s->m.compressed || !file->frames) continue;
+      if (!(sf->frame_at = calloc(file->chunks, sizeof *sf->frame_at))) {
+        rc = -ENOMEM;
+        snprintf(reason, len, "image directory %s: out of memory", dir);
+        break;
+      }
+      for (uint64_t c = 1; c < file->chunks; c++)
+        sf->frame_at[c] = sf->frame_at[c - 1] + file->frames[c - 1];
+    }
   }
   if (rc) {
     disk_source_close(s);

@@ -8,7 +8,8 @@
  * make the resume fail naming the file while the program stays paused with its image on disk
  * and the device memory it re-created released again (the emulated device's free memory),
  * and once the file is back the resume succeeds; the same with zstd files; unspill reads the
- * image back into host memory (the files may then go) and the resume works from there.
+ * image back into host memory (the files may then go) and the resume works from there; a zstd
+ * manifest without per-chunk "frames" (as written before them) streams in file order.
  * A spill that fails (DIR cannot be made) leaves the image in host memory and the resume works.
  * usage: e2e_spill <cudaw-ctl> <work dir> */
 #include "e2e_common.h"
@@ -215,6 +216,27 @@ int main(int argc, char **argv)
   damage_and_fix(plain, "", "region-1-0.bin", true, "missing");
   damage_and_fix(packed, "--zstd", "region-0-0.zst", false, "region-0-0.zst");
   damage_and_fix(packed, "--zstd", "region-1-0.zst", true, "missing");
+
+  /* A zstd manifest without "frames" (images written before: one frame per file) still
+   * streams: the chunks come out of each file in order, several threads taking turns. */
+  pause_and_spill(packed, "--zstd");
+  char manifest[700];
+  snprintf(manifest, sizeof manifest, "%s/manifest.json", packed);
+  char *json;
+  size_t json_size;
+  e2e_read_file(manifest, &json, &json_size);
+  int stripped = 0;
+  for (char *key; (key = strstr(json, "\"frames\":")) != NULL; stripped++) {
+    char *at = key, *end = strchr(key, ']');
+    while (at > json && *at != ',') at--; /* from the comma before the key (it is not first) */
+    CHECK(end && *at == ',', "cannot cut \"frames\" out of %s", manifest);
+    memmove(at, end + 1, strlen(end + 1) + 1);
+  }
+  CHECK(stripped >= 4, "expected \"frames\" for every file of %s: %d", manifest, stripped);
+  write_file(manifest, json, strlen(json));
+  free(json);
+  ctl_ok("resume %ld", 0, "streamed to the device");
+  e2e_check_data(&data, "after a resume from files of one zstd frame each");
 
   /* Unspill: back into host memory; the files are no longer needed. */
   pause_and_spill(packed, "--zstd");

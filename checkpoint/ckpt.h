@@ -26,13 +26,16 @@ enum ckpt_state_id {
 };
 
 /* HOLD closes the gate without draining, DRAIN waits (bounded) for the device while held,
- * UNHOLD reopens the gate: the steps of a group pause (ctl_group.c). */
+ * UNHOLD reopens the gate: the steps of a group pause (ctl_group.c). SPILL writes a paused
+ * program's host image to disk and frees it, UNSPILL reads it back; both stay paused. */
 enum ckpt_op {
   CKPT_OP_CHECKPOINT = 1,
   CKPT_OP_RESUME = 2,
   CKPT_OP_HOLD = 3,
   CKPT_OP_DRAIN = 4,
   CKPT_OP_UNHOLD = 5,
+  CKPT_OP_SPILL = 6,
+  CKPT_OP_UNSPILL = 7,
 };
 
 enum ckpt_log_level { CKPT_LOG_ERROR = 0, CKPT_LOG_WARN, CKPT_LOG_INFO, CKPT_LOG_DEBUG };
@@ -313,6 +316,9 @@ struct ckpt_result {
   uint64_t precopy_bytes; /* live: copied while the program ran */
   double precopy_seconds; /* live: how long that took (the program ran meanwhile) */
   uint64_t recopy_bytes;  /* checkpoint: bytes copied inside the pause (all, unless delta/live) */
+  /* Resume from disk: the most host memory its reading held at once beyond the staging
+   * buffers (zstd decoders and input; the image itself never lies in host memory). */
+  uint64_t disk_peak_bytes;
 };
 
 /* Start the module: options, transition thread, control socket <run dir>/<pid>.sock and the

@@ -5,8 +5,10 @@
  * "to=<absolute dir>" (the rest of the line: the image goes to disk). A group pause (ctl_group.c)
  * adds "hold [lease=MS]" (close the gate, no drain; reopened by itself after MS without a
  * command), "drain [wait=MS]" (while held: wait at most MS for the device), "unhold" and
- * "resume hold [lease=MS]" (restore, keep the gate closed). Only the same uid or root may talk
- * to it (SO_PEERCRED). The thread also turns signal-pipe bytes into checkpoint requests.
+ * "resume hold [lease=MS]" (restore, keep the gate closed). While paused, "spill
+ * [compress=zstd] to=<absolute dir>" writes the host image to disk and frees it (the resume then
+ * streams it from there) and "unspill" reads it back into host memory. Only the same uid or
+ * root may talk to it (SO_PEERCRED). The thread also turns signal-pipe bytes into checkpoint requests.
  * Checkpoint, resume and hold replies are written by the transition thread when it is done. It
  * also hands suspend mode's SIGTSTP/SIGCONT events to suspend.c. Requests it does not know go to
  * the host's extra_request ("limit [gpu=PERCENT|off]": the GPU share). Beside the socket it keeps
@@ -126,9 +128,11 @@ int control_format_result(const struct ckpt_result *r, char *buf, size_t len) {
          r->recopy_bytes);
   append(buf, len, &used,
          ",\"released_all\":%s,\"driver_seconds\":%.6f,\"disk_bytes\":%" PRIu64
-         ",\"disk_stored\":%" PRIu64 ",\"disk_seconds\":%.6f,\"disk_gbps\":%.3f}\n",
+         ",\"disk_stored\":%" PRIu64 ",\"disk_seconds\":%.6f,\"disk_gbps\":%.3f"
+         ",\"disk_peak_bytes\":%" PRIu64 "}\n",
          r->driver_released ? "true" : "false", r->driver_seconds, r->disk_bytes, r->disk_stored,
-         r->disk_seconds, r->disk_seconds > 0 ? (double)r->disk_bytes / r->disk_seconds / 1e9 : 0.0);
+         r->disk_seconds, r->disk_seconds > 0 ? (double)r->disk_bytes / r->disk_seconds / 1e9 : 0.0,
+         r->disk_peak_bytes);
   return used < len ? 0 : -ENOSPC;
 }
 
@@ -352,6 +356,26 @@ static int parse_checkpoint(const char *line, struct transition_request *out) {
   return *p ? -EINVAL : 0;
 }
 
+/* "spill [compress=zstd] to=<absolute dir>" or "unspill": a paused program's image to disk and
+ * back. 0 with *op and *out set, or -EINVAL. */
+static int parse_spill(const char *line, enum ckpt_op *op, struct transition_request *out) {
+  *out = (struct transition_request){0};
+  if (strcmp(line, "unspill") == 0) {
+    *op = CKPT_OP_UNSPILL;
+    return 0;
+  }
+  if (strncmp(line, "spill ", 6) != 0) return -EINVAL;
+  const char *p = line + 6;
+  if (strncmp(p, "compress=zstd ", 14) == 0) {
+    out->compress = true;
+    p += 14;
+  }
+  if (strncmp(p, "to=/", 4) != 0 || strlen(p + 3) >= sizeof out->to_dir) return -EINVAL;
+  snprintf(out->to_dir, sizeof out->to_dir, "%s", p + 3);
+  *op = CKPT_OP_SPILL;
+  return 0;
+}
+
 /* "<command>" alone or followed by " <key>=<ms>" (1 ms to 1 hour); *ms 0 when absent. */
 static int parse_with_ms(const char *line, const char *command, const char *key, uint32_t *ms) {
   size_t n = strlen(command), k = strlen(key);
@@ -417,6 +441,8 @@ static void serve(int fd, const char *request, int read_rc, double received) {
     op = CKPT_OP_CHECKPOINT;
   } else if (read_rc == 0 && parse_group_step(request, &op, &step) == 0) {
     checkpoint = step;
+  } else if (read_rc == 0 && parse_spill(request, &op, &step) == 0) {
+    checkpoint = step;
   } else if (read_rc == 0 && ckpt_rt.ops->extra_request &&
              ckpt_rt.ops->extra_request(ckpt_rt.ctx, request, line, sizeof line) == 0) {
     /* answered by the host (limit) */
@@ -427,7 +453,9 @@ static void serve(int fd, const char *request, int read_rc, double received) {
                                               : "expected one line: status, checkpoint [live|live=0] "
                                                 "[release=all] [compress=zstd] [to=/absolute/dir], "
                                                 "resume [hold [lease=MS]], hold [lease=MS], drain "
-                                                "[wait=MS], unhold or limit [gpu=PERCENT|off]");
+                                                "[wait=MS], unhold, spill [compress=zstd] "
+                                                "to=/absolute/dir, unspill or limit "
+                                                "[gpu=PERCENT|off]");
   }
   if (op) {
     const char *refusal = "";

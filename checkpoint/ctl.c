@@ -44,6 +44,14 @@ static void usage(FILE *out) {
           "                                        --zstd compressed) and free its host memory\n"
           "       cudaw-ctl [--json] resume <pid>       recreate the GPU memory, restore it, "
           "continue <pid>\n"
+          "                                        (an image on disk streams from its files, each "
+          "chunk verified)\n"
+          "       cudaw-ctl [--json] spill [--zstd] <pid> DIR\n"
+          "                                        paused <pid>: write its image to DIR "
+          "(manifest.json + chunk files)\n"
+          "                                        and free its host memory; it stays paused\n"
+          "       cudaw-ctl [--json] unspill <pid>      paused <pid>: read its image back from "
+          "disk into host memory\n"
           "       cudaw-ctl [--json] checkpoint --group [flags as above] [--drain-ms N] "
           "[--attempts N]\n"
           "                 [--settle-ms N] [--lease-ms N] <pid> <pid>...\n"
@@ -85,7 +93,8 @@ static void usage(FILE *out) {
           "\n"
           "exit codes: 0 ok, 1 failed, 2 usage, 3 no such process, 4 not a cudaw process\n"
           "            (no control socket), 5 permission denied, 6 wrong state (resume while\n"
-          "            running, checkpoint while paused, another transition under way), 7 the\n"
+          "            running, checkpoint while paused, spill while running or with the\n"
+          "            image on disk already, another transition under way), 7 the\n"
           "            process's device memory is not cudaw's (vmem off or not started: a\n"
           "            checkpoint cannot release it), 78 an invalid CUDAW_* value\n"
           "\n"
@@ -529,6 +538,16 @@ void ctl_print_transition(pid_t pid, const char *reply) {
     printf("  live: %s copied in %.3f s while running, %s re-copied in the pause; stall %.3f ms\n",
            pre, json_number(reply, "precopy_seconds"), re, json_number(reply, "stall_ms"));
   }
+  if (strcmp(op, "spill") == 0 || strcmp(op, "unspill") == 0) {
+    char stored[32];
+    ckpt_format_bytes((uint64_t)json_number(reply, "disk_stored"), stored, sizeof stored);
+    printf("pid %ld %s: image of %s in %.0f regions %s: %s in files in %.3f s (%.2f GB/s of "
+           "image)\n", (long)pid, state, bytes, json_number(reply, "regions"),
+           strcmp(op, "spill") == 0 ? "written to disk, its host memory freed"
+                                    : "read and verified from disk into host memory",
+           stored, json_number(reply, "disk_seconds"), json_number(reply, "disk_gbps"));
+    return;
+  }
   if (strcmp(op, "checkpoint") != 0)
     printf("pid %ld %s: restored and verified %s of %.0f regions in %.3f s (copy %.3f s, %.2f "
            "GB/s; recreate %.3f ms)\n",
@@ -536,11 +555,16 @@ void ctl_print_transition(pid_t pid, const char *reply) {
            json_number(reply, "copy_seconds"), json_number(reply, "gbps"),
            json_number(reply, "memory_ms"));
   if (json_number(reply, "disk_bytes") > 0) {
-    char stored[32];
+    char stored[32], peak[32];
     ckpt_format_bytes((uint64_t)json_number(reply, "disk_stored"), stored, sizeof stored);
-    printf("  image %s disk: %s in files in %.3f s (%.2f GB/s of image)\n",
-           strcmp(op, "checkpoint") == 0 ? "written to" : "read and verified from", stored,
-           json_number(reply, "disk_seconds"), json_number(reply, "disk_gbps"));
+    ckpt_format_bytes((uint64_t)json_number(reply, "disk_peak_bytes"), peak, sizeof peak);
+    if (strcmp(op, "checkpoint") == 0)
+      printf("  image written to disk: %s in files in %.3f s (%.2f GB/s of image)\n", stored,
+             json_number(reply, "disk_seconds"), json_number(reply, "disk_gbps"));
+    else
+      printf("  image read and verified from disk, streamed to the device: %s in files in %.3f s "
+             "(%.2f GB/s of image; host memory beyond the staging buffers: %s)\n", stored,
+             json_number(reply, "disk_seconds"), json_number(reply, "disk_gbps"), peak);
   }
   if (json_number(reply, "driver_seconds") > 0)
     printf("  driver's process %s: %.3f s%s\n",
@@ -702,6 +726,15 @@ static int absolute_dir(const char *dir, char *out, size_t len) {
     return ctl_usage_error("%s: not a usable directory name", dir);
   }
   return EXIT_OK;
+}
+
+/* spill <pid> DIR: the paused program writes its image to DIR (made absolute). */
+static int command_spill(pid_t pid, const char *to_dir) {
+  char request[4300], dir[4096];
+  int code = absolute_dir(to_dir, dir, sizeof dir);
+  if (code) return code;
+  snprintf(request, sizeof request, "spill%s to=%s", flags.compress ? " compress=zstd" : "", dir);
+  return command_pid(request, pid);
 }
 
 static int command_checkpoint(pid_t pid, const char *to_dir) {
@@ -979,15 +1012,16 @@ int main(int argc, char **argv) {
   if (count == 0) return ctl_usage_error("no command given");
   const char *command = args[0];
   static const char *const commands[] = {"list", "status", "checkpoint", "resume", "dump",
-                                         "restore", "limit", "sched", "priority"};
+                                         "restore", "limit", "sched", "priority", "spill",
+                                         "unspill"};
   bool known = false;
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     known = known || strcmp(command, commands[i]) == 0;
   if (!known) return ctl_usage_error("unknown command '%s'", command);
   /* Each flag belongs to some commands only: given to another, it is a mistake worth naming. */
-  bool checkpoint = strcmp(command, "checkpoint") == 0;
+  bool checkpoint = strcmp(command, "checkpoint") == 0, spill = strcmp(command, "spill") == 0;
   const char *misplaced = flags.live && !checkpoint               ? "--live"
-                          : flags.compress && !checkpoint         ? "--zstd"
+                          : flags.compress && !checkpoint && !spill ? "--zstd"
                           : flags.to_dir && !checkpoint           ? "--to"
                           : flags.release_all && !checkpoint      ? "--release-all"
                           : flags.gpu && strcmp(command, "limit") ? "--gpu"
@@ -997,7 +1031,7 @@ int main(int argc, char **argv) {
                               ? "--"
                               : NULL;
   if (misplaced) return ctl_usage_error("%s: %s does not apply to it", command, misplaced);
-  if (flags.compress && !flags.to_dir)
+  if (flags.compress && !flags.to_dir && !spill)
     return ctl_usage_error("checkpoint: --zstd needs --to DIR (it compresses the image written "
                            "to disk)");
   if (strcmp(command, "list") == 0) {
@@ -1015,8 +1049,13 @@ int main(int argc, char **argv) {
     return command_restore(args[1]);
   }
   pid_t pid;
-  int code = pid_argument(command, count, args, strcmp(command, "dump") == 0 ? 3 : 2, &pid);
+  int code = pid_argument(command, count, args,
+                          strcmp(command, "dump") == 0 || spill ? 3 : 2, &pid);
   if (code != EXIT_OK) return code;
+  if (spill) {
+    if (count < 3) return ctl_usage_error("spill: no directory given (cudaw-ctl spill <pid> DIR)");
+    return command_spill(pid, args[2]);
+  }
   if (strcmp(command, "limit") == 0) return command_limit(pid, flags.gpu);
   if (checkpoint) return command_checkpoint(pid, flags.to_dir);
   if (strcmp(command, "dump") == 0) {

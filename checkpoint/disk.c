@@ -94,19 +94,28 @@ static int write_file(struct disk_job *job, struct file_task *t, ZSTD_CCtx *cctx
   uint64_t out_len = f->size;
   void *packed = NULL;
   if (job->compressed) {
-    size_t bound = ZSTD_compressBound((size_t)f->size);
-    if (!(packed = malloc(bound))) {
+    /* One frame per chunk (f->frames): a streamed resume decodes chunks in parallel, and a
+     * whole-file decode reads the frames one after another as before. */
+    size_t bound = ZSTD_compressBound((size_t)job->chunk_bytes);
+    if (!(packed = malloc(bound * f->chunks))) {
       job_fail(job, -ENOMEM, f->name, "out of memory compressing it");
       return -ENOMEM;
     }
-    size_t n = ZSTD_compressCCtx(cctx, packed, bound, t->data, (size_t)f->size, ZSTD_LEVEL);
-    if (ZSTD_isError(n)) {
-      job_fail(job, -EIO, f->name, "zstd: %s", ZSTD_getErrorName(n));
-      free(packed);
-      return -EIO;
+    out_len = 0;
+    for (uint64_t c = 0; c < f->chunks; c++) {
+      uint64_t at = c * job->chunk_bytes;
+      size_t piece = (size_t)(f->size - at < job->chunk_bytes ? f->size - at : job->chunk_bytes);
+      size_t n = ZSTD_compressCCtx(cctx, (uint8_t *)packed + out_len, bound, t->data + at, piece,
+                                   ZSTD_LEVEL);
+      if (ZSTD_isError(n)) {
+        job_fail(job, -EIO, f->name, "zstd: %s", ZSTD_getErrorName(n));
+        free(packed);
+        return -EIO;
+      }
+      f->frames[c] = n;
+      out_len += n;
     }
     out = packed;
-    out_len = n;
   }
   char path[PATH_MAX];
   snprintf(path, sizeof path, "%s/%s", job->dir, f->name);
@@ -257,6 +266,7 @@ static int plan_manifest(struct engine *e, bool compress, struct manifest *m) {
       file->chunks = (file->size + m->chunk_bytes - 1) / m->chunk_bytes;
       snprintf(file->name, sizeof file->name, "region-%zu-%zu.%s", r, f, compress ? "zst" : "bin");
       if (!(file->sums = calloc(file->chunks, sizeof *file->sums))) return -ENOMEM;
+      if (compress && !(file->frames = calloc(file->chunks, sizeof *file->frames))) return -ENOMEM;
       memcpy(file->sums, view.sums + file->offset / m->chunk_bytes, file->chunks * sizeof *file->sums);
     }
   }
@@ -402,8 +412,15 @@ int disk_write_image(struct engine *e, const char *dir, bool compress, int threa
   return rc;
 }
 
-static int check_regions(const struct manifest *m, const char *path, const struct ckpt_region *live,
-                         size_t live_count, char *reason, size_t len) {
+int disk_check_manifest(const struct manifest *m, const char *path, size_t chunk_bytes,
+                        const struct ckpt_region *live, size_t live_count, char *reason,
+                        size_t len) {
+  if (m->chunk_bytes != chunk_bytes) {
+    snprintf(reason, len, "manifest %s: chunks of %" PRIu64 " bytes; this process uses %zu "
+             "(CUDAW_CKPT_STAGING must be what it was when the image was written)", path,
+             m->chunk_bytes, chunk_bytes);
+    return -EBADMSG;
+  }
   if (m->region_count != live_count) {
     snprintf(reason, len, "manifest %s: %zu regions, the paused process has %zu", path,
              m->region_count, live_count);
@@ -432,13 +449,7 @@ int disk_read_image(struct engine *e, const char *dir, const struct ckpt_region 
   struct manifest m;
   int rc = manifest_read(path, &m, reason, len);
   if (rc) return rc == -ENOENT ? -ENOENT : -EBADMSG;
-  if (m.chunk_bytes != engine_chunk_bytes(e)) {
-    snprintf(reason, len, "manifest %s: chunks of %" PRIu64 " bytes; this process uses %zu "
-             "(CUDAW_CKPT_STAGING must be what it was when the image was written)", path,
-             m.chunk_bytes, engine_chunk_bytes(e));
-    rc = -EBADMSG;
-  }
-  if (!rc) rc = check_regions(&m, path, live, live_count, reason, len);
+  rc = disk_check_manifest(&m, path, engine_chunk_bytes(e), live, live_count, reason, len);
   struct ckpt_region *regions = calloc(m.region_count ? m.region_count : 1, sizeof *regions);
   if (!rc && !regions) rc = -ENOMEM;
   for (size_t r = 0; !rc && r < m.region_count; r++) regions[r] = m.regions[r].region;

@@ -17,6 +17,9 @@ struct manifest_file {
   uint64_t offset, size, stored;
   uint64_t chunks;
   uint64_t *sums; /* [chunks], the checksum of each chunk_bytes piece */
+  /* zstd: [chunks], the stored bytes of each chunk's own frame, so that a streamed resume can
+   * decode chunks in parallel; NULL where the file is one frame (images written before). */
+  uint64_t *frames;
 };
 
 struct manifest_region {
@@ -64,5 +67,27 @@ int disk_write_image(struct engine *engine, const char *dir, bool compress, int 
 int disk_read_image(struct engine *engine, const char *dir, const struct ckpt_region *live,
                     size_t live_count, int threads, struct disk_stats *stats, char *reason,
                     size_t reason_len);
+
+/* Whether manifest m (read from path) fits the paused process: chunks of chunk_bytes and
+ * exactly its regions `live`. 0, or -EBADMSG with reason naming the manifest. */
+int disk_check_manifest(const struct manifest *m, const char *path, size_t chunk_bytes,
+                        const struct ckpt_region *live, size_t live_count, char *reason,
+                        size_t reason_len);
+
+/* Resume streamed from disk (disk_stream.c): the image's chunk files are read by the copy
+ * threads straight into the staging buffers, each chunk verified against the manifest before
+ * it is sent to the device, while the chunks before it are on the link; the image never lies
+ * in host memory. Open checks the manifest (disk_check_manifest) and every file's presence and
+ * size, before anything changes: -ENOENT/-EBADMSG with reason naming the file. */
+struct disk_source;
+int disk_source_open(const char *dir, size_t chunk_bytes, const struct ckpt_region *live,
+                     size_t live_count, struct disk_source **out, char *reason, size_t reason_len);
+/* Restore the recreated regions from the files (engine_restore_from). A bad chunk (corrupt,
+ * truncated, unreadable) stops it with reason naming the file and offset; *peak is the most
+ * host memory the reading held at once beyond the staging buffers (zstd contexts, input). */
+int disk_source_restore(struct engine *engine, struct disk_source *source,
+                        struct engine_stats *stats, struct disk_stats *disk, uint64_t *peak,
+                        char *reason, size_t reason_len);
+void disk_source_close(struct disk_source *source);
 
 #endif

@@ -80,6 +80,8 @@ struct engine {
   struct reserve *pool;    /* cudawd's host-memory pool (engine_set_pool), or NULL */
   uint64_t loan_offset, loan_length; /* the range lent for the next checkpoint's image */
   bool pool_held;          /* the image's fresh regions lie in the lent range */
+  engine_source_fn source; /* engine_restore_from: where a restore's chunks come from */
+  void *source_arg;
 };
 
 /* One chunk of work: region index and chunk index in it. */
@@ -903,6 +905,41 @@ static int complete_slot(struct worker *w, struct slot *slot, XXH3_state_t *stat
   return 0;
 }
 
+/* engine_restore_from's chunk: the source fills staging and verifies it, then the H2D goes. The
+ * source is asked first, before anything can fail: a source that hands out chunks in order
+ * (zstd files) then sees every chunk that a thread took. */
+static int start_from_source(struct worker *w, struct slot *slot, uint64_t index, uint64_t offset,
+                             size_t n, void *stream, void *staging) {
+  struct job *job = w->job;
+  struct engine *e = job->engine;
+  struct chunk_ref ref = job->chunks[index];
+  const struct image_region *r = &e->image[ref.region];
+  char why[224] = "";
+  double t0 = ckpt_now();
+  int rc = e->source(e->source_arg, ref.region, ref.chunk, staging, n, why, sizeof why);
+  w->times.copy += ckpt_now() - t0;
+  if (rc) {
+    job_fail(job, rc, "%s", why);
+    return rc;
+  }
+  if (!stream) {
+    job_fail(job, -ENODEV, "region %" PRIu64 " is on device %d, but only %d devices exist",
+             r->region.id, r->region.device, e->devices);
+    return -ENODEV;
+  }
+  w->staged_bytes += n;
+  t0 = ckpt_now();
+  rc = e->ops->copy_h2d_async(e->ctx, r->region.vaddr + offset, staging, n, stream);
+  w->times.issue += ckpt_now() - t0;
+  if (rc) {
+    job_fail(job, rc, "restoring region %" PRIu64 " (device %d) at offset %" PRIu64 ": %s",
+             r->region.id, r->region.device, offset, strerror(-rc));
+    return rc;
+  }
+  slot->chunk = (int64_t)index;
+  return 0;
+}
+
 /* Start the slot's next chunk: save issues the D2H; restore fills staging, verifies, issues H2D. */
 static int start_slot(struct worker *w, struct slot *slot, uint64_t index, XXH3_state_t *state) {
   struct job *job = w->job;
@@ -914,6 +951,7 @@ static int start_slot(struct worker *w, struct slot *slot, uint64_t index, XXH3_
                                                                : e->chunk_bytes);
   void *stream = stream_of(e, r->region.device, slot->staging);
   void *staging = e->staging[slot->staging];
+  if (e->source) return start_from_source(w, slot, index, offset, n, stream, staging);
   if (!stream) {
     job_fail(job, -ENODEV, "region %" PRIu64 " is on device %d, but only %d devices exist",
              r->region.id, r->region.device, e->devices);
@@ -1362,5 +1400,48 @@ int engine_image_create(struct engine *e, const struct ckpt_region *regions, siz
   struct region_list list = {(struct ckpt_region *)regions, count, count};
   int rc = build_image(e, &list, false, reason, len); /* read() fills it: no filler */
   if (rc) engine_drop_image(e);
+  return rc;
+}
+
+int engine_restore_from(struct engine *e, const struct ckpt_region *regions, size_t count,
+                        engine_source_fn source, void *arg, struct engine_stats *stats,
+                        char *reason, size_t len) {
+  *stats = (struct engine_stats){0};
+  if (e->image_count) {
+    snprintf(reason, len, "a restore from elsewhere while an image is in host memory");
+    return -EBUSY;
+  }
+  /* The image's table without its memory: no data, no sums, nothing registered (every chunk
+   * goes through staging). Only the transition thread looks at the table meanwhile. */
+  struct image_region *table = calloc(count ? count : 1, sizeof *table);
+  if (!table) {
+    snprintf(reason, len, "out of memory for the region table");
+    return -ENOMEM;
+  }
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < count; i++) {
+    table[i].region = regions[i];
+    table[i].chunks = (regions[i].size + e->chunk_bytes - 1) / e->chunk_bytes;
+    bytes += regions[i].size;
+  }
+  e->image = table;
+  e->image_count = count;
+  e->source = source;
+  e->source_arg = arg;
+  uint64_t chunk_count = 0;
+  struct chunk_ref *chunks = list_chunks(e, &chunk_count);
+  int rc = -ENOMEM;
+  if (!chunks) snprintf(reason, len, "out of memory for the chunk list");
+  else rc = run_job(e, false, false, false, chunks, chunk_count, stats, reason, len);
+  free(chunks);
+  e->image = NULL;
+  e->image_count = 0;
+  e->source = NULL;
+  e->source_arg = NULL;
+  free(table);
+  if (!rc) {
+    stats->bytes = bytes;
+    stats->regions = count;
+  }
   return rc;
 }

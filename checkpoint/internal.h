@@ -194,6 +194,18 @@ int engine_image_region(struct engine *engine, size_t index, struct engine_image
 int engine_image_create(struct engine *engine, const struct ckpt_region *regions, size_t count,
                         char *reason, size_t reason_len);
 
+/* A restore whose chunks come from elsewhere (disk_stream.c) instead of a host image: `source`
+ * fills dst with the n bytes of chunk `chunk` (engine_chunk_bytes each) of region `region` and
+ * checks them, or returns -errno with `reason`; called by several copy threads at once, each
+ * chunk once, while other chunks' copies run. Precondition: regions recreated, no image in host
+ * memory. The chunks go through the staging buffers (all verified by the source before they
+ * are sent); host memory beyond them is the source's. On error the copies stop. */
+typedef int (*engine_source_fn)(void *arg, size_t region, uint64_t chunk, uint8_t *dst, size_t n,
+                                char *reason, size_t reason_len);
+int engine_restore_from(struct engine *engine, const struct ckpt_region *regions, size_t count,
+                        engine_source_fn source, void *arg, struct engine_stats *stats,
+                        char *reason, size_t reason_len);
+
 /* transition.c: the transition thread runs one checkpoint or resume at a time. submit checks
  * the state at once (an error means nothing was started) and calls done(arg, result) on the
  * transition thread when finished. */

@@ -24,7 +24,10 @@ __attribute__((visibility("hidden"))) FILE *cudaw_jansson_stdin;
 
 void manifest_free(struct manifest *m) {
   for (size_t r = 0; m->regions && r < m->region_count; r++) {
-    for (size_t f = 0; f < m->regions[r].file_count; f++) free(m->regions[r].files[f].sums);
+    for (size_t f = 0; f < m->regions[r].file_count; f++) {
+      free(m->regions[r].files[f].sums);
+      free(m->regions[r].files[f].frames);
+    }
     free(m->regions[r].files);
   }
   free(m->regions);
@@ -38,8 +41,12 @@ static json_t *file_json(const struct manifest_file *f) {
     snprintf(hex, sizeof hex, "%016" PRIx64, f->sums[c]);
     json_array_append_new(sums, json_string(hex));
   }
-  return json_pack("{s:s, s:I, s:I, s:I, s:o*}", "name", f->name, "offset", (json_int_t)f->offset,
-                   "size", (json_int_t)f->size, "stored", (json_int_t)f->stored, "sums", sums);
+  json_t *frames = f->frames ? json_array() : NULL;
+  for (uint64_t c = 0; frames && c < f->chunks; c++)
+    json_array_append_new(frames, json_integer((json_int_t)f->frames[c]));
+  return json_pack("{s:s, s:I, s:I, s:I, s:o*, s:o*}", "name", f->name, "offset",
+                   (json_int_t)f->offset, "size", (json_int_t)f->size, "stored",
+                   (json_int_t)f->stored, "sums", sums, "frames", frames);
 }
 
 int manifest_write(const struct manifest *m, const char *path, char *reason, size_t len) {
@@ -133,6 +140,24 @@ static int read_file_entry(struct reader *rd, json_t *entry, const char *where,
     if (!hex || strlen(hex) != 16 || !end || *end)
       return bad(rd, "%s (%s): checksum %" PRIu64 " is not 16 hex digits", where, name, c);
   }
+  /* Optional (zstd, one frame per chunk): absent in images written before, which still read. */
+  json_t *frames = json_object_get(entry, "frames");
+  if (!frames) return 0;
+  if (!json_is_array(frames) || json_array_size(frames) != f->chunks)
+    return bad(rd, "%s (%s): \"frames\" must list %" PRIu64 " sizes", where, name, f->chunks);
+  if (!(f->frames = calloc(f->chunks, sizeof *f->frames))) return -ENOMEM;
+  uint64_t total = 0;
+  for (uint64_t c = 0; c < f->chunks; c++) {
+    json_t *size = json_array_get(frames, c);
+    if (!json_is_integer(size) || json_integer_value(size) <= 0 ||
+        (uint64_t)json_integer_value(size) > f->stored - total)
+      return bad(rd, "%s (%s): frame %" PRIu64 " is not a size inside the file", where, name, c);
+    f->frames[c] = (uint64_t)json_integer_value(size);
+    total += f->frames[c];
+  }
+  if (total != f->stored)
+    return bad(rd, "%s (%s): frames hold %" PRIu64 " of its %" PRIu64 " stored bytes", where, name,
+               total, f->stored);
   return 0;
 }
 

@@ -19,13 +19,16 @@ static bool have_last;
 
 static const char *const state_names[] = {"running", "pausing", "paused", "resuming", "held",
                                           "holding"};
-static const char *const op_names[] = {"?", "checkpoint", "resume", "hold", "drain", "unhold"};
+static const char *const op_names[] = {"?",      "checkpoint", "resume", "hold",
+                                       "drain",  "unhold",     "spill",  "unspill"};
 
 const char *ckpt_state_name(enum ckpt_state_id state) {
   return (unsigned)state < 6 ? state_names[state] : "unknown";
 }
 
-const char *ckpt_op_name(int op) { return (unsigned)op < 6 ? op_names[op] : "?"; }
+const char *ckpt_op_name(int op) {
+  return (unsigned)op < sizeof op_names / sizeof *op_names ? op_names[op] : "?";
+}
 
 /* The state `op` leaves from, or a refusal in *why. */
 static int may_begin(enum ckpt_op op, int state, const char **why) {
@@ -49,6 +52,9 @@ static int may_begin(enum ckpt_op op, int state, const char **why) {
   case CKPT_OP_UNHOLD:
     *why = "not held";
     return state == CKPT_HELD ? 0 : -EALREADY;
+  case CKPT_OP_SPILL:
+  case CKPT_OP_UNSPILL: /* paused to paused: transition.c checks and orders them */
+    break;
   }
   *why = "unknown operation";
   return -EINVAL;

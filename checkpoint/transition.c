@@ -296,6 +296,38 @@ static int read_disk_image(struct ckpt_result *r, const char *dir) {
   return rc;
 }
 
+/* The paused process's image in dir, opened for a streamed restore: the manifest, its regions
+ * and every file's size are checked before anything changes. */
+static int open_disk_source(struct ckpt_result *r, const char *dir, struct disk_source **source) {
+  char reason[224] = "";
+  int rc = -ENOMEM;
+  if (!tr.disk_regions)
+    snprintf(reason, sizeof reason, "out of memory when the image was written");
+  else
+    rc = disk_source_open(dir, engine_chunk_bytes(tr.engine), tr.disk_regions,
+                          tr.disk_region_count, source, reason, sizeof reason);
+  if (rc) fail(r, rc, "%s; still paused, nothing lost: fix the file and resume again", reason);
+  return rc;
+}
+
+/* Restore the recreated regions from the files in dir, each chunk verified before it goes. */
+static int restore_from_disk(struct ckpt_result *r, struct disk_source *source,
+                             struct engine_stats *stats, char *reason, size_t len) {
+  struct disk_stats disk = {0};
+  uint64_t peak = 0;
+  int rc = disk_source_restore(tr.engine, source, stats, &disk, &peak, reason, len);
+  r->disk_bytes = disk.bytes;
+  r->disk_stored = disk.stored;
+  r->disk_seconds = disk.seconds;
+  r->disk_peak_bytes = peak;
+  if (!rc)
+    ckpt_logf(CKPT_LOG_INFO, "resume streamed from disk: %" PRIu64 " bytes (%" PRIu64 " in "
+              "%" PRIu64 " files) in %.3f s; host memory for the reading beyond the %d staging "
+              "buffers: at most %" PRIu64 " bytes", disk.bytes, disk.stored, disk.files,
+              disk.seconds, stats->threads, peak);
+  return rc;
+}
+
 static void resume_program(struct ckpt_result *r) {
   const struct ckpt_host_ops *ops = ckpt_rt.ops;
   void *ctx = ckpt_rt.ctx;
@@ -306,17 +338,17 @@ static void resume_program(struct ckpt_result *r) {
 
   double t = ckpt_now();
   int rc;
-  if (paused.dir[0]) {
-    /* Read and verify the whole image before anything changes: a bad file leaves the
-     * program paused exactly as it was. */
-    if ((rc = read_disk_image(r, paused.dir)) != 0) return;
-  }
+  /* An image on disk streams to the device (disk_stream.c), never whole in host memory. What
+   * can be checked without the device is, before anything changes: a missing or cut file
+   * leaves the program paused exactly as it was. */
+  struct disk_source *source = NULL;
+  if (paused.dir[0] && open_disk_source(r, paused.dir, &source) != 0) return;
   if (paused.driver_released) {
     t = ckpt_now();
     rc = driver_restore(reason, sizeof reason);
     r->driver_seconds = ckpt_now() - t;
     if (rc) {
-      if (paused.dir[0]) engine_drop_image(tr.engine);
+      disk_source_close(source);
       fail(r, rc, "the driver's restore failed: %s; still paused", reason);
       return;
     }
@@ -336,7 +368,7 @@ static void resume_program(struct ckpt_result *r) {
     char missing[32];
     ckpt_format_bytes(shortfall, missing, sizeof missing);
     r->shortfall = shortfall;
-    if (paused.dir[0]) engine_drop_image(tr.engine); /* the disk still holds it */
+    disk_source_close(source); /* the disk still holds it */
     if (shortfall)
       fail(r, rc, "recreating device memory failed: %s short (%s); still paused, retry when "
            "memory is free", missing, strerror(-rc));
@@ -346,16 +378,18 @@ static void resume_program(struct ckpt_result *r) {
   }
   t = ckpt_now();
   struct engine_stats stats;
-  rc = engine_restore(tr.engine, &stats, reason, sizeof reason);
+  rc = source ? restore_from_disk(r, source, &stats, reason, sizeof reason)
+              : engine_restore(tr.engine, &stats, reason, sizeof reason);
+  disk_source_close(source);
   r->copy_seconds = ckpt_now() - t;
   r->setup_seconds = stats.setup_seconds;
   result_from_stats(r, &stats);
   if (rc) {
     /* Give the memory back so that "paused" means the same as before the attempt. */
     int released = ops->release_all(ctx);
-    if (paused.dir[0]) engine_drop_image(tr.engine);
-    fail(r, rc, "%s; still paused%s", reason,
-         released ? " (and releasing the recreated memory failed too)" : "");
+    fail(r, rc, "%s; still paused%s%s", reason,
+         released ? " (and releasing the recreated memory failed too)" : "",
+         source ? ", image on disk" : "");
     return;
   }
   /* Freeing the image (unregistering and unmapping it) waits until the program runs again. One
@@ -373,6 +407,70 @@ static void resume_program(struct ckpt_result *r) {
   tr.disk_region_count = 0;
   pthread_mutex_unlock(&tr.lock);
   if (!tr.request.hold_after) ops->gate_open(ctx); /* else a group's unhold opens it */
+}
+
+/* ---- a paused program's image between host memory and disk ---- */
+
+/* Write the paused program's host image to the request's dir, then free it: still paused, the
+ * resume streams it from there. On any failure the image stays in host memory. */
+static void spill_image(struct ckpt_result *r) {
+  char reason[224] = "";
+  struct disk_stats disk = {0};
+  const struct transition_request *request = &tr.request;
+  int rc = disk_write_image(tr.engine, request->to_dir, request->compress,
+                            (int)ckpt_rt.options.threads, &disk, reason, sizeof reason);
+  r->bytes = r->disk_bytes = disk.bytes;
+  r->disk_stored = disk.stored;
+  r->disk_seconds = disk.seconds;
+  r->regions = engine_image_regions(tr.engine);
+  if (rc) {
+    fail(r, rc, "writing the image to disk failed: %s; the image stays in host memory, still "
+         "paused", reason);
+    return;
+  }
+  remember_disk_regions(); /* frees the host image (and a pool range cudawd lent for it) */
+  pthread_mutex_lock(&tr.lock);
+  tr.paused.disk_bytes = disk.bytes;
+  tr.paused.disk_stored = disk.stored;
+  snprintf(tr.paused.dir, sizeof tr.paused.dir, "%s", request->to_dir);
+  pthread_mutex_unlock(&tr.lock);
+}
+
+/* Read a spilled image back into host memory, verified; the files stay. Still paused. */
+static void unspill_image(struct ckpt_result *r) {
+  struct transition_paused paused;
+  transition_paused_info(&paused);
+  if (read_disk_image(r, paused.dir) != 0) return;
+  r->bytes = r->disk_bytes;
+  r->regions = engine_image_regions(tr.engine);
+  pthread_mutex_lock(&tr.lock);
+  tr.paused.disk_bytes = tr.paused.disk_stored = 0;
+  tr.paused.dir[0] = '\0';
+  free(tr.disk_regions);
+  tr.disk_regions = NULL;
+  tr.disk_region_count = 0;
+  pthread_mutex_unlock(&tr.lock);
+  if (ckpt_rt.options.register_image && !paused.driver_released)
+    engine_register_image(tr.engine);
+}
+
+/* Whether a spill or unspill may start now (tr.lock held): paused, nothing under way, and the
+ * image where the step moves it from. The state stays paused meanwhile; tr.pending keeps a
+ * resume (or another step) from starting until it is done. */
+static int may_move_image(enum ckpt_op op, const char **why) {
+  if (ckpt_state() != CKPT_PAUSED) {
+    *why = "not paused (only a paused program's image can move)";
+    return ckpt_state() == CKPT_RUNNING || ckpt_state() == CKPT_HELD ? -EALREADY : -EBUSY;
+  }
+  if (op == CKPT_OP_SPILL && tr.paused.dir[0]) {
+    *why = "the image is on disk already";
+    return -EALREADY;
+  }
+  if (op == CKPT_OP_UNSPILL && !tr.paused.dir[0]) {
+    *why = "the image is in host memory already";
+    return -EALREADY;
+  }
+  return 0;
 }
 
 /* ---- the steps of a group pause ---- */
@@ -463,6 +561,8 @@ static enum ckpt_state_id landed(const struct ckpt_result *r) {
                                                                               : CKPT_RUNNING;
   case CKPT_OP_HOLD: return r->error ? CKPT_RUNNING : CKPT_HELD;
   case CKPT_OP_DRAIN: return CKPT_HELD;
+  case CKPT_OP_SPILL:
+  case CKPT_OP_UNSPILL: return CKPT_PAUSED;
   default: return CKPT_RUNNING;
   }
 }
@@ -521,6 +621,8 @@ static void *run(void *unused) {
       if (!engine_image_in_pool(tr.engine)) engine_lend(tr.engine, 0, 0);
     }
     else if (op == CKPT_OP_RESUME) resume_program(&result);
+    else if (op == CKPT_OP_SPILL) spill_image(&result);
+    else if (op == CKPT_OP_UNSPILL) unspill_image(&result);
     else if (op == CKPT_OP_HOLD) hold_program(&result, requested_at);
     else if (op == CKPT_OP_DRAIN) drain_held(&result, tr.request.hold_ms ? tr.request.hold_ms
                                                                          : DRAIN_MS_DEFAULT);
@@ -627,7 +729,16 @@ int transition_submit_with(enum ckpt_op op, double requested_at, const struct tr
     return -ENOTCONN;
   }
   bool held = ckpt_state() == CKPT_HELD; /* stable: only this lock's holders leave it */
-  int rc = state_begin(op, why);
+  int rc;
+  if (tr.pending && ckpt_state() == CKPT_PAUSED) { /* the state stays paused through these */
+    *why = "a spill or unspill of the image is under way";
+    rc = -EBUSY;
+  } else if (op == CKPT_OP_SPILL || op == CKPT_OP_UNSPILL) {
+    rc = may_move_image(op, why);
+    if (rc) ckpt_logf(CKPT_LOG_WARN, "%s refused: %s", ckpt_op_name(op), *why);
+  } else {
+    rc = state_begin(op, why);
+  }
   if (rc == 0) {
     tr.from_held = held;
     tr.pending = true;

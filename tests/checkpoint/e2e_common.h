@@ -130,6 +130,20 @@ static inline int e2e_run_ctl(const char *ctl, const char *command, long pid, ch
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+/* The whole file at path into *bytes (malloc'd, with a '\0' after its *size bytes). */
+static inline void e2e_read_file(const char *path, char **bytes, size_t *size)
+{
+  FILE *f = fopen(path, "rb");
+  CHECK(f, "open %s: %s", path, strerror(errno));
+  fseek(f, 0, SEEK_END);
+  *size = (size_t)ftell(f);
+  rewind(f);
+  *bytes = malloc(*size + 1);
+  CHECK(*bytes && fread(*bytes, 1, *size, f) == *size, "read %s", path);
+  (*bytes)[*size] = '\0';
+  fclose(f);
+}
+
 /* The emulated runtime itself (already loaded by cudaw as the real runtime). */
 static inline void *e2e_emu_symbol(const char *name)
 {

@@ -61,18 +61,6 @@ static void expect_state(const char *state)
   CHECK(e2e_reply_state(reply, state), "expected %s, status says %s", state, reply);
 }
 
-static void read_file(const char *path, char **data, size_t *size)
-{
-  FILE *f = fopen(path, "rb");
-  CHECK(f, "open %s: %s", path, strerror(errno));
-  fseek(f, 0, SEEK_END);
-  *size = (size_t)ftell(f);
-  rewind(f);
-  *data = malloc(*size ? *size : 1);
-  CHECK(*data && fread(*data, 1, *size, f) == *size, "read %s", path);
-  fclose(f);
-}
-
 static void write_file(const char *path, const char *data, size_t size)
 {
   FILE *f = fopen(path, "wb");
@@ -92,7 +80,7 @@ static void damage_and_fix(const char *dir, const char *flags, const char *file,
   snprintf(path, sizeof path, "%s/%s", dir, file);
   char *original;
   size_t size;
-  read_file(path, &original, &size);
+  e2e_read_file(path, &original, &size);
   char *copy = malloc(size + 1);
   CHECK(copy);
   memcpy(copy, original, size);
@@ -171,7 +159,7 @@ static void reuse_dir(const char *dir)
     CHECK(exists(dir, kept[i]), "%s should still be in %s", kept[i], dir);
   char *content;
   size_t size;
-  read_file(victim, &content, &size);
+  e2e_read_file(victim, &content, &size);
   CHECK(size == 4 && memcmp(content, "keep", 4) == 0, "the link's target %s was changed", victim);
   free(content);
   expect_ctl("resume", 0, "read and verified from disk");

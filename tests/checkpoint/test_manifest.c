@@ -1,7 +1,8 @@
 /* Description: manifest.json of an image on disk, read back with every value checked: a written
  * manifest reads back the same; each kind of bad manifest (not JSON, wrong format or version,
  * missing or mistyped fields, a file name with a slash, files that do not cover their region,
- * the wrong number of checksums, a checksum that is not hex, an unknown checksum kind) is
+ * the wrong number of checksums, a checksum that is not hex, an unknown checksum kind, zstd
+ * "frames" of the wrong count, outside the file or not adding up to its stored bytes) is
  * refused with -EBADMSG and a reason naming the file and what is wrong; a missing file is
  * -ENOENT. */
 #define _GNU_SOURCE
@@ -76,12 +77,20 @@ int main(void)
   expect_bad("\"0000000000000002\"", "\"00000000000000zz\"", "16 hex digits");
   expect_bad("\"xxh3-64\"", "\"md5\"", "checksum");
   expect_bad("\"bytes\":10", "\"bytes\":11", "\"bytes\" says 11");
+  /* "frames" (optional: one zstd frame per chunk) must list one size per chunk, each inside
+   * the file, adding up to its stored bytes. */
+  const char *frames = "\"0000000000000003\"]}";
+  expect_bad(frames, "\"0000000000000003\"],\"frames\":[1,1]}", "\"frames\" must list 1 sizes");
+  expect_bad(frames, "\"0000000000000003\"],\"frames\":[0]}", "frame 0 is not a size");
+  expect_bad(frames, "\"0000000000000003\"],\"frames\":[3]}", "frame 0 is not a size");
+  expect_bad("\"stored\":8,", "\"stored\":8,\"frames\":[3,4],", "frames hold 7 of its 8");
 
   /* A written manifest reads back the same. */
   struct manifest_file file = {.name = "region-0-0.zst", .offset = 0, .size = 6, .stored = 5,
                                .chunks = 2};
-  uint64_t sums[2] = {0xfedcba9876543210ull, 42};
+  uint64_t sums[2] = {0xfedcba9876543210ull, 42}, frames_written[2] = {3, 2};
   file.sums = sums;
+  file.frames = frames_written;
   struct manifest_region region = {.region = {.id = 3, .vaddr = 1ull << 40, .size = 6, .device = 1},
                                    .device_sums = true, .file_count = 1, .files = &file};
   struct manifest out = {.chunk_bytes = 4, .file_bytes = 8, .bytes = 6, .compressed = true,
@@ -93,6 +102,8 @@ int main(void)
   CHECK(in.compressed && in.region_count == 1 && in.regions[0].region.vaddr == 1ull << 40 &&
             in.regions[0].region.device == 1 && in.regions[0].device_sums &&
             in.regions[0].files[0].stored == 5 && in.regions[0].files[0].sums[0] == sums[0] &&
+            in.regions[0].files[0].frames && in.regions[0].files[0].frames[0] == 3 &&
+            in.regions[0].files[0].frames[1] == 2 &&
             strcmp(in.regions[0].files[0].name, "region-0-0.zst") == 0,
         "the written manifest read back wrong");
   manifest_free(&in);

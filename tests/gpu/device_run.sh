@@ -3,7 +3,7 @@
 # benchmarks and framework checks. The machine lacks our Debian -dev packages: their .debs travel
 # in .carry/debs (see README) and are unpacked into /tmp/deps.
 # Usage: tests/gpu/device_run.sh [stage ...]   stages: build test bench pytorch cupy ckpt driver release multi
-# pool share soon demo gpu k8s (default: build test bench). soon: jobs paused ~2 s after allocating
+# spill pool share soon demo gpu k8s (default: build test bench). spill: tests/gpu/spill_bench.sh. soon: jobs paused ~2 s after allocating
 # (tests/gpu/pause_soon.sh). demo: examples/demo.sh on the built tree (the
 # README's first command, nvidia-smi's figures); gpu: `ctest -L gpu -j4`, the GPU tests side by side; k8s: a
 # PyTorch job under cudaw's CDI edits applied by hand (tests/k8s/gpu_pytorch_cdi.sh). Logs go to $OUT (or /tmp/cudaw-out); the summary is
@@ -101,6 +101,12 @@ if [[ " $stages " == *" multi "* ]]; then
   note "ddp (rc $?):"; grep -E "RESULT|^pause [0-9]|checks:|skipped" "$OUT/ddp.log"
   bash "$SRC/tests/gpu/multi_ckpt.sh" "$B" "${MULTI_GIB:-8}" > "$OUT/multi_ckpt.log" 2>&1
   note "multi_ckpt (rc $?):"; grep -E "device|together|multi_ckpt|FAIL|skipped" "$OUT/multi_ckpt.log"
+fi
+if [[ " $stages " == *" spill "* ]]; then
+  # The disk tier: spill SPILL_GIB (40) to SPILL_DIR and resume streamed from it (spill_bench.sh).
+  bash "$SRC/tests/gpu/spill_bench.sh" "$B" "${SPILL_GIB:-40}" "${SPILL_DIR:-/tmp/cudaw-spill}" \
+    > "$OUT/spill.log" 2>&1
+  note "spill (rc $?):"; grep -E "holder|checkpoint|spill|resume|plain read|hold device|FAIL" "$OUT/spill.log"
 fi
 if [[ " $stages " == *" pool "* ]]; then
   # cudawd's host-memory pool: one job of POOL_GIB swapped out and in, without and with the pool.

@@ -4,7 +4,8 @@
  * pool under the ledger's lock, after reading the others' entries: several cudawds on one host
  * (one per user or run dir) then never take more than the host's budget together, even when they
  * start at once and before any of them has faulted its pool in (MemAvailable does not show a
- * pool that is not faulted in yet).
+ * pool that is not faulted in yet). The faulted-in figure is the kernel's (the memfd's blocks):
+ * it grows with demand and falls when a pool gives memory back.
  * An entry counts only while its cudawd lives: the pid exists, is named cudawd and belongs to the
  * file's owner. A user can make other cudawds choose smaller pools by planting entries for
  * processes of their own named cudawd; never larger ones. */
@@ -157,8 +158,9 @@ int ledger_claim(uint64_t size)
 void ledger_tick(const struct host_pool *pool)
 {
   if (ledger.entry_fd < 0 || !pool->size) return;
-  uint64_t populated = atomic_load(&pool->populated);
-  if (populated == ledger.written_populated || now_seconds() - ledger.written_at < 1.0) return;
+  if (now_seconds() - ledger.written_at < 1.0) return;
+  uint64_t populated = pool_resident(pool);
+  if (populated == ledger.written_populated) return;
   write_entry(pool->size, populated > pool->size ? pool->size : populated);
 }
 

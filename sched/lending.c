@@ -1,7 +1,9 @@
 /* cudawd lends ranges of its host-memory pool (pool.c) to the programs it swaps out: the pool's
- * descriptor goes to each program once, after its hello; a checkpoint order carries the range
- * for the image; the range comes back when the program's resume is done, when its checkpoint
- * fails, or when it leaves. Only programs of cudawd's own user get the pool: with --system the
+ * descriptor goes to each program with the window it may map (again whenever the window
+ * changes); a checkpoint order carries the range for the image; the range comes back when the
+ * program's resume is done, when its checkpoint fails, or when it leaves. The window follows
+ * demand: it grows ahead of the swaps as programs join and grow, and shrinks (memory given back
+ * to the kernel) once it has been larger than needed for --pool-release seconds. Only programs of cudawd's own user get the pool: with --system the
  * images of one user must not be readable by another. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -9,14 +11,15 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "daemon.h"
 
-void sched_pool_offer(struct daemon *d, struct program *p)
+/* Send the pool's descriptor with the window to p: it maps [0, window) and registers it, the
+ * last window replacing the one before. Until it says it mapped this one, it is lent nothing past
+ * it (what it had past it may be given back to the kernel under it). */
+static void send_window(struct daemon *d, struct program *p)
 {
-  if (!d->pool.size || p->pool_sent || p->fd < 0) return;
   p->pool_sent = true;
   if (p->uid != geteuid()) {
     if (d->config.verbose)
@@ -24,8 +27,10 @@ void sched_pool_offer(struct daemon *d, struct program *p)
               "programs share it)\n", (long)p->pid, (unsigned)p->uid, (unsigned)geteuid());
     return;
   }
+  p->pool_window = d->pool.window;
+  if (p->pool_acked > d->pool.window) p->pool_acked = d->pool.window;
   struct sched_msg msg = {.version = SCHED_PROTO_VERSION, .type = SCHED_POOL, .pid = p->pid,
-                          .value = d->pool.huge, .bytes = d->pool.size};
+                          .value = d->pool.huge, .bytes = d->pool.window};
   struct iovec iov = {&msg, sizeof msg};
   union {
     struct cmsghdr align;
@@ -44,6 +49,25 @@ void sched_pool_offer(struct daemon *d, struct program *p)
                     "%s\n", (long)p->pid, strerror(errno));
 }
 
+static bool pool_peer(const struct program *p)
+{
+  return p->joined && !p->retired && p->fd >= 0;
+}
+
+void sched_pool_offer(struct daemon *d, struct program *p)
+{
+  if (!d->pool.size || !d->pool.window || !pool_peer(p)) return;
+  if (p->uid != geteuid() ? !p->pool_sent : p->pool_window != d->pool.window) send_window(d, p);
+}
+
+void sched_pool_mapped(struct daemon *d, struct program *p, bool mapped, uint64_t bytes)
+{
+  /* 0: a program that does not say which window; it answers the one sent last. */
+  if (!bytes) bytes = p->pool_window;
+  if (mapped && bytes == p->pool_window && bytes <= d->pool.window) p->pool_acked = bytes;
+  p->pool_mapped = p->pool_acked > 0;
+}
+
 /* A margin over the resident bytes: each image region starts on a page. */
 static uint64_t image_estimate(const struct program *p)
 {
@@ -54,24 +78,25 @@ static uint64_t image_estimate(const struct program *p)
 
 bool sched_pool_would_lend(const struct daemon *d, const struct program *p)
 {
-  return d->pool.size && p->pool_mapped && !p->loan.length &&
-         pool_can_lend(&d->pool, image_estimate(p));
+  return d->pool.size && p->pool_acked && !p->loan.length &&
+         pool_can_lend(&d->pool, image_estimate(p), p->pool_acked);
 }
 
 void sched_pool_lend(struct daemon *d, struct program *p, struct sched_msg *msg)
 {
   msg->bytes = msg->held = 0;
-  if (!d->pool.size || !p->pool_mapped) return;
+  if (!d->pool.size || !p->pool_acked) return;
   if (p->loan.length) sched_pool_take_back(d, p, "a new checkpoint"); /* never two at once */
   uint64_t want = image_estimate(p);
   if (!want) return;
-  if (pool_lend(&d->pool, want, &p->loan) != 0) {
+  if (pool_lend(&d->pool, want, p->pool_acked, &p->loan) != 0) {
     d->pool.fallbacks++;
     p->loan = (struct pool_loan){0};
     fprintf(stderr, "cudawd: pid %ld: no room in the host-memory pool for its %.3f GiB image "
-            "(%.3f GiB free of %.3f GiB): it checkpoints into memory of its own\n", (long)p->pid,
-            (double)want / (1u << 30), (double)pool_free_bytes(&d->pool) / (1u << 30),
-            (double)d->pool.size / (1u << 30));
+            "(%.3f GiB lent of %.3f GiB offered, %.3f GiB mapped by it; %.3f GiB at most): it "
+            "checkpoints into memory of its own\n", (long)p->pid, (double)want / (1u << 30),
+            (double)d->pool.lent / (1u << 30), (double)d->pool.window / (1u << 30),
+            (double)p->pool_acked / (1u << 30), (double)d->pool.size / (1u << 30));
     return;
   }
   msg->held = p->loan.offset;
@@ -91,6 +116,79 @@ void sched_pool_take_back(struct daemon *d, struct program *p, const char *why)
   p->loan = (struct pool_loan){0};
 }
 
+/* What the pool is for now: the images of this user's programs, once there are two programs
+ * to take turns (a program alone is never swapped out), and the ranges lent. Rounded up to a
+ * step (1 GiB, or an eighth of a smaller pool) so that a growing program does not make every
+ * program map the pool again at each allocation. A program that holds a window keeps 2 MiB of
+ * it at least: a window of 0 cannot be sent, and a smaller one makes it let go of the rest. */
+static uint64_t pool_target(const struct daemon *d)
+{
+  uint64_t images = 0;
+  int programs = 0;
+  bool holders = false;
+  for (const struct program *p = d->programs; p; p = p->next) {
+    if (!pool_peer(p)) continue;
+    programs++;
+    if (p->uid != geteuid()) continue;
+    images += image_estimate(p);
+    holders |= p->pool_window > 0;
+  }
+  uint64_t want = programs >= 2 ? images : 0, lent = pool_loans_end(&d->pool);
+  if (want < lent) want = lent;
+  if (!want && holders) want = POOL_ALIGN;
+  uint64_t step = d->pool.size / 8 < (1ull << 30) ? d->pool.size / 8 : (1ull << 30);
+  step = step < POOL_ALIGN ? POOL_ALIGN : step / POOL_ALIGN * POOL_ALIGN;
+  want = (want + step - 1) / step * step;
+  return want < d->pool.size ? want : d->pool.size;
+}
+
+static void offer_all(struct daemon *d)
+{
+  for (struct program *p = d->programs; p; p = p->next) sched_pool_offer(d, p);
+}
+
+void sched_pool_follow(struct daemon *d)
+{
+  struct host_pool *pool = &d->pool;
+  if (!pool->size) return;
+  pool_tick(pool);
+  uint64_t target = pool_target(d), old = pool->window;
+  double now = sched_now(), gib = 1u << 30;
+  if (target > old) {
+    d->pool_shrink_since = 0;
+    int rc = pool_set_window(pool, target);
+    if (rc) {
+      sched_log_noisy(SCHED_NOISE_IGNORED, "cudawd: host-memory pool: cannot grow it to %.2f GiB: "
+                      "%s\n", (double)target / gib, strerror(-rc));
+      return;
+    }
+    if (d->config.verbose)
+      fprintf(stderr, "cudawd: host-memory pool: %.2f GiB offered (was %.2f), faulting it in in "
+              "the background\n", (double)pool->window / gib, (double)old / gib);
+    offer_all(d);
+    return;
+  }
+  if (target == old) {
+    d->pool_shrink_since = 0;
+    return;
+  }
+  if (!d->pool_shrink_since) d->pool_shrink_since = now;
+  if (now - d->pool_shrink_since < d->config.pool_release) return;
+  uint64_t released = pool->released;
+  int rc = pool_set_window(pool, target);
+  d->pool_shrink_since = 0; /* a failure is tried again after the same delay */
+  if (rc) {
+    fprintf(stderr, "cudawd: host-memory pool: cannot give %.2f GiB back to the kernel: %s\n",
+            (double)(old - target) / gib, strerror(-rc));
+    return;
+  }
+  fprintf(stderr, "cudawd: host-memory pool: unused for %.0f s: %.2f GiB offered (was %.2f), "
+          "%.2f GiB given back to the kernel\n", d->config.pool_release,
+          (double)pool->window / gib, (double)old / gib,
+          (double)(pool->released - released) / gib);
+  offer_all(d);
+}
+
 void sched_pool_info(const struct daemon *d, struct sched_pool_info *out)
 {
   memset(out, 0, sizeof *out);
@@ -99,15 +197,14 @@ void sched_pool_info(const struct daemon *d, struct sched_pool_info *out)
   const struct host_pool *pool = &d->pool;
   if (!pool->size) return;
   out->holder_pid = (int32_t)getpid();
-  struct stat st; /* pages the kernel holds for the memfd, faulted in or written by a program */
-  out->resident = fstat(pool->fd, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0;
+  out->resident = pool_resident(pool);
   out->enabled = 1;
   out->huge_pages = pool->huge;
   out->loans = pool->count;
   out->size = pool->size;
   out->lent = pool->lent;
   out->free = pool_free_bytes(pool);
-  out->populated = atomic_load(&((struct host_pool *)pool)->populated);
+  out->populated = out->resident;
   out->loans_total = pool->loans_total;
   out->placed_bytes = pool->placed_bytes;
   out->fallbacks = pool->fallbacks;

@@ -116,24 +116,21 @@ void sched_pool_take_back(struct daemon *d, struct program *p, const char *why)
   p->loan = (struct pool_loan){0};
 }
 
-/* What the pool is for now: the images of this user's programs, once there are two programs
- * to take turns (a program alone is never swapped out), and the ranges lent. Rounded up to a
- * step (1 GiB, or an eighth of a smaller pool) so that a growing program does not make every
- * program map the pool again at each allocation. A program that holds a window keeps 2 MiB of
- * it at least: a window of 0 cannot be sent, and a smaller one makes it let go of the rest. */
+/* What the pool is for now: the images of this user's programs (a program alone too, so that
+ * its first swap-out, when a second one comes, finds its range page-locked), and the ranges
+ * lent. Rounded up to a step (1 GiB, or an eighth of a smaller pool). A program that holds a
+ * window keeps 2 MiB of it at least: a window of 0 cannot be sent, and a smaller one makes it
+ * let go of the rest. */
 static uint64_t pool_target(const struct daemon *d)
 {
   uint64_t images = 0;
-  int programs = 0;
   bool holders = false;
   for (const struct program *p = d->programs; p; p = p->next) {
-    if (!pool_peer(p)) continue;
-    programs++;
-    if (p->uid != geteuid()) continue;
+    if (!pool_peer(p) || p->uid != geteuid()) continue;
     images += image_estimate(p);
     holders |= p->pool_window > 0;
   }
-  uint64_t want = programs >= 2 ? images : 0, lent = pool_loans_end(&d->pool);
+  uint64_t want = images, lent = pool_loans_end(&d->pool);
   if (want < lent) want = lent;
   if (!want && holders) want = POOL_ALIGN;
   uint64_t step = d->pool.size / 8 < (1ull << 30) ? d->pool.size / 8 : (1ull << 30);
@@ -155,7 +152,13 @@ void sched_pool_follow(struct daemon *d)
   uint64_t target = pool_target(d), old = pool->window;
   double now = sched_now(), gib = 1u << 30;
   if (target > old) {
+    /* A program registers each window it is sent whole, from the start (checkpoint/reserve.c):
+     * the window at least doubles, so that a program growing allocation by allocation (PyTorch's
+     * caching allocator) makes every program page-lock the pool again a few times, not at each.
+     * What it overshoots is given back after --pool-release like any window larger than
+     * needed. */
     d->pool_shrink_since = 0;
+    if (target < old * 2) target = old * 2 < pool->size ? old * 2 : pool->size;
     int rc = pool_set_window(pool, target);
     if (rc) {
       sched_log_noisy(SCHED_NOISE_IGNORED, "cudawd: host-memory pool: cannot grow it to %.2f GiB: "

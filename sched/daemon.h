@@ -96,6 +96,7 @@ struct program {
   uint64_t pool_window;    /* the window last sent to it (0: none yet) */
   uint64_t pool_acked;     /* the window it said it mapped, at most the one last sent: it is
                             * lent ranges below this only */
+  bool pool_cramped;       /* a checkpoint found no room below pool_acked, but in the window */
   struct pool_loan loan;   /* the range lent for its image (length 0: none) */
   bool gpu_idle;           /* it said it makes no CUDA call (SCHED_GPU_IDLE): may be swapped out at
                             * once its idleness has cost what a swap costs; swapped out, it is

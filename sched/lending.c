@@ -28,6 +28,7 @@ static void send_window(struct daemon *d, struct program *p)
     return;
   }
   p->pool_window = d->pool.window;
+  p->pool_cramped = false;
   if (p->pool_acked > d->pool.window) p->pool_acked = d->pool.window;
   struct sched_msg msg = {.version = SCHED_PROTO_VERSION, .type = SCHED_POOL, .pid = p->pid,
                           .value = d->pool.huge, .bytes = d->pool.window};
@@ -54,10 +55,30 @@ static bool pool_peer(const struct program *p)
   return p->joined && !p->retired && p->fd >= 0;
 }
 
+/* A margin over the resident bytes: each image region starts on a page. */
+static uint64_t image_estimate(const struct program *p)
+{
+  uint64_t bytes = 0;
+  for (int s = 0; s < SCHED_MAX_DEVICES; s++) bytes += p->bytes[s];
+  return bytes ? bytes + bytes / 64 + (16ull << 20) : 0;
+}
+
+/* Whether p must be sent the current window: it has none, its window shrank under it, its own
+ * image no longer fits in it, or a checkpoint of it found no room in it that the whole window
+ * had. Else it keeps the window it has page-locked: a program registers each window whole, from
+ * the start (checkpoint/reserve.c), so a new one would leave it nothing page-locked for a
+ * while, and its first swap-out comes exactly when a new program makes the window grow. */
+static bool needs_window(const struct daemon *d, const struct program *p)
+{
+  uint64_t own = (image_estimate(p) + POOL_ALIGN - 1) / POOL_ALIGN * POOL_ALIGN;
+  return !p->pool_window || p->pool_window > d->pool.window ||
+         (p->pool_window < d->pool.window && (p->pool_window < own || p->pool_cramped));
+}
+
 void sched_pool_offer(struct daemon *d, struct program *p)
 {
   if (!d->pool.size || !d->pool.window || !pool_peer(p)) return;
-  if (p->uid != geteuid() ? !p->pool_sent : p->pool_window != d->pool.window) send_window(d, p);
+  if (p->uid != geteuid() ? !p->pool_sent : needs_window(d, p)) send_window(d, p);
 }
 
 void sched_pool_mapped(struct daemon *d, struct program *p, bool mapped, uint64_t bytes)
@@ -66,14 +87,6 @@ void sched_pool_mapped(struct daemon *d, struct program *p, bool mapped, uint64_
   if (!bytes) bytes = p->pool_window;
   if (mapped && bytes == p->pool_window && bytes <= d->pool.window) p->pool_acked = bytes;
   p->pool_mapped = p->pool_acked > 0;
-}
-
-/* A margin over the resident bytes: each image region starts on a page. */
-static uint64_t image_estimate(const struct program *p)
-{
-  uint64_t bytes = 0;
-  for (int s = 0; s < SCHED_MAX_DEVICES; s++) bytes += p->bytes[s];
-  return bytes ? bytes + bytes / 64 + (16ull << 20) : 0;
 }
 
 bool sched_pool_would_lend(const struct daemon *d, const struct program *p)
@@ -91,6 +104,7 @@ void sched_pool_lend(struct daemon *d, struct program *p, struct sched_msg *msg)
   if (!want) return;
   if (pool_lend(&d->pool, want, p->pool_acked, &p->loan) != 0) {
     d->pool.fallbacks++;
+    p->pool_cramped = pool_can_lend(&d->pool, want, d->pool.window); /* next time: the whole */
     p->loan = (struct pool_loan){0};
     fprintf(stderr, "cudawd: pid %ld: no room in the host-memory pool for its %.3f GiB image "
             "(%.3f GiB lent of %.3f GiB offered, %.3f GiB mapped by it; %.3f GiB at most): it "
@@ -144,11 +158,10 @@ static void offer_all(struct daemon *d)
   for (struct program *p = d->programs; p; p = p->next) sched_pool_offer(d, p);
 }
 
-void sched_pool_follow(struct daemon *d)
+/* Grow or shrink the window towards what the programs need (see sched_pool_follow). */
+static void follow_demand(struct daemon *d)
 {
   struct host_pool *pool = &d->pool;
-  if (!pool->size) return;
-  pool_tick(pool);
   uint64_t target = pool_target(d), old = pool->window;
   double now = sched_now(), gib = 1u << 30;
   if (target > old) {
@@ -168,7 +181,6 @@ void sched_pool_follow(struct daemon *d)
     if (d->config.verbose)
       fprintf(stderr, "cudawd: host-memory pool: %.2f GiB offered (was %.2f), faulting it in in "
               "the background\n", (double)pool->window / gib, (double)old / gib);
-    offer_all(d);
     return;
   }
   if (target == old) {
@@ -189,7 +201,14 @@ void sched_pool_follow(struct daemon *d)
           "%.2f GiB given back to the kernel\n", d->config.pool_release,
           (double)pool->window / gib, (double)old / gib,
           (double)(pool->released - released) / gib);
-  offer_all(d);
+}
+
+void sched_pool_follow(struct daemon *d)
+{
+  if (!d->pool.size) return;
+  pool_tick(&d->pool);
+  follow_demand(d);
+  offer_all(d); /* the programs whose window no longer serves them (needs_window) */
 }
 
 void sched_pool_info(const struct daemon *d, struct sched_pool_info *out)

@@ -65,8 +65,9 @@ static void usage(FILE *out)
           "                       a size the host cannot hold is refused)\n"
           "  --pool-release SEC   give the pool's memory back to the kernel once it has been\n"
           "                       more than the programs need for this long (default 60)\n"
-          "  --idle-exit SEC      exit after this long without a program, freeing the pool and\n"
-          "                       the socket (default 600; 0: never, the default with --system);\n"
+          "  --idle-exit SEC      exit after this long without a program or connection, freeing\n"
+          "                       the pool and the socket (default 600; 0: never, the default\n"
+          "                       with --system);\n"
           "                       `cudaw-ctl sched --stop` stops it at once\n"
           "  --metrics-file PATH  write the figures in Prometheus text format, every 2 s\n"
           "  --max-per-user N     --system: programs one user (not root) may have joined at\n"
@@ -550,7 +551,10 @@ static void serve(struct daemon *d, int listen_fd)
     sched_pool_follow(d);
     ledger_tick(&d->pool);
     double now = sched_now();
-    if (d->joined > 0) {
+    /* Any connection restarts the count, not only a program's: `cudaw run --share` checks that
+     * cudawd answers before it starts a program that may take a while to join (PyTorch imports
+     * for seconds), and must not find it gone when it does. */
+    if (d->joined > 0 || d->connections > 0) {
       d->idle_since = 0;
     } else if (!d->idle_since) {
       d->idle_since = now;

@@ -10,7 +10,9 @@
  *             pages back and cudawd exits by itself (--idle-exit 4), its socket removed
  *   stop      `cudaw-ctl sched --stop` is refused while a program is joined (exit 1, says how
  *             many), stops it with --force, and at once with no program; --force alone is a
- *             usage error; a system cudawd refuses a user that is not root (exit 5; as root)
+ *             usage error; any connection restarts the idle count (--idle-exit 2 asked every
+ *             0.5 s for 4 s lives on, then exits); a system cudawd refuses a user that is not
+ *             root (exit 5; as root)
  *   usage: sched_test_pool_idle CUDAWD CUDAW_CTL JOB MODE */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -316,6 +318,15 @@ static void test_stop(void)
   cudawd = start_cudawd(extra);
   CHECK_EQ(ctl("sched --stop", out, -1), 0);
   wait_exit(cudawd, 5);
+  /* Any connection restarts the idle count (the launcher's check before its program joins). */
+  const char *idle[] = {"--host-memory", "off", "--idle-exit", "2", NULL};
+  cudawd = start_cudawd(idle);
+  struct sched_snapshot *s = calloc(1, sizeof *s);
+  CHECK(s != NULL);
+  for (double end = client_now() + 4; client_now() < end; client_sleep_ms(500))
+    CHECK(client_snapshot(run_dir, s), "cudawd exited while asked every 0.5 s (--idle-exit 2)");
+  free(s);
+  wait_exit(cudawd, 6);
   CHECK(client_file_has(log_path, "asked it to stop: stopping"), "cudawd's log does not say who");
   if (geteuid() != 0) {
     printf("stop: refused with a program, stopped with --force and without (the non-root part "

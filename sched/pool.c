@@ -244,9 +244,13 @@ int pool_set_window(struct host_pool *pool, uint64_t window)
   if (window > pool->size) window = pool->size;
   if (window == pool->window) return 0;
   if (window > pool->window) {
-    /* A hugetlb file must have the huge pages for the range before anyone faults it in. */
-    join_fault(pool, false);
-    int rc = start_fault(pool, pool->window, window);
+    /* One faulting job at a time, without waiting for it here (the loop would stall for
+     * seconds): the last one stops after its step, and the new one covers what it had left (the
+     * pages already there cost little to fault again). A hugetlb file must have the huge pages
+     * for the range before anyone faults it in: start_fault's map reserves them. */
+    uint64_t from = pool->thread_running && pool->job ? pool->job->from : pool->window;
+    join_fault(pool, true);
+    int rc = start_fault(pool, from, window);
     if (rc && pool->huge) return rc;
     pool->window = window;
     return 0;

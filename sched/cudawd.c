@@ -595,7 +595,7 @@ static void open_pool(struct daemon *d)
   }
   char why[256] = "";
   struct pool_ledger_view others;
-  if (ledger_lock(why, sizeof why) != 0) {
+  if (ledger_lock(why, sizeof why, 2000) != 0) {
     fprintf(stderr, "cudawd: no host-memory pool: %s; swaps use the programs' own memory\n", why);
     return;
   }
@@ -611,7 +611,7 @@ static void open_pool(struct daemon *d)
   } else if (pool_open(&d->pool, size, why, sizeof why) != 0) {
     fprintf(stderr, "cudawd: no host-memory pool: %s; swaps use the programs' own memory\n", why);
   } else {
-    if (ledger_claim(d->pool.size) != 0)
+    if (ledger_claim(0) != 0) /* the window, 0 until programs need it */
       fprintf(stderr, "cudawd: the host-wide pool ledger has no entry for this pool: %s\n",
               strerror(errno));
     fprintf(stderr, "cudawd: host-memory pool of up to %.2f GiB (%s), faulted in as the "

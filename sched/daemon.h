@@ -137,6 +137,7 @@ struct daemon {
   struct host_pool pool;       /* --host-memory (size 0: none) */
   struct pool_ledger_view pool_others; /* the other cudawds' pools on this host (every 5 s) */
   double pool_shrink_since; /* since when the window is larger than needed (0: it is not) */
+  bool pool_short_said;    /* logged: the window is smaller than the images need (the budget) */
   double idle_since;       /* since when no program is joined (0: some are) */
   struct uid_account uids[SCHED_MAX_UIDS];
   int connections, joined;     /* open connections, joined programs */

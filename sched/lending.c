@@ -172,12 +172,34 @@ static void follow_demand(struct daemon *d)
      * needed. */
     d->pool_shrink_since = 0;
     if (target < old * 2) target = old * 2 < pool->size ? old * 2 : pool->size;
-    int rc = pool_set_window(pool, target);
+    /* Beside the other cudawds' windows, under the ledger's lock (not waited for: the next
+     * step tries again), the claim written before anything is faulted in. */
+    char why[256];
+    if (ledger_lock(why, sizeof why, 0) != 0) return;
+    struct pool_ledger_view others;
+    ledger_read(&others, host_meminfo("MemTotal"));
+    uint64_t wanted = target;
+    target = pool_window_allowed(d->config.host_memory_set, pool->size, old, pool_resident(pool),
+                                 target, &others);
+    int rc = target > old ? pool_set_window(pool, target) : 0;
+    if (!rc && target > old) ledger_set_claim(pool->window, pool_resident(pool));
+    ledger_unlock();
+    if (target < wanted && !d->pool_short_said) {
+      d->pool_short_said = true;
+      fprintf(stderr, "cudawd: host-memory pool: %.2f GiB offered, not the %.2f GiB the images "
+              "need: the host's budget for pools (%s) is taken%s\n", (double)target / gib,
+              (double)wanted / gib, d->config.host_memory_set ? "RAM, and what is available"
+              : "50%% of RAM, and 8 GiB kept available",
+              others.others ? " with other cudawds' pools" : "");
+    } else if (target >= wanted) {
+      d->pool_short_said = false;
+    }
     if (rc) {
       sched_log_noisy(SCHED_NOISE_IGNORED, "cudawd: host-memory pool: cannot grow it to %.2f GiB: "
                       "%s\n", (double)target / gib, strerror(-rc));
       return;
     }
+    if (target == old) return;
     if (d->config.verbose)
       fprintf(stderr, "cudawd: host-memory pool: %.2f GiB offered (was %.2f), faulting it in in "
               "the background\n", (double)pool->window / gib, (double)old / gib);
@@ -192,6 +214,7 @@ static void follow_demand(struct daemon *d)
   uint64_t released = pool->released;
   int rc = pool_set_window(pool, target);
   d->pool_shrink_since = 0; /* a failure is tried again after the same delay */
+  if (!rc) ledger_set_claim(pool->window, pool_resident(pool));
   if (rc) {
     fprintf(stderr, "cudawd: host-memory pool: cannot give %.2f GiB back to the kernel: %s\n",
             (double)(old - target) / gib, strerror(-rc));

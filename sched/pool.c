@@ -83,6 +83,22 @@ int pool_size_for_host(bool explicit_size, uint64_t requested,
   return 0;
 }
 
+uint64_t pool_window_allowed(bool explicit_size, uint64_t size, uint64_t current,
+                             uint64_t resident, uint64_t want,
+                             const struct pool_ledger_view *others)
+{
+  uint64_t total = host_meminfo("MemTotal"), available = host_meminfo("MemAvailable");
+  uint64_t budget = !total ? size : less(explicit_size ? total : total / 2, others->size);
+  uint64_t room = less(available, others->unpopulated);
+  if (!explicit_size) room = less(room, DEFAULT_KEEP_FREE);
+  uint64_t allowed = want;
+  if (allowed > size) allowed = size;
+  if (allowed > budget) allowed = budget;
+  if (available && allowed > resident + room) allowed = resident + room;
+  allowed = allowed / POOL_ALIGN * POOL_ALIGN;
+  return allowed > current ? allowed : current;
+}
+
 int pool_parse_size(const char *text, uint64_t *out)
 {
   size_t n = strlen(text);

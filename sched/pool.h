@@ -64,14 +64,26 @@ int pool_size_for_host(bool explicit_size, uint64_t requested,
                        const struct pool_ledger_view *others, uint64_t *out, char *why,
                        size_t why_len);
 
-/* ledger.c. Under the lock (at most 2 s to get it), read the others' entries, choose, claim. */
-int ledger_lock(char *why, size_t why_len);
+/* The window a pool of `size` may grow to, at most `want`, beside the others' claims: the
+ * default (explicit false) keeps to 50% of MemTotal less their claims and leaves 8 GiB of
+ * MemAvailable less what they have yet to fault in; an explicit --host-memory to MemTotal less
+ * their claims and to what is available. `resident`: what this pool holds already (out of
+ * MemAvailable). At least `current` (a window never shrinks here). */
+uint64_t pool_window_allowed(bool explicit_size, uint64_t size, uint64_t current,
+                             uint64_t resident, uint64_t want,
+                             const struct pool_ledger_view *others);
+
+/* ledger.c. Under the lock (at most wait_ms to get it), read the others' entries, choose,
+ * claim. */
+int ledger_lock(char *why, size_t why_len, int wait_ms);
 void ledger_unlock(void);
 /* The live cudawds' entries but ours (entries of dead ones are removed where we may); no entry
- * counts for more than total (MemTotal; 0: unknown). */
+ * counts for more than total (MemTotal; 0: unknown). view->size: their claims (windows). */
 void ledger_read(struct pool_ledger_view *view, uint64_t total);
-/* Our entry: `size`, none faulted in yet. 0 or -errno. */
+/* Our entry, claiming `size`, none faulted in yet. 0 or -errno. */
 int ledger_claim(uint64_t size);
+/* Claim another window (a larger one under the lock), `populated` of it faulted in. */
+void ledger_set_claim(uint64_t claim, uint64_t populated);
 /* Keep our entry's faulted-in figure current (at most once a second): the pages the kernel holds
  * for the pool, which falls again when the pool gives memory back. */
 void ledger_tick(const struct host_pool *pool);

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
@@ -92,6 +93,29 @@ static inline bool client_wait_up(const char *dir, double seconds)
   }
   free(s);
   return up;
+}
+
+/* A peer (a process of its own: cudawd knows programs by pid) that joins the cudawd of dir and
+ * says it holds `bytes` on the emulated device (16 GiB), demand for the pool, until it is
+ * killed. Its pid. */
+static inline pid_t client_fake_program(const char *dir, uint64_t bytes)
+{
+  pid_t pid = fork();
+  CHECK(pid >= 0, "fork: %s", strerror(errno));
+  if (pid > 0) return pid;
+  int fd = client_connect(dir);
+  if (fd < 0) _exit(1);
+  struct sched_msg msg = {.version = SCHED_PROTO_VERSION, .type = SCHED_HELLO, .pid = getpid()};
+  bool sent = send(fd, &msg, sizeof msg, MSG_NOSIGNAL) == (ssize_t)sizeof msg;
+  msg = (struct sched_msg){.version = SCHED_PROTO_VERSION, .type = SCHED_DEVICE,
+                           .pid = getpid(), .bytes = 16ull << 30};
+  memcpy(msg.key, "63756461772d656d752d646576696365", 32); /* the emulated device's UUID */
+  sent = sent && send(fd, &msg, sizeof msg, MSG_NOSIGNAL) == (ssize_t)sizeof msg;
+  msg = (struct sched_msg){.version = SCHED_PROTO_VERSION, .type = SCHED_USAGE, .pid = getpid(),
+                           .bytes = bytes};
+  sent = sent && send(fd, &msg, sizeof msg, MSG_NOSIGNAL) == (ssize_t)sizeof msg;
+  if (!sent) _exit(1);
+  for (;;) pause();
 }
 
 static inline bool client_file_has(const char *path, const char *text)

@@ -25,7 +25,6 @@
 
 #define MIB (1024ull * 1024)
 #define GIB (1024 * MIB)
-#define EMU_KEY "63756461772d656d752d646576696365" /* the emulated device's UUID, in hex */
 
 static const char *cudawd_path, *ctl_path, *job_path;
 static char run_dir[64], ledger_dir[96], log_path[96];
@@ -110,28 +109,11 @@ static long long ledger_populated(pid_t pid)
   return result;
 }
 
-/* A peer (a process of its own: cudawd knows programs by pid) that joins and says it holds
- * `bytes` on the emulated device, demand for the pool, until it is killed. */
 static pid_t fake_program(uint64_t bytes)
 {
-  pid_t pid = fork();
-  CHECK(pid >= 0);
-  if (pid > 0) {
-    if (child_count < 16) children[child_count++] = pid;
-    return pid;
-  }
-  int fd = client_connect(run_dir);
-  if (fd < 0) _exit(1);
-  struct sched_msg msg = {.version = SCHED_PROTO_VERSION, .type = SCHED_HELLO, .pid = getpid()};
-  CHECK(send(fd, &msg, sizeof msg, MSG_NOSIGNAL) == (ssize_t)sizeof msg);
-  msg = (struct sched_msg){.version = SCHED_PROTO_VERSION, .type = SCHED_DEVICE,
-                           .pid = getpid(), .bytes = 16 * GIB};
-  memcpy(msg.key, EMU_KEY, sizeof EMU_KEY - 1);
-  CHECK(send(fd, &msg, sizeof msg, MSG_NOSIGNAL) == (ssize_t)sizeof msg);
-  msg = (struct sched_msg){.version = SCHED_PROTO_VERSION, .type = SCHED_USAGE, .pid = getpid(),
-                           .bytes = bytes};
-  CHECK(send(fd, &msg, sizeof msg, MSG_NOSIGNAL) == (ssize_t)sizeof msg);
-  for (;;) pause();
+  pid_t pid = client_fake_program(run_dir, bytes);
+  if (child_count < 16) children[child_count++] = pid;
+  return pid;
 }
 
 static void end_program(pid_t pid)

@@ -4,6 +4,7 @@
 #ifndef CUDAW_TESTS_SCHED_CLIENT_H
 #define CUDAW_TESTS_SCHED_CLIENT_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
@@ -116,6 +118,27 @@ static inline pid_t client_fake_program(const char *dir, uint64_t bytes)
   sent = sent && send(fd, &msg, sizeof msg, MSG_NOSIGNAL) == (ssize_t)sizeof msg;
   if (!sent) _exit(1);
   for (;;) pause();
+}
+
+/* The pages the kernel holds for cudawd pid's host-memory pool, seen from outside: its memfd's
+ * blocks through /proc/<pid>/fd (not cudawd's own word). -1: it holds no pool file. */
+static inline long long client_pool_bytes(pid_t pid)
+{
+  char dir[64], link[340], target[256];
+  snprintf(dir, sizeof dir, "/proc/%d/fd", pid);
+  DIR *d = opendir(dir);
+  long long bytes = -1;
+  for (struct dirent *e; d && (e = readdir(d));) {
+    snprintf(link, sizeof link, "%s/%s", dir, e->d_name);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n <= 0) continue;
+    target[n] = '\0';
+    struct stat st;
+    if (strstr(target, "memfd:cudawd-pool") && stat(link, &st) == 0)
+      bytes = (long long)st.st_blocks * 512;
+  }
+  if (d) closedir(d);
+  return bytes;
 }
 
 static inline bool client_file_has(const char *path, const char *text)

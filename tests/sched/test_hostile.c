@@ -18,7 +18,6 @@
  *   oversize  --host-memory above MemTotal, or above what is available, is refused by name
  *   usage: sched_test_hostile CUDAWD CUDAW_CTL JOB MODE */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <grp.h>
 #include <signal.h>
 #include <stdint.h>
@@ -253,24 +252,6 @@ static void write_meminfo(const char *path, unsigned long long total_mib,
   fclose(f);
 }
 
-/* The pages the kernel holds for cudawd pid's pool (its memfd's blocks through /proc/<pid>/fd). */
-static uint64_t pool_blocks(pid_t pid)
-{
-  char dir[64], link[340], target[256];
-  snprintf(dir, sizeof dir, "/proc/%d/fd", pid);
-  DIR *d = opendir(dir);
-  uint64_t bytes = 0;
-  for (struct dirent *e; d && (e = readdir(d));) {
-    snprintf(link, sizeof link, "%s/%s", dir, e->d_name);
-    ssize_t n = readlink(link, target, sizeof target - 1);
-    struct stat st;
-    if (n > 0 && (target[n] = '\0', strstr(target, "memfd:cudawd-pool")) && stat(link, &st) == 0)
-      bytes = (uint64_t)st.st_blocks * 512;
-  }
-  if (d) closedir(d);
-  return bytes;
-}
-
 static void test_pools(void)
 {
   char meminfo[160], ledger[160], dirs[2][160], logs[2][180];
@@ -323,7 +304,7 @@ static void test_pools(void)
       CHECK(client_snapshot(dirs[i], s));
       windows[i] = s->pool_window;
     }
-    uint64_t held = pool_blocks(daemons[0]) + pool_blocks(daemons[1]);
+    uint64_t held = (uint64_t)(client_pool_bytes(daemons[0]) + client_pool_bytes(daemons[1]));
     CHECK(windows[0] + windows[1] <= 512 * MIB && held <= 512 * MIB, "together windows of %llu "
           "and %llu MiB, %llu MiB faulted in: more than the budget",
           (unsigned long long)(windows[0] / MIB), (unsigned long long)(windows[1] / MIB),
@@ -351,7 +332,8 @@ static void test_pools(void)
   }
   CHECK(grew, "the second cudawd's window stayed at %llu MiB after the first gave its back",
         (unsigned long long)(s->pool_window / MIB));
-  CHECK(pool_blocks(daemons[first]) + pool_blocks(daemons[second]) <= 512 * MIB);
+  CHECK(client_pool_bytes(daemons[first]) + client_pool_bytes(daemons[second]) <=
+        (long long)(512 * MIB));
   /* The text names the holder (ps shows none of the pool in cudawd's RSS). */
   char out[200], command[600];
   snprintf(out, sizeof out, "%s/sched.txt", run_dir);

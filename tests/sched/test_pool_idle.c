@@ -15,7 +15,6 @@
  *             root (exit 5; as root)
  *   usage: sched_test_pool_idle CUDAWD CUDAW_CTL JOB MODE */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <signal.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -75,27 +74,6 @@ static uint64_t rss(pid_t pid)
   return kb_field(path, "VmRSS");
 }
 
-/* The pages the kernel holds for cudawd's pool, seen from outside: its memfd's blocks through
- * /proc/<pid>/fd (not cudawd's own word). -1: it holds no pool file. */
-static long long pool_blocks(pid_t pid)
-{
-  char dir[64], link[340], target[256];
-  snprintf(dir, sizeof dir, "/proc/%d/fd", pid);
-  DIR *d = opendir(dir);
-  long long bytes = -1;
-  for (struct dirent *e; d && (e = readdir(d));) {
-    snprintf(link, sizeof link, "%s/%s", dir, e->d_name);
-    ssize_t n = readlink(link, target, sizeof target - 1);
-    if (n <= 0) continue;
-    target[n] = '\0';
-    struct stat st;
-    if (strstr(target, "memfd:cudawd-pool") && stat(link, &st) == 0)
-      bytes = (long long)st.st_blocks * 512;
-  }
-  if (d) closedir(d);
-  return bytes;
-}
-
 /* The populated figure of cudawd pid's host-wide ledger entry (-1: no entry). */
 static long long ledger_populated(pid_t pid)
 {
@@ -131,7 +109,7 @@ static void must_snapshot(struct sched_snapshot *s)
 static bool wait_given_back(pid_t cudawd, double seconds)
 {
   for (double end = client_now() + seconds; client_now() < end; client_sleep_ms(100))
-    if (pool_blocks(cudawd) == 0) return true;
+    if (client_pool_bytes(cudawd) == 0) return true;
   return false;
 }
 
@@ -158,7 +136,7 @@ static void test_giveback(void)
   const char *extra[] = {"--host-memory", "2G", "--pool-release", "2", "--idle-exit", "0", NULL};
   pid_t cudawd = start_cudawd(extra);
   client_sleep_ms(1500);
-  CHECK_EQ(pool_blocks(cudawd), 0); /* nothing faulted in at start */
+  CHECK_EQ(client_pool_bytes(cudawd), 0); /* nothing faulted in at start */
   struct sched_snapshot *s = calloc(1, sizeof *s);
   CHECK(s != NULL);
   must_snapshot(s);
@@ -171,7 +149,7 @@ static void test_giveback(void)
   long long held = 0;
   for (double end = client_now() + 30; held < (long long)(2 * GIB) && client_now() < end;
        client_sleep_ms(100))
-    held = pool_blocks(cudawd);
+    held = client_pool_bytes(cudawd);
   CHECK(held >= (long long)(2 * GIB), "two images of 1 GiB faulted in only %lld MiB of the pool",
         held / (long long)MIB);
   uint64_t during = mem_available();
@@ -187,7 +165,7 @@ static void test_giveback(void)
   end_program(peers[1]);
   double left = client_now();
   CHECK(wait_given_back(cudawd, 10), "%lld MiB of the pool still held 10 s after the last "
-        "program left (--pool-release 2)", pool_blocks(cudawd) / (long long)MIB);
+        "program left (--pool-release 2)", client_pool_bytes(cudawd) / (long long)MIB);
   double took = client_now() - left;
   CHECK(took >= 1.5, "given back %.1f s after the programs left: before --pool-release 2", took);
   for (double end = client_now() + 3; ledger && client_now() < end; client_sleep_ms(100))
@@ -251,7 +229,7 @@ static void test_jobs(void)
         (unsigned long long)max_window, (unsigned long long)s->pool.size);
   double left = client_now();
   CHECK(wait_given_back(cudawd, 4), "%lld MiB of the pool still held after the jobs left",
-        pool_blocks(cudawd) / (long long)MIB);
+        client_pool_bytes(cudawd) / (long long)MIB);
   uint64_t resident = rss(cudawd);
   CHECK(resident <= 256 * MIB, "cudawd's RSS is %llu MiB", (unsigned long long)(resident / MIB));
   wait_exit(cudawd, 10);

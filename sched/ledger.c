@@ -5,8 +5,8 @@
  * the others' entries: several cudawds on one host (one per user or run dir) then never take
  * more than the host's budget together, even when they grow at once and before any of them has
  * faulted the growth in (MemAvailable does not show a pool that is not faulted in yet), and an
- * idle cudawd, whose window is 0, takes none of it. The faulted-in figure is the kernel's (the memfd's blocks):
- * it grows with demand and falls when a pool gives memory back.
+ * idle cudawd, whose window is 0, takes none of it. The faulted-in figure is the kernel's (the
+ * memfd's blocks): it grows with demand and falls when a pool gives memory back.
  * An entry counts only while its cudawd lives: the pid exists, is named cudawd and belongs to the
  * file's owner. A user can make other cudawds choose smaller pools by planting entries for
  * processes of their own named cudawd; never larger ones. */

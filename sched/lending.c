@@ -1,10 +1,11 @@
 /* cudawd lends ranges of its host-memory pool (pool.c) to the programs it swaps out: the pool's
- * descriptor goes to each program with the window it may map (again whenever the window
- * changes); a checkpoint order carries the range for the image; the range comes back when the
+ * descriptor goes to each program with the window it may map (again when that window no longer
+ * serves it); a checkpoint order carries the range for the image; the range comes back when the
  * program's resume is done, when its checkpoint fails, or when it leaves. The window follows
  * demand: it grows ahead of the swaps as programs join and grow, and shrinks (memory given back
- * to the kernel) once it has been larger than needed for --pool-release seconds. Only programs of cudawd's own user get the pool: with --system the
- * images of one user must not be readable by another. */
+ * to the kernel) once it has been larger than needed for --pool-release seconds. Only programs
+ * of cudawd's own user get the pool: with --system the images of one user must not be readable
+ * by another. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdatomic.h>
@@ -132,7 +133,7 @@ void sched_pool_take_back(struct daemon *d, struct program *p, const char *why)
 
 /* What the pool is for now: the images of this user's programs (a program alone too, so that
  * its first swap-out, when a second one comes, finds its range page-locked), and the ranges
- * lent. Rounded up to a step (1 GiB, or an eighth of a smaller pool). A program that holds a
+ * lent. Rounded up to an eighth of itself (at most 1 GiB, at least 2 MiB). A program that holds a
  * window keeps 2 MiB of it at least: a window of 0 cannot be sent, and a smaller one makes it
  * let go of the rest. */
 static uint64_t pool_target(const struct daemon *d)
@@ -147,7 +148,7 @@ static uint64_t pool_target(const struct daemon *d)
   uint64_t want = images, lent = pool_loans_end(&d->pool);
   if (want < lent) want = lent;
   if (!want && holders) want = POOL_ALIGN;
-  uint64_t step = d->pool.size / 8 < (1ull << 30) ? d->pool.size / 8 : (1ull << 30);
+  uint64_t step = want / 8 < (1ull << 30) ? want / 8 : (1ull << 30);
   step = step < POOL_ALIGN ? POOL_ALIGN : step / POOL_ALIGN * POOL_ALIGN;
   want = (want + step - 1) / step * step;
   return want < d->pool.size ? want : d->pool.size;

@@ -485,12 +485,15 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
     if (p->uid != geteuid() && p->uid != 0) answer.status = -EPERM;
     else if (d->joined > 0 && msg->value != 1) answer.status = -EBUSY;
     sched_send(p, &answer);
-    fprintf(stderr, "cudawd: uid %u (pid %ld) asked it to stop%s: %s\n", (unsigned)p->uid,
-            (long)p->pid, msg->value == 1 ? " (--force)" : "",
-            answer.status == -EPERM   ? "refused, not its owner or root"
-            : answer.status == -EBUSY ? "refused, programs are joined"
-                                      : "stopping");
-    if (!answer.status) stopping = 1;
+    if (answer.status) { /* any user of a system cudawd may ask: rate-limited */
+      sched_log_noisy(SCHED_NOISE_REFUSED, "cudawd: uid %u (pid %ld) asked it to stop: refused, "
+                      "%s\n", (unsigned)p->uid, (long)p->pid, answer.status == -EPERM
+                      ? "not its owner or root" : "programs are joined (no --force)");
+      break;
+    }
+    fprintf(stderr, "cudawd: uid %u (pid %ld) asked it to stop%s: stopping\n", (unsigned)p->uid,
+            (long)p->pid, msg->value == 1 ? " (--force)" : "");
+    stopping = 1;
     break;
   }
   default:

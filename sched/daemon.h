@@ -92,7 +92,6 @@ struct program {
   bool idle;
   double idle_since;       /* when `idle` became true (the start of that CPU sample) */
   bool pool_sent;          /* it was sent the pool (SCHED_POOL) */
-  bool pool_mapped;        /* it mapped it (SCHED_POOL_MAPPED 1): it may be lent ranges */
   uint64_t pool_window;    /* the window last sent to it (0: none yet) */
   uint64_t pool_acked;     /* the window it said it mapped, at most the one last sent: it is
                             * lent ranges below this only */

@@ -87,7 +87,6 @@ void sched_pool_mapped(struct daemon *d, struct program *p, bool mapped, uint64_
   /* 0: a program that does not say which window; it answers the one sent last. */
   if (!bytes) bytes = p->pool_window;
   if (mapped && bytes == p->pool_window && bytes <= d->pool.window) p->pool_acked = bytes;
-  p->pool_mapped = p->pool_acked > 0;
 }
 
 bool sched_pool_would_lend(const struct daemon *d, const struct program *p)

@@ -85,6 +85,9 @@ static void usage(FILE *out) {
           "                                        --gpu: the share and the GPU time it used in the "
           "last second\n"
           "       cudaw-ctl [--json] sched              what cudawd shares: devices, programs\n"
+          "       cudaw-ctl sched --stop [--force]      stop cudawd (its owner or root); refused\n"
+          "                                        while programs are joined unless --force (they\n"
+          "                                        run on unshared; swapped-out ones resume)\n"
           "       cudaw-ctl priority <pid> N            weight N (1-100) of a program under cudawd\n"
           "       cudaw-ctl --help | --version\n"
           "\n"
@@ -1001,8 +1004,8 @@ int main(int argc, char **argv) {
       flags.criu_args = argv + i + 1;
       flags.criu_arg_count = argc - i - 1;
       break;
-    } else if (a[0] == '-' && a[1]) {
-      return ctl_usage_error("unknown option '%s'", a);
+    } else if (a[0] == '-' && a[1] && strcmp(a, "--stop") && strcmp(a, "--force")) {
+      return ctl_usage_error("unknown option '%s'", a); /* those two are sched's (ctl_sched.c) */
     } else if (count < (int)(sizeof args / sizeof args[0])) {
       args[count++] = a;
     } else {

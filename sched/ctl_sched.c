@@ -143,6 +143,9 @@ static void print_json(const struct sched_snapshot *s)
          pool->lent, pool->free, pool->populated, pool->loans, pool->loans_total,
          pool->placed_bytes, pool->fallbacks, pool->holder_pid, pool->resident,
          pool->other_pools, pool->other_bytes);
+  printf(",\"host_pool_window\":%" PRIu64 ",\"host_pool_released\":%" PRIu64
+         ",\"pool_release\":%.3f,\"idle_exit\":%.3f,\"idle_for\":%.3f", s->pool_window,
+         s->pool_released, s->pool_release, s->idle_exit, s->idle_for);
   printf(",\"users\":[");
   for (int i = 0; i < s->uids && i < SCHED_MAX_UIDS; i++) {
     const struct sched_uid_info *u = &s->uid[i];
@@ -158,7 +161,12 @@ static void print_json(const struct sched_snapshot *s)
 static void print_text(const struct sched_snapshot *s)
 {
   char a[32], b[32], c[32];
-  printf("cudawd: up %.0f s, quantum %.1f s\n", s->uptime, s->quantum);
+  printf("cudawd: up %.0f s, quantum %.1f s", s->uptime, s->quantum);
+  if (s->idle_exit > 0 && s->idle_for > 0)
+    printf("; no program for %.0f s, exits after %.0f (--idle-exit)", s->idle_for, s->idle_exit);
+  else if (s->idle_exit > 0)
+    printf("; exits after %.0f s without a program (--idle-exit)", s->idle_exit);
+  printf("\n");
   printf("%-6s %-34s %12s %12s %12s %6s\n", "DEVICE", "KEY", "CAPACITY", "RESIDENT", "MAX",
          "SWAPS");
   for (int i = 0; i < s->devices; i++) {
@@ -177,10 +185,14 @@ static void print_text(const struct sched_snapshot *s)
     ckpt_format_bytes(pool->lent, b, sizeof b);
     ckpt_format_bytes(pool->free, c, sizeof c);
     ckpt_format_bytes(pool->placed_bytes, d, sizeof d);
-    printf("host pool: %s, %s lent (%d ranges), %s free, huge pages %s%s; %s of images placed, "
-           "%" PRIu64 " swaps without room\n", a, b, pool->loans, c,
-           pool->huge_pages ? "yes" : "no", pool->populated < pool->size ? ", faulting in" : "",
-           d, pool->fallbacks);
+    char e[32], f[32];
+    ckpt_format_bytes(s->pool_window, e, sizeof e);
+    ckpt_format_bytes(s->pool_released, f, sizeof f);
+    printf("host pool: up to %s, %s offered (what the images need), %s lent (%d ranges), %s "
+           "free, huge pages %s%s; %s of images placed, %" PRIu64 " swaps without room; %s given "
+           "back after %.0f s unused\n", a, e, b, pool->loans, c, pool->huge_pages ? "yes" : "no",
+           pool->resident < s->pool_window ? ", faulting in" : "", d, pool->fallbacks, f,
+           s->pool_release);
     /* The pool is a memfd cudawd does not keep mapped: ps and top show none of it. */
     ckpt_format_bytes(pool->resident, a, sizeof a);
     if (pool->holder_pid)
@@ -217,6 +229,45 @@ static void print_text(const struct sched_snapshot *s)
   }
 }
 
+/* sched --stop [--force]: ask cudawd to stop. */
+static int stop_main(int count, const char *const *args, bool json)
+{
+  bool stop = false, force = false;
+  for (int i = 1; i < count; i++) {
+    if (!strcmp(args[i], "--stop")) stop = true;
+    else if (!strcmp(args[i], "--force")) force = true;
+    else return ctl_usage_error("sched: unexpected argument '%s'", args[i]);
+  }
+  if (!stop) return ctl_usage_error("sched: --force goes with --stop (cudaw-ctl sched --stop "
+                                    "--force)");
+  struct sched_msg reply;
+  int code = ask(SCHED_STOP, 0, force, &reply, sizeof reply, sizeof reply);
+  if (code != EXIT_OK) return code;
+  if (reply.type != SCHED_REPLY) {
+    fprintf(stderr, "cudaw-ctl: sched --stop: this cudawd does not know --stop (an older one); "
+            "stop it with kill\n");
+    return EXIT_FAILED;
+  }
+  if (reply.status == -EPERM) {
+    fprintf(stderr, "cudaw-ctl: sched --stop: refused by cudawd: only its owner or root may stop "
+                    "it\n");
+    return EXIT_PERMISSION;
+  }
+  if (reply.status == -EBUSY) {
+    fprintf(stderr, "cudaw-ctl: sched --stop: refused: %d program%s joined (cudaw-ctl sched lists "
+            "them); --force stops it anyway: they run on unshared\n", reply.value,
+            reply.value == 1 ? " is" : "s are");
+    return EXIT_FAILED;
+  }
+  if (reply.status) {
+    fprintf(stderr, "cudaw-ctl: sched --stop: %s\n", strerror(-reply.status));
+    return EXIT_FAILED;
+  }
+  if (json) printf("{\"ok\":true,\"stopped\":true,\"programs\":%d}\n", reply.value);
+  else printf("cudawd stopping%s\n", reply.value ? " (programs joined: they run on unshared)" : "");
+  return EXIT_OK;
+}
+
 int sched_ctl_main(int count, const char *const *args, bool json)
 {
   if (count == 1 && strcmp(args[0], "sched") == 0) {
@@ -228,8 +279,7 @@ int sched_ctl_main(int count, const char *const *args, bool json)
     free(snapshot);
     return code;
   }
-  if (strcmp(args[0], "sched") == 0)
-    return ctl_usage_error("sched: unexpected argument '%s'", args[1]);
+  if (strcmp(args[0], "sched") == 0) return stop_main(count, args, json);
   char *end;
   if (count < 2) return ctl_usage_error("priority: no pid given (cudaw-ctl priority <pid> N)");
   long pid = strtol(args[1], &end, 10);

@@ -34,7 +34,8 @@ static void usage(FILE *out)
   fprintf(out,
           "usage: cudawd [--system] [--quantum SEC] [--min-run SEC] [--device-memory SIZE]\n"
           "              [--swap-timeout SEC] [--gpu-list DIR|none] [--metrics-file PATH]\n"
-          "              [--host-memory SIZE|N%%|off] [--max-per-user N]\n"
+          "              [--host-memory SIZE|N%%|off] [--pool-release SEC] [--idle-exit SEC]\n"
+          "              [--max-per-user N]\n"
           "              [--client-timeout SEC] [--log-max SIZE] [--verbose]\n"
           "       cudawd --help | --version\n"
           "\n"
@@ -56,11 +57,18 @@ static void usage(FILE *out)
           "  --gpu-list DIR|none  a device key must be the UUID of a GPU listed there, when the\n"
           "                       directory exists (default /proc/driver/nvidia/gpus)\n"
           "  --host-memory SIZE|N%%|off\n"
-          "                       host memory kept ready (pre-faulted, huge pages where the\n"
-          "                       kernel has them) for the images of the programs it swaps out\n"
-          "                       (default: the least of 50%% of RAM less the other cudawds'\n"
-          "                       pools on this host and available memory less 8 GiB; a size\n"
-          "                       the host cannot hold is refused)\n"
+          "                       the most host memory kept ready (faulted in ahead of the\n"
+          "                       swaps, huge pages where the kernel has them) for the images of\n"
+          "                       the programs it swaps out; only what their images need is\n"
+          "                       faulted in (default: the least of 50%% of RAM less the other\n"
+          "                       cudawds' pools on this host and available memory less 8 GiB;\n"
+          "                       a size the host cannot hold is refused)\n"
+          "  --pool-release SEC   give the pool's memory back to the kernel once it has been\n"
+          "                       more than the programs need for this long (default 60)\n"
+          "  --idle-exit SEC      exit after this long without a program or connection, freeing\n"
+          "                       the pool and the socket (default 600; 0: never, the default\n"
+          "                       with --system);\n"
+          "                       `cudaw-ctl sched --stop` stops it at once\n"
           "  --metrics-file PATH  write the figures in Prometheus text format, every 2 s\n"
           "  --max-per-user N     --system: programs one user (not root) may have joined at\n"
           "                       once, and twice as many connections (default %d)\n"
@@ -84,6 +92,16 @@ static int parse_seconds(const char *text, double *out)
   return 0;
 }
 
+/* A delay that may be 0 (--idle-exit 0: never; --pool-release 0: at once). */
+static int parse_delay(const char *text, double *out)
+{
+  if (!strcmp(text, "0")) {
+    *out = 0;
+    return 0;
+  }
+  return parse_seconds(text, out);
+}
+
 static int parse_device_memory(const char *text, struct sched_config *config)
 {
   size_t n = strlen(text);
@@ -105,7 +123,8 @@ static int parse_args(int argc, char **argv, struct sched_config *config)
                                   .device_fraction = 0.9, .swap_timeout = 600,
                                   .gpu_list = "/proc/driver/nvidia/gpus",
                                   .max_per_user = SCHED_DEFAULT_PER_USER, .client_timeout = 10,
-                                  .log_max = 16ull << 20};
+                                  .log_max = 16ull << 20, .pool_release = 60,
+                                  .idle_exit = -1 /* the default: 600, 0 with --system */};
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
     int rc = 0;
@@ -125,7 +144,8 @@ static int parse_args(int argc, char **argv, struct sched_config *config)
                strcmp(arg, "--device-memory") && strcmp(arg, "--swap-timeout") &&
                strcmp(arg, "--gpu-list") && strcmp(arg, "--host-memory") &&
                strcmp(arg, "--metrics-file") && strcmp(arg, "--max-per-user") &&
-               strcmp(arg, "--client-timeout") && strcmp(arg, "--log-max")) {
+               strcmp(arg, "--client-timeout") && strcmp(arg, "--log-max") &&
+               strcmp(arg, "--pool-release") && strcmp(arg, "--idle-exit")) {
       fprintf(stderr, "cudawd: unknown %s '%s'\n", arg[0] == '-' ? "option" : "argument", arg);
       return -EINVAL;
     } else if (!value) {
@@ -151,6 +171,10 @@ static int parse_args(int argc, char **argv, struct sched_config *config)
       long n = strtol(value, &end, 10);
       rc = end != value && !*end && n >= 1 && n <= SCHED_MAX_PROGRAMS ? 0 : -EINVAL;
       config->max_per_user = (int)n;
+    } else if (!strcmp(arg, "--pool-release")) {
+      rc = parse_delay(value, &config->pool_release);
+    } else if (!strcmp(arg, "--idle-exit")) {
+      rc = parse_delay(value, &config->idle_exit);
     } else if (!strcmp(arg, "--client-timeout")) {
       rc = parse_seconds(value, &config->client_timeout);
     } else if (!strcmp(arg, "--log-max")) {
@@ -165,11 +189,14 @@ static int parse_args(int argc, char **argv, struct sched_config *config)
               : !strcmp(arg, "--host-memory") ? "a size such as 64G, N% of RAM, or off"
               : !strcmp(arg, "--max-per-user") ? "a number of programs from 1 to 64"
               : !strcmp(arg, "--log-max") ? "a size of at least 64K, or 0 (never rotate)"
-                                          : "a number of seconds");
+              : !strcmp(arg, "--pool-release") || !strcmp(arg, "--idle-exit")
+                  ? "a number of seconds, or 0"
+                  : "a number of seconds");
       return rc;
     }
     i++;
   }
+  if (config->idle_exit < 0) config->idle_exit = config->system ? 0 : 600;
   return 0;
 }
 
@@ -331,9 +358,10 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
                       "given: ignored\n", (long)p->pid);
       break;
     }
-    p->pool_mapped = msg->value == 1;
-    sched_log_noisy(SCHED_NOISE_IGNORED, "cudawd: pid %ld %s the host-memory pool\n",
-                    (long)p->pid, p->pool_mapped ? "mapped" : "could not map");
+    sched_pool_mapped(d, p, msg->value == 1, msg->bytes);
+    sched_log_noisy(SCHED_NOISE_IGNORED, "cudawd: pid %ld %s the host-memory pool (%llu bytes)\n",
+                    (long)p->pid, msg->value == 1 ? "mapped" : "could not map",
+                    (unsigned long long)msg->bytes);
     break;
   case SCHED_DEVICE: {
     if (msg->device < 0 || msg->device >= SCHED_MAX_DEVICES) break;
@@ -449,6 +477,25 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
     sched_send(p, &answer);
     break;
   }
+  case SCHED_STOP: {
+    /* Its owner or root only (a system cudawd serves every user: root only). Not while programs
+     * are joined unless forced: they would run unshared from then on. */
+    struct sched_msg answer = {.version = SCHED_PROTO_VERSION, .type = SCHED_REPLY,
+                               .value = d->joined};
+    if (p->uid != geteuid() && p->uid != 0) answer.status = -EPERM;
+    else if (d->joined > 0 && msg->value != 1) answer.status = -EBUSY;
+    sched_send(p, &answer);
+    if (answer.status) { /* any user of a system cudawd may ask: rate-limited */
+      sched_log_noisy(SCHED_NOISE_REFUSED, "cudawd: uid %u (pid %ld) asked it to stop: refused, "
+                      "%s\n", (unsigned)p->uid, (long)p->pid, answer.status == -EPERM
+                      ? "not its owner or root" : "programs are joined (no --force)");
+      break;
+    }
+    fprintf(stderr, "cudawd: uid %u (pid %ld) asked it to stop%s: stopping\n", (unsigned)p->uid,
+            (long)p->pid, msg->value == 1 ? " (--force)" : "");
+    stopping = 1;
+    break;
+  }
   default:
     sched_peer_count(d, p, true);
     sched_log_noisy(SCHED_NOISE_PROTOCOL, "cudawd: pid %ld sent an unknown message type %u: "
@@ -504,8 +551,21 @@ static void serve(struct daemon *d, int listen_fd)
     sched_step(d);
     sched_peer_sweep(d);
     sched_log_tick();
+    sched_pool_follow(d);
     ledger_tick(&d->pool);
     double now = sched_now();
+    /* Any connection restarts the count, not only a program's: `cudaw run --share` checks that
+     * cudawd answers before it starts a program that may take a while to join (PyTorch imports
+     * for seconds), and must not find it gone when it does. */
+    if (d->joined > 0 || d->connections > 0) {
+      d->idle_since = 0;
+    } else if (!d->idle_since) {
+      d->idle_since = now;
+    } else if (d->config.idle_exit > 0 && now - d->idle_since >= d->config.idle_exit) {
+      fprintf(stderr, "cudawd: no program for %.0f s (--idle-exit): stopping\n",
+              now - d->idle_since);
+      return;
+    }
     if (now - ledger_read_at >= 5.0) {
       ledger_read_at = now;
       ledger_read(&d->pool_others, host_meminfo("MemTotal"));
@@ -538,7 +598,7 @@ static void open_pool(struct daemon *d)
   }
   char why[256] = "";
   struct pool_ledger_view others;
-  if (ledger_lock(why, sizeof why) != 0) {
+  if (ledger_lock(why, sizeof why, 2000) != 0) {
     fprintf(stderr, "cudawd: no host-memory pool: %s; swaps use the programs' own memory\n", why);
     return;
   }
@@ -554,11 +614,11 @@ static void open_pool(struct daemon *d)
   } else if (pool_open(&d->pool, size, why, sizeof why) != 0) {
     fprintf(stderr, "cudawd: no host-memory pool: %s; swaps use the programs' own memory\n", why);
   } else {
-    if (ledger_claim(d->pool.size) != 0)
+    if (ledger_claim(0) != 0) /* the window, 0 until programs need it */
       fprintf(stderr, "cudawd: the host-wide pool ledger has no entry for this pool: %s\n",
               strerror(errno));
-    fprintf(stderr, "cudawd: host-memory pool of %.2f GiB (%s), faulting it in in the "
-            "background%s%s\n", (double)d->pool.size / (1u << 30),
+    fprintf(stderr, "cudawd: host-memory pool of up to %.2f GiB (%s), faulted in as the "
+            "programs' images need it%s%s\n", (double)d->pool.size / (1u << 30),
             d->pool.huge ? "huge pages" : "no huge pages for it: plain shared memory",
             d->config.system ? "; lent only to root's programs (--system)" : "",
             others.others ? "; beside other cudawds' pools" : "");
@@ -628,12 +688,19 @@ int main(int argc, char **argv)
   d.pool.fd = -1;
   open_pool(&d);
   d.started = sched_now();
-  fprintf(stderr, "cudawd: pid %ld listening on %s (quantum %.1f s%s)\n", (long)getpid(), path,
-          d.config.quantum, d.config.system ? ", system: every user of the node" : "");
+  char idle[96] = "never exits by itself (--idle-exit 0)";
+  if (d.config.idle_exit > 0)
+    snprintf(idle, sizeof idle, "exits after %.0f s without a program (--idle-exit)",
+             d.config.idle_exit);
+  fprintf(stderr, "cudawd: pid %ld listening on %s (quantum %.1f s%s); %s; `cudaw-ctl sched "
+          "--stop` stops it\n", (long)getpid(), path, d.config.quantum,
+          d.config.system ? ", system: every user of the node" : "", idle);
   serve(&d, listen_fd);
   unlink(path);
   close(listen_fd);
   pool_close(&d.pool);
   ledger_release();
+  fprintf(stderr, "cudawd: pid %ld stopped: socket %s removed, host-memory pool freed\n",
+          (long)getpid(), path);
   return 0;
 }

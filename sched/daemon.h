@@ -26,6 +26,9 @@ struct sched_config {
   const char *metrics_file;
   uint64_t host_memory;    /* --host-memory: the pool's size (0: no pool) */
   bool host_memory_set;    /* given; else the default from the machine's memory */
+  double pool_release;     /* --pool-release: the pool's window shrinks (memory given back)
+                            * after being larger than needed this long */
+  double idle_exit;        /* --idle-exit: exit after this long without a program (0: never) */
   bool verbose;            /* --verbose: log every message and decision */
   bool system;             /* --system: root, one cudawd for every user of the node */
   int max_per_user;        /* --max-per-user: programs one uid (not root) may have joined; it
@@ -89,7 +92,10 @@ struct program {
   bool idle;
   double idle_since;       /* when `idle` became true (the start of that CPU sample) */
   bool pool_sent;          /* it was sent the pool (SCHED_POOL) */
-  bool pool_mapped;        /* it mapped it (SCHED_POOL_MAPPED 1): it may be lent ranges */
+  uint64_t pool_window;    /* the window last sent to it (0: none yet) */
+  uint64_t pool_acked;     /* the window it said it mapped, at most the one last sent: it is
+                            * lent ranges below this only */
+  bool pool_cramped;       /* a checkpoint found no room below pool_acked, but in the window */
   struct pool_loan loan;   /* the range lent for its image (length 0: none) */
   bool gpu_idle;           /* it said it makes no CUDA call (SCHED_GPU_IDLE): may be swapped out at
                             * once its idleness has cost what a swap costs; swapped out, it is
@@ -129,6 +135,9 @@ struct daemon {
   pid_t host_blocked_for;  /* the program that waits for it */
   struct host_pool pool;       /* --host-memory (size 0: none) */
   struct pool_ledger_view pool_others; /* the other cudawds' pools on this host (every 5 s) */
+  double pool_shrink_since; /* since when the window is larger than needed (0: it is not) */
+  bool pool_short_said;    /* logged: the window is smaller than the images need (the budget) */
+  double idle_since;       /* since when no program is joined (0: some are) */
   struct uid_account uids[SCHED_MAX_UIDS];
   int connections, joined;     /* open connections, joined programs */
 };
@@ -206,8 +215,13 @@ void sched_log_set_cap(uint64_t bytes);
 void sched_log_tick(void);
 
 /* lending.c: the pool's ranges and the programs. */
-/* Send the pool to a program that just joined, if it may have it. */
+/* Send the pool's current window to p (just joined, or the window changed), if it may have it. */
 void sched_pool_offer(struct daemon *d, struct program *p);
+/* p answered SCHED_POOL: it mapped (or not) a window of `bytes` (0: the one sent last). */
+void sched_pool_mapped(struct daemon *d, struct program *p, bool mapped, uint64_t bytes);
+/* Once per loop: grow the pool's window to what the programs' images need, or shrink it (giving
+ * memory back) after --pool-release seconds larger than needed; tell the programs. */
+void sched_pool_follow(struct daemon *d);
 /* A checkpoint order for p: lend it a range for its resident bytes if the pool has room (fills
  * msg's bytes/held), else leave them 0. */
 void sched_pool_lend(struct daemon *d, struct program *p, struct sched_msg *msg);

@@ -1,10 +1,12 @@
 /* The host-wide ledger of cudawd pools: each cudawd with a pool keeps one small file,
- * <dir>/cudawd-pool.<pid> ("<size> <populated>\n", its own, 0644), in a sticky directory that
- * every user can write (/dev/shm; CUDAWD_LEDGER names another, for tests). A cudawd sizes its
- * pool under the ledger's lock, after reading the others' entries: several cudawds on one host
- * (one per user or run dir) then never take more than the host's budget together, even when they
- * start at once and before any of them has faulted its pool in (MemAvailable does not show a
- * pool that is not faulted in yet).
+ * <dir>/cudawd-pool.<pid> ("<claim> <populated>\n", its own, 0644), in a sticky directory that
+ * every user can write (/dev/shm; CUDAWD_LEDGER names another, for tests). The claim is the
+ * pool's window, what it may fault in; a cudawd grows it under the ledger's lock, after reading
+ * the others' entries: several cudawds on one host (one per user or run dir) then never take
+ * more than the host's budget together, even when they grow at once and before any of them has
+ * faulted the growth in (MemAvailable does not show a pool that is not faulted in yet), and an
+ * idle cudawd, whose window is 0, takes none of it. The faulted-in figure is the kernel's (the
+ * memfd's blocks): it grows with demand and falls when a pool gives memory back.
  * An entry counts only while its cudawd lives: the pid exists, is named cudawd and belongs to the
  * file's owner. A user can make other cudawds choose smaller pools by planting entries for
  * processes of their own named cudawd; never larger ones. */
@@ -24,12 +26,11 @@
 
 #include "pool.h"
 
-#define LOCK_WAIT_MS 2000
-
 static struct {
   int lock_fd;          /* held between ledger_lock and ledger_unlock */
   int entry_fd;         /* our entry, -1: none */
   char entry[512];
+  uint64_t claim;       /* what our entry claims: the pool's window */
   uint64_t written_populated;
   double written_at;
 } ledger = {.lock_fd = -1, .entry_fd = -1};
@@ -47,7 +48,7 @@ static double now_seconds(void)
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-int ledger_lock(char *why, size_t why_len)
+int ledger_lock(char *why, size_t why_len, int wait_ms)
 {
   char path[512];
   snprintf(path, sizeof path, "%s/cudawd-pool.lock", ledger_dir());
@@ -63,9 +64,9 @@ int ledger_lock(char *why, size_t why_len)
     return -errno;
   }
   for (int waited = 0; flock(fd, LOCK_EX | LOCK_NB) != 0; waited += 20) {
-    if (errno != EWOULDBLOCK || waited >= LOCK_WAIT_MS) {
+    if (errno != EWOULDBLOCK || waited >= wait_ms) {
       snprintf(why, why_len, "the host-wide pool ledger %s is locked by another process for "
-               "over %d ms", path, LOCK_WAIT_MS);
+               "over %d ms", path, wait_ms);
       close(fd);
       return -EWOULDBLOCK;
     }
@@ -144,6 +145,7 @@ static void write_entry(uint64_t size, uint64_t populated)
 
 int ledger_claim(uint64_t size)
 {
+  ledger.claim = size;
   snprintf(ledger.entry, sizeof ledger.entry, "%s/cudawd-pool.%ld", ledger_dir(), (long)getpid());
   unlink(ledger.entry); /* a file of a dead cudawd that had our pid (fails if not ours) */
   int fd = open(ledger.entry, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
@@ -157,9 +159,16 @@ int ledger_claim(uint64_t size)
 void ledger_tick(const struct host_pool *pool)
 {
   if (ledger.entry_fd < 0 || !pool->size) return;
-  uint64_t populated = atomic_load(&pool->populated);
-  if (populated == ledger.written_populated || now_seconds() - ledger.written_at < 1.0) return;
-  write_entry(pool->size, populated > pool->size ? pool->size : populated);
+  if (now_seconds() - ledger.written_at < 1.0) return;
+  uint64_t populated = pool_resident(pool);
+  if (populated == ledger.written_populated) return;
+  write_entry(ledger.claim, populated);
+}
+
+void ledger_set_claim(uint64_t claim, uint64_t populated)
+{
+  ledger.claim = claim;
+  if (ledger.entry_fd >= 0) write_entry(claim, populated);
 }
 
 void ledger_release(void)

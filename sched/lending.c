@@ -1,22 +1,26 @@
 /* cudawd lends ranges of its host-memory pool (pool.c) to the programs it swaps out: the pool's
- * descriptor goes to each program once, after its hello; a checkpoint order carries the range
- * for the image; the range comes back when the program's resume is done, when its checkpoint
- * fails, or when it leaves. Only programs of cudawd's own user get the pool: with --system the
- * images of one user must not be readable by another. */
+ * descriptor goes to each program with the window it may map (again when that window no longer
+ * serves it); a checkpoint order carries the range for the image; the range comes back when the
+ * program's resume is done, when its checkpoint fails, or when it leaves. The window follows
+ * demand: it grows ahead of the swaps as programs join and grow, and shrinks (memory given back
+ * to the kernel) once it has been larger than needed for --pool-release seconds. Only programs
+ * of cudawd's own user get the pool: with --system the images of one user must not be readable
+ * by another. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "daemon.h"
 
-void sched_pool_offer(struct daemon *d, struct program *p)
+/* Send the pool's descriptor with the window to p: it maps [0, window) and registers it, the
+ * last window replacing the one before. Until it says it mapped this one, it is lent nothing past
+ * it (what it had past it may be given back to the kernel under it). */
+static void send_window(struct daemon *d, struct program *p)
 {
-  if (!d->pool.size || p->pool_sent || p->fd < 0) return;
   p->pool_sent = true;
   if (p->uid != geteuid()) {
     if (d->config.verbose)
@@ -24,8 +28,11 @@ void sched_pool_offer(struct daemon *d, struct program *p)
               "programs share it)\n", (long)p->pid, (unsigned)p->uid, (unsigned)geteuid());
     return;
   }
+  p->pool_window = d->pool.window;
+  p->pool_cramped = false;
+  if (p->pool_acked > d->pool.window) p->pool_acked = d->pool.window;
   struct sched_msg msg = {.version = SCHED_PROTO_VERSION, .type = SCHED_POOL, .pid = p->pid,
-                          .value = d->pool.huge, .bytes = d->pool.size};
+                          .value = d->pool.huge, .bytes = d->pool.window};
   struct iovec iov = {&msg, sizeof msg};
   union {
     struct cmsghdr align;
@@ -44,6 +51,11 @@ void sched_pool_offer(struct daemon *d, struct program *p)
                     "%s\n", (long)p->pid, strerror(errno));
 }
 
+static bool pool_peer(const struct program *p)
+{
+  return p->joined && !p->retired && p->fd >= 0;
+}
+
 /* A margin over the resident bytes: each image region starts on a page. */
 static uint64_t image_estimate(const struct program *p)
 {
@@ -52,26 +64,53 @@ static uint64_t image_estimate(const struct program *p)
   return bytes ? bytes + bytes / 64 + (16ull << 20) : 0;
 }
 
+/* Whether p must be sent the current window: it has none, its window shrank under it, its own
+ * image no longer fits in it, or a checkpoint of it found no room in it that the whole window
+ * had. Else it keeps the window it has page-locked: a program registers each window whole, from
+ * the start (checkpoint/reserve.c), so a new one would leave it nothing page-locked for a
+ * while, and its first swap-out comes exactly when a new program makes the window grow. */
+static bool needs_window(const struct daemon *d, const struct program *p)
+{
+  uint64_t own = (image_estimate(p) + POOL_ALIGN - 1) / POOL_ALIGN * POOL_ALIGN;
+  return !p->pool_window || p->pool_window > d->pool.window ||
+         (p->pool_window < d->pool.window && (p->pool_window < own || p->pool_cramped));
+}
+
+void sched_pool_offer(struct daemon *d, struct program *p)
+{
+  if (!d->pool.size || !d->pool.window || !pool_peer(p)) return;
+  if (p->uid != geteuid() ? !p->pool_sent : needs_window(d, p)) send_window(d, p);
+}
+
+void sched_pool_mapped(struct daemon *d, struct program *p, bool mapped, uint64_t bytes)
+{
+  /* 0: a program that does not say which window; it answers the one sent last. */
+  if (!bytes) bytes = p->pool_window;
+  if (mapped && bytes == p->pool_window && bytes <= d->pool.window) p->pool_acked = bytes;
+}
+
 bool sched_pool_would_lend(const struct daemon *d, const struct program *p)
 {
-  return d->pool.size && p->pool_mapped && !p->loan.length &&
-         pool_can_lend(&d->pool, image_estimate(p));
+  return d->pool.size && p->pool_acked && !p->loan.length &&
+         pool_can_lend(&d->pool, image_estimate(p), p->pool_acked);
 }
 
 void sched_pool_lend(struct daemon *d, struct program *p, struct sched_msg *msg)
 {
   msg->bytes = msg->held = 0;
-  if (!d->pool.size || !p->pool_mapped) return;
+  if (!d->pool.size || !p->pool_acked) return;
   if (p->loan.length) sched_pool_take_back(d, p, "a new checkpoint"); /* never two at once */
   uint64_t want = image_estimate(p);
   if (!want) return;
-  if (pool_lend(&d->pool, want, &p->loan) != 0) {
+  if (pool_lend(&d->pool, want, p->pool_acked, &p->loan) != 0) {
     d->pool.fallbacks++;
+    p->pool_cramped = pool_can_lend(&d->pool, want, d->pool.window); /* next time: the whole */
     p->loan = (struct pool_loan){0};
     fprintf(stderr, "cudawd: pid %ld: no room in the host-memory pool for its %.3f GiB image "
-            "(%.3f GiB free of %.3f GiB): it checkpoints into memory of its own\n", (long)p->pid,
-            (double)want / (1u << 30), (double)pool_free_bytes(&d->pool) / (1u << 30),
-            (double)d->pool.size / (1u << 30));
+            "(%.3f GiB lent of %.3f GiB offered, %.3f GiB mapped by it; %.3f GiB at most): it "
+            "checkpoints into memory of its own\n", (long)p->pid, (double)want / (1u << 30),
+            (double)d->pool.lent / (1u << 30), (double)d->pool.window / (1u << 30),
+            (double)p->pool_acked / (1u << 30), (double)d->pool.size / (1u << 30));
     return;
   }
   msg->held = p->loan.offset;
@@ -91,6 +130,110 @@ void sched_pool_take_back(struct daemon *d, struct program *p, const char *why)
   p->loan = (struct pool_loan){0};
 }
 
+/* What the pool is for now: the images of this user's programs (a program alone too, so that
+ * its first swap-out, when a second one comes, finds its range page-locked), and the ranges
+ * lent. Rounded up to an eighth of itself (at most 1 GiB, at least 2 MiB). A program that holds a
+ * window keeps 2 MiB of it at least: a window of 0 cannot be sent, and a smaller one makes it
+ * let go of the rest. */
+static uint64_t pool_target(const struct daemon *d)
+{
+  uint64_t images = 0;
+  bool holders = false;
+  for (const struct program *p = d->programs; p; p = p->next) {
+    if (!pool_peer(p) || p->uid != geteuid()) continue;
+    images += image_estimate(p);
+    holders |= p->pool_window > 0;
+  }
+  uint64_t want = images, lent = pool_loans_end(&d->pool);
+  if (want < lent) want = lent;
+  if (!want && holders) want = POOL_ALIGN;
+  uint64_t step = want / 8 < (1ull << 30) ? want / 8 : (1ull << 30);
+  step = step < POOL_ALIGN ? POOL_ALIGN : step / POOL_ALIGN * POOL_ALIGN;
+  want = (want + step - 1) / step * step;
+  return want < d->pool.size ? want : d->pool.size;
+}
+
+static void offer_all(struct daemon *d)
+{
+  for (struct program *p = d->programs; p; p = p->next) sched_pool_offer(d, p);
+}
+
+/* Grow or shrink the window towards what the programs need (see sched_pool_follow). */
+static void follow_demand(struct daemon *d)
+{
+  struct host_pool *pool = &d->pool;
+  uint64_t target = pool_target(d), old = pool->window;
+  double now = sched_now(), gib = 1u << 30;
+  if (target > old) {
+    /* A program registers each window it is sent whole, from the start (checkpoint/reserve.c):
+     * the window at least doubles, so that a program growing allocation by allocation (PyTorch's
+     * caching allocator) makes every program page-lock the pool again a few times, not at each.
+     * What it overshoots is given back after --pool-release like any window larger than
+     * needed. */
+    d->pool_shrink_since = 0;
+    if (target < old * 2) target = old * 2 < pool->size ? old * 2 : pool->size;
+    /* Beside the other cudawds' windows, under the ledger's lock (not waited for: the next
+     * step tries again), the claim written before anything is faulted in. */
+    char why[256];
+    if (ledger_lock(why, sizeof why, 0) != 0) return;
+    struct pool_ledger_view others;
+    ledger_read(&others, host_meminfo("MemTotal"));
+    uint64_t wanted = target;
+    target = pool_window_allowed(d->config.host_memory_set, pool->size, old, pool_resident(pool),
+                                 target, &others);
+    int rc = target > old ? pool_set_window(pool, target) : 0;
+    if (!rc && target > old) ledger_set_claim(pool->window, pool_resident(pool));
+    ledger_unlock();
+    if (target < wanted && !d->pool_short_said) {
+      d->pool_short_said = true;
+      fprintf(stderr, "cudawd: host-memory pool: %.2f GiB offered, not the %.2f GiB the images "
+              "need: the host's budget for pools (%s) is taken%s\n", (double)target / gib,
+              (double)wanted / gib, d->config.host_memory_set ? "RAM, and what is available"
+              : "50%% of RAM, and 8 GiB kept available",
+              others.others ? " with other cudawds' pools" : "");
+    } else if (target >= wanted) {
+      d->pool_short_said = false;
+    }
+    if (rc) {
+      sched_log_noisy(SCHED_NOISE_IGNORED, "cudawd: host-memory pool: cannot grow it to %.2f GiB: "
+                      "%s\n", (double)target / gib, strerror(-rc));
+      return;
+    }
+    if (target == old) return;
+    if (d->config.verbose)
+      fprintf(stderr, "cudawd: host-memory pool: %.2f GiB offered (was %.2f), faulting it in in "
+              "the background\n", (double)pool->window / gib, (double)old / gib);
+    return;
+  }
+  if (target == old) {
+    d->pool_shrink_since = 0;
+    return;
+  }
+  if (!d->pool_shrink_since) d->pool_shrink_since = now;
+  if (now - d->pool_shrink_since < d->config.pool_release) return;
+  uint64_t released = pool->released;
+  int rc = pool_set_window(pool, target);
+  d->pool_shrink_since = 0; /* a failure is tried again after the same delay */
+  if (!rc) ledger_set_claim(pool->window, pool_resident(pool));
+  if (rc) {
+    fprintf(stderr, "cudawd: host-memory pool: cannot give %.2f GiB back to the kernel: %s\n",
+            (double)(old - target) / gib, strerror(-rc));
+    return;
+  }
+  fprintf(stderr, "cudawd: host-memory pool: unused for %.0f s: %.2f GiB offered (was %.2f), "
+          "%.2f GiB given back to the kernel\n", d->config.pool_release,
+          (double)pool->window / gib, (double)old / gib,
+          (double)(pool->released - released) / gib);
+}
+
+void sched_pool_follow(struct daemon *d)
+{
+  if (!d->pool.size) return;
+  pool_tick(&d->pool);
+  follow_demand(d);
+  offer_all(d); /* the programs whose window no longer serves them (needs_window) */
+}
+
 void sched_pool_info(const struct daemon *d, struct sched_pool_info *out)
 {
   memset(out, 0, sizeof *out);
@@ -99,15 +242,14 @@ void sched_pool_info(const struct daemon *d, struct sched_pool_info *out)
   const struct host_pool *pool = &d->pool;
   if (!pool->size) return;
   out->holder_pid = (int32_t)getpid();
-  struct stat st; /* pages the kernel holds for the memfd, faulted in or written by a program */
-  out->resident = fstat(pool->fd, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0;
+  out->resident = pool_resident(pool);
   out->enabled = 1;
   out->huge_pages = pool->huge;
   out->loans = pool->count;
   out->size = pool->size;
   out->lent = pool->lent;
   out->free = pool_free_bytes(pool);
-  out->populated = atomic_load(&((struct host_pool *)pool)->populated);
+  out->populated = out->resident;
   out->loans_total = pool->loans_total;
   out->placed_bytes = pool->placed_bytes;
   out->fallbacks = pool->fallbacks;

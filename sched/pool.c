@@ -1,6 +1,8 @@
-/* cudawd's host-memory pool: one memfd (hugetlb where the kernel has the huge pages), faulted in
- * by a thread of its own so that startup is not held up, and a first-fit allocator of 2 MiB
- * aligned ranges that cudawd lends to the programs it swaps out (see pool.h). */
+/* cudawd's host-memory pool: one memfd (hugetlb where the kernel has the huge pages), sized at
+ * start and faulted in only up to the window that demand asks for (by a thread of its own, so
+ * that the loop is not held up), given back to the kernel when the window shrinks; and a
+ * first-fit allocator of 2 MiB aligned ranges inside the window that cudawd lends to the programs
+ * it swaps out (see pool.h). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -9,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "pool.h"
@@ -79,6 +83,22 @@ int pool_size_for_host(bool explicit_size, uint64_t requested,
   return 0;
 }
 
+uint64_t pool_window_allowed(bool explicit_size, uint64_t size, uint64_t current,
+                             uint64_t resident, uint64_t want,
+                             const struct pool_ledger_view *others)
+{
+  uint64_t total = host_meminfo("MemTotal"), available = host_meminfo("MemAvailable");
+  uint64_t budget = !total ? size : less(explicit_size ? total : total / 2, others->size);
+  uint64_t room = less(available, others->unpopulated);
+  if (!explicit_size) room = less(room, DEFAULT_KEEP_FREE);
+  uint64_t allowed = want;
+  if (allowed > size) allowed = size;
+  if (allowed > budget) allowed = budget;
+  if (available && allowed > resident + room) allowed = resident + room;
+  allowed = allowed / POOL_ALIGN * POOL_ALIGN;
+  return allowed > current ? allowed : current;
+}
+
 int pool_parse_size(const char *text, uint64_t *out)
 {
   size_t n = strlen(text);
@@ -96,65 +116,91 @@ int pool_parse_size(const char *text, uint64_t *out)
   return vmem_parse_size(text, 0, out) == 0 ? 0 : -EINVAL;
 }
 
-/* Workers fault the pool in, one FAULT_STEP at a time, taking the next step from a shared
- * counter: the kernel zeroes each page as it faults it, at a few GB/s a core, so one thread took
- * over a minute for a 63 GiB pool on the H100 machine (the first swaps came before it was
- * ready). */
-struct populate_job {
+/* Workers fault a range of the pool in, one FAULT_STEP at a time, taking the next step from a
+ * shared counter: the kernel zeroes each page as it faults it, at a few GB/s a core, so one
+ * thread took over a minute for a 63 GiB pool on the H100 machine. */
+struct fault_job {
   struct host_pool *pool;
-  uint8_t *map;
-  _Atomic uint64_t next;
+  uint8_t *map;          /* [from, to) of the file, this job's own mapping */
+  uint64_t from, to;
+  _Atomic uint64_t next; /* offset from `from` */
 };
 
 #define POPULATE_THREADS 8
 
-static void *populate_worker(void *arg)
+static void *fault_worker(void *arg)
 {
-  struct populate_job *job = arg;
-  struct host_pool *pool = job->pool;
-  bool touch = false;
-  while (!atomic_load(&pool->stop)) {
+  struct fault_job *job = arg;
+  uint64_t length = job->to - job->from;
+  while (!atomic_load(&job->pool->stop)) {
     uint64_t at = atomic_fetch_add(&job->next, FAULT_STEP);
-    if (at >= pool->size) break;
-    size_t step = (size_t)(pool->size - at < FAULT_STEP ? pool->size - at : FAULT_STEP);
-    if (touch || madvise(job->map + at, step, MADV_POPULATE_WRITE) != 0) {
-      touch = true; /* an older kernel: write one byte per page */
-      for (size_t i = 0; i < step; i += 4096) ((volatile uint8_t *)job->map + at)[i] = 0;
-    }
-    atomic_fetch_add(&pool->populated, step);
+    if (at >= length) break;
+    size_t step = (size_t)(length - at < FAULT_STEP ? length - at : FAULT_STEP);
+    /* No touching fallback: a page of a hugetlb file the kernel cannot give is a SIGBUS. */
+    if (madvise(job->map + at, step, MADV_POPULATE_WRITE) != 0) break;
+    atomic_fetch_add(&job->pool->populated, step);
   }
   return NULL;
 }
 
-/* Fault every page of the pool in (the map is this thread's and its workers' own). */
-static void *populate(void *arg)
+static void *fault_range(void *arg)
 {
-  struct host_pool *pool = arg;
-  uint8_t *map = mmap(NULL, (size_t)pool->size, PROT_READ | PROT_WRITE, MAP_SHARED, pool->fd, 0);
-  if (map == MAP_FAILED) {
-    fprintf(stderr, "cudawd: host-memory pool: cannot map it to fault it in: %s; the programs "
-            "fault it in as they use it\n", strerror(errno));
-    return NULL;
-  }
-  struct populate_job job = {.pool = pool, .map = map};
+  struct fault_job *job = arg;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   int wanted = cores > POPULATE_THREADS ? POPULATE_THREADS : cores > 1 ? (int)cores : 1;
   pthread_t workers[POPULATE_THREADS];
   int started = 0;
-  while (started + 1 < wanted &&
-         pthread_create(&workers[started], NULL, populate_worker, &job) == 0)
+  while (started + 1 < wanted && pthread_create(&workers[started], NULL, fault_worker, job) == 0)
     started++;
-  populate_worker(&job);
+  fault_worker(job);
   for (int i = 0; i < started; i++) pthread_join(workers[i], NULL);
-  munmap(map, (size_t)pool->size); /* the pages stay in the file */
-  if (!atomic_load(&pool->stop))
-    fprintf(stderr, "cudawd: host-memory pool: %.2f GiB faulted in (%d threads)\n",
-            (double)pool->size / (1u << 30), started + 1);
+  munmap(job->map, (size_t)(job->to - job->from)); /* the pages stay in the file */
+  atomic_store(&job->pool->thread_done, true);
   return NULL;
 }
 
-/* A hugetlb file of `size`, or -errno: a mapping must get its huge pages reserved, which fails
- * at once when the kernel has too few (a fault would otherwise be a SIGBUS later). */
+/* Wait for the faulting thread (asked to stop first when stop is set). */
+static void join_fault(struct host_pool *pool, bool stop)
+{
+  if (!pool->thread_running) return;
+  if (stop) atomic_store(&pool->stop, true);
+  pthread_join(pool->thread, NULL);
+  pool->thread_running = false;
+  atomic_store(&pool->stop, false);
+  free(pool->job);
+  pool->job = NULL;
+}
+
+/* Start faulting [from, to) in; the map also reserves a hugetlb file's huge pages for the range
+ * (refused at once when the kernel has too few: a fault would be a SIGBUS later). */
+static int start_fault(struct host_pool *pool, uint64_t from, uint64_t to)
+{
+  struct fault_job *job = calloc(1, sizeof *job);
+  if (!job) return -ENOMEM;
+  job->map = mmap(NULL, (size_t)(to - from), PROT_READ | PROT_WRITE, MAP_SHARED, pool->fd,
+                  (off_t)from);
+  if (job->map == MAP_FAILED) {
+    int rc = -errno;
+    free(job);
+    return rc;
+  }
+  job->pool = pool;
+  job->from = from;
+  job->to = to;
+  pool->job = job;
+  atomic_store(&pool->thread_done, false);
+  pool->thread_running = pthread_create(&pool->thread, NULL, fault_range, job) == 0;
+  if (!pool->thread_running) { /* the programs fault it in as they register it */
+    munmap(job->map, (size_t)(to - from));
+    free(job);
+    pool->job = NULL;
+  }
+  return 0;
+}
+
+/* A hugetlb file of `size`, or -errno: huge pages are set aside by the administrator (they are
+ * not in MemAvailable either way); a map reserves them for the file, which fails at once when the
+ * kernel has too few (a fault would otherwise be a SIGBUS later). */
 static int open_huge(uint64_t size)
 {
   int fd = memfd_create("cudawd-pool", MFD_CLOEXEC | MFD_HUGETLB);
@@ -190,30 +236,66 @@ int pool_open(struct host_pool *pool, uint64_t size, char *why, size_t why_len)
     }
   }
   pool->fd = fd;
-  pool->size = size;
-  pool->thread_running = pthread_create(&pool->thread, NULL, populate, pool) == 0;
-  if (!pool->thread_running)
-    fprintf(stderr, "cudawd: host-memory pool: no thread to fault it in; the programs fault it "
-            "in as they use it\n");
+  pool->size = size; /* sized, nothing faulted in: pool_set_window does as demand comes */
   return 0;
 }
 
 void pool_close(struct host_pool *pool)
 {
   if (!pool->size) return;
-  atomic_store(&pool->stop, true);
-  if (pool->thread_running) pthread_join(pool->thread, NULL);
+  join_fault(pool, true);
   close(pool->fd);
   pool->fd = -1;
-  pool->size = 0;
+  pool->size = pool->window = 0;
 }
 
-/* The first gap of need bytes: its index among the loans (-1: none) and offset. */
-static int find_gap(const struct host_pool *pool, uint64_t need, uint64_t *offset)
+void pool_tick(struct host_pool *pool)
+{
+  if (pool->thread_running && atomic_load(&pool->thread_done)) join_fault(pool, false);
+}
+
+int pool_set_window(struct host_pool *pool, uint64_t window)
+{
+  window = round_up(window);
+  if (window > pool->size) window = pool->size;
+  if (window == pool->window) return 0;
+  if (window > pool->window) {
+    /* One faulting job at a time, without waiting for it here (the loop would stall for
+     * seconds): the last one stops after its step, and the new one covers what it had left (the
+     * pages already there cost little to fault again). A hugetlb file must have the huge pages
+     * for the range before anyone faults it in: start_fault's map reserves them. */
+    uint64_t from = pool->thread_running && pool->job ? pool->job->from : pool->window;
+    join_fault(pool, true);
+    int rc = start_fault(pool, from, window);
+    if (rc && pool->huge) return rc;
+    pool->window = window;
+    return 0;
+  }
+  join_fault(pool, true); /* no worker may fault a page in beyond the window after the punch */
+  uint64_t resident_before = pool_resident(pool);
+  if (fallocate(pool->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)window,
+                (off_t)(pool->size - window)) != 0)
+    return -errno;
+  uint64_t resident = pool_resident(pool);
+  pool->released += resident_before > resident ? resident_before - resident : 0;
+  pool->window = window;
+  atomic_store(&pool->populated, resident);
+  return 0;
+}
+
+uint64_t pool_resident(const struct host_pool *pool)
+{
+  struct stat st; /* pages the kernel holds for the memfd, faulted in by anyone */
+  return pool->size && fstat(pool->fd, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0;
+}
+
+/* The first gap of need bytes below limit: its index among the loans (-1: none) and offset. */
+static int find_gap(const struct host_pool *pool, uint64_t need, uint64_t limit, uint64_t *offset)
 {
   uint64_t at = 0;
   for (int i = 0; i <= pool->count; i++) {
-    uint64_t end = i < pool->count ? pool->loan[i].offset : pool->size;
+    uint64_t end = i < pool->count ? pool->loan[i].offset : limit;
+    if (end > limit) end = limit;
     if (end >= at && end - at >= need) {
       *offset = at;
       return i;
@@ -223,20 +305,25 @@ static int find_gap(const struct host_pool *pool, uint64_t need, uint64_t *offse
   return -1;
 }
 
-bool pool_can_lend(const struct host_pool *pool, uint64_t bytes)
+static uint64_t lend_limit(const struct host_pool *pool, uint64_t limit)
+{
+  return limit < pool->window ? limit : pool->window;
+}
+
+bool pool_can_lend(const struct host_pool *pool, uint64_t bytes, uint64_t limit)
 {
   uint64_t need = round_up(bytes), at;
   return pool->size && bytes && need >= bytes && pool->count < POOL_MAX_LOANS &&
-         find_gap(pool, need, &at) >= 0;
+         find_gap(pool, need, lend_limit(pool, limit), &at) >= 0;
 }
 
-int pool_lend(struct host_pool *pool, uint64_t bytes, struct pool_loan *out)
+int pool_lend(struct host_pool *pool, uint64_t bytes, uint64_t limit, struct pool_loan *out)
 {
   if (!pool->size || !bytes || pool->count == POOL_MAX_LOANS) return -ENOSPC;
   uint64_t need = round_up(bytes);
   if (need < bytes) return -ENOSPC; /* wrapped */
   uint64_t at = 0;
-  int i = find_gap(pool, need, &at);
+  int i = find_gap(pool, need, lend_limit(pool, limit), &at);
   if (i < 0) return -ENOSPC;
   memmove(&pool->loan[i + 1], &pool->loan[i], (size_t)(pool->count - i) * sizeof pool->loan[0]);
   pool->loan[i] = (struct pool_loan){at, need};
@@ -262,4 +349,9 @@ void pool_return(struct host_pool *pool, uint64_t offset)
 uint64_t pool_free_bytes(const struct host_pool *pool)
 {
   return pool->size ? pool->size - pool->lent : 0;
+}
+
+uint64_t pool_loans_end(const struct host_pool *pool)
+{
+  return pool->count ? pool->loan[pool->count - 1].offset + pool->loan[pool->count - 1].length : 0;
 }

@@ -46,6 +46,11 @@ void sched_fill_snapshot(const struct daemon *d, struct sched_snapshot *out)
   }
   sched_pool_info(d, &out->pool);
   sched_uid_info(d, out);
+  out->pool_window = d->pool.window;
+  out->pool_released = d->pool.released;
+  out->pool_release = d->config.pool_release;
+  out->idle_exit = d->config.idle_exit;
+  out->idle_for = d->idle_since > 0 ? now - d->idle_since : 0;
 }
 
 void sched_program_info(const struct program *p, struct sched_program_info *info)
@@ -148,10 +153,13 @@ int sched_write_metrics(const struct daemon *d, const char *path)
     {"cudawd_host_pool_placed_bytes_total", "counter", "Image bytes put into lent pool ranges."},
     {"cudawd_host_pool_fallbacks_total", "counter",
      "Checkpoints ordered without a loan: the pool had no room."},
+    {"cudawd_host_pool_window_bytes", "gauge", "Pool bytes offered to the programs (demand)."},
+    {"cudawd_host_pool_released_bytes_total", "counter", "Pool bytes given back to the kernel."},
   };
   const struct sched_pool_info *pool = &snapshot.pool;
   uint64_t pool_values[] = {pool->size, pool->lent, pool->free, pool->populated,
-                            (uint64_t)pool->huge_pages, pool->placed_bytes, pool->fallbacks};
+                            (uint64_t)pool->huge_pages, pool->placed_bytes, pool->fallbacks,
+                            snapshot.pool_window, snapshot.pool_released};
   for (size_t k = 0; k < sizeof pool_series / sizeof pool_series[0]; k++)
     fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s %" PRIu64 "\n", pool_series[k].name,
             pool_series[k].help, pool_series[k].name, pool_series[k].type, pool_series[k].name,

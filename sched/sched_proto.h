@@ -45,9 +45,14 @@ enum sched_msg_type {
   /* The host-memory pool (cudawd --host-memory), added within version 2: an older program drops
    * SCHED_POOL and its descriptor unread and is never lent a range; an older cudawd never sends
    * it, so never hears SCHED_POOL_MAPPED. */
-  SCHED_POOL,        /* cudawd -> program, after its hello, with the pool's memfd (SCM_RIGHTS):
-                      * `bytes` its size, value 1 if huge pages back it */
-  SCHED_POOL_MAPPED, /* program -> cudawd: value 1: mapped, cudawd may lend it ranges; 0: not */
+  SCHED_POOL,        /* cudawd -> program, with the pool's memfd (SCM_RIGHTS): `bytes` the
+                      * window to map, [0, bytes) of it; value 1 if huge pages back it. Sent
+                      * again whenever the window changes: the new one replaces the old */
+  SCHED_POOL_MAPPED, /* program -> cudawd: value 1: mapped, cudawd may lend it ranges; 0: not;
+                      * `bytes`: the window it mapped (0 from an older program: the last sent) */
+  /* cudaw-ctl -> cudawd, added within version 2 (an older cudawd logs and ignores it) */
+  SCHED_STOP,        /* stop cudawd (its owner or root); value 1: even with programs joined.
+                      * Answered with SCHED_REPLY: 0, -EPERM, or -EBUSY with `value` programs */
 };
 
 struct sched_msg {
@@ -181,6 +186,12 @@ struct sched_snapshot {
   int32_t uids;            /* rows of uid[] used */
   int32_t reserved;
   struct sched_uid_info uid[SCHED_MAX_UIDS];
+  /* Added after uid[] in the same way: the pool following demand, and cudawd's idle exit. */
+  uint64_t pool_window;    /* the part of the pool offered to the programs (faulted in) */
+  uint64_t pool_released;  /* bytes of the pool given back to the kernel since start */
+  double pool_release;     /* --pool-release seconds */
+  double idle_exit;        /* --idle-exit seconds (0: never) */
+  double idle_for;         /* seconds without a program joined (0: programs now) */
 };
 
 /* A device key fit to print anywhere (terminal, JSON, metrics labels): letters, digits, '-', '.'

@@ -259,7 +259,8 @@ static void take_pool(int fd, uint64_t size, bool huge)
     shim_info("sched: mapped cudawd's host-memory pool (%s, huge pages %s); page-locking it in "
               "the background", bytes, huge ? "yes" : "no");
   }
-  send_msg((struct sched_msg){.type = SCHED_POOL_MAPPED, .value = rc || why ? 0 : 1});
+  send_msg((struct sched_msg){.type = SCHED_POOL_MAPPED, .value = rc || why ? 0 : 1,
+                              .bytes = size}); /* the window: cudawd sends a new one as it moves */
 }
 
 /* One message from cudawd, and the descriptor that came with it (-1: none). */

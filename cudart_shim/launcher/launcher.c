@@ -22,7 +22,8 @@ static void usage(FILE *out)
   fprintf(out,
           "usage: cudaw run [--share] [--] <command> [args...]   run a command under cudaw\n"
           "         --share: share the GPU with other programs through cudawd (started if none\n"
-          "         answers on <run dir>/cudawd.sock; its log: <run dir>/cudawd.log)\n"
+          "         answers on <run dir>/cudawd.sock; its log: <run dir>/cudawd.log). It exits\n"
+          "         10 minutes after the last program (`cudaw-ctl sched --stop`: now)\n"
           "       cudaw libdir                         print the folder of cudaw's %s\n"
           "       cudaw cdi generate [--output FILE]   write a CDI spec for containers (--help)\n"
           "       cudaw options [--markdown]           print the CUDAW_* options (--markdown: the\n"
@@ -84,7 +85,8 @@ static bool cudawd_answers(const char *path)
 }
 
 /* --share: start cudawd (next to this launcher) unless one answers in the run dir. It is
- * detached (double fork, own session), so it outlives this program and serves later ones. */
+ * detached (double fork, own session), so it outlives this program and serves later ones; it
+ * exits by itself after its default --idle-exit (10 minutes) without a program. */
 static int ensure_cudawd(void)
 {
   struct ckpt_options options;

@@ -3,8 +3,9 @@
 # benchmarks and framework checks. The machine lacks our Debian -dev packages: their .debs travel
 # in .carry/debs (see README) and are unpacked into /tmp/deps.
 # Usage: tests/gpu/device_run.sh [stage ...]   stages: build test bench pytorch cupy ckpt driver release multi
-# spill pool share soon demo gpu k8s (default: build test bench). spill: tests/gpu/spill_bench.sh. soon: jobs paused ~2 s after allocating
-# (tests/gpu/pause_soon.sh). demo: examples/demo.sh on the built tree (the
+# spill pool idle share soon demo gpu k8s (default: build test bench). spill: tests/gpu/spill_bench.sh.
+# idle: tests/sched/idle_bench.sh. soon: jobs paused ~2 s after allocating (tests/gpu/pause_soon.sh).
+# demo: examples/demo.sh on the built tree (the
 # README's first command, nvidia-smi's figures); gpu: `ctest -L gpu -j4`, the GPU tests side by side; k8s: a
 # PyTorch job under cudaw's CDI edits applied by hand (tests/k8s/gpu_pytorch_cdi.sh). Logs go to $OUT (or /tmp/cudaw-out); the summary is
 # printed last.
@@ -112,6 +113,11 @@ if [[ " $stages " == *" pool "* ]]; then
   # cudawd's host-memory pool: one job of POOL_GIB swapped out and in, without and with the pool.
   bash "$SRC/tests/sched/pool_bench.sh" "$B" "${POOL_GIB:-40}" "$OUT/pool" > "$OUT/pool_bench.log" 2>&1
   note "pool_bench (rc $?):"; grep -vE "^\s*$" "$OUT/pool_bench.log" | tail -12
+fi
+if [[ " $stages " == *" idle "* ]]; then
+  # An idle cudawd gives its memory back: two jobs of IDLE_GIB through the pool, then 65 s idle.
+  bash "$SRC/tests/sched/idle_bench.sh" "$B" "${IDLE_GIB:-16}" "$OUT/idle" > "$OUT/idle_bench.log" 2>&1
+  note "idle_bench (rc $?):"; grep -vE "^\s*$" "$OUT/idle_bench.log" | tail -14
 fi
 if [[ " $stages " == *" share "* ]]; then
   # Sharing benchmarks: three jobs of 1.7x the GPU, GPU-bound and with host phases (SCENARIOS).

@@ -4,13 +4,16 @@
 #ifndef CUDAW_TESTS_SCHED_CLIENT_H
 #define CUDAW_TESTS_SCHED_CLIENT_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
@@ -92,6 +95,50 @@ static inline bool client_wait_up(const char *dir, double seconds)
   }
   free(s);
   return up;
+}
+
+/* A peer (a process of its own: cudawd knows programs by pid) that joins the cudawd of dir and
+ * says it holds `bytes` on the emulated device (16 GiB), demand for the pool, until it is
+ * killed. Its pid. */
+static inline pid_t client_fake_program(const char *dir, uint64_t bytes)
+{
+  pid_t pid = fork();
+  CHECK(pid >= 0, "fork: %s", strerror(errno));
+  if (pid > 0) return pid;
+  int fd = client_connect(dir);
+  if (fd < 0) _exit(1);
+  struct sched_msg msg = {.version = SCHED_PROTO_VERSION, .type = SCHED_HELLO, .pid = getpid()};
+  bool sent = send(fd, &msg, sizeof msg, MSG_NOSIGNAL) == (ssize_t)sizeof msg;
+  msg = (struct sched_msg){.version = SCHED_PROTO_VERSION, .type = SCHED_DEVICE,
+                           .pid = getpid(), .bytes = 16ull << 30};
+  memcpy(msg.key, "63756461772d656d752d646576696365", 32); /* the emulated device's UUID */
+  sent = sent && send(fd, &msg, sizeof msg, MSG_NOSIGNAL) == (ssize_t)sizeof msg;
+  msg = (struct sched_msg){.version = SCHED_PROTO_VERSION, .type = SCHED_USAGE, .pid = getpid(),
+                           .bytes = bytes};
+  sent = sent && send(fd, &msg, sizeof msg, MSG_NOSIGNAL) == (ssize_t)sizeof msg;
+  if (!sent) _exit(1);
+  for (;;) pause();
+}
+
+/* The pages the kernel holds for cudawd pid's host-memory pool, seen from outside: its memfd's
+ * blocks through /proc/<pid>/fd (not cudawd's own word). -1: it holds no pool file. */
+static inline long long client_pool_bytes(pid_t pid)
+{
+  char dir[64], link[340], target[256];
+  snprintf(dir, sizeof dir, "/proc/%d/fd", pid);
+  DIR *d = opendir(dir);
+  long long bytes = -1;
+  for (struct dirent *e; d && (e = readdir(d));) {
+    snprintf(link, sizeof link, "%s/%s", dir, e->d_name);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n <= 0) continue;
+    target[n] = '\0';
+    struct stat st;
+    if (strstr(target, "memfd:cudawd-pool") && stat(link, &st) == 0)
+      bytes = (long long)st.st_blocks * 512;
+  }
+  if (d) closedir(d);
+  return bytes;
 }
 
 static inline bool client_file_has(const char *path, const char *text)

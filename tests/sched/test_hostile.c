@@ -10,8 +10,11 @@
  *   churn     20 s of connection churn (hello and hang up, junk, connect and close): the log
  *             grows by at most 64 KiB and says how many it did not log one by one
  *   pools     two cudawds started together on a host of 1 GiB (CUDAWD_MEMINFO; the ledger in a
- *             directory of the test's): their pools stay within the budget (50% of RAM), and one
- *             has a pool; cudaw-ctl sched names the pool's holder
+ *             directory of the test's) claim nothing while idle; with programs whose images
+ *             need 438 MiB on each, their windows and the pages they hold stay within the
+ *             budget (50% of RAM) together, the smaller says why, and when the first one's
+ *             programs leave it gives its window back and the second grows into it;
+ *             cudaw-ctl sched names the pool's holder
  *   oversize  --host-memory above MemTotal, or above what is available, is refused by name
  *   usage: sched_test_hostile CUDAWD CUDAW_CTL JOB MODE */
 #define _GNU_SOURCE
@@ -255,8 +258,7 @@ static void test_pools(void)
   snprintf(meminfo, sizeof meminfo, "%s/meminfo", run_dir);
   snprintf(ledger, sizeof ledger, "%s/ledger", run_dir);
   CHECK(mkdir(ledger, 01777) == 0);
-  /* 1 GiB of RAM, 8.5 GiB available (the default keeps 8 GiB free): each alone would take
-   * 512 MiB, the whole budget. */
+  /* 1 GiB of RAM, 8.5 GiB available (the default keeps 8 GiB free): the budget is 512 MiB. */
   write_meminfo(meminfo, 1024, 8704);
   setenv("CUDAWD_MEMINFO", meminfo, 1);
   setenv("CUDAWD_LEDGER", ledger, 1);
@@ -272,7 +274,7 @@ static void test_pools(void)
     CHECK(pid >= 0);
     if (pid == 0) {
       setenv("CUDAW_RUN_DIR", dirs[i], 1);
-      const char *argv[] = {cudawd_path, "--gpu-list", "none", NULL};
+      const char *argv[] = {cudawd_path, "--gpu-list", "none", "--pool-release", "1", NULL};
       int fd = open(logs[i], O_WRONLY | O_CREAT | O_APPEND, 0600);
       if (fd >= 0) dup2(fd, 2);
       execv(argv[0], (char *const *)argv);
@@ -280,35 +282,73 @@ static void test_pools(void)
     }
     daemons[i] = pid;
   }
-  uint64_t sizes[2];
   struct sched_snapshot *s = calloc(1, sizeof *s);
   CHECK(s != NULL);
   for (int i = 0; i < 2; i++) {
     CHECK(client_wait_up(dirs[i], 10), "cudawd %d did not answer (log %s)", i, logs[i]);
     CHECK(client_snapshot(dirs[i], s));
-    sizes[i] = s->pool.size;
-    CHECK(!s->pool.enabled || s->pool.holder_pid == daemons[i],
-          "cudawd %d's pool names holder %d, not %d", i, s->pool.holder_pid, daemons[i]);
+    /* An idle cudawd claims nothing of the budget: both have a pool, neither a window. */
+    CHECK(s->pool.enabled && s->pool.size > 0 && s->pool.size <= 512 * MIB && !s->pool_window,
+          "cudawd %d: pool %llu, window %llu", i, (unsigned long long)s->pool.size,
+          (unsigned long long)s->pool_window);
+    CHECK(s->pool.holder_pid == daemons[i], "cudawd %d's pool names holder %d, not %d", i,
+          s->pool.holder_pid, daemons[i]);
   }
-  printf("two cudawds started together on 1 GiB: pools of %llu and %llu MiB (budget 512)\n",
-         (unsigned long long)(sizes[0] / MIB), (unsigned long long)(sizes[1] / MIB));
-  CHECK(sizes[0] + sizes[1] <= 512 * MIB, "together %llu MiB: more than the budget",
-        (unsigned long long)((sizes[0] + sizes[1]) / MIB));
-  CHECK(sizes[0] + sizes[1] > 0, "neither cudawd has a pool");
-  bool said = client_file_has(logs[0], "taken by other cudawds' pools") ||
-              client_file_has(logs[1], "taken by other cudawds' pools");
-  CHECK(said, "the cudawd without a pool does not say why (%s, %s)", logs[0], logs[1]);
+  /* Two programs of 200 MiB on each: each cudawd's images need 438 MiB (200 + 1/64 + 16 each),
+   * 876 together. */
+  pid_t peers[2][2];
+  for (int i = 0; i < 2; i++)
+    for (int k = 0; k < 2; k++) peers[i][k] = client_fake_program(dirs[i], 200 * MIB);
+  uint64_t windows[2] = {0, 0}, most = 0;
+  for (double end = client_now() + 5; client_now() < end; client_sleep_ms(100)) {
+    for (int i = 0; i < 2; i++) {
+      CHECK(client_snapshot(dirs[i], s));
+      windows[i] = s->pool_window;
+    }
+    uint64_t held = (uint64_t)(client_pool_bytes(daemons[0]) + client_pool_bytes(daemons[1]));
+    CHECK(windows[0] + windows[1] <= 512 * MIB && held <= 512 * MIB, "together windows of %llu "
+          "and %llu MiB, %llu MiB faulted in: more than the budget",
+          (unsigned long long)(windows[0] / MIB), (unsigned long long)(windows[1] / MIB),
+          (unsigned long long)(held / MIB));
+    if (windows[0] + windows[1] > most) most = windows[0] + windows[1];
+  }
+  printf("two cudawds whose images need 438 MiB each on 1 GiB: windows of %llu and %llu MiB "
+         "(budget 512)\n", (unsigned long long)(windows[0] / MIB),
+         (unsigned long long)(windows[1] / MIB));
+  CHECK(most >= 438 * MIB, "the windows never took the budget up (%llu MiB together)",
+        (unsigned long long)(most / MIB));
+  int first = windows[0] >= windows[1] ? 0 : 1, second = 1 - first;
+  CHECK(client_file_has(logs[second], "with other cudawds' pools"),
+        "the cudawd with the smaller window does not say why (%s)", logs[second]);
+  /* The first one's programs leave: its window is given back (--pool-release 1), and the
+   * second one's grows into the budget. */
+  for (int k = 0; k < 2; k++) {
+    kill(peers[first][k], SIGKILL);
+    waitpid(peers[first][k], NULL, 0);
+  }
+  bool grew = false;
+  for (double end = client_now() + 10; !grew && client_now() < end; client_sleep_ms(100)) {
+    CHECK(client_snapshot(dirs[second], s));
+    grew = s->pool_window >= 438 * MIB;
+  }
+  CHECK(grew, "the second cudawd's window stayed at %llu MiB after the first gave its back",
+        (unsigned long long)(s->pool_window / MIB));
+  CHECK(client_pool_bytes(daemons[first]) + client_pool_bytes(daemons[second]) <=
+        (long long)(512 * MIB));
   /* The text names the holder (ps shows none of the pool in cudawd's RSS). */
   char out[200], command[600];
-  int with_pool = sizes[0] ? 0 : 1;
   snprintf(out, sizeof out, "%s/sched.txt", run_dir);
-  snprintf(command, sizeof command, "CUDAW_RUN_DIR='%s' '%s' sched > '%s'", dirs[with_pool],
+  snprintf(command, sizeof command, "CUDAW_RUN_DIR='%s' '%s' sched > '%s'", dirs[second],
            ctl_path, out);
   CHECK(system(command) == 0, "cudaw-ctl sched failed");
   char holder[64];
-  snprintf(holder, sizeof holder, "held by cudawd pid %d", daemons[with_pool]);
+  snprintf(holder, sizeof holder, "held by cudawd pid %d", daemons[second]);
   CHECK(client_file_has(out, holder), "cudaw-ctl sched does not name the pool's holder (%s)", out);
   free(s);
+  for (int k = 0; k < 2; k++) {
+    kill(peers[second][k], SIGKILL);
+    waitpid(peers[second][k], NULL, 0);
+  }
   for (int i = 0; i < 2; i++) stop(daemons[i]);
   unsetenv("CUDAWD_MEMINFO");
   unsetenv("CUDAWD_LEDGER");

@@ -76,6 +76,7 @@ struct engine {
   uint64_t image_bytes;
   bool device_hash_warned;
   struct reserve *reserve; /* CUDAW_CKPT_RESERVE, or NULL */
+  struct ckpt_options options; /* what engine_new was given, for a new reserve */
   bool reserve_held;       /* the image's regions lie in it */
   struct reserve *pool;    /* cudawd's host-memory pool (engine_set_pool), or NULL */
   uint64_t loan_offset, loan_length; /* the range lent for the next checkpoint's image */
@@ -120,6 +121,7 @@ struct engine *engine_new(const struct ckpt_host_ops *ops, void *ctx, const stru
   if (!e) return NULL;
   e->ops = ops;
   e->ctx = ctx;
+  e->options = *options;
   e->prefault = options->prefault;
   e->fill = options->fill_kernel != 0;
   e->keep_image = options->keep_image != 0;
@@ -356,6 +358,13 @@ void engine_drop_image(struct engine *e) {
   if (e->pool_held) reserve_give_back(e->pool);
   e->pool_held = false;
   e->loan_length = 0; /* the range goes back to cudawd with the image */
+}
+
+void engine_empty_reserve(struct engine *e) {
+  if (!e->reserve || e->reserve_held) return;
+  reserve_free(e->reserve);
+  e->reserve = reserve_new(e->ops, e->ctx, &e->options);
+  reserve_standby(e->reserve, e->pool != NULL);
 }
 
 int engine_set_pool(struct engine *e, struct reserve *pool) {

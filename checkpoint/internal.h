@@ -165,6 +165,9 @@ int engine_image_device_bytes(const struct engine *engine, uint64_t *bytes, int 
 void engine_free(struct engine *engine);
 /* The engine's reserve (NULL without CUDAW_CKPT_RESERVE). Any thread. */
 struct reserve *engine_reserve(struct engine *engine);
+/* The image went to disk to free host memory: the reserve's goes too (unregistered, unmapped);
+ * a new one grows again once the program runs. No-op while an image lies in it. */
+void engine_empty_reserve(struct engine *engine);
 /* cudawd's host-memory pool (a shared reserve; the engine owns it from now on, NULL: none), in
  * place of the last one; -EBUSY while an image lies in the last one. Transition thread or with
  * no transition under way. */

@@ -266,6 +266,7 @@ static void pause_program(struct ckpt_result *r, double requested_at) {
     snprintf(tr.paused.dir, sizeof tr.paused.dir, "%s", request->to_dir);
   }
   pthread_mutex_unlock(&tr.lock);
+  if (request->to_dir[0]) engine_empty_reserve(tr.engine); /* free host memory: all of it */
   /* While paused, page-lock the image so that the resume copies without staging buffers. */
   /* Not after the driver's checkpoint: page-locking calls into the driver, which holds the
    * process until the resume. */
@@ -434,6 +435,7 @@ static void spill_image(struct ckpt_result *r) {
   tr.paused.disk_stored = disk.stored;
   snprintf(tr.paused.dir, sizeof tr.paused.dir, "%s", request->to_dir);
   pthread_mutex_unlock(&tr.lock);
+  engine_empty_reserve(tr.engine); /* the disk holds the image to free host memory: all of it */
 }
 
 /* Read a spilled image back into host memory, verified; the files stay. Still paused. */

@@ -89,6 +89,7 @@ struct engine {
 struct chunk_ref {
   uint32_t region;
   uint32_t chunk;
+  uint32_t count; /* 0 or 1: that chunk; more: as many consecutive direct chunks, one copy */
 };
 
 /* A save or restore run, shared by its threads. */
@@ -868,6 +869,14 @@ static void *stream_of(struct engine *e, int device, int slot) {
   return e->streams[device * e->slots + slot];
 }
 
+/* The bytes of a chunk reference: its chunks, the region's last one shorter. */
+static uint64_t chunk_length(const struct engine *e, struct chunk_ref ref) {
+  const struct image_region *r = &e->image[ref.region];
+  uint64_t offset = (uint64_t)ref.chunk * e->chunk_bytes;
+  uint64_t n = (uint64_t)(ref.count > 1 ? ref.count : 1) * e->chunk_bytes;
+  return r->region.size - offset < n ? r->region.size - offset : n;
+}
+
 /* The slot's copy is done (stream synchronized); finish it on the host side. */
 static int complete_slot(struct worker *w, struct slot *slot, XXH3_state_t *state) {
   struct job *job = w->job;
@@ -887,8 +896,7 @@ static int complete_slot(struct worker *w, struct slot *slot, XXH3_state_t *stat
     return rc;
   }
   if (job->save && !atomic_load(&job->failed)) {
-    size_t n = (size_t)(r->region.size - offset < e->chunk_bytes ? r->region.size - offset
-                                                                 : e->chunk_bytes);
+    size_t n = (size_t)chunk_length(e, ref);
     struct image_filler *filler = r->untouched ? &e->filler : NULL;
     const uint8_t *staging = e->staging[slot->staging];
     if (direct(r, offset, n)) { /* the DMA wrote the image itself */
@@ -956,8 +964,7 @@ static int start_slot(struct worker *w, struct slot *slot, uint64_t index, XXH3_
   struct chunk_ref ref = job->chunks[index];
   struct image_region *r = &e->image[ref.region];
   uint64_t offset = (uint64_t)ref.chunk * e->chunk_bytes;
-  size_t n = (size_t)(r->region.size - offset < e->chunk_bytes ? r->region.size - offset
-                                                               : e->chunk_bytes);
+  size_t n = (size_t)chunk_length(e, ref);
   void *stream = stream_of(e, r->region.device, slot->staging);
   void *staging = e->staging[slot->staging];
   if (e->source) return start_from_source(w, slot, index, offset, n, stream, staging);
@@ -1105,16 +1112,46 @@ static struct chunk_ref *list_chunks(const struct engine *e, uint64_t *count) {
         c->chunk = 0;
       }
       if (c->region < e->image_count)
-        chunks[(*count)++] = (struct chunk_ref){(uint32_t)c->region, (uint32_t)c->chunk++};
+        chunks[(*count)++] = (struct chunk_ref){(uint32_t)c->region, (uint32_t)c->chunk++, 0};
     }
   free(at);
   return chunks;
 }
 
-static uint64_t chunk_length(const struct engine *e, struct chunk_ref ref) {
-  const struct image_region *r = &e->image[ref.region];
-  uint64_t offset = (uint64_t)ref.chunk * e->chunk_bytes;
-  return r->region.size - offset < e->chunk_bytes ? r->region.size - offset : e->chunk_bytes;
+
+/* Direct copies of up to this many bytes go as one: a copy of one 4 MiB chunk costs the link
+ * a gap at each end, ~8% of a resume on the H100 (0.92x of H2D in 4 MiB copies, 2026-11-27). */
+#define BATCH_BYTES (64ull << 20)
+
+/* The order the copy threads take `chunks` in (a copy; the caller's list keeps its order):
+ * staged chunks first, so that their host copies overlap the direct ones' DMA instead of
+ * trailing behind it, then the direct ones, consecutive chunks of a region merged into one
+ * copy where nothing is done per chunk on the host (saved or verified with device checksums).
+ * NULL when out of memory. */
+static struct chunk_ref *order_for_copy(const struct engine *e, const struct chunk_ref *chunks,
+                                        uint64_t *count, bool save, bool host_sums, bool live) {
+  struct chunk_ref *work = malloc((*count ? *count : 1) * sizeof *work);
+  if (!work) return NULL;
+  uint64_t n = 0, batch = BATCH_BYTES / e->chunk_bytes;
+  for (int pass = 0; pass < 2; pass++)
+    for (uint64_t k = 0; k < *count; k++) {
+      struct chunk_ref ref = chunks[k];
+      const struct image_region *r = &e->image[ref.region];
+      uint64_t offset = (uint64_t)ref.chunk * e->chunk_bytes;
+      bool straight = direct(r, offset, (size_t)chunk_length(e, ref));
+      if (straight != (pass == 1)) continue;
+      bool quiet = straight && !live && (save ? !host_sums : r->device_sums);
+      struct chunk_ref *last = n ? &work[n - 1] : NULL;
+      if (quiet && last && last->region == ref.region && last->count >= 1 &&
+          last->chunk + last->count == ref.chunk && last->count < batch) {
+        last->count++;
+        continue;
+      }
+      ref.count = quiet ? 1 : 0;
+      work[n++] = ref;
+    }
+  *count = n;
+  return work;
 }
 
 /* Copy `count` chunks (save: device -> image; restore: image -> device) with the copy threads. */
@@ -1126,8 +1163,15 @@ static int run_job(struct engine *e, bool save, bool host_sums, bool live, struc
     snprintf(reason, len, "preparing the copy engine failed: %s", strerror(-rc));
     return rc;
   }
+  /* A restore from disk (e->source) reads in the list's order: kept as it is. */
+  struct chunk_ref *work = e->source ? NULL
+                                     : order_for_copy(e, chunks, &count, save, host_sums, live);
+  if (!e->source && !work) {
+    snprintf(reason, len, "out of memory for the chunk list");
+    return -ENOMEM;
+  }
   struct job job = {.engine = e, .save = save, .host_sums = host_sums, .live = live,
-                    .chunks = chunks, .chunk_count = count};
+                    .chunks = work ? work : chunks, .chunk_count = count};
   pthread_mutex_init(&job.lock, NULL);
   struct worker *workers = calloc((size_t)e->threads, sizeof *workers);
   if (!workers) {
@@ -1165,6 +1209,7 @@ static int run_job(struct engine *e, bool save, bool host_sums, bool live, struc
   }
 out:
   free(workers);
+  free(work);
   pthread_mutex_destroy(&job.lock);
   return rc;
 }

@@ -238,6 +238,8 @@ int transition_submit(enum ckpt_op op, double requested_at, transition_done_fn d
 int transition_submit_with(enum ckpt_op op, double requested_at, const struct transition_request *request,
                            transition_done_fn done, void *arg, const char **why);
 void transition_paused_info(struct transition_paused *out);
+/* The paused image is on disk or with the driver (no lock taken: any thread, any lock held). */
+bool transition_image_away(void);
 void transition_forget_after_fork(void);
 uint64_t transition_image_bytes(void);
 /* engine_image_device_bytes of the current image (0 devices while none is complete). */

@@ -117,10 +117,7 @@ static void refuse(struct reserve *rs, uint64_t want, uint64_t held, uint64_t av
 static bool may_register(void) {
   enum ckpt_state_id state = ckpt_state();
   if (state == CKPT_RUNNING) return true;
-  if (state != CKPT_PAUSED) return false;
-  struct transition_paused paused;
-  transition_paused_info(&paused);
-  return !paused.driver_released && !paused.disk_bytes;
+  return state == CKPT_PAUSED && !transition_image_away();
 }
 
 /* Fault in and register [at, at + n); 0 or -errno. Called without the lock. */

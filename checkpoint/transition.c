@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
 #include <stdio.h>
@@ -71,6 +72,17 @@ static void fail(struct ckpt_result *r, int error, const char *format, ...) {
 
 /* The image's regions, kept while it is on disk: the manifest must name exactly these (the
  * released regions are not listed by the host while paused). Then the host copy goes. */
+/* Whether the paused program's image is away from host memory (on disk, or the driver holds
+ * the process), published without tr.lock for the reserve's threads (transition_image_away):
+ * they ask while holding the reserve's lock, which transition_reserve takes under tr.lock. */
+static _Atomic bool image_away;
+
+static void note_paused_locked(void) {
+  atomic_store(&image_away, tr.paused.driver_released || tr.paused.disk_bytes);
+}
+
+bool transition_image_away(void) { return atomic_load(&image_away); }
+
 static void remember_disk_regions(void) {
   size_t count = (size_t)engine_image_regions(tr.engine);
   struct ckpt_region *regions = calloc(count ? count : 1, sizeof *regions);
@@ -265,6 +277,7 @@ static void pause_program(struct ckpt_result *r, double requested_at) {
     tr.paused.disk_stored = r->disk_stored;
     snprintf(tr.paused.dir, sizeof tr.paused.dir, "%s", request->to_dir);
   }
+  note_paused_locked();
   pthread_mutex_unlock(&tr.lock);
   if (request->to_dir[0]) engine_empty_reserve(tr.engine); /* free host memory: all of it */
   /* While paused, page-lock the image so that the resume copies without staging buffers. */
@@ -355,6 +368,7 @@ static void resume_program(struct ckpt_result *r) {
     }
     pthread_mutex_lock(&tr.lock);
     tr.paused.driver_released = false;
+    note_paused_locked();
     pthread_mutex_unlock(&tr.lock);
   }
   /* The image's page-locking may still run (engine_register_image); the driver's VMM calls of
@@ -403,6 +417,7 @@ static void resume_program(struct ckpt_result *r) {
   pthread_mutex_lock(&tr.lock);
   tr.other = (struct ckpt_other_memory){0};
   tr.paused = (struct transition_paused){0};
+  note_paused_locked();
   free(tr.disk_regions);
   tr.disk_regions = NULL;
   tr.disk_region_count = 0;
@@ -434,6 +449,7 @@ static void spill_image(struct ckpt_result *r) {
   tr.paused.disk_bytes = disk.bytes;
   tr.paused.disk_stored = disk.stored;
   snprintf(tr.paused.dir, sizeof tr.paused.dir, "%s", request->to_dir);
+  note_paused_locked();
   pthread_mutex_unlock(&tr.lock);
   engine_empty_reserve(tr.engine); /* the disk holds the image to free host memory: all of it */
 }
@@ -448,6 +464,7 @@ static void unspill_image(struct ckpt_result *r) {
   pthread_mutex_lock(&tr.lock);
   tr.paused.disk_bytes = tr.paused.disk_stored = 0;
   tr.paused.dir[0] = '\0';
+  note_paused_locked();
   free(tr.disk_regions);
   tr.disk_regions = NULL;
   tr.disk_region_count = 0;

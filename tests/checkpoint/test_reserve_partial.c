@@ -239,7 +239,58 @@ static void budget_at_allocation(void) {
   fake_host_free(&h);
 }
 
+/* The part of an image staged past the ready prefix is page-locked while the program rests
+ * paused, so that the resume copies all of it directly (H100: a resume 1 s after such a
+ * checkpoint staged 25.52 of 45.12 GiB and ran at 0.71x of H2D). */
+static void tail_locked_while_paused(void) {
+  state_reset();
+  struct fake_host h;
+  fake_host_init(&h, 1);
+  ckpt_rt.ops = &fake_host_ops;
+  ckpt_rt.ctx = &h;
+  fake_host_add_region(&h, 7 * MIB, 0, 1);
+  struct ckpt_options options = base_options();
+  options.reserve_auto = 1;
+  struct engine *e = engine_new(&fake_host_ops, &h, &options);
+  struct reserve *rs = engine_reserve(e);
+  CHECK(reserve_wait(rs, 8 * MIB, 10), "the reserve grew to 8 MiB");
+  const char *why = NULL;
+  CHECK_EQ(state_begin(CKPT_OP_CHECKPOINT, &why), 0);
+  usleep(100 * 1000);
+  pthread_mutex_lock(&h.lock);
+  free(h.regions[0].memory);
+  h.region_count = 0;
+  pthread_mutex_unlock(&h.lock);
+  fake_host_add_region(&h, 16 * MIB, 0, 2);
+  CHECK_EQ(reserve_ready(rs), 8 * MIB);
+  struct engine_stats stats = save(e, &h);
+  CHECK_EQ(stats.staged_bytes, 8 * MIB);
+  uint64_t shortfall;
+  CHECK_EQ(fake_host_ops.release_all(&h), 0);
+  struct ckpt_result result = {.op = CKPT_OP_CHECKPOINT};
+  state_finish(&result, CKPT_PAUSED);
+  CHECK(reserve_wait(rs, 16 * MIB, 10), "the staged part was page-locked while paused (%llu MiB "
+        "ready)", (unsigned long long)(reserve_ready(rs) / MIB));
+  CHECK_EQ(state_begin(CKPT_OP_RESUME, &why), 0);
+  CHECK_EQ(fake_host_ops.recreate_all(&h, &shortfall), 0);
+  struct engine_stats restored;
+  char reason[256] = "";
+  uint64_t offset;
+  CHECK_EQ(engine_restore(e, &restored, reason, sizeof reason), 0);
+  CHECK_EQ(restored.staged_bytes, 0);
+  CHECK_EQ(fake_host_verify(&h, &offset), 0);
+  result.op = CKPT_OP_RESUME;
+  state_finish(&result, CKPT_RUNNING);
+  h.gate_closed = false;
+  engine_free(e);
+  CHECK_EQ(h.registered_live, 0);
+  CHECK_EQ(h.violations, 0);
+  fake_host_free(&h);
+  state_reset();
+}
+
 int main(void) {
+  tail_locked_while_paused();
   budget_at_allocation();
   half_ready();
   growth(false);

@@ -30,7 +30,14 @@ sleep "${PAUSE_AFTER:-2}"
 kill -0 $pid 2>/dev/null || fail "the job ended before the pause"
 flag=; [ "$mode" = live ] && flag=--live
 ck=$(CUDAW_RUN_DIR=$tmp/run "$ctl" --json checkpoint $flag $pid) || fail "checkpoint: $ck"
-sleep "${PAUSED_FOR:-1}"
+if [ -n "${SOON_STATUS:-}" ]; then # while paused: the reserve's state, five times over PAUSED_FOR
+  for i in 1 2 3 4 5; do
+    CUDAW_RUN_DIR=$tmp/run "$ctl" --json status $pid | grep -oE '"(state|reserve_bytes|reserve_used|reserve_target|reserve_refused|image_pinned_bytes)":[^,]*' | tr '\n' ' '
+    echo; sleep "$(awk -v p="${PAUSED_FOR:-1}" 'BEGIN { print p / 5 }')"
+  done
+else
+  sleep "${PAUSED_FOR:-1}"
+fi
 re=$(CUDAW_RUN_DIR=$tmp/run "$ctl" --json resume $pid) || fail "resume: $re"
 wait $pid; prc=$?; pid=
 [ $prc -eq 0 ] || fail "the job exited $prc: $(tail -3 "$out")"

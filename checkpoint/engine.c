@@ -24,7 +24,7 @@
 #include "delta_hash.h"
 #include "internal.h"
 
-#define REGISTER_THREADS_MAX 8
+#define REGISTER_THREADS 8 /* page-lock the image while paused (engine_register_image) */
 
 /* Hash in pieces that stay in cache between the memcpy and the hash. */
 #define PIECE_BYTES (256u << 10)
@@ -50,15 +50,14 @@ struct engine {
   struct image_filler filler;
   uint8_t *filling; /* the fresh mapping registered with the filler during a save, and its size */
   uint64_t filling_bytes;
-  bool keep_image; /* CUDAW_CKPT_KEEP_IMAGE: checksums on the device, for delta checkpoints */
   /* Registers the image for direct DMA while the program is paused (engine_register_image). */
-  pthread_t registrar[REGISTER_THREADS_MAX];
+  pthread_t registrar[REGISTER_THREADS];
   int registrar_count;
   _Atomic bool registrar_stop;
   pthread_mutex_t registrar_lock; /* the cursor below and `ahead` */
   size_t register_region;         /* the next piece to register: region, offset */
   uint64_t register_offset;
-  struct piece_ref { size_t region; uint64_t offset; } ahead[8 * REGISTER_THREADS_MAX];
+  struct piece_ref { size_t region; uint64_t offset; } ahead[8 * REGISTER_THREADS];
   size_t ahead_count;             /* registered pieces past their region's prefix */
   _Atomic uint64_t registered_bytes; /* of the whole image, for status */
   void *ctx;
@@ -125,7 +124,6 @@ struct engine *engine_new(const struct ckpt_host_ops *ops, void *ctx, const stru
   e->options = *options;
   e->prefault = options->prefault;
   e->fill = options->fill_kernel != 0;
-  e->keep_image = options->keep_image != 0;
   e->chunk_bytes = (size_t)options->staging_bytes;
   e->threads = (int)options->threads;
   if (e->threads > (int)options->streams) e->threads = (int)options->streams;
@@ -206,7 +204,6 @@ int engine_prepare(struct engine *e) {
  * registered when the resume came (H100, 2026-11-27). A region's `registered` stays a prefix:
  * pieces finished ahead of it wait in `ahead` until the gap before them closes. */
 #define REGISTER_PIECE (64ull << 20)
-#define REGISTER_THREADS REGISTER_THREADS_MAX
 
 static void unregister_region(struct engine *e, struct image_region *r) {
   /* The reserve's registration stays with the reserve. */

@@ -59,35 +59,45 @@ static void restore_verify(struct engine *e, struct fake_host *h) {
   h->gate_closed = false;
 }
 
-/* Half ready, a delta checkpoint into the kept image, then the image through disk. */
-static void half_ready(void) {
-  struct fake_host h;
-  fake_host_init(&h, 1);
-  h.device_hash = true; /* delta checkpoints need the device's checksums */
+/* A reserve grown to 8 MiB for a 7 MiB region; a pause begins (its growth stops), the
+ * program's memory is then one region of 16 MiB, and the checkpoint saves half of it straight
+ * into the reserve, half through staging. Returns the engine; *stats the save's figures. */
+static struct engine *checkpoint_half_ready(struct fake_host *h, bool keep_image,
+                                            struct engine_stats *stats) {
+  fake_host_init(h, 1);
+  h->device_hash = true; /* delta checkpoints need the device's checksums */
   ckpt_rt.ops = &fake_host_ops;
-  ckpt_rt.ctx = &h;
-  fake_host_add_region(&h, 7 * MIB, 0, 1); /* the reserve wants 7 MiB + a page: 8 pieces */
+  ckpt_rt.ctx = h;
+  fake_host_add_region(h, 7 * MIB, 0, 1); /* the reserve wants 7 MiB + a page: 8 pieces */
   struct ckpt_options options = base_options();
   options.reserve_auto = 1;
-  options.keep_image = 1;
-  struct engine *e = engine_new(&fake_host_ops, &h, &options);
+  options.keep_image = keep_image;
+  struct engine *e = engine_new(&fake_host_ops, h, &options);
   struct reserve *rs = engine_reserve(e);
   CHECK(reserve_wait(rs, 8 * MIB, 10), "the reserve grew to 8 MiB");
-  /* A pause stops its growth; then the program's memory is one region of 16 MiB. */
   const char *why = NULL;
   CHECK_EQ(state_begin(CKPT_OP_CHECKPOINT, &why), 0);
   usleep(100 * 1000); /* a piece under way would finish now */
-  pthread_mutex_lock(&h.lock);
-  free(h.regions[0].memory);
-  h.region_count = 0;
-  pthread_mutex_unlock(&h.lock);
-  fake_host_add_region(&h, 16 * MIB, 0, 2);
+  pthread_mutex_lock(&h->lock);
+  free(h->regions[0].memory);
+  h->region_count = 0;
+  pthread_mutex_unlock(&h->lock);
+  fake_host_add_region(h, 16 * MIB, 0, 2);
   CHECK_EQ(reserve_ready(rs), 8 * MIB);
   CHECK_EQ(engine_prepare(e), 0);
-  h.last_log[0] = '\0';
-  struct engine_stats stats = save(e, &h);
-  CHECK_EQ(stats.reserve_bytes, 8 * MIB); /* half straight in */
-  CHECK_EQ(stats.staged_bytes, 8 * MIB);  /* half through staging */
+  h->last_log[0] = '\0';
+  *stats = save(e, h);
+  CHECK_EQ(stats->reserve_bytes, 8 * MIB); /* half straight in */
+  CHECK_EQ(stats->staged_bytes, 8 * MIB);  /* half through staging */
+  return e;
+}
+
+/* Half ready, a delta checkpoint into the kept image, then the image through disk. */
+static void half_ready(void) {
+  struct fake_host h;
+  struct engine_stats stats;
+  struct engine *e = checkpoint_half_ready(&h, true, &stats);
+  struct reserve *rs = engine_reserve(e);
   pthread_mutex_lock(&h.lock);
   bool said = strstr(h.last_log, "image reserve: 8.00 MiB of 16.00 MiB into the reserve") != NULL;
   pthread_mutex_unlock(&h.lock);
@@ -245,26 +255,10 @@ static void budget_at_allocation(void) {
 static void tail_locked_while_paused(void) {
   state_reset();
   struct fake_host h;
-  fake_host_init(&h, 1);
-  ckpt_rt.ops = &fake_host_ops;
-  ckpt_rt.ctx = &h;
-  fake_host_add_region(&h, 7 * MIB, 0, 1);
-  struct ckpt_options options = base_options();
-  options.reserve_auto = 1;
-  struct engine *e = engine_new(&fake_host_ops, &h, &options);
+  struct engine_stats stats;
+  struct engine *e = checkpoint_half_ready(&h, false, &stats);
   struct reserve *rs = engine_reserve(e);
-  CHECK(reserve_wait(rs, 8 * MIB, 10), "the reserve grew to 8 MiB");
   const char *why = NULL;
-  CHECK_EQ(state_begin(CKPT_OP_CHECKPOINT, &why), 0);
-  usleep(100 * 1000);
-  pthread_mutex_lock(&h.lock);
-  free(h.regions[0].memory);
-  h.region_count = 0;
-  pthread_mutex_unlock(&h.lock);
-  fake_host_add_region(&h, 16 * MIB, 0, 2);
-  CHECK_EQ(reserve_ready(rs), 8 * MIB);
-  struct engine_stats stats = save(e, &h);
-  CHECK_EQ(stats.staged_bytes, 8 * MIB);
   uint64_t shortfall;
   CHECK_EQ(fake_host_ops.release_all(&h), 0);
   struct ckpt_result result = {.op = CKPT_OP_CHECKPOINT};

@@ -79,7 +79,10 @@ struct program {
   double accounted_at;     /* time is accounted to its state up to here */
   double resident_since;   /* start of its current turn */
   double wanting_since;    /* when it began waiting or was swapped out */
-  double gpu_seconds, swap_seconds, wait_seconds;
+  double gpu_seconds, swap_seconds, wait_seconds; /* gpu: running resident, not idle by its hint */
+  double share_seconds;    /* GPU seconds over its priority since it joined, its fair share's
+                            * clock (schedule.c): the least goes first, the most is swapped out */
+  bool share_started;      /* share_seconds was set level with the programs present */
   uint64_t swaps;
   double skip_until;       /* a checkpoint of it failed (pause timeout): try others first */
   int pending_op;          /* the SCHED_DONE it owes: 1 checkpoint, 2 resume, 0 none */

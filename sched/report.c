@@ -96,7 +96,8 @@ int sched_write_metrics(const struct daemon *d, const char *path)
   }
   static const struct { const char *name, *type, *help; } series[] = {
     {"cudawd_program_bytes", "gauge", "Device memory of the program, resident or not."},
-    {"cudawd_program_gpu_seconds_total", "counter", "Time the program ran resident (its turns)."},
+    {"cudawd_program_gpu_seconds_total", "counter",
+     "Time the program ran resident, not waiting, not idle by its hint."},
     {"cudawd_program_swaps_total", "counter", "Times the program was checkpointed."},
     {"cudawd_program_swap_seconds_total", "counter", "Time its checkpoints and resumes took."},
     {"cudawd_program_wait_seconds_total", "counter", "Time it waited for memory or its turn."},

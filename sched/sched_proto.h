@@ -100,7 +100,7 @@ struct sched_program_info {
   int32_t device_mask;    /* device slots (sched_device_info indexes) it holds memory on */
   uint64_t bytes;         /* its memory on all devices, resident or not */
   uint64_t swaps;         /* times checkpointed by the scheduler */
-  double gpu_seconds;     /* time it was resident and not waiting (its turns) */
+  double gpu_seconds;     /* time it ran resident: not waiting, not idle by its hint */
   double swap_seconds;    /* time its checkpoints and resumes took */
   double wait_seconds;    /* time it waited (for memory or, swapped out, for its turn) */
 };

@@ -4,7 +4,14 @@
  * its turn until then, so nothing thrashes; programs that fit together are never swapped. A
  * program that says it makes no CUDA call (SCHED_GPU_IDLE: host work, data loading) gives its turn
  * once it has been idle as long as its swap would take, and once out is not brought back before
- * it calls again. No checkpoint is ordered whose image the host has no room for. */
+ * it calls again. No checkpoint is ordered whose image the host has no room for.
+ * Fair GPU time: each program's GPU time (running resident, not idle by its hint) over its
+ * priority is its share clock. The wanting program with the least goes first, the preemptible
+ * one with the most is swapped out first; clocks within 10 ms count as level (then
+ * priority, then the longest waiting). So priority N gets N times the GPU time, and a program that
+ * kept the GPU past its turn (its swap refused for host memory) waits until the others caught up.
+ * A newcomer starts level with the least clock present; one idle and swapped out keeps at most
+ * FAIR_LAG_TURNS turns of credit, so a long idle phase does not buy a long monopoly later. */
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <dirent.h>
@@ -159,7 +166,11 @@ static void account_one(struct daemon *d, struct program *p, double now)
 {
   double dt = now - p->accounted_at;
   p->accounted_at = now;
-  if (p->state == SCHED_RUNNING) p->gpu_seconds += dt;
+  /* By the hint, not the CPU: a program blocked in a synchronisation uses no CPU yet the GPU. */
+  if (p->state == SCHED_RUNNING && !p->gpu_idle) {
+    p->gpu_seconds += dt;
+    p->share_seconds += dt / (p->priority > 0 ? p->priority : 1);
+  }
   else if (p->state == SCHED_WAITING || p->state == SCHED_SWAPPED_OUT) p->wait_seconds += dt;
   /* Idle: under idle_cpu of one core over the last half second or more (a program that feeds
    * the GPU launches and synchronises, which costs CPU time). */
@@ -179,11 +190,43 @@ static void account_one(struct daemon *d, struct program *p, double now)
   p->cpu_at = now;
 }
 
+static bool wanting(const struct program *p);
+
+/* An idle program swapped out keeps at most this many turns of share behind the least clock of
+ * those competing (a turn, quantum x priority, moves the share clock by one quantum). */
+#define FAIR_LAG_TURNS 4
+
+/* Newcomers start level with the least share clock of the others (GPU time before they came is
+ * not owed to them); programs away (swapped out, idle) are kept within FAIR_LAG_TURNS of the
+ * least clock of those competing (resident or wanting). */
+static void level_shares(struct daemon *d)
+{
+  double least_all = -1, least_competing = -1;
+  for (const struct program *p = d->programs; p; p = p->next) {
+    if (!p->joined || !p->share_started) continue;
+    if (least_all < 0 || p->share_seconds < least_all) least_all = p->share_seconds;
+    bool competing = p->state != SCHED_SWAPPED_OUT || wanting(p);
+    if (competing && (least_competing < 0 || p->share_seconds < least_competing))
+      least_competing = p->share_seconds;
+  }
+  for (struct program *p = d->programs; p; p = p->next) {
+    if (!p->joined) continue;
+    if (!p->share_started) {
+      p->share_seconds = least_all > 0 ? least_all : 0;
+      p->share_started = true;
+    } else if (p->state == SCHED_SWAPPED_OUT && !wanting(p) && least_competing >= 0) {
+      double floor = least_competing - FAIR_LAG_TURNS * d->config.quantum;
+      if (p->share_seconds < floor) p->share_seconds = floor;
+    }
+  }
+}
+
 void sched_account(struct daemon *d)
 {
   double now = sched_now();
   for (struct program *p = d->programs; p; p = p->next)
     if (p->joined) account_one(d, p, now);
+  level_shares(d);
 }
 
 void sched_set_state(struct daemon *d, struct program *p, enum sched_program_state state)
@@ -218,6 +261,7 @@ void sched_idle_hint(struct daemon *d, struct program *p, bool idle)
     fprintf(stderr, "cudawd: pid %ld: %s (%s)\n", (long)p->pid,
             idle ? "idle on the GPU" : "calls the GPU again", sched_state_name(p->state));
   double now = sched_now();
+  account_one(d, p, now); /* the time until now was spent as it was */
   if (!idle) p->last_idle = now - p->gpu_idle_since;
   p->gpu_idle = idle;
   if (idle) p->gpu_idle_since = now;
@@ -419,9 +463,22 @@ static bool never_fits(const struct daemon *d, const struct program *p)
   return p->wants && p->want_bytes > d->device[p->want_slot].capacity;
 }
 
-/* Who goes first among those wanting memory: higher priority, then the longest waiting. */
+/* Share clocks closer than this are level: then priority and waiting time decide, as before. */
+#define FAIR_LEVEL_SECONDS 0.01
+
+/* -1, 0 or 1 as a's share clock is behind, level with or ahead of b's. */
+static int share_order(const struct program *a, const struct program *b)
+{
+  double gap = a->share_seconds - b->share_seconds;
+  return gap < -FAIR_LEVEL_SECONDS ? -1 : gap > FAIR_LEVEL_SECONDS ? 1 : 0;
+}
+
+/* Who goes first among those wanting memory: the least share clock, then higher priority, then
+ * the longest waiting. */
 static bool before(const struct program *a, const struct program *b)
 {
+  int order = share_order(a, b);
+  if (order) return order < 0;
   if (a->priority != b->priority) return a->priority > b->priority;
   return a->wanting_since < b->wanting_since;
 }
@@ -526,8 +583,11 @@ static struct program *choose_victim(struct daemon *d, const struct program *hea
     for (int s = 0; s < SCHED_MAX_DEVICES; s++)
       if (v->bytes[s] && d->device[s].used && deficit(d, head, s)) helps = true;
     if (!helps) continue;
-    if (!best || v->priority < best->priority ||
-        (v->priority == best->priority && v->resident_since < best->resident_since))
+    /* The most share clock first; level: lower priority, then the longest resident. */
+    int order = best ? share_order(v, best) : 1;
+    if (order > 0 || (order == 0 && (v->priority < best->priority ||
+                                     (v->priority == best->priority &&
+                                      v->resident_since < best->resident_since))))
       best = v;
   }
   return best;

@@ -335,6 +335,17 @@ int ckpt_init(const struct ckpt_host_ops *ops, void *ctx);
  * Must not be called from inside a gated API call (the gate would wait for the caller). */
 int ckpt_request_checkpoint(void);
 int ckpt_request_resume(void);
+/* Write the paused program's image to `dir` (an absolute path; made 0700 if missing, and it
+ * must be this uid's) and free its host memory, as the control socket's "spill to=" does: still
+ * paused, the next resume streams it from there. 0; -EALREADY when it is on disk already or the
+ * program is not paused; else the failure's -errno (the image then stays in host memory). */
+int ckpt_request_spill(const char *dir);
+/* Where the paused image lies on disk: its directory into dir (len bytes), its size into *bytes
+ * (may be NULL) and 1; 0 when it is in host memory (or the program is not paused). */
+int ckpt_image_on_disk(char *dir, size_t len, uint64_t *bytes);
+/* Remove an image that cudaw wrote to dir (its manifest and chunk files, nothing else), then
+ * dir itself if that leaves it empty. For an image nobody will read again (resumed from it). */
+int ckpt_remove_image(const char *dir);
 
 /* cudawd's host-memory pool (sharing): `base` maps `size` bytes of it (MAP_SHARED). On success
  * the module owns the mapping (unmaps it when replaced or at shutdown) and page-locks it with a

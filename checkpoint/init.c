@@ -102,20 +102,24 @@ struct waiter {
   pthread_cond_t done_cond;
   bool done;
   int error;
+  struct ckpt_result *result; /* NULL, or where the whole result goes */
 };
 
 static void wake_waiter(void *arg, const struct ckpt_result *result) {
   struct waiter *w = arg;
   pthread_mutex_lock(&w->lock);
   w->error = result->error;
+  if (w->result) *w->result = *result;
   w->done = true;
   pthread_cond_signal(&w->done_cond);
   pthread_mutex_unlock(&w->lock);
 }
 
-/* Submit op (with `with`'s details, NULL: the defaults) and wait for its result. */
-static int request_with(enum ckpt_op op, const struct transition_request *with) {
-  struct waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0};
+/* Submit op (with `with`'s details, NULL: the defaults) and wait for its result (into *out
+ * unless NULL). */
+static int request_with(enum ckpt_op op, const struct transition_request *with,
+                        struct ckpt_result *out) {
+  struct waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0, out};
   const char *why = "";
   int rc = transition_submit_with(op, ckpt_now(), with, wake_waiter, &w, &why);
   if (rc) return rc;
@@ -125,14 +129,14 @@ static int request_with(enum ckpt_op op, const struct transition_request *with) 
   return w.error;
 }
 
-int ckpt_request_checkpoint(void) { return request_with(CKPT_OP_CHECKPOINT, NULL); }
-int ckpt_request_resume(void) { return request_with(CKPT_OP_RESUME, NULL); }
+int ckpt_request_checkpoint(void) { return request_with(CKPT_OP_CHECKPOINT, NULL, NULL); }
+int ckpt_request_resume(void) { return request_with(CKPT_OP_RESUME, NULL, NULL); }
 
-int ckpt_request_spill(const char *dir) {
+int ckpt_request_spill(const char *dir, struct ckpt_result *result) {
   struct transition_request spill = {0};
   if (!dir || dir[0] != '/' || strlen(dir) >= sizeof spill.to_dir) return -EINVAL;
   snprintf(spill.to_dir, sizeof spill.to_dir, "%s", dir);
-  return request_with(CKPT_OP_SPILL, &spill);
+  return request_with(CKPT_OP_SPILL, &spill, result);
 }
 
 int ckpt_image_on_disk(char *dir, size_t len, uint64_t *bytes) {

@@ -242,13 +242,11 @@ static void spill(int dir_fd)
                               (long)getpid()) >= sizeof dir)
       rc = -ENAMETOOLONG;
   }
-  if (rc == 0) rc = ckpt_request_spill(dir);
-  uint64_t disk_bytes = 0;
-  if (rc == -EALREADY && ckpt_image_on_disk(dir, sizeof dir, &disk_bytes)) rc = 0; /* there */
   struct ckpt_result result = {0};
-  ckpt_last_result(&result);
+  if (rc == 0) rc = ckpt_request_spill(dir, &result);
+  uint64_t disk_bytes = result.disk_bytes;
+  if (rc == -EALREADY && ckpt_image_on_disk(dir, sizeof dir, &disk_bytes)) rc = 0; /* there */
   if (rc == 0) {
-    if (!disk_bytes) disk_bytes = result.disk_bytes;
     snprintf(client.spilled, sizeof client.spilled, "%s", dir);
     shim_info("sched: cudawd moved our image to disk: %s (%llu bytes, %.3f s)", dir,
               (unsigned long long)disk_bytes, result.disk_seconds);

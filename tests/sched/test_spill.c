@@ -211,7 +211,8 @@ static void test_kill(void)
     if (follow(s))
       for (int i = 0; i < s->programs; i++)
         rejoined |= s->program[i].pid == spilled && s->program[i].state == SCHED_SWAPPED_OUT &&
-                    s->disk[i].on_disk && s->disk[i].bytes > 0;
+                    s->disk[i].on_disk && s->disk[i].bytes > 0 &&
+                    s->disk[i].spills == 0; /* it said so: the new cudawd did not spill it */
     client_sleep_ms(20);
   }
   for (double end = client_now() + 40; !jobs_done();) {

@@ -182,6 +182,7 @@ struct ckpt_options {
   char sched_socket[108];    /* CUDAW_SCHED_SOCKET, or <run_dir>/cudawd.sock ("" if too long) */
   char sched_host_memory[32]; /* CUDAW_SCHED_HOST_MEMORY: cudawd's --host-memory default ("":
                               * cudawd's own default) */
+  char sched_spill_dir[256]; /* CUDAW_SCHED_SPILL_DIR: cudawd's --spill-dir default ("": none) */
   uint32_t streams;          /* CUDAW_CKPT_STREAMS: streams per device = staging buffers in all */
   uint64_t staging_bytes;    /* CUDAW_CKPT_STAGING: size of one staging buffer = one chunk */
   uint32_t threads;          /* CUDAW_CKPT_THREADS: host copy threads */

@@ -73,7 +73,8 @@ static void usage(FILE *out)
           "                       swapped-out image moves to a directory of its program's own\n"
           "                       under DIR (written by the program, as its user) and streams\n"
           "                       back to the device on its turn; DIR must be on a disk, not\n"
-          "                       tmpfs (default: none, images stay in host memory)\n"
+          "                       tmpfs (default: CUDAW_SCHED_SPILL_DIR, else none: images\n"
+          "                       stay in host memory)\n"
           "  --metrics-file PATH  write the figures in Prometheus text format, every 2 s\n"
           "  --max-per-user N     --system: programs one user (not root) may have joined at\n"
           "                       once, and twice as many connections (default %d)\n"
@@ -660,7 +661,8 @@ int main(int argc, char **argv)
     return 2;
   }
   static const char *const read_here[] = {"CUDAW_STRICT", "CUDAW_RUN_DIR", "CUDAW_SCHED_SOCKET",
-                                          "CUDAW_SCHED_HOST_MEMORY", NULL};
+                                          "CUDAW_SCHED_HOST_MEMORY", "CUDAW_SCHED_SPILL_DIR",
+                                          NULL};
   int bad_options = ckpt_options_check_env("cudawd", read_here);
   if (bad_options) return bad_options;
   struct ckpt_options options;
@@ -673,6 +675,7 @@ int main(int argc, char **argv)
     }
     d.config.host_memory_set = true;
   }
+  if (!d.config.spill_dir && options.sched_spill_dir[0]) d.config.spill_dir = options.sched_spill_dir;
   /* A size this machine could never hold is a mistake to say at once, not a pool to fall back
    * from later. */
   char why[256];

@@ -110,6 +110,22 @@ static struct daemon *setup(const char *meminfo, const char *dir)
   return &d;
 }
 
+/* Resident r, the head waiting, and two idle images (priority and seconds out each): the one
+ * spilled must be program `expected` (2 or 3). */
+static void two_idle(const char *meminfo, const char *dir, int priority2, double out2,
+                     int priority3, double out3, int expected, const char *which)
+{
+  struct daemon *d = setup(meminfo, dir);
+  join(d, 0, SCHED_RUNNING, 1, 0);
+  join(d, 1, SCHED_SWAPPED_OUT, 1, 30);
+  join(d, 2, SCHED_SWAPPED_OUT, priority2, out2)->gpu_idle = true;
+  join(d, 3, SCHED_SWAPPED_OUT, priority3, out3)->gpu_idle = true;
+  sched_step(d);
+  pid_t pid = spill_sent(5);
+  CHECK(pid == programs[expected].pid, "spilled %d, expected %s %d", pid, which,
+        programs[expected].pid);
+}
+
 int main(void)
 {
   char meminfo[] = "/tmp/cudaw-meminfo-XXXXXX", dir[] = "/tmp/cudaw-spill-XXXXXX";
@@ -151,27 +167,10 @@ int main(void)
   sched_step(d);
   CHECK(d->host_blocked && spill_sent(5) == 0, "the head's image was spilled");
 
-  /* Two idle images: the lower priority goes first, though out for less time. */
-  d = setup(meminfo, dir);
-  join(d, 0, SCHED_RUNNING, 1, 0);
-  join(d, 1, SCHED_SWAPPED_OUT, 1, 30);
-  struct program *high = join(d, 2, SCHED_SWAPPED_OUT, 2, 40);
-  struct program *low = join(d, 3, SCHED_SWAPPED_OUT, 1, 5);
-  high->gpu_idle = low->gpu_idle = true;
-  sched_step(d);
-  pid = spill_sent(5);
-  CHECK(pid == low->pid, "spilled %d, expected the lowest priority %d", pid, low->pid);
-
-  /* Same priority, both idle: the one out longest. */
-  d = setup(meminfo, dir);
-  join(d, 0, SCHED_RUNNING, 1, 0);
-  join(d, 1, SCHED_SWAPPED_OUT, 1, 30);
-  struct program *older = join(d, 2, SCHED_SWAPPED_OUT, 1, 20);
-  struct program *newer = join(d, 3, SCHED_SWAPPED_OUT, 1, 3);
-  older->gpu_idle = newer->gpu_idle = true;
-  sched_step(d);
-  pid = spill_sent(5);
-  CHECK(pid == older->pid, "spilled %d, expected the one out longest %d", pid, older->pid);
+  /* Two idle images: the lower priority goes first, though out for less time; at the same
+   * priority, the one out longest. */
+  two_idle(meminfo, dir, 2, 40, 1, 5, 3, "the lowest priority");
+  two_idle(meminfo, dir, 1, 20, 1, 3, 2, "the one out longest");
 
   /* A waiting image behind the head: its turn comes after one turn (1 s). At 1 MB/s its 60 MiB
    * would take a minute to read back: kept. At the default rate: spilled. */

@@ -153,7 +153,7 @@ static bool spill_dir_empty(void)
 static void test_rotate(void)
 {
   start_cudawd();
-  start_jobs("60");
+  start_jobs("45");
   struct watch w = {0};
   struct sched_snapshot *s = calloc(1, sizeof *s);
   CHECK(s != NULL);

@@ -675,7 +675,8 @@ int main(int argc, char **argv)
     }
     d.config.host_memory_set = true;
   }
-  if (!d.config.spill_dir && options.sched_spill_dir[0]) d.config.spill_dir = options.sched_spill_dir;
+  if (!d.config.spill_dir && options.sched_spill_dir[0])
+    d.config.spill_dir = options.sched_spill_dir; /* `options` lives as long as main */
   /* A size this machine could never hold is a mistake to say at once, not a pool to fall back
    * from later. */
   char why[256];

@@ -629,8 +629,10 @@ static void note_host_short(struct daemon *d, struct program *head, double now, 
           (long)head->pid);
 }
 
-/* Whether the host is short of memory for swapped-out images: a swap was refused for host room
- * (this step), or MemAvailable is under the margin. Says why in `why`. */
+/* Whether the host is (or is about to be) short of memory for swapped-out images: a swap was
+ * refused for host room (this step), or MemAvailable is under twice the margin, so that the
+ * disk tier moves an image before the next swap would have to be refused and MemAvailable stays
+ * above the margin meanwhile (the programs' own host memory grows too). Says why in `why`. */
 static bool host_short(const struct daemon *d, char *why, size_t len)
 {
   double gib = 1u << 30;
@@ -638,9 +640,9 @@ static bool host_short(const struct daemon *d, char *why, size_t len)
     snprintf(why, len, "pid %ld cannot swap out for pid %ld (%.2f GiB available, %.2f GiB kept "
              "free)", (long)d->host_blocked, (long)d->host_blocked_for,
              (double)d->host_available / gib, (double)host_margin(d) / gib);
-  else if (d->host_total && d->host_available < host_margin(d))
-    snprintf(why, len, "host memory is short (%.2f GiB available, %.2f GiB kept free)",
-             (double)d->host_available / gib, (double)host_margin(d) / gib);
+  else if (d->host_total && d->host_available < 2 * host_margin(d))
+    snprintf(why, len, "host memory runs short (%.2f GiB available, under twice the %.2f GiB "
+             "kept free)", (double)d->host_available / gib, (double)host_margin(d) / gib);
   else
     return false;
   return true;

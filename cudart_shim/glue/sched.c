@@ -230,10 +230,10 @@ static void spill(int dir_fd)
   int rc = 0;
   snprintf(link, sizeof link, "/proc/self/fd/%d", dir_fd);
   ssize_t n = readlink(link, base, sizeof base - 1);
+  base[n > 0 ? n : 0] = '\0';
   if (n <= 0 || base[0] != '/') {
     rc = -EINVAL;
   } else {
-    base[n] = '\0';
     /* The name must still lead to the directory sent (not moved or replaced since). */
     if (fstat(dir_fd, &by_fd) != 0 || !S_ISDIR(by_fd.st_mode) || stat(base, &by_name) != 0 ||
         by_fd.st_dev != by_name.st_dev || by_fd.st_ino != by_name.st_ino)
@@ -245,9 +245,15 @@ static void spill(int dir_fd)
   struct ckpt_result result = {0};
   if (rc == 0) rc = ckpt_request_spill(dir, &result);
   uint64_t disk_bytes = result.disk_bytes;
-  if (rc == -EALREADY && ckpt_image_on_disk(dir, sizeof dir, &disk_bytes)) rc = 0; /* there */
+  char where[PATH_MAX];
+  bool ours = rc == 0;
+  if (rc == -EALREADY && ckpt_image_on_disk(where, sizeof where, &disk_bytes)) {
+    rc = 0; /* on disk already: written for an earlier order, or by a user's cudaw-ctl spill */
+    ours = strcmp(where, dir) == 0; /* a user's directory is theirs: never removed here */
+    snprintf(dir, sizeof dir, "%s", where);
+  }
   if (rc == 0) {
-    snprintf(client.spilled, sizeof client.spilled, "%s", dir);
+    if (ours) snprintf(client.spilled, sizeof client.spilled, "%s", dir);
     shim_info("sched: cudawd moved our image to disk: %s (%llu bytes, %.3f s)", dir,
               (unsigned long long)disk_bytes, result.disk_seconds);
   } else {

@@ -192,6 +192,15 @@ static void test_rotate(void)
   CHECK(client_file_has(log, "it is the coldest swapped-out image"),
         "the log does not say why a spill was chosen");
   CHECK(client_file_has(log, "swapped in from disk"), "no resume from disk in the log");
+  /* The resume streamed the image from disk through the staging buffers, never whole in host
+   * memory (checkpoint/disk_stream.c says what it held beyond them). */
+  bool streamed = false;
+  for (int i = 0; i < JOBS && !streamed; i++) {
+    snprintf(log, sizeof log, "%s/job%d.log", run_dir, i);
+    streamed = client_file_has(log, "resume streamed from disk") &&
+               client_file_has(log, "beyond the 2 staging buffers: at most 0 bytes");
+  }
+  CHECK(streamed, "no job's resume says it streamed from disk through its staging buffers");
   CHECK(spill_dir_empty(), "images left in %s after every job resumed", spill_dir);
   printf("rotate: %llu spills, %llu swaps, every job verified its data\n",
          (unsigned long long)s->spill.spills, (unsigned long long)s->device[0].swaps);

@@ -166,13 +166,13 @@ static bool spill_dir_empty(void)
 static void test_rotate(void)
 {
   start_cudawd();
-  start_jobs("90");
+  start_jobs("45");
   struct watch w = {0};
   struct sched_snapshot *s = calloc(1, sizeof *s);
   CHECK(s != NULL);
   bool disk_seen = false;
-  for (double end = client_now() + 50; !jobs_done();) {
-    CHECK(client_now() < end, "the jobs did not finish within 50 s (see %s)", run_dir);
+  for (double end = client_now() + 110; !jobs_done();) {
+    CHECK(client_now() < end, "the jobs did not finish within 110 s (see %s)", run_dir);
     if (follow(s)) {
       watch_step(&w, s);
       disk_seen |= s->spill.enabled && s->spill.on_disk > 0 && s->spill.disk_bytes > 0;
@@ -237,8 +237,8 @@ static void test_kill(void)
                     s->disk[i].spills == 0; /* it said so: the new cudawd did not spill it */
     client_sleep_ms(20);
   }
-  for (double end = client_now() + 40; !jobs_done();) {
-    CHECK(client_now() < end, "the jobs did not finish within 40 s of the new cudawd (see %s)",
+  for (double end = client_now() + 100; !jobs_done();) {
+    CHECK(client_now() < end, "the jobs did not finish within 100 s of the new cudawd (see %s)",
           run_dir);
     follow(s);
     client_sleep_ms(40);

@@ -86,12 +86,13 @@ static bool disk_room(const struct daemon *d, uint64_t *free_bytes, uint64_t *ma
   const char *fake = getenv("CUDAWD_TEST_DISK_FREE");
   bool known = fstatvfs(d->spill_fd, &fs) == 0;
   uint64_t size = known ? (uint64_t)fs.f_blocks * fs.f_frsize : 0;
-  *margin = size / 32 > (1ull << 30) ? size / 32 : 1ull << 30;
   *free_bytes = known ? (uint64_t)fs.f_bavail * fs.f_frsize : 0;
-  if (fake && *fake) {
+  if (fake && *fake) { /* a disk of that much free space, its size unknown: the least margin */
     *free_bytes = strtoull(fake, NULL, 10);
+    size = 0;
     known = true;
   }
+  *margin = size / 32 > (1ull << 30) ? size / 32 : 1ull << 30;
   return known;
 }
 

@@ -281,9 +281,10 @@ void sched_spill_resumed(struct daemon *d, struct program *p, int status, uint64
                          double seconds);
 /* The snapshot's disk figures. */
 void sched_spill_info(const struct daemon *d, struct sched_spill_info *out);
-/* Read-back ahead of the turn: with no transition under way, order the earliest wanting image
- * on disk read back into host memory if the host has room for it and stays above what makes
- * the disk tier spill (one at a time). */
+/* Read-back ahead of the turn: order the earliest wanting image on disk read back into host
+ * memory if the host has room for it and stays above what makes the disk tier spill (twice the
+ * margin), one at a time, beside no transition or one that does not read the disk (a
+ * checkpoint, whose image counts as taken, or a resume from host memory). */
 void sched_spill_read_ahead(struct daemon *d, double now);
 /* p answered its read-back (SCHED_DONE value 4). */
 void sched_spill_read_done(struct daemon *d, struct program *p, int status, uint64_t bytes,

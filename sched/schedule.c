@@ -714,10 +714,12 @@ void sched_step(struct daemon *d)
   /* What fits is granted even while a checkpoint or resume is under way: its program's memory
    * counts as resident until it answers, so nothing is granted twice; only the next swap waits. */
   grant_or_deny(d);
-  if (d->transition) return; /* one checkpoint or resume at a time */
+  if (d->transition) { /* one checkpoint or resume at a time; a read-back may run beside it */
+    sched_spill_read_ahead(d, now);
+    return;
+  }
   read_host_memory(d, now);
   d->host_blocked = d->host_blocked_for = 0;
-  sched_spill_read_ahead(d, now);
 
   /* A cudawd just started lets the programs of an earlier one re-join (they try every second)
    * before it resumes any: their memory is not in its books until then. */
@@ -729,6 +731,7 @@ void sched_step(struct daemon *d)
     d->transition = back;
     return;
   }
+  sched_spill_read_ahead(d, now); /* nothing resumes now: images on disk that wait may read */
 
   /* Make room for the first wanting program (in the order of `sched_before`) for which room can be
    * made: one that cannot be helped now (it needs nearly the whole device, and the memory

@@ -255,7 +255,12 @@ void sched_spill_read_ahead(struct daemon *d, double now)
     }
     return;
   }
-  if (d->transition) return; /* host memory is moving: judge its room once that is done */
+  /* Beside a swap that does not read the disk: a checkpoint (its image, unless it goes into
+   * the pool, counts as taken already) or a resume from host memory (it frees memory). */
+  const struct program *t = d->transition;
+  uint64_t moving = 0;
+  if (t && (t->pending_op == 3 || (t->pending_op == 2 && t->on_disk))) return;
+  if (t && t->pending_op == 1 && !t->loan.length) moving = sched_image_bytes(t);
   /* The image on disk whose turn comes first among those that want one. */
   struct program *next = NULL;
   int ahead = 0;
@@ -271,12 +276,13 @@ void sched_spill_read_ahead(struct daemon *d, double now)
    * margin, where the disk tier would spill another image at once (a ping-pong). */
   uint64_t bytes = disk_image_bytes(next), margin = sched_host_margin(d);
   double gib = 1u << 30;
-  if (!d->host_total || bytes + 2 * margin > d->host_available) {
+  uint64_t available = d->host_available > moving ? d->host_available - moving : 0;
+  if (!d->host_total || bytes + 2 * margin > available) {
     if (!next->read_back_refused)
       fprintf(stderr, "cudawd: not reading pid %ld's image (%.2f GiB) back from disk ahead of its "
               "turn: the host has %.2f GiB available and must keep twice %.2f GiB free; its "
               "resume streams it from disk\n", (long)next->pid, (double)bytes / gib,
-              (double)d->host_available / gib, (double)margin / gib);
+              (double)available / gib, (double)margin / gib);
     next->read_back_refused = true;
     return;
   }
@@ -293,7 +299,7 @@ void sched_spill_read_ahead(struct daemon *d, double now)
   fprintf(stderr, "cudawd: reading pid %ld's image (%.2f GiB) back from disk ahead of its turn "
           "(%d wanting programs before it; %.2f GiB of host memory available, about %.1f s at "
           "%.2f GB/s)\n", (long)next->pid, (double)bytes / gib, ahead,
-          (double)d->host_available / gib, (double)bytes / read_rate(d), read_rate(d) / 1e9);
+          (double)available / gib, (double)bytes / read_rate(d), read_rate(d) / 1e9);
   next->read_back_started = now;
   d->reading_back = next;
   d->host_available = d->host_available > bytes ? d->host_available - bytes : 0;

@@ -267,6 +267,22 @@ int main(void)
   CHECK(later->on_disk && later->read_back_failed && !d->reading_back);
   sched_spill_read_ahead(d, sched_now());
   CHECK(unspill_sent() == 0, "the idle image, or a failed one again, was read back");
+  /* Beside a spill (the disk is busy): none; beside a checkpoint whose image takes the room:
+   * none; beside one that leaves room: read back. */
+  later->read_back_failed = false;
+  struct program *going = join(d, 3, SCHED_SWAPPING_OUT, 1, 0);
+  going->pending_op = 3;
+  d->transition = going;
+  sched_spill_read_ahead(d, sched_now());
+  CHECK(unspill_sent() == 0, "read back beside a spill");
+  going->pending_op = 1;
+  going->bytes[0] = 2ull << 30;
+  sched_spill_read_ahead(d, sched_now());
+  CHECK(unspill_sent() == 0, "read back beside a checkpoint that takes the host's room");
+  going->bytes[0] = 60 * MIB;
+  sched_spill_read_ahead(d, sched_now());
+  CHECK_EQ(unspill_sent(), later->pid);
+  d->transition = NULL;
 
   /* Without a spill directory, nothing moves to disk. */
   d = setup(meminfo, dir);

@@ -328,7 +328,7 @@ static void run_jobs(double seconds, struct watch *w, void (*each)(void))
 static void test_readback(void)
 {
   start_cudawd();
-  start_jobs("90");
+  start_jobs("60");
   pid_t pids[JOBS];
   memcpy(pids, jobs, sizeof pids);
   struct watch w = {0};
@@ -353,7 +353,7 @@ static void test_disk_full(void)
   setenv("CUDAWD_TEST_DISK_FREE", "1048576", 1); /* for cudawd: 1 MiB free on the disk */
   start_cudawd();
   unsetenv("CUDAWD_TEST_DISK_FREE");
-  start_jobs("40");
+  start_jobs("30");
   run_jobs(50, NULL, NULL);
   char log[128];
   snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
@@ -390,7 +390,7 @@ static void check_failed_writes(void)
 static void test_write_fails(void)
 {
   start_cudawd();
-  start_jobs("60");
+  start_jobs("40");
   /* The second region's first chunk file of each job's image is a directory already: a spill's
    * write fails part way (EISDIR), after the first region's file was written. */
   for (int i = 0; i < JOBS; i++) {

@@ -222,7 +222,8 @@ static void test_rotate(void)
   free(s);
 }
 
-static void test_kill(void)
+/* Start cudawd and the jobs; return the pid of the first job seen with its image on disk. */
+static pid_t start_until_on_disk(void)
 {
   start_cudawd();
   start_jobs("60");
@@ -235,7 +236,15 @@ static void test_kill(void)
     if (follow(s)) watch_step(&w, s);
     client_sleep_ms(20);
   }
-  pid_t spilled = w.on_disk;
+  free(s);
+  return w.on_disk;
+}
+
+static void test_kill(void)
+{
+  pid_t spilled = start_until_on_disk();
+  struct sched_snapshot *s = calloc(1, sizeof *s);
+  CHECK(s != NULL);
   int spilled_job = job_index(spilled); /* jobs[] forgets each job as it exits */
   CHECK_EQ(kill(cudawd_pid, SIGKILL), 0);
   CHECK(waitpid(cudawd_pid, NULL, 0) == cudawd_pid);
@@ -416,19 +425,7 @@ static void test_write_fails(void)
 
 static void test_cleanup(void)
 {
-  start_cudawd();
-  start_jobs("60");
-  struct watch w = {0};
-  struct sched_snapshot *s = calloc(1, sizeof *s);
-  CHECK(s != NULL);
-  for (double end = client_now() + 30; !w.on_disk;) {
-    CHECK(client_now() < end, "no image went to disk within 30 s (see %s)", run_dir);
-    CHECK(!jobs_done(), "the jobs finished before any image went to disk");
-    if (follow(s)) watch_step(&w, s);
-    client_sleep_ms(20);
-  }
-  free(s);
-  pid_t victim = w.on_disk;
+  pid_t victim = start_until_on_disk();
   char dir[600], log[128], text[64];
   snprintf(dir, sizeof dir, "%s/cudaw-%u-%ld", spill_dir, (unsigned)getuid(), (long)victim);
   CHECK(access(dir, F_OK) == 0, "pid %d's image is on disk, but %s is missing", victim, dir);

@@ -329,6 +329,11 @@ struct ckpt_result {
  * *result (may be NULL) receives what it did (disk_bytes, disk_seconds); ckpt_last_result keeps
  * the last checkpoint or resume, not this. */
 int ckpt_request_spill(const char *dir, struct ckpt_result *result);
+/* Read a spilled image back into host memory, verified (its files stay until the resume), as the
+ * control socket's "unspill" does: still paused, the next resume copies from host memory. 0;
+ * -EALREADY when the image is in host memory already or the program is not paused; else the
+ * failure's -errno (the image then stays on disk). *result (may be NULL) as for a spill. */
+int ckpt_request_unspill(struct ckpt_result *result);
 
 /* Start the module: options, transition thread, control socket <run dir>/<pid>.sock and the
  * signal handler. `ops` and `ctx` must stay valid until ckpt_shutdown. Fails softly: 0 when the
@@ -350,6 +355,11 @@ int ckpt_image_on_disk(char *dir, size_t len, uint64_t *bytes);
 /* Remove an image that cudaw wrote to dir (its manifest and chunk files, nothing else), then
  * dir itself if that leaves it empty. For an image nobody will read again (resumed from it). */
 int ckpt_remove_image(const char *dir);
+/* The same for the directory `name` under the open directory parent_fd, for a process that is
+ * not the image's (cudawd cleaning up after a program that died): the directory must be
+ * owner's and not a link, and only owner's files named as cudaw names them go. 0 or -errno
+ * (-ENOTEMPTY: other files kept it). */
+int ckpt_remove_image_at(int parent_fd, const char *name, uid_t owner);
 
 /* cudawd's host-memory pool (sharing): `base` maps `size` bytes of it (MAP_SHARED). On success
  * the module owns the mapping (unmaps it when replaced or at shutdown) and page-locks it with a

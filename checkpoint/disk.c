@@ -300,13 +300,14 @@ static bool in_manifest(const struct manifest *m, const char *name) {
  * Only regular files of this uid named as cudaw names them and not in the new manifest; a link
  * is never followed (links are skipped, and unlinkat removes a name, not what it points to).
  * A file that cannot be removed is logged; the new image is complete either way. */
-static void remove_stale_files(const char *dir, const struct manifest *m, const char *whose) {
-  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+/* remove_stale_files in the open directory dfd (named dir in the log), the files of `owner`. */
+static void remove_chunk_files(int dfd, const char *dir, const struct manifest *m,
+                               const char *whose, uid_t owner) {
+  DIR *d = fdopendir(dfd);
   if (!d) {
     ckpt_logf(CKPT_LOG_WARN, "image directory %s: cannot list it to remove %s's files: %s", dir,
               whose, strerror(errno));
-    if (dfd >= 0) close(dfd);
+    close(dfd);
     return;
   }
   size_t removed = 0;
@@ -317,7 +318,7 @@ static void remove_stale_files(const char *dir, const struct manifest *m, const 
     struct stat st;
     if (!chunk_file_name(name) || in_manifest(m, name)) continue;
     if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
-        st.st_uid != geteuid())
+        st.st_uid != owner)
       continue;
     if (unlinkat(dfd, name, 0) != 0) {
       ckpt_logf(CKPT_LOG_WARN, "image directory %s: cannot remove %s of %s: %s", dir, name,
@@ -333,6 +334,16 @@ static void remove_stale_files(const char *dir, const struct manifest *m, const 
               dir, removed, bytes, whose);
 }
 
+static void remove_stale_files(const char *dir, const struct manifest *m, const char *whose) {
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) {
+    ckpt_logf(CKPT_LOG_WARN, "image directory %s: cannot list it to remove %s's files: %s", dir,
+              whose, strerror(errno));
+    return;
+  }
+  remove_chunk_files(dfd, dir, m, whose, geteuid());
+}
+
 int disk_remove_image(const char *dir) {
   struct manifest none = {0}; /* names no file: every chunk file goes */
   char manifest_path[PATH_MAX];
@@ -343,6 +354,28 @@ int disk_remove_image(const char *dir) {
   if (unlink(manifest_path) != 0 && errno != ENOENT) return -errno;
   remove_stale_files(dir, &none, "a resumed image");
   return rmdir(dir) == 0 || errno == ENOTEMPTY || errno == EEXIST ? 0 : -errno;
+}
+
+int disk_remove_image_at(int parent_fd, const char *name, uid_t owner) {
+  int dfd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd < 0) return -errno;
+  struct stat st;
+  int err = fstat(dfd, &st) != 0 ? errno : st.st_uid != owner ? EPERM : 0;
+  if (err) {
+    close(dfd);
+    return -err;
+  }
+  struct manifest none = {0};
+  /* The manifest first: a directory half emptied must not look like an image. A link of that
+   * name is removed itself, never what it points to. */
+  if (unlinkat(dfd, MANIFEST_NAME, 0) != 0 && errno != ENOENT) {
+    err = errno;
+    close(dfd);
+    return -err;
+  }
+  unlinkat(dfd, MANIFEST_NAME ".tmp", 0);
+  remove_chunk_files(dfd, name, &none, "a dead program's image", owner);
+  return unlinkat(parent_fd, name, AT_REMOVEDIR) == 0 ? 0 : -errno;
 }
 
 static void sync_dir(const char *dir) {
@@ -412,7 +445,11 @@ int disk_write_image(struct engine *e, const char *dir, bool compress, int threa
     if (fd >= 0) close(fd);
   }
   if (rc) {
+    /* No manifest names them (the old one went first): chunk files of a failed write only hold
+     * the disk (a full one, often) and are never read. */
     unlink(temporary);
+    struct manifest none = {0};
+    remove_stale_files(dir, &none, "a failed write");
   } else {
     remove_stale_files(dir, &m, "an older image");
     sync_dir(dir);

@@ -64,6 +64,8 @@ int disk_write_image(struct engine *engine, const char *dir, bool compress, int 
 /* Remove the image in dir (its manifest, then the chunk files as remove_stale_files picks
  * them), then dir if nothing else is in it. 0 or -errno. */
 int disk_remove_image(const char *dir);
+/* The same for directory `name` under parent_fd, owner's and not a link; its files of owner. */
+int disk_remove_image_at(int parent_fd, const char *name, uid_t owner);
 /* Read the image in dir back into the engine, verifying every chunk against the manifest, and
  * check that its regions are `live` (those of the paused process). On error the engine holds
  * no image and nothing else has changed; `reason` names the file at fault. */

@@ -139,6 +139,11 @@ int ckpt_request_spill(const char *dir, struct ckpt_result *result) {
   return request_with(CKPT_OP_SPILL, &spill, result);
 }
 
+int ckpt_request_unspill(struct ckpt_result *result) {
+  struct transition_request unspill = {0};
+  return request_with(CKPT_OP_UNSPILL, &unspill, result);
+}
+
 int ckpt_image_on_disk(char *dir, size_t len, uint64_t *bytes) {
   struct transition_paused paused;
   if (ckpt_state() != CKPT_PAUSED) return 0;
@@ -150,5 +155,8 @@ int ckpt_image_on_disk(char *dir, size_t len, uint64_t *bytes) {
 }
 
 int ckpt_remove_image(const char *dir) { return disk_remove_image(dir); }
+int ckpt_remove_image_at(int parent_fd, const char *name, uid_t owner) {
+  return disk_remove_image_at(parent_fd, name, owner);
+}
 int ckpt_pool_attach(void *base, uint64_t size) { return transition_pool_attach(base, size); }
 void ckpt_pool_lend(uint64_t offset, uint64_t length) { transition_pool_lend(offset, length); }

@@ -434,6 +434,11 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
     }
     break;
   case SCHED_DONE:
+    if (msg->value == 4) { /* a read-back ahead of the turn: no pending_op (a resume may follow) */
+      sched_spill_read_done(d, p, msg->status > 0 ? -EINVAL : msg->status, msg->bytes,
+                            msg->seconds >= 0 && msg->seconds < 1e9 ? msg->seconds : 0);
+      break;
+    }
     if (msg->value != p->pending_op || !p->pending_op) {
       sched_log_noisy(SCHED_NOISE_IGNORED, "cudawd: pid %ld: a result (%d) it was not asked "
                       "for: ignored\n", (long)p->pid, msg->value);

@@ -118,6 +118,12 @@ struct program {
   uint64_t spills;         /* times moved to disk */
   double spill_skip_until; /* a spill of it failed: not asked again before this */
   double spill_started;    /* when its spill was ordered (pending_op 3) */
+  bool spill_ordered;      /* this cudawd ordered it to disk: its cudaw-<uid>-<pid> under
+                            * --spill-dir is cudawd's to remove if it dies */
+  bool read_back;          /* read back ahead of its turn: not spilled again while it wants it */
+  bool read_back_refused;  /* logged: no host room to read it back ahead */
+  bool read_back_failed;   /* a read-back failed or went unanswered: its resume streams */
+  double read_back_started;
   struct program *next;
 };
 
@@ -151,7 +157,10 @@ struct daemon {
   /* The disk tier (--spill-dir, spill.c): the directory, open (-1: none), and its figures. */
   int spill_fd;
   uint64_t spills, spill_failures, spilled_bytes;
-  double disk_read_rate;   /* bytes/s of the last resume from disk (0: none yet) */
+  double disk_read_rate;   /* bytes/s of the last read from disk (0: none yet) */
+  struct program *reading_back; /* the one read-back ahead of a turn under way (NULL: none) */
+  uint64_t read_backs;
+  bool disk_short_logged;  /* said once that the spill directory's disk has no room */
   struct uid_account uids[SCHED_MAX_UIDS];
   int connections, joined;     /* open connections, joined programs */
 };
@@ -250,6 +259,8 @@ void sched_pool_info(const struct daemon *d, struct sched_pool_info *out);
 bool sched_wanting(const struct program *p);
 bool sched_before(const struct program *a, const struct program *b);
 uint64_t sched_image_bytes(const struct program *p);
+/* What a checkpoint must leave available on the host (schedule.c). */
+uint64_t sched_host_margin(const struct daemon *d);
 
 /* spill.c: the disk tier. */
 /* Check and open --spill-dir (an absolute directory, not RAM-backed). 0, or -errno with the one
@@ -270,6 +281,21 @@ void sched_spill_resumed(struct daemon *d, struct program *p, int status, uint64
                          double seconds);
 /* The snapshot's disk figures. */
 void sched_spill_info(const struct daemon *d, struct sched_spill_info *out);
+/* Read-back ahead of the turn: order the earliest wanting image on disk read back into host
+ * memory if the host has room for it and stays above what makes the disk tier spill (twice the
+ * margin), one at a time, beside no transition or one that does not read the disk (a
+ * checkpoint, whose image counts as taken, or a resume from host memory). */
+void sched_spill_read_ahead(struct daemon *d, double now);
+/* p answered its read-back (SCHED_DONE value 4). */
+void sched_spill_read_done(struct daemon *d, struct program *p, int status, uint64_t bytes,
+                           double seconds);
+/* Bytes of the read-back under way, not yet in MemAvailable's figure for sure. */
+uint64_t sched_spill_reading(const struct daemon *d);
+/* Seconds reading p's image back from disk takes (0: not on disk). */
+double sched_spill_read_seconds(const struct daemon *d, const struct program *p);
+/* p is gone: stop waiting for its read-back; if it died with an image cudawd had it write
+ * (under --spill-dir), remove that; log either way. */
+void sched_spill_forget(struct daemon *d, struct program *p);
 
 /* lending.c: msg to p with the descriptor fd (SCM_RIGHTS). 0 or -errno. */
 int sched_send_fd(struct program *p, const struct sched_msg *msg, int fd);

@@ -62,6 +62,11 @@ enum sched_msg_type {
                       * written). The resume it is sent later streams the image from disk */
   SCHED_ON_DISK,     /* program -> cudawd, right after a hello saying it is paused: its image
                       * lies on disk (`bytes`), written for an earlier cudawd */
+  /* Read-back ahead of the turn, added within version 2: an older program ignores it (cudawd
+   * stops waiting for the answer after its swap timeout and the resume streams from disk). */
+  SCHED_UNSPILL,     /* cudawd -> paused program whose image is on disk: read it back into host
+                      * memory now (verified; stay paused), so that the resume on its turn copies
+                      * from memory; answer SCHED_DONE value 4 (`bytes` read, `seconds`) */
 };
 
 struct sched_msg {

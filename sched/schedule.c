@@ -291,7 +291,7 @@ double sched_swap_cost(const struct daemon *d, const struct program *p)
   int in_pool = pooled(d, p);
   double out = d->rate_out[in_pool], in = d->rate_in[in_pool];
   return bytes / (out > 0 ? out : default_rate_out[in_pool]) +
-         bytes / (in > 0 ? in : default_rate_in[in_pool]);
+         bytes / (in > 0 ? in : default_rate_in[in_pool]) + sched_spill_read_seconds(d, p);
 }
 
 /* ---- host memory: a swapped-out program's image lives there ----------------------------------- */
@@ -303,7 +303,8 @@ static void read_host_memory(struct daemon *d, double now)
   if (d->host_read_at > 0 && now - d->host_read_at < 0.25) return;
   d->host_read_at = now;
   uint64_t available = host_meminfo("MemAvailable"), total = host_meminfo("MemTotal");
-  d->host_available = total ? available : 0;
+  uint64_t reading = sched_spill_reading(d); /* may not be in MemAvailable yet */
+  d->host_available = !total ? 0 : available > reading ? available - reading : 0;
   d->host_total = available ? total : 0;
 }
 
@@ -314,6 +315,8 @@ static uint64_t host_margin(const struct daemon *d)
   uint64_t share = d->host_total / 32;
   return share > (1ull << 30) ? share : 1ull << 30;
 }
+
+uint64_t sched_host_margin(const struct daemon *d) { return host_margin(d); }
 
 /* Whether the host has room for v's image: a range of the pool cudawd would lend it, or memory
  * available. A host out of memory kills a program (the OOM killer), which sharing must never
@@ -344,10 +347,7 @@ void sched_forget(struct daemon *d, struct program *p)
 {
   if (d->transition == p) d->transition = NULL;
   if (!p->joined) return;
-  if (p->on_disk) /* the program's own files: only it (its user) knows whether to keep them */
-    fprintf(stderr, "cudawd: pid %ld left with its image on disk (%.2f GiB, under %s)\n",
-            (long)p->pid, (double)p->disk_bytes / (1u << 30), d->config.spill_dir
-            ? d->config.spill_dir : "an earlier cudawd's spill directory");
+  sched_spill_forget(d, p);
   account_one(d, p, sched_now());
   if (!p->worked) { /* said hello and nothing else: no history worth a row */
     p->joined = false;
@@ -714,7 +714,10 @@ void sched_step(struct daemon *d)
   /* What fits is granted even while a checkpoint or resume is under way: its program's memory
    * counts as resident until it answers, so nothing is granted twice; only the next swap waits. */
   grant_or_deny(d);
-  if (d->transition) return; /* one checkpoint or resume at a time */
+  if (d->transition) { /* one checkpoint or resume at a time; a read-back may run beside it */
+    sched_spill_read_ahead(d, now);
+    return;
+  }
   read_host_memory(d, now);
   d->host_blocked = d->host_blocked_for = 0;
 
@@ -728,6 +731,7 @@ void sched_step(struct daemon *d)
     d->transition = back;
     return;
   }
+  sched_spill_read_ahead(d, now); /* nothing resumes now: images on disk that wait may read */
 
   /* Make room for the first wanting program (in the order of `sched_before`) for which room can be
    * made: one that cannot be helped now (it needs nearly the whole device, and the memory

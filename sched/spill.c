@@ -2,19 +2,27 @@
  * the coldest one moves to disk. Coldest: a program idle on the GPU (it does not want its turn)
  * before one waiting for it, then the lowest priority, then the longest out. The program writes
  * the image itself, as its own user (SCHED_SPILL carries the directory, the program makes one of
- * its own under it), so cudawd never reads another user's memory; the resume it is sent on its
- * turn streams the image back from disk. An image needed sooner than it could be read back (the
- * head of the queue, or one whose turn comes before that) stays in host memory. */
+ * its own under it), so cudawd never reads another user's memory. An image needed sooner than it
+ * could be read back (the head of the queue, or one whose turn comes before that) stays in host
+ * memory, and a spill the disk has no room for is not ordered. An image on disk whose program
+ * wants its turn is read back into host memory while it waits (SCHED_UNSPILL), where the host
+ * has room for it, so that its turn does not wait for the disk; else the resume on its turn
+ * streams it from disk. A program that dies with an image cudawd had it write leaves nothing
+ * behind: cudawd removes it. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/vfs.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "ckpt.h"
 #include "daemon.h"
 
 /* Until a resume from disk has been seen, images are taken to read back at this rate: a single
@@ -67,6 +75,27 @@ static double read_rate(const struct daemon *d)
   return d->disk_read_rate > 0 ? d->disk_read_rate : SPILL_DEFAULT_READ_RATE;
 }
 
+/* What the spill directory's file system has free for the programs (bytes) and what a spill must
+ * leave free there (margin: 1/32 of it, at least 1 GiB, as on the host: logs, other users'
+ * files). CUDAWD_TEST_DISK_FREE (bytes; for tests only, never documented as an option) stands
+ * in for the free figure, so that a full disk can be tested without a tiny file system. False:
+ * unknown (the spill is ordered; the program's write fails cleanly if the disk fills). */
+static bool disk_room(const struct daemon *d, uint64_t *free_bytes, uint64_t *margin)
+{
+  struct statvfs fs;
+  const char *fake = getenv("CUDAWD_TEST_DISK_FREE");
+  bool known = fstatvfs(d->spill_fd, &fs) == 0;
+  uint64_t size = known ? (uint64_t)fs.f_blocks * fs.f_frsize : 0;
+  *free_bytes = known ? (uint64_t)fs.f_bavail * fs.f_frsize : 0;
+  if (fake && *fake) { /* a disk of that much free space, its size unknown: the least margin */
+    *free_bytes = strtoull(fake, NULL, 10);
+    size = 0;
+    known = true;
+  }
+  *margin = size / 32 > (1ull << 30) ? size / 32 : 1ull << 30;
+  return known;
+}
+
 /* Seconds until p's turn at the earliest: the turns of the wanting programs ahead of it. A
  * program idle on the GPU does not want its turn: its return is not foreseen (-1). */
 static double turn_in(const struct daemon *d, const struct program *p)
@@ -94,11 +123,21 @@ bool sched_spill_coldest(struct daemon *d, const struct program *head, double no
   if (!d->config.spill_dir || d->spill_fd < 0 || d->transition) return false;
   struct program *best = NULL;
   const struct program *kept = NULL; /* the coldest one left in host memory: needed soon */
+  const struct program *too_big = NULL; /* the coldest one the disk has no room for */
   bool kept_head = false;
+  uint64_t disk_free, disk_margin;
+  bool disk_known = disk_room(d, &disk_free, &disk_margin);
   for (struct program *p = d->programs; p; p = p->next) {
     if (!p->joined || p->retired || p->state != SCHED_SWAPPED_OUT || p->on_disk ||
-        p->pending_op || p->spill_skip_until > now || !sched_image_bytes(p))
+        p->pending_op || p->spill_skip_until > now || !sched_image_bytes(p) ||
+        p == d->reading_back)
       continue;
+    /* Read back ahead of its turn: not spilled again while it still wants it (no ping-pong). */
+    if (p->read_back && sched_wanting(p)) continue;
+    if (disk_known && sched_image_bytes(p) + disk_margin > disk_free) {
+      if (!too_big || colder(p, too_big)) too_big = p;
+      continue;
+    }
     double back = (double)sched_image_bytes(p) / read_rate(d), turn = turn_in(d, p);
     if (p == head || (turn >= 0 && turn < back)) {
       if (!kept || colder(p, kept)) {
@@ -109,7 +148,18 @@ bool sched_spill_coldest(struct daemon *d, const struct program *head, double no
     }
     if (!best || colder(p, best)) best = p;
   }
-  if (!best) return false;
+  if (!best) {
+    if (too_big && !kept && !d->disk_short_logged) {
+      d->disk_short_logged = true;
+      fprintf(stderr, "cudawd: not spilling pid %ld's image (%.2f GiB) to %s: %s; the disk there "
+              "has %.2f GiB free and a spill leaves %.2f GiB of it free: images stay in host "
+              "memory (said once until a spill fits again)\n", (long)too_big->pid,
+              (double)sched_image_bytes(too_big) / (1u << 30), d->config.spill_dir, why,
+              (double)disk_free / (1u << 30), (double)disk_margin / (1u << 30));
+    }
+    return false;
+  }
+  d->disk_short_logged = false;
   struct sched_msg order = {.version = SCHED_PROTO_VERSION, .type = SCHED_SPILL, .pid = best->pid};
   int rc = sched_send_fd(best, &order, d->spill_fd);
   if (rc) {
@@ -129,6 +179,7 @@ bool sched_spill_coldest(struct daemon *d, const struct program *head, double no
           now - best->state_since, stays);
   best->pending_op = 3;
   best->spill_started = now;
+  best->spill_ordered = true; /* its cudaw-<uid>-<pid> under the spill dir is ours to clean */
   d->transition = best;
   return true;
 }
@@ -141,8 +192,9 @@ void sched_spill_done(struct daemon *d, struct program *p, int status, uint64_t 
   if (status != 0) {
     d->spill_failures++;
     p->spill_skip_until = sched_now() + 10 * d->config.quantum;
-    fprintf(stderr, "cudawd: spill of pid %ld failed (%s): its image stays in host memory\n",
-            (long)p->pid, strerror(-status));
+    bool full = status == -ENOSPC || status == -EDQUOT || status == -EFBIG;
+    fprintf(stderr, "cudawd: spill of pid %ld failed (%s%s): its image stays in host memory\n",
+            (long)p->pid, strerror(-status), full ? ": the disk is full" : "");
     return;
   }
   p->on_disk = true;
@@ -167,10 +219,165 @@ void sched_spill_rejoined(struct daemon *d, struct program *p, uint64_t bytes)
 void sched_spill_resumed(struct daemon *d, struct program *p, int status, uint64_t bytes,
                          double seconds)
 {
+  if (status == 0) p->read_back = false; /* its turn came */
   if (!p->on_disk || status != 0) return;
   if (bytes >= (64ull << 20) && seconds > 0) d->disk_read_rate = (double)bytes / seconds;
   p->on_disk = false;
   p->disk_bytes = 0;
+}
+
+static uint64_t disk_image_bytes(const struct program *p)
+{
+  return p->disk_bytes ? p->disk_bytes : sched_image_bytes(p);
+}
+
+uint64_t sched_spill_reading(const struct daemon *d)
+{
+  return d->reading_back ? disk_image_bytes(d->reading_back) : 0;
+}
+
+double sched_spill_read_seconds(const struct daemon *d, const struct program *p)
+{
+  return p->on_disk ? (double)disk_image_bytes(p) / read_rate(d) : 0;
+}
+
+void sched_spill_read_ahead(struct daemon *d, double now)
+{
+  if (!d->config.spill_dir || d->spill_fd < 0) return;
+  struct program *r = d->reading_back;
+  if (r) { /* one at a time; one never answered (an older program) stops holding the others */
+    if (d->config.swap_timeout > 0 && now - r->read_back_started >= d->config.swap_timeout) {
+      fprintf(stderr, "cudawd: pid %ld did not answer its read-back within %.0f s: its resume "
+              "will read its image from disk\n", (long)r->pid, d->config.swap_timeout);
+      r->read_back_failed = true;
+      d->reading_back = NULL;
+      d->host_read_at = 0;
+    }
+    return;
+  }
+  /* Beside a swap that does not read the disk: a checkpoint (its image, unless it goes into
+   * the pool, counts as taken already) or a resume from host memory (it frees memory). */
+  const struct program *t = d->transition;
+  uint64_t moving = 0;
+  if (t && (t->pending_op == 3 || (t->pending_op == 2 && t->on_disk))) return;
+  if (t && t->pending_op == 1 && !t->loan.length) moving = sched_image_bytes(t);
+  /* The image on disk whose turn comes first among those that want one. */
+  struct program *next = NULL;
+  int ahead = 0;
+  for (struct program *p = d->programs; p; p = p->next)
+    if (p->joined && !p->retired && p->state == SCHED_SWAPPED_OUT && p->on_disk &&
+        !p->pending_op && !p->read_back_failed && sched_wanting(p) &&
+        (!next || sched_before(p, next)))
+      next = p;
+  if (!next) return;
+  for (const struct program *q = d->programs; q; q = q->next)
+    ahead += q != next && sched_wanting(q) && sched_before(q, next);
+  /* The host-room rule of a swap-out, and more: after it the host must stay above twice the
+   * margin, where the disk tier would spill another image at once (a ping-pong). */
+  uint64_t bytes = disk_image_bytes(next), margin = sched_host_margin(d);
+  double gib = 1u << 30;
+  uint64_t available = d->host_available > moving ? d->host_available - moving : 0;
+  if (!d->host_total || bytes + 2 * margin > available) {
+    if (!next->read_back_refused)
+      fprintf(stderr, "cudawd: not reading pid %ld's image (%.2f GiB) back from disk ahead of its "
+              "turn: the host has %.2f GiB available and must keep twice %.2f GiB free; its "
+              "resume streams it from disk\n", (long)next->pid, (double)bytes / gib,
+              (double)available / gib, (double)margin / gib);
+    next->read_back_refused = true;
+    return;
+  }
+  next->read_back_refused = false;
+  struct sched_msg order = {.version = SCHED_PROTO_VERSION, .type = SCHED_UNSPILL,
+                            .pid = next->pid};
+  int rc = sched_send(next, &order);
+  if (rc) {
+    fprintf(stderr, "cudawd: sending pid %ld its read-back order failed: %s\n", (long)next->pid,
+            strerror(-rc));
+    next->read_back_failed = true;
+    return;
+  }
+  fprintf(stderr, "cudawd: reading pid %ld's image (%.2f GiB) back from disk ahead of its turn "
+          "(%d wanting programs before it; %.2f GiB of host memory available, about %.1f s at "
+          "%.2f GB/s)\n", (long)next->pid, (double)bytes / gib, ahead,
+          (double)available / gib, (double)bytes / read_rate(d), read_rate(d) / 1e9);
+  next->read_back_started = now;
+  d->reading_back = next;
+  d->host_available = d->host_available > bytes ? d->host_available - bytes : 0;
+}
+
+void sched_spill_read_done(struct daemon *d, struct program *p, int status, uint64_t bytes,
+                           double seconds)
+{
+  if (!p->read_back_started) {
+    sched_log_noisy(SCHED_NOISE_IGNORED, "cudawd: pid %ld: a read-back it was not asked for: "
+                    "ignored\n", (long)p->pid);
+    return;
+  }
+  double took = sched_now() - p->read_back_started;
+  p->read_back_started = 0;
+  if (d->reading_back == p) d->reading_back = NULL;
+  d->host_read_at = 0; /* MemAvailable moved: read it afresh */
+  if (status != 0) {
+    p->read_back_failed = true;
+    fprintf(stderr, "cudawd: read-back of pid %ld failed (%s): its resume streams the image from "
+            "disk\n", (long)p->pid, strerror(-status));
+    return;
+  }
+  if (bytes >= (64ull << 20) && seconds > 0) d->disk_read_rate = (double)bytes / seconds;
+  p->on_disk = false;
+  p->disk_bytes = 0;
+  p->read_back = true;
+  d->read_backs++;
+  fprintf(stderr, "cudawd: pid %ld read back from disk ahead of its turn: %.3f GiB in %.3f s "
+          "(%.2f GB/s; %.3f s since ordered); its resume copies from host memory\n",
+          (long)p->pid, (double)bytes / (1u << 30), seconds,
+          seconds > 0 ? (double)bytes / seconds / 1e9 : 0.0, took);
+}
+
+/* Whether process pid has exited (gone, or a zombie). Its connection closes during its exit,
+ * a moment before it is a zombie: asked again for up to 0.1 s. */
+static bool exited(pid_t pid)
+{
+  for (int tries = 0; tries < 20; tries++) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return errno == ENOENT || errno == ESRCH;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')');
+    if (!paren || paren[1] != ' ') return false;
+    if (paren[2] == 'Z' || paren[2] == 'X' || paren[2] == 'x') return true;
+    nanosleep(&(struct timespec){.tv_nsec = 5000000}, NULL);
+  }
+  return false;
+}
+
+void sched_spill_forget(struct daemon *d, struct program *p)
+{
+  if (d->reading_back == p) d->reading_back = NULL;
+  const char *dir = d->config.spill_dir;
+  /* Only the directory its order made (cudaw-<uid>-<pid> under --spill-dir, the program's uid's,
+   * not a link), never one a user named with cudaw-ctl spill; and never while it still runs
+   * (closed for breaking the protocol, it may resume from it yet). */
+  if (p->spill_ordered && d->spill_fd >= 0 && exited(p->pid)) {
+    char name[64];
+    snprintf(name, sizeof name, "cudaw-%u-%ld", (unsigned)p->uid, (long)p->pid);
+    int rc = ckpt_remove_image_at(d->spill_fd, name, p->uid);
+    if (rc == 0) {
+      fprintf(stderr, "cudawd: pid %ld died with %s: removed %s/%s\n", (long)p->pid,
+              p->on_disk ? "its image on disk" : "its image files left on disk", dir, name);
+      return;
+    }
+    if (rc != -ENOENT)
+      fprintf(stderr, "cudawd: pid %ld died; cannot remove its image in %s/%s: %s\n",
+              (long)p->pid, dir, name, strerror(-rc));
+  }
+  if (p->on_disk) /* the program's own files: only it (its user) knows whether to keep them */
+    fprintf(stderr, "cudawd: pid %ld left with its image on disk (%.2f GiB, under %s)\n",
+            (long)p->pid, (double)p->disk_bytes / (1u << 30),
+            dir ? dir : "an earlier cudawd's spill directory");
 }
 
 void sched_spill_info(const struct daemon *d, struct sched_spill_info *out)

@@ -11,7 +11,8 @@
  * order that lends a range of it puts the image there. With a disk tier (cudawd --spill-dir),
  * cudawd may ask a paused program to move its image to disk (SCHED_SPILL, with the directory):
  * the program writes it itself, into a directory of its own, and removes it once a resume has
- * read it back; a new cudawd is told the image is on disk when the program re-joins. */
+ * read it back (cudawd may have it read back into host memory ahead of the turn: SCHED_UNSPILL);
+ * a new cudawd is told the image is on disk when the program re-joins. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
@@ -265,6 +266,24 @@ static void spill(int dir_fd)
                               .seconds = rc == 0 ? result.disk_seconds : 0});
 }
 
+/* cudawd asks us (paused, image on disk) to read our image back into host memory ahead of our
+ * turn; its files stay until the resume (resume() removes them). Answered with SCHED_DONE
+ * value 4. */
+static void unspill(void)
+{
+  struct ckpt_result result = {0};
+  int rc = ckpt_request_unspill(&result);
+  if (rc == 0)
+    shim_info("sched: cudawd had our image read back from disk ahead of our turn (%llu bytes, "
+              "%.3f s)", (unsigned long long)result.disk_bytes, result.disk_seconds);
+  else
+    shim_warn("sched: cudawd asked us to read our image back from disk: %s; the resume reads it "
+              "from there", rc == -EALREADY ? "it is not on disk" : strerror(-rc));
+  send_msg((struct sched_msg){.type = SCHED_DONE, .value = 4, .status = rc,
+                              .bytes = rc == 0 ? result.disk_bytes : 0,
+                              .seconds = rc == 0 ? result.disk_seconds : 0});
+}
+
 /* Run the checkpoint (op 1) or resume (op 2) cudawd asked for and tell it how it went. A
  * checkpoint may come with a range of the pool lent for its image (length 0: none). */
 static void transition(int op, uint64_t loan_offset, uint64_t loan_length)
@@ -457,6 +476,7 @@ static void *run(void *unused)
       if (msg.type == SCHED_GRANT) answer_waiter(msg.status);
       else if (msg.type == SCHED_CHECKPOINT) transition(1, msg.held, msg.bytes);
       else if (msg.type == SCHED_RESUME) transition(2, 0, 0);
+      else if (msg.type == SCHED_UNSPILL) unspill();
       else if (msg.type == SCHED_REPLY && (msg.status == -EACCES || msg.status == -EUSERS))
         refused(msg.status);
     }

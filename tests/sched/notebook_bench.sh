@@ -154,8 +154,9 @@ echo "least MemAvailable while they ran: $least GiB (target >= $MIN_AVAIL GiB):"
      "$([ "$ok" = 1 ] && echo met || echo MISSED)"
 [ "$ok" = 1 ] || fail=1
 echo "cudawd (pid $daemon): $(grep -c 'spilled:' "$OUT/run/cudawd.log") spills," \
+     "$(grep -c 'read back from disk ahead' "$OUT/run/cudawd.log") read-backs ahead of a turn," \
      "$(grep -c 'swapped in from disk' "$OUT/run/cudawd.log") resumes from disk," \
      "$(grep -c 'not swapping' "$OUT/run/cudawd.log") swaps refused for host room"
-grep -E "spilling pid|swapped in from disk|not swapping|failed" "$OUT/run/cudawd.log" |
-  sed 's/^/  /' | head -20
+grep -E "spilling pid|read back from disk|not reading|not spilling|swapped in from disk|not swapping|failed" \
+  "$OUT/run/cudawd.log" | sed 's/^/  /' | head -30
 exit $fail

@@ -1,15 +1,30 @@
 /* Description: cudawd's disk tier (--spill-dir) on the emulated device. Three jobs of 72 MiB take
- * turns on a device that holds one (--device-memory 96M), on a host that has room for two
- * swapped-out images before it runs short (under 2 GiB available, twice what cudawd keeps free):
- * a fake /proc/meminfo (CUDAWD_MEMINFO) whose MemAvailable this test lowers by 72 MiB for every
- * image cudawd reports in host memory.
- *   rotate  cudawd moves the coldest images to disk as the host runs short; the snapshot shows
- *           them on disk; a job whose turn is next (first in the queue) is never the one spilled;
- *           every job verifies its data after every resume (some from disk) and exits 0; the
- *           spill directory is empty at the end (each image removed once read back)
- *   kill    once an image is on disk, cudawd is killed with -9 and a new one started: the job
- *           re-joins with its image on disk (the new snapshot shows it), resumes from it on its
- *           turn and verifies its data
+ * turns on a device that holds one (--device-memory 96M), on a host whose MemAvailable (a fake
+ * /proc/meminfo, CUDAWD_MEMINFO) this test lowers by 72 MiB for every image cudawd reports in
+ * host memory. cudawd keeps 1 GiB free and spills under twice that; a read-back ahead of a turn
+ * must leave twice that too. Tight host (rotate, kill, disk_full, write_fails, cleanup): under
+ * 2 GiB + 72 MiB available, so one image in host memory makes it short and no read-back fits.
+ * Roomy host (readback): 2 GiB + 150 MiB, short at three images, a read-back fits beside one.
+ *   rotate      cudawd moves the coldest images to disk as the host runs short; the snapshot shows
+ *               them on disk; a job whose turn is next (first in the queue) is never the one
+ *               spilled; every job verifies its data after every resume (some streamed from disk)
+ *               and exits 0; the spill directory is empty at the end (each image removed once read
+ *               back)
+ *   kill        once an image is on disk, cudawd is killed with -9 and a new one started: the job
+ *               re-joins with its image on disk (the new snapshot shows it), resumes from it on
+ *               its turn and verifies its data
+ *   readback    an image on disk whose job wants its turn is read back into host memory while it
+ *               waits: cudawd's log shows the read-back before that job's resume, the resume is
+ *               from host memory (not "from disk"), the image is not spilled again in between,
+ *               and the job says so; data verified
+ *   disk_full   the spill directory's disk has 1 MiB free (CUDAWD_TEST_DISK_FREE, test-only):
+ *               no spill is ordered, cudawd says why exactly once, the jobs finish verified
+ *   write_fails a chunk file of each job's image is in the way (a directory of that name): its
+ *               spills fail part way, as on a full disk; cudawd notes each failure, the image stays in
+ *               host memory (the job resumes from it and verifies its data) and the failed write
+ *               leaves no chunk file on the disk
+ *   cleanup     a job is killed with -9 while its image is on disk: cudawd removes its directory
+ *               (cudaw-<uid>-<pid>, which cudawd's order made) and logs it
  *   usage: sched_test_spill CUDAWD CUDAW_CTL JOB SPILL_BASE MODE
  * (SPILL_BASE: a directory on a disk, not tmpfs, for the spill directory; 77 if it is tmpfs.) */
 #define _GNU_SOURCE
@@ -25,6 +40,7 @@
 #define JOBS 3
 
 static const char *cudawd_path, *job_path;
+static unsigned long long host_mib = 2048 + 70; /* MemAvailable with no image in host memory */
 static char run_dir[64], spill_dir[512], meminfo[160];
 static pid_t cudawd_pid, jobs[JOBS];
 
@@ -36,17 +52,14 @@ static void end_children(void)
 }
 
 /* MemTotal 8 GiB (cudawd keeps 1 GiB free and moves images to disk under twice that),
- * MemAvailable 2 GiB + 150 MiB less 72 MiB per image in host memory: two images fit, a third
- * does not. Three jobs rotating need three (the one going out, the next one's, the third's)
- * unless one is on disk. */
+ * MemAvailable host_mib less 72 MiB per image in host memory. */
 static void write_meminfo(int images_in_host)
 {
   char tmp[200];
   snprintf(tmp, sizeof tmp, "%s.tmp", meminfo);
   FILE *f = fopen(tmp, "w");
   CHECK(f != NULL);
-  unsigned long long available = (2048 + 150) * MIB - (unsigned long long)images_in_host *
-                                                       JOB_BYTES;
+  unsigned long long available = host_mib * MIB - (unsigned long long)images_in_host * JOB_BYTES;
   fprintf(f, "MemTotal:       %llu kB\nMemAvailable:   %llu kB\n", 8ull << 20, available >> 10);
   fclose(f);
   CHECK(rename(tmp, meminfo) == 0);
@@ -79,12 +92,14 @@ static int follow(struct sched_snapshot *s)
   return s->programs;
 }
 
-static int job_index(pid_t pid)
+static int job_index_of(const pid_t *pids, pid_t pid)
 {
   for (int i = 0; i < JOBS; i++)
-    if (jobs[i] == pid) return i;
+    if (pids[i] == pid) return i;
   return -1;
 }
+
+static int job_index(pid_t pid) { return job_index_of(jobs, pid); }
 
 struct watch {
   double at;               /* when the last snapshot was taken */
@@ -166,7 +181,7 @@ static bool spill_dir_empty(void)
 static void test_rotate(void)
 {
   start_cudawd();
-  start_jobs("45");
+  start_jobs("40");
   struct watch w = {0};
   struct sched_snapshot *s = calloc(1, sizeof *s);
   CHECK(s != NULL);
@@ -207,7 +222,8 @@ static void test_rotate(void)
   free(s);
 }
 
-static void test_kill(void)
+/* Start cudawd and the jobs; return the pid of the first job seen with its image on disk. */
+static pid_t start_until_on_disk(void)
 {
   start_cudawd();
   start_jobs("60");
@@ -220,7 +236,15 @@ static void test_kill(void)
     if (follow(s)) watch_step(&w, s);
     client_sleep_ms(20);
   }
-  pid_t spilled = w.on_disk;
+  free(s);
+  return w.on_disk;
+}
+
+static void test_kill(void)
+{
+  pid_t spilled = start_until_on_disk();
+  struct sched_snapshot *s = calloc(1, sizeof *s);
+  CHECK(s != NULL);
   int spilled_job = job_index(spilled); /* jobs[] forgets each job as it exits */
   CHECK_EQ(kill(cudawd_pid, SIGKILL), 0);
   CHECK(waitpid(cudawd_pid, NULL, 0) == cudawd_pid);
@@ -252,11 +276,179 @@ static void test_kill(void)
   free(s);
 }
 
+/* Lines of path that hold text. */
+static int count_lines(const char *path, const char *text)
+{
+  FILE *f = fopen(path, "r");
+  char line[1024];
+  int count = 0;
+  while (f && fgets(line, sizeof line, f)) count += strstr(line, text) != NULL;
+  if (f) fclose(f);
+  return count;
+}
+
+static bool line_has_pid(const char *line, const char *format, pid_t pid)
+{
+  char text[96];
+  snprintf(text, sizeof text, format, (long)pid);
+  return strstr(line, text) != NULL;
+}
+
+/* A job cudawd's log shows read back ahead of its turn, then resumed from host memory: its pid
+ * (0: none). Fails the test if such a job was spilled again, or resumed from disk, in between. */
+static pid_t read_back_then_resumed(const char *log, const pid_t *pids)
+{
+  FILE *f = fopen(log, "r");
+  CHECK(f != NULL, "%s: %s", log, strerror(errno));
+  char line[1024];
+  bool read_back[JOBS] = {false};
+  pid_t found = 0;
+  while (!found && fgets(line, sizeof line, f))
+    for (int i = 0; i < JOBS; i++) {
+      if (line_has_pid(line, "pid %ld read back from disk ahead of its turn", pids[i])) {
+        read_back[i] = true;
+        continue;
+      }
+      if (!read_back[i]) continue;
+      CHECK(!line_has_pid(line, "spilling pid %ld's image", pids[i]),
+            "pid %d was spilled again after its read-back, before its turn (ping-pong)", pids[i]);
+      CHECK(!line_has_pid(line, "cudawd: pid %ld swapped in from disk", pids[i]),
+            "pid %d was read back ahead, yet its resume read from disk", pids[i]);
+      if (line_has_pid(line, "cudawd: pid %ld swapped in: ", pids[i])) found = pids[i];
+    }
+  fclose(f);
+  return found;
+}
+
+/* Wait for every job, following cudawd; `each` (may be NULL) runs after every look. */
+static void run_jobs(double seconds, struct watch *w, void (*each)(void))
+{
+  struct sched_snapshot *s = calloc(1, sizeof *s);
+  CHECK(s != NULL);
+  for (double end = client_now() + seconds; !jobs_done();) {
+    CHECK(client_now() < end, "the jobs did not finish within %.0f s (see %s)", seconds, run_dir);
+    if (follow(s) && w) watch_step(w, s);
+    if (each) each();
+    client_sleep_ms(40);
+  }
+  free(s);
+}
+
+static void test_readback(void)
+{
+  start_cudawd();
+  start_jobs("60");
+  pid_t pids[JOBS];
+  memcpy(pids, jobs, sizeof pids);
+  struct watch w = {0};
+  run_jobs(100, &w, NULL);
+  char log[128];
+  snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
+  pid_t pid = read_back_then_resumed(log, pids);
+  CHECK(pid, "no job was read back from disk ahead of its turn and then resumed from host memory "
+        "(see %s)", log);
+  snprintf(log, sizeof log, "%s/job%d.log", run_dir, job_index_of(pids, pid));
+  CHECK(client_file_has(log, "read back from disk ahead of our turn"),
+        "pid %d's log does not say its image was read back ahead of its turn", pid);
+  CHECK(spill_dir_empty(), "images left in %s after every job resumed", spill_dir);
+  snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
+  printf("readback: %d read-backs ahead of a turn, %d spills; pid %d read back, then resumed "
+         "from host memory\n", count_lines(log, "read back from disk ahead of its turn"),
+         count_lines(log, "spilled:"), pid);
+}
+
+static void test_disk_full(void)
+{
+  setenv("CUDAWD_TEST_DISK_FREE", "1048576", 1); /* for cudawd: 1 MiB free on the disk */
+  start_cudawd();
+  unsetenv("CUDAWD_TEST_DISK_FREE");
+  start_jobs("30");
+  run_jobs(100, NULL, NULL);
+  char log[128];
+  snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
+  int said = count_lines(log, "not spilling pid");
+  CHECK(count_lines(log, "host memory runs short") > 0 || said > 0,
+        "the host never ran short: the test proves nothing (see %s)", log);
+  CHECK(count_lines(log, "spilling pid") == said, "a spill was ordered to a full disk");
+  CHECK(said == 1, "cudawd said %d times that the disk has no room (expected once)", said);
+  printf("disk_full: no spill ordered, said once\n");
+}
+
+static char failed_seen[JOBS];
+
+/* write_fails: a job whose spill just failed has no chunk file left on the disk (cudawd orders
+ * it again only after 10 turns); the directory in the way is not a file. */
+static void check_failed_writes(void)
+{
+  char log[128];
+  snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
+  for (int i = 0; i < JOBS; i++) {
+    char text[64], dir[600];
+    snprintf(text, sizeof text, "spill of pid %ld failed", (long)jobs[i]);
+    if (!jobs[i] || failed_seen[i] || !client_file_has(log, text)) continue;
+    failed_seen[i] = 1;
+    snprintf(dir, sizeof dir, "%s/cudaw-%u-%ld", spill_dir, (unsigned)getuid(), (long)jobs[i]);
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));)
+      CHECK(strncmp(e->d_name, "region-", 7) != 0 || e->d_type == DT_DIR,
+            "the failed spill left %s/%s", dir, e->d_name);
+    if (d) closedir(d);
+  }
+}
+
+static void test_write_fails(void)
+{
+  start_cudawd();
+  start_jobs("40");
+  /* The second region's first chunk file of each job's image is a directory already: a spill's
+   * write fails part way (EISDIR), after the first region's file was written. */
+  for (int i = 0; i < JOBS; i++) {
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/cudaw-%u-%ld", spill_dir, (unsigned)getuid(), (long)jobs[i]);
+    CHECK(mkdir(dir, 0700) == 0, "%s: %s", dir, strerror(errno));
+    strcat(dir, "/region-1-0.bin");
+    CHECK(mkdir(dir, 0700) == 0, "%s: %s", dir, strerror(errno));
+  }
+  run_jobs(100, NULL, check_failed_writes);
+  char log[128];
+  snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
+  int failed = count_lines(log, "): its image stays in host memory");
+  CHECK(failed >= 1, "no failed spill noted (see %s)", log);
+  struct sched_snapshot *s = calloc(1, sizeof *s);
+  CHECK(s != NULL && follow(s), "cudawd did not answer after the jobs");
+  CHECK(s->spill.spill_failures == (uint64_t)failed, "the snapshot counts %llu failed spills, "
+        "the log %d", (unsigned long long)s->spill.spill_failures, failed);
+  free(s);
+  printf("write_fails: %d spills failed part way, each image stayed in host memory and left no "
+         "chunk file; every job verified its data\n", failed);
+}
+
+static void test_cleanup(void)
+{
+  pid_t victim = start_until_on_disk();
+  char dir[600], log[128], text[64];
+  snprintf(dir, sizeof dir, "%s/cudaw-%u-%ld", spill_dir, (unsigned)getuid(), (long)victim);
+  CHECK(access(dir, F_OK) == 0, "pid %d's image is on disk, but %s is missing", victim, dir);
+  CHECK_EQ(kill(victim, SIGKILL), 0);
+  CHECK(waitpid(victim, NULL, 0) == victim);
+  jobs[job_index(victim)] = 0;
+  snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
+  snprintf(text, sizeof text, "pid %ld died with its image on disk: removed", (long)victim);
+  for (double end = client_now() + 10; access(dir, F_OK) == 0 || !client_file_has(log, text);) {
+    CHECK(client_now() < end, "%s still there (or not logged) 10 s after pid %d died", dir,
+          victim);
+    client_sleep_ms(40);
+  }
+  run_jobs(100, NULL, NULL);
+  CHECK(spill_dir_empty(), "images left in %s", spill_dir);
+  printf("cleanup: pid %d killed with its image on disk; cudawd removed %s\n", victim, dir);
+}
+
 int main(int argc, char **argv)
 {
   setpgid(0, 0);
   atexit(end_children);
-  CHECK(argc == 6, "usage: %s CUDAWD CUDAW_CTL JOB SPILL_BASE rotate|kill", argv[0]);
+  CHECK(argc == 6, "usage: %s CUDAWD CUDAW_CTL JOB SPILL_BASE rotate|kill|readback|disk_full|write_fails|cleanup", argv[0]);
   cudawd_path = argv[1];
   job_path = argv[3];
   struct statfs fs;
@@ -270,6 +462,7 @@ int main(int argc, char **argv)
   snprintf(spill_dir, sizeof spill_dir, "%s/spill-XXXXXX", argv[4]);
   CHECK(mkdtemp(spill_dir) != NULL, "mkdtemp %s: %s", spill_dir, strerror(errno));
   snprintf(meminfo, sizeof meminfo, "%s/meminfo", run_dir);
+  if (!strcmp(argv[5], "readback")) host_mib = 2048 + 150;
   write_meminfo(0);
   setenv("CUDAWD_MEMINFO", meminfo, 1);
   setenv("CUDAW_RUN_DIR", run_dir, 1);
@@ -277,6 +470,10 @@ int main(int argc, char **argv)
   setenv("CUDAW_LOG", "info", 1);
   if (!strcmp(argv[5], "rotate")) test_rotate();
   else if (!strcmp(argv[5], "kill")) test_kill();
+  else if (!strcmp(argv[5], "readback")) test_readback();
+  else if (!strcmp(argv[5], "disk_full")) test_disk_full();
+  else if (!strcmp(argv[5], "write_fails")) test_write_fails();
+  else if (!strcmp(argv[5], "cleanup")) test_cleanup();
   else test_fail("unknown mode %s", argv[5]);
   if (cudawd_pid > 0) kill(cudawd_pid, SIGTERM);
   waitpid(cudawd_pid, NULL, 0);

@@ -4,7 +4,11 @@
  * as a descriptor): one idle on the GPU before one waiting for its turn, then the lowest
  * priority, then the longest out. The head of the queue is never spilled, nor one whose turn
  * comes before its image could be read back at the disk rate seen; an image on disk is not
- * spilled again; a resume from disk does not count as a host-memory rate. */
+ * spilled again; a resume from disk does not count as a host-memory rate. An image read back
+ * ahead of its turn is not spilled again while it wants it; a disk without room gets no spill
+ * (CUDAWD_TEST_DISK_FREE); read-back ahead goes to the wanting image on disk whose turn comes
+ * first, one at a time, only where the host keeps twice its margin; the swap cost counts the
+ * disk read. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -18,13 +22,22 @@
 #include "test.h"
 
 static int sent_count;
+static struct sched_msg last_sent; /* the last message sched_send had to send */
 
 int sched_send(struct program *p, const struct sched_msg *msg)
 {
   (void)p;
-  (void)msg;
+  last_sent = *msg;
   sent_count++;
   return 0;
+}
+
+/* The pid a read-back order (SCHED_UNSPILL) went to since the last call, or 0. */
+static pid_t unspill_sent(void)
+{
+  pid_t pid = last_sent.type == SCHED_UNSPILL ? last_sent.pid : 0;
+  memset(&last_sent, 0, sizeof last_sent);
+  return pid;
 }
 
 #define MIB (1ull << 20)
@@ -185,6 +198,91 @@ int main(void)
   sched_step(d);
   pid = spill_sent(5);
   CHECK(pid == second->pid, "spilled %d, expected %d", pid, second->pid);
+
+  /* An image read back ahead of its turn is not spilled again while it wants its turn (no
+   * ping-pong), though it is the only candidate; once idle on the GPU, it may be. */
+  d = setup(meminfo, dir);
+  join(d, 0, SCHED_RUNNING, 1, 0);
+  join(d, 1, SCHED_SWAPPED_OUT, 1, 30);
+  struct program *back = join(d, 2, SCHED_SWAPPED_OUT, 1, 5);
+  back->read_back = true;
+  sched_step(d);
+  CHECK(spill_sent(5) == 0, "an image read back ahead of its turn was spilled again");
+  back->gpu_idle = true;
+  sched_step(d);
+  CHECK(spill_sent(5) == back->pid, "an image read back, idle again, was not spilled");
+
+  /* The disk has no room (CUDAWD_TEST_DISK_FREE, 1 MiB free): the spill is not ordered. */
+  d = setup(meminfo, dir);
+  join(d, 0, SCHED_RUNNING, 1, 0);
+  join(d, 1, SCHED_SWAPPED_OUT, 1, 30);
+  join(d, 2, SCHED_SWAPPED_OUT, 1, 5)->gpu_idle = true;
+  setenv("CUDAWD_TEST_DISK_FREE", "1048576", 1);
+  sched_step(d);
+  CHECK(spill_sent(5) == 0 && d->disk_short_logged, "spilled to a disk without room");
+  setenv("CUDAWD_TEST_DISK_FREE", "10737418240", 1);
+  d->host_read_at = 0;
+  sched_step(d);
+  CHECK(spill_sent(5) == programs[2].pid && !d->disk_short_logged,
+        "not spilled to a disk with 10 GiB free");
+  unsetenv("CUDAWD_TEST_DISK_FREE");
+
+  /* Read-back ahead: two wanting images on disk, the host with 4 GiB available (8 GiB, 1 GiB
+   * kept free): the one whose turn comes first is read back, one at a time; an image on disk
+   * idle on the GPU is not; none when the host would fall under twice the margin. The swap cost
+   * of an image on disk counts its read. */
+  d = setup(meminfo, dir);
+  d->host_total = 8ull << 30;
+  d->host_available = 4ull << 30;
+  struct program *later = join(d, 0, SCHED_SWAPPED_OUT, 1, 5);
+  struct program *first = join(d, 1, SCHED_SWAPPED_OUT, 1, 30);
+  struct program *idle = join(d, 2, SCHED_SWAPPED_OUT, 1, 60);
+  idle->gpu_idle = true;
+  for (int i = 0; i < 3; i++) {
+    programs[i].on_disk = true;
+    programs[i].disk_bytes = 60 * MIB;
+  }
+  double cost_on_disk = sched_swap_cost(d, first);
+  first->on_disk = false;
+  double cost = sched_swap_cost(d, first);
+  first->on_disk = true;
+  CHECK(cost_on_disk - cost > 60 * MIB / 2.1e9 && cost_on_disk - cost < 60 * MIB / 1.9e9,
+        "the swap cost of an image on disk (%.4f s) does not count its read (%.4f s without)",
+        cost_on_disk, cost);
+  unspill_sent();
+  sched_spill_read_ahead(d, sched_now());
+  CHECK_EQ(unspill_sent(), first->pid);
+  CHECK(d->reading_back == first && sched_spill_reading(d) == 60 * MIB);
+  sched_spill_read_ahead(d, sched_now());
+  CHECK(unspill_sent() == 0, "a second read-back while one is under way");
+  sched_spill_read_done(d, first, 0, 60 * MIB, 0.05);
+  CHECK(!first->on_disk && first->read_back && !d->reading_back && d->read_backs == 1);
+  d->host_available = (2048 + 30) * MIB; /* 60 MiB more would leave under 2 GiB */
+  sched_spill_read_ahead(d, sched_now());
+  CHECK(unspill_sent() == 0 && later->read_back_refused, "read back with no room left");
+  d->host_available = 4ull << 30;
+  sched_spill_read_ahead(d, sched_now());
+  CHECK_EQ(unspill_sent(), later->pid);
+  sched_spill_read_done(d, later, -EIO, 0, 0);
+  CHECK(later->on_disk && later->read_back_failed && !d->reading_back);
+  sched_spill_read_ahead(d, sched_now());
+  CHECK(unspill_sent() == 0, "the idle image, or a failed one again, was read back");
+  /* Beside a spill (the disk is busy): none; beside a checkpoint whose image takes the room:
+   * none; beside one that leaves room: read back. */
+  later->read_back_failed = false;
+  struct program *going = join(d, 3, SCHED_SWAPPING_OUT, 1, 0);
+  going->pending_op = 3;
+  d->transition = going;
+  sched_spill_read_ahead(d, sched_now());
+  CHECK(unspill_sent() == 0, "read back beside a spill");
+  going->pending_op = 1;
+  going->bytes[0] = 2ull << 30;
+  sched_spill_read_ahead(d, sched_now());
+  CHECK(unspill_sent() == 0, "read back beside a checkpoint that takes the host's room");
+  going->bytes[0] = 60 * MIB;
+  sched_spill_read_ahead(d, sched_now());
+  CHECK_EQ(unspill_sent(), later->pid);
+  d->transition = NULL;
 
   /* Without a spill directory, nothing moves to disk. */
   d = setup(meminfo, dir);

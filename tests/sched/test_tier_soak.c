@@ -155,6 +155,12 @@ static int reap(void)
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "seed %u: job %d (pid %d) failed "
           "(status 0x%x) at %.1f s: see %s", seed, i, jobs[i].pid, status, elapsed(),
           jobs[i].log);
+    /* Its own word that the whole pattern was checked, every round (sched_share_job). */
+    char verified[160];
+    snprintf(verified, sizeof verified, "%d rounds of %s over %llu bytes verified", jobs[i].rounds,
+             jobs[i].mode, (unsigned long long)jobs[i].bytes);
+    CHECK(client_file_has(jobs[i].log, verified), "seed %u: job %d (pid %d) exited 0 without "
+          "saying '%s' (see %s)", seed, i, jobs[i].pid, verified, jobs[i].log);
     jobs[i].state = JOB_PASSED;
     printf("%6.2f s  job %d (pid %d) verified all its data and exited\n", elapsed(), i,
            jobs[i].pid);
@@ -445,9 +451,17 @@ static void soak(void)
     killed += jobs[i].state == JOB_KILLED;
   }
   CHECK(passed >= 1, "seed %u: no job survived", seed);
-  printf("seed %u: %d jobs verified all their data, %d killed (%d images left on disk by them), "
-         "cudawd killed %d times, %llu spills since its last start, %.1f s\n", seed, passed,
-         killed, left, cudawd_restarts, (unsigned long long)spills, elapsed());
+  /* The disk tier was used: some survivor came back from disk. */
+  int from_disk = 0;
+  for (int i = 0; i < JOBS; i++)
+    from_disk += jobs[i].state == JOB_PASSED &&
+                 client_file_has(jobs[i].log, "resume streamed from disk");
+  CHECK(from_disk > 0, "seed %u: no surviving job resumed from disk: the disk tier was not "
+        "exercised (see %s)", seed, run_dir);
+  printf("seed %u: %d jobs verified all their data (%d resumed from disk), %d killed (%d images "
+         "left on disk by them), cudawd killed %d times, %llu spills since its last start, "
+         "%.1f s\n", seed, passed, from_disk, killed, left, cudawd_restarts,
+         (unsigned long long)spills, elapsed());
   free(s);
 }
 

@@ -168,15 +168,6 @@ static int reap(void)
   return running;
 }
 
-static void kill_job(int i, const char *where)
-{
-  CHECK_EQ(kill(jobs[i].pid, SIGKILL), 0);
-  CHECK(waitpid(jobs[i].pid, NULL, 0) == jobs[i].pid);
-  jobs[i].state = JOB_KILLED;
-  printf("%6.2f s  KILL -9 job %d (pid %d, %llu MiB) %s\n", elapsed(), i, jobs[i].pid,
-         (unsigned long long)(jobs[i].bytes / MIB), where);
-}
-
 /* A job's image on disk that cudawd shows must be there: check a living job seen swapped out
  * with its image on disk (looked at again before failing: it may have been read back and
  * removed between the snapshot and the look). */
@@ -217,6 +208,39 @@ static bool look(struct sched_snapshot *s)
   return true;
 }
 
+/* No job killed or ended is shown as a living program (a ghost), within a few seconds of its
+ * end: checked after each kill, after each restart of cudawd and at the end. */
+static void check_no_ghost(void)
+{
+  struct sched_snapshot *s = calloc(1, sizeof *s);
+  CHECK(s != NULL);
+  for (double end = client_now() + 5;;) {
+    int ghost = -1;
+    CHECK(look(s), "seed %u: cudawd did not answer", seed);
+    for (int k = 0; k < s->programs && ghost < 0; k++) {
+      int i = job_of(s->program[k].pid);
+      if (i >= 0 && jobs[i].state != JOB_RUNNING && s->program[k].state != SCHED_EXITED)
+        ghost = i;
+    }
+    if (ghost < 0) break;
+    CHECK(client_now() < end, "seed %u: job %d (pid %d, %s) is gone, and cudawd still shows "
+          "it %s", seed, ghost, jobs[ghost].pid,
+          jobs[ghost].state == JOB_KILLED ? "killed" : "exited", "as a living program");
+    client_sleep_ms(50);
+  }
+  free(s);
+}
+
+static void kill_job(int i, const char *where)
+{
+  CHECK_EQ(kill(jobs[i].pid, SIGKILL), 0);
+  CHECK(waitpid(jobs[i].pid, NULL, 0) == jobs[i].pid);
+  jobs[i].state = JOB_KILLED;
+  printf("%6.2f s  KILL -9 job %d (pid %d, %llu MiB) %s\n", elapsed(), i, jobs[i].pid,
+         (unsigned long long)(jobs[i].bytes / MIB), where);
+  check_no_ghost();
+}
+
 /* cudawd killed -9 (why), restarted on the same run dir after a pause drawn from the seed; every
  * living job must re-join the new one. */
 static void kill_cudawd(const char *why, struct sched_snapshot *s)
@@ -244,7 +268,8 @@ static void kill_cudawd(const char *why, struct sched_snapshot *s)
           "15 s (see %s)", seed, missing, missing >= 0 ? jobs[missing].pid : 0, jobs[missing].log);
     client_sleep_ms(20);
   }
-  printf("%6.2f s  every living job re-joined the new cudawd\n", elapsed());
+  check_no_ghost();
+  printf("%6.2f s  every living job re-joined the new cudawd, no killed one\n", elapsed());
 }
 
 /* A job whose image is being written to disk now (its directory exists, its manifest not yet;
@@ -341,25 +366,6 @@ static bool provoke(enum event e, struct sched_snapshot *s, double seconds)
   return false;
 }
 
-/* No killed job is shown as anything but exited, within a few seconds of its death. */
-static void check_no_ghost(struct sched_snapshot *s)
-{
-  for (double end = client_now() + 5;;) {
-    int ghost = -1;
-    CHECK(look(s), "seed %u: cudawd did not answer at the end", seed);
-    for (int k = 0; k < s->programs && ghost < 0; k++) {
-      int i = job_of(s->program[k].pid);
-      if (i >= 0 && jobs[i].state != JOB_RUNNING && s->program[k].state != SCHED_EXITED)
-        ghost = i;
-    }
-    if (ghost < 0) return;
-    CHECK(client_now() < end, "seed %u: job %d (pid %d, %s) is gone, and cudawd still shows "
-          "it %s", seed, ghost, jobs[ghost].pid,
-          jobs[ghost].state == JOB_KILLED ? "killed" : "exited", "as a living program");
-    client_sleep_ms(50);
-  }
-}
-
 /* The images left in the spill directory: a killed job's are listed (an image of a program
  * that died is its owner's to delete); one of a job that finished is a failure (it must have
  * removed it after reading it back). Returns how many were left. */
@@ -442,7 +448,8 @@ static void soak(void)
     look(s);
     client_sleep_ms(40);
   }
-  check_no_ghost(s);
+  check_no_ghost();
+  CHECK(look(s), "seed %u: cudawd did not answer at the end", seed);
   uint64_t spills = s->spill.spills;
   int left = report_leftovers();
   int passed = 0, killed = 0;

@@ -13,19 +13,17 @@
  *   usage: sched_test_spill CUDAWD CUDAW_CTL JOB SPILL_BASE MODE
  * (SPILL_BASE: a directory on a disk, not tmpfs, for the spill directory; 77 if it is tmpfs.) */
 #define _GNU_SOURCE
-#include <linux/magic.h>
 #include <signal.h>
-#include <sys/vfs.h>
 #include <sys/wait.h>
 
-#include "client.h"
+#include "tier.h"
 
 #define MIB (1024ull * 1024)
 #define JOB_BYTES (72 * MIB)
 #define JOBS 3
 
 static const char *cudawd_path, *job_path;
-static char run_dir[64], spill_dir[512], meminfo[160];
+static struct tier tier;
 static pid_t cudawd_pid, jobs[JOBS];
 
 static void end_children(void)
@@ -35,39 +33,24 @@ static void end_children(void)
     if (jobs[i] > 0) kill(jobs[i], SIGKILL);
 }
 
-/* MemTotal 8 GiB (cudawd keeps 1 GiB free and moves images to disk under twice that),
- * MemAvailable 2 GiB + 150 MiB less 72 MiB per image in host memory: two images fit, a third
- * does not. Three jobs rotating need three (the one going out, the next one's, the third's)
- * unless one is on disk. */
-static void write_meminfo(int images_in_host)
+/* MemAvailable 2 GiB + 150 MiB less 72 MiB per image in host memory: two images fit, a third
+ * does not (cudawd moves images to disk under 2 GiB). Three jobs rotating need three (the one
+ * going out, the next one's, the third's) unless one is on disk. */
+static uint64_t available(int images_in_host)
 {
-  char tmp[200];
-  snprintf(tmp, sizeof tmp, "%s.tmp", meminfo);
-  FILE *f = fopen(tmp, "w");
-  CHECK(f != NULL);
-  unsigned long long available = (2048 + 150) * MIB - (unsigned long long)images_in_host *
-                                                       JOB_BYTES;
-  fprintf(f, "MemTotal:       %llu kB\nMemAvailable:   %llu kB\n", 8ull << 20, available >> 10);
-  fclose(f);
-  CHECK(rename(tmp, meminfo) == 0);
+  return (2048 + 150) * MIB - (uint64_t)images_in_host * JOB_BYTES;
 }
 
 static void start_cudawd(void)
 {
-  char log[128];
-  snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
-  const char *argv[] = {cudawd_path, "--device-memory", "96M", "--quantum", "0.5", "--min-run",
-                        "0.1", "--host-memory", "off", "--spill-dir", spill_dir, "--verbose",
-                        "--gpu-list", "none", NULL};
-  cudawd_pid = client_spawn(argv, log, false);
-  CHECK(client_wait_up(run_dir, 10), "cudawd did not answer on %s (see %s)", run_dir, log);
+  cudawd_pid = tier_start_cudawd(&tier, cudawd_path);
 }
 
 /* One look at cudawd: the fake host follows the images in host memory. Returns the snapshot's
  * program count (0 if cudawd did not answer). */
 static int follow(struct sched_snapshot *s)
 {
-  if (!client_snapshot(run_dir, s)) return 0;
+  if (!client_snapshot(tier.run_dir, s)) return 0;
   int in_host = 0;
   for (int i = 0; i < s->programs; i++) {
     int state = s->program[i].state;
@@ -75,7 +58,7 @@ static int follow(struct sched_snapshot *s)
         s->program[i].bytes)
       in_host++;
   }
-  write_meminfo(in_host);
+  tier_write_meminfo(&tier, available(in_host));
   return s->programs;
 }
 
@@ -127,7 +110,7 @@ static void start_jobs(const char *rounds)
 {
   for (int i = 0; i < JOBS; i++) {
     char log[128], bytes[32];
-    snprintf(log, sizeof log, "%s/job%d.log", run_dir, i);
+    snprintf(log, sizeof log, "%s/job%d.log", tier.run_dir, i);
     snprintf(bytes, sizeof bytes, "%llu", JOB_BYTES);
     const char *argv[] = {job_path, bytes, rounds, "pieces", NULL};
     jobs[i] = client_spawn(argv, log, true);
@@ -146,7 +129,8 @@ static bool jobs_done(void)
       continue;
     }
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-          "job %d (pid %d) failed (status 0x%x): see %s/job%d.log", i, jobs[i], status, run_dir, i);
+          "job %d (pid %d) failed (status 0x%x): see %s/job%d.log", i, jobs[i], status,
+          tier.run_dir, i);
     jobs[i] = 0;
   }
   return all;
@@ -154,7 +138,7 @@ static bool jobs_done(void)
 
 static bool spill_dir_empty(void)
 {
-  DIR *d = opendir(spill_dir);
+  DIR *d = opendir(tier.spill_dir);
   CHECK(d != NULL);
   int entries = 0;
   for (struct dirent *e; (e = readdir(d));)
@@ -172,7 +156,7 @@ static void test_rotate(void)
   CHECK(s != NULL);
   bool disk_seen = false;
   for (double end = client_now() + 50; !jobs_done();) {
-    CHECK(client_now() < end, "the jobs did not finish within 50 s (see %s)", run_dir);
+    CHECK(client_now() < end, "the jobs did not finish within 50 s (see %s)", tier.run_dir);
     if (follow(s)) {
       watch_step(&w, s);
       disk_seen |= s->spill.enabled && s->spill.on_disk > 0 && s->spill.disk_bytes > 0;
@@ -188,7 +172,7 @@ static void test_rotate(void)
   CHECK(s->spill.spill_failures == 0, "%llu spills failed",
         (unsigned long long)s->spill.spill_failures);
   char log[128];
-  snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
+  snprintf(log, sizeof log, "%s/cudawd.log", tier.run_dir);
   CHECK(client_file_has(log, "it is the coldest swapped-out image"),
         "the log does not say why a spill was chosen");
   CHECK(client_file_has(log, "swapped in from disk"), "no resume from disk in the log");
@@ -196,12 +180,12 @@ static void test_rotate(void)
    * memory (checkpoint/disk_stream.c says what it held beyond them). */
   bool streamed = false;
   for (int i = 0; i < JOBS && !streamed; i++) {
-    snprintf(log, sizeof log, "%s/job%d.log", run_dir, i);
+    snprintf(log, sizeof log, "%s/job%d.log", tier.run_dir, i);
     streamed = client_file_has(log, "resume streamed from disk") &&
                client_file_has(log, "beyond the 2 staging buffers: at most 0 bytes");
   }
   CHECK(streamed, "no job's resume says it streamed from disk through its staging buffers");
-  CHECK(spill_dir_empty(), "images left in %s after every job resumed", spill_dir);
+  CHECK(spill_dir_empty(), "images left in %s after every job resumed", tier.spill_dir);
   printf("rotate: %llu spills, %llu swaps, every job verified its data\n",
          (unsigned long long)s->spill.spills, (unsigned long long)s->device[0].swaps);
   free(s);
@@ -215,7 +199,7 @@ static void test_kill(void)
   struct sched_snapshot *s = calloc(1, sizeof *s);
   CHECK(s != NULL);
   for (double end = client_now() + 30; !w.on_disk;) {
-    CHECK(client_now() < end, "no image went to disk within 30 s (see %s)", run_dir);
+    CHECK(client_now() < end, "no image went to disk within 30 s (see %s)", tier.run_dir);
     CHECK(!jobs_done(), "the jobs finished before any image went to disk");
     if (follow(s)) watch_step(&w, s);
     client_sleep_ms(20);
@@ -239,14 +223,14 @@ static void test_kill(void)
   }
   for (double end = client_now() + 40; !jobs_done();) {
     CHECK(client_now() < end, "the jobs did not finish within 40 s of the new cudawd (see %s)",
-          run_dir);
+          tier.run_dir);
     follow(s);
     client_sleep_ms(40);
   }
   char log[160];
-  snprintf(log, sizeof log, "%s/job%d.log", run_dir, spilled_job);
+  snprintf(log, sizeof log, "%s/job%d.log", tier.run_dir, spilled_job);
   CHECK(client_file_has(log, "from disk"), "pid %d's log says no resume from disk", spilled);
-  CHECK(spill_dir_empty(), "images left in %s after every job resumed", spill_dir);
+  CHECK(spill_dir_empty(), "images left in %s after every job resumed", tier.spill_dir);
   printf("kill: pid %d re-joined the new cudawd with its image on disk, resumed from it and "
          "verified its data\n", spilled);
   free(s);
@@ -259,31 +243,12 @@ int main(int argc, char **argv)
   CHECK(argc == 6, "usage: %s CUDAWD CUDAW_CTL JOB SPILL_BASE rotate|kill", argv[0]);
   cudawd_path = argv[1];
   job_path = argv[3];
-  struct statfs fs;
-  CHECK(statfs(argv[4], &fs) == 0, "%s: %s", argv[4], strerror(errno));
-  if (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC) {
-    printf("SKIP: %s is memory-backed: no disk tier to test there\n", argv[4]);
-    return 77;
-  }
-  snprintf(run_dir, sizeof run_dir, "/tmp/cudaw-spill-XXXXXX");
-  CHECK(mkdtemp(run_dir) != NULL, "mkdtemp: %s", strerror(errno));
-  snprintf(spill_dir, sizeof spill_dir, "%s/spill-XXXXXX", argv[4]);
-  CHECK(mkdtemp(spill_dir) != NULL, "mkdtemp %s: %s", spill_dir, strerror(errno));
-  snprintf(meminfo, sizeof meminfo, "%s/meminfo", run_dir);
-  write_meminfo(0);
-  setenv("CUDAWD_MEMINFO", meminfo, 1);
-  setenv("CUDAW_RUN_DIR", run_dir, 1);
-  setenv("CUDAW_SHARE", "1", 1);
-  setenv("CUDAW_LOG", "info", 1);
+  if (tier_setup(&tier, argv[4], "spill", available(0)) != 0) return 77;
   if (!strcmp(argv[5], "rotate")) test_rotate();
   else if (!strcmp(argv[5], "kill")) test_kill();
   else test_fail("unknown mode %s", argv[5]);
-  if (cudawd_pid > 0) kill(cudawd_pid, SIGTERM);
-  waitpid(cudawd_pid, NULL, 0);
+  tier_finish(&tier, cudawd_pid);
   cudawd_pid = 0;
-  char command[700];
-  snprintf(command, sizeof command, "rm -rf '%s' '%s'", run_dir, spill_dir);
-  if (!getenv("KEEP") && system(command) != 0) fprintf(stderr, "could not remove %s\n", run_dir);
   printf("ok\n");
   return 0;
 }

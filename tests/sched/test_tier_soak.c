@@ -15,12 +15,10 @@
  *   usage: sched_test_tier_soak CUDAWD CUDAW_CTL JOB SPILL_BASE SEED
  * (SPILL_BASE: a directory on a disk, not tmpfs; 77 if it is memory-backed.) */
 #define _GNU_SOURCE
-#include <linux/magic.h>
 #include <signal.h>
-#include <sys/vfs.h>
 #include <sys/wait.h>
 
-#include "client.h"
+#include "tier.h"
 
 #define MIB (1024ull * 1024)
 #define JOBS 5
@@ -46,7 +44,7 @@ static const char *const event_names[] = {"kill -9 of cudawd in the middle of a 
                                           "kill -9 in the middle of an exchange"};
 
 static const char *cudawd_path, *job_path;
-static char run_dir[64], spill_dir[512], meminfo[160];
+static struct tier tier;
 static pid_t cudawd_pid;
 static struct job jobs[JOBS];
 static unsigned seed, draws; /* draws: rand_r's state, from the seed */
@@ -87,33 +85,17 @@ static bool cudawd_orders_exchanges(void)
   return found;
 }
 
-/* MemTotal 8 GiB (cudawd keeps 1 GiB free and moves images to disk under twice that);
- * MemAvailable 2 GiB + 80 MiB less the bytes of the images in host memory: about one image
- * fits (one of 72 MiB, or two small ones), the next one needs the disk. */
-static void write_meminfo(uint64_t image_bytes_in_host)
+/* MemAvailable 2 GiB + 80 MiB less the bytes of the images in host memory: about one image fits
+ * (one of 72 MiB, or two small ones) before cudawd moves images to disk (under 2 GiB). */
+static uint64_t available(uint64_t image_bytes_in_host)
 {
-  char tmp[200];
-  snprintf(tmp, sizeof tmp, "%s.tmp", meminfo);
-  FILE *f = fopen(tmp, "w");
-  CHECK(f != NULL);
   uint64_t room = (2048 + 80) * MIB;
-  uint64_t available = room > image_bytes_in_host ? room - image_bytes_in_host : 0;
-  fprintf(f, "MemTotal:       %llu kB\nMemAvailable:   %llu kB\n", 8ull << 20,
-          (unsigned long long)available >> 10);
-  fclose(f);
-  CHECK(rename(tmp, meminfo) == 0);
+  return room > image_bytes_in_host ? room - image_bytes_in_host : 0;
 }
 
 static void start_cudawd(void)
 {
-  char log[128];
-  snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
-  const char *argv[] = {cudawd_path, "--device-memory", "96M", "--quantum", "0.5", "--min-run",
-                        "0.1", "--host-memory", "off", "--spill-dir", spill_dir, "--verbose",
-                        "--gpu-list", "none", NULL};
-  cudawd_pid = client_spawn(argv, log, false);
-  CHECK(client_wait_up(run_dir, 10), "seed %u: cudawd did not answer on %s (see %s)", seed,
-        run_dir, log);
+  cudawd_pid = tier_start_cudawd(&tier, cudawd_path);
 }
 
 static int job_of(pid_t pid)
@@ -126,7 +108,7 @@ static int job_of(pid_t pid)
 /* <spill dir>/cudaw-<uid>-<pid>: where job i writes its image (cudart_shim/glue/sched.c). */
 static void image_dir(int i, char *out, size_t size)
 {
-  snprintf(out, size, "%s/cudaw-%u-%d", spill_dir, (unsigned)geteuid(), (int)jobs[i].pid);
+  snprintf(out, size, "%s/cudaw-%u-%d", tier.spill_dir, (unsigned)geteuid(), (int)jobs[i].pid);
 }
 
 /* 1: job i's image directory holds a finished image (its manifest, written last); 0: the
@@ -181,14 +163,14 @@ static void check_images_kept(const struct sched_snapshot *s)
     struct sched_snapshot *again = calloc(1, sizeof *again);
     CHECK(again != NULL);
     bool still = false;
-    if (client_snapshot(run_dir, again))
+    if (client_snapshot(tier.run_dir, again))
       for (int m = 0; m < again->programs; m++)
         still |= again->program[m].pid == jobs[i].pid && again->disk[m].on_disk &&
                  again->program[m].state == SCHED_SWAPPED_OUT &&
                  again->program[m].swaps == s->program[k].swaps;
     free(again);
     CHECK(!still || image_state(i) == 1, "seed %u: job %d (pid %d) is swapped out with its "
-          "image on disk, and its image is gone from %s", seed, i, jobs[i].pid, spill_dir);
+          "image on disk, and its image is gone from %s", seed, i, jobs[i].pid, tier.spill_dir);
   }
 }
 
@@ -196,14 +178,14 @@ static void check_images_kept(const struct sched_snapshot *s)
  * image on disk is checked. False if cudawd did not answer. */
 static bool look(struct sched_snapshot *s)
 {
-  if (!client_snapshot(run_dir, s)) return false;
+  if (!client_snapshot(tier.run_dir, s)) return false;
   uint64_t in_host = 0;
   for (int k = 0; k < s->programs; k++) {
     int state = s->program[k].state;
     if ((state == SCHED_SWAPPED_OUT || state == SCHED_SWAPPING_OUT) && !s->disk[k].on_disk)
       in_host += s->program[k].bytes;
   }
-  write_meminfo(in_host);
+  tier_write_meminfo(&tier, available(in_host));
   check_images_kept(s);
   return true;
 }
@@ -371,8 +353,8 @@ static bool provoke(enum event e, struct sched_snapshot *s, double seconds)
  * removed it after reading it back). Returns how many were left. */
 static int report_leftovers(void)
 {
-  DIR *d = opendir(spill_dir);
-  CHECK(d != NULL, "%s: %s", spill_dir, strerror(errno));
+  DIR *d = opendir(tier.spill_dir);
+  CHECK(d != NULL, "%s: %s", tier.spill_dir, strerror(errno));
   int left = 0;
   for (struct dirent *e; (e = readdir(d));) {
     if (e->d_name[0] == '.') continue;
@@ -380,11 +362,11 @@ static int report_leftovers(void)
     int pid, i = -1;
     if (sscanf(e->d_name, "cudaw-%u-%d", &uid, &pid) == 2) i = job_of(pid);
     CHECK(i >= 0 && jobs[i].state == JOB_KILLED, "seed %u: %s/%s is left in the spill "
-          "directory, and it is not a killed job's image", seed, spill_dir, e->d_name);
+          "directory, and it is not a killed job's image", seed, tier.spill_dir, e->d_name);
     char manifest[800];
-    snprintf(manifest, sizeof manifest, "%s/%s/manifest.json", spill_dir, e->d_name);
-    printf("left on disk by killed job %d (pid %d): %s/%s (%s)\n", i, pid, spill_dir, e->d_name,
-           access(manifest, F_OK) == 0 ? "a finished image" : "an image cut short");
+    snprintf(manifest, sizeof manifest, "%s/%s/manifest.json", tier.spill_dir, e->d_name);
+    printf("left on disk by killed job %d (pid %d): %s/%s (%s)\n", i, pid, tier.spill_dir,
+           e->d_name, access(manifest, F_OK) == 0 ? "a finished image" : "an image cut short");
     left++;
   }
   closedir(d);
@@ -401,7 +383,7 @@ static void start_jobs(void)
     j->rounds = 50 + (int)draw(31);
     j->mode = modes[draw(2)];
     j->state = JOB_RUNNING;
-    snprintf(j->log, sizeof j->log, "%s/job%d.log", run_dir, i);
+    snprintf(j->log, sizeof j->log, "%s/job%d.log", tier.run_dir, i);
     char bytes[32], rounds[16];
     snprintf(bytes, sizeof bytes, "%llu", (unsigned long long)j->bytes);
     snprintf(rounds, sizeof rounds, "%d", j->rounds);
@@ -440,11 +422,11 @@ static void soak(void)
   for (int k = 0; k < events; k++) {
     CHECK(provoke(order[k], s, 25), "seed %u: no window for '%s' within 25 s of waiting (at "
           "%.1f s): the soak did not test it (see %s)", seed, event_names[order[k]], elapsed(),
-          run_dir);
+          tier.run_dir);
   }
   while (reap() > 0) {
     CHECK(elapsed() < SOAK_SECONDS, "seed %u: the jobs did not finish within %d s (see %s)",
-          seed, SOAK_SECONDS, run_dir);
+          seed, SOAK_SECONDS, tier.run_dir);
     look(s);
     client_sleep_ms(40);
   }
@@ -464,7 +446,7 @@ static void soak(void)
     from_disk += jobs[i].state == JOB_PASSED &&
                  client_file_has(jobs[i].log, "resume streamed from disk");
   CHECK(from_disk > 0, "seed %u: no surviving job resumed from disk: the disk tier was not "
-        "exercised (see %s)", seed, run_dir);
+        "exercised (see %s)", seed, tier.run_dir);
   printf("seed %u: %d jobs verified all their data (%d resumed from disk), %d killed (%d images "
          "left on disk by them), cudawd killed %d times, %llu spills since its last start, "
          "%.1f s\n", seed, passed, from_disk, killed, left, cudawd_restarts,
@@ -483,32 +465,13 @@ int main(int argc, char **argv)
   seed = draws = (unsigned)strtoul(argv[5], NULL, 10);
   printf("tier soak, seed %s (replay: %s %s %s %s %s %s)\n", argv[5], argv[0], argv[1], argv[2],
          argv[3], argv[4], argv[5]);
-  struct statfs fs;
-  CHECK(statfs(argv[4], &fs) == 0, "%s: %s", argv[4], strerror(errno));
-  if (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC) {
-    printf("SKIP: %s is memory-backed: no disk tier to test there\n", argv[4]);
-    return 77;
-  }
-  snprintf(run_dir, sizeof run_dir, "/tmp/cudaw-tier-XXXXXX");
-  CHECK(mkdtemp(run_dir) != NULL, "mkdtemp: %s", strerror(errno));
-  snprintf(spill_dir, sizeof spill_dir, "%s/tier-spill-XXXXXX", argv[4]);
-  CHECK(mkdtemp(spill_dir) != NULL, "mkdtemp %s: %s", spill_dir, strerror(errno));
-  snprintf(meminfo, sizeof meminfo, "%s/meminfo", run_dir);
-  write_meminfo(0);
-  setenv("CUDAWD_MEMINFO", meminfo, 1);
-  setenv("CUDAW_RUN_DIR", run_dir, 1);
-  setenv("CUDAW_SHARE", "1", 1);
-  setenv("CUDAW_LOG", "info", 1);
-  printf("run dir %s, spill dir %s\n", run_dir, spill_dir);
+  if (tier_setup(&tier, argv[4], "tier", available(0)) != 0) return 77;
+  printf("run dir %s, spill dir %s\n", tier.run_dir, tier.spill_dir);
   soak();
-  kill(cudawd_pid, SIGTERM);
-  waitpid(cudawd_pid, NULL, 0);
-  cudawd_pid = 0;
   /* The killed jobs' images were listed above; the test's own directories go (KEEP=1 keeps
    * them for a look). */
-  char command[700];
-  snprintf(command, sizeof command, "rm -rf '%s' '%s'", run_dir, spill_dir);
-  if (!getenv("KEEP") && system(command) != 0) fprintf(stderr, "could not remove %s\n", run_dir);
+  tier_finish(&tier, cudawd_pid);
+  cudawd_pid = 0;
   printf("ok\n");
   return 0;
 }

@@ -11,6 +11,8 @@
  *                     one block freed and another allocated (a different size) every round
  *   too-large         expects its allocation to fail with cudaErrorMemoryAllocation
  *   idle-first        pieces, then sleeps 12 s (no CPU, no GPU) before the rounds
+ *   phases            pieces, with an idle phase (1.2 s without a CUDA call, longer than the
+ *                     idle hint's 500 ms) after every 8th round, so that its image gets cold
  *   constant          pieces, but the first block keeps the value of round 0 (checked every round,
  *                     never written again): a delta checkpoint skips it as unchanged
  *   stuck             pieces; a second thread stays 8 s inside a counted API call (a host
@@ -18,6 +20,7 @@
  *                     cannot reach a pause meanwhile
  *   usage: sched_share_job BYTES ITERATIONS [MODE]
  * Exit 0: data verified (or the expected error); 1: a check failed. */
+#define _GNU_SOURCE /* usleep */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -159,9 +162,10 @@ int main(int argc, char **argv)
   bool stuck_started = !strcmp(mode, "stuck") && pthread_create(&stuck, NULL, stuck_thread, NULL) == 0;
   unsigned char *host = malloc(bytes);
   CHECK(host != NULL);
-  bool growing = true;
+  bool growing = true, phases = !strcmp(mode, "phases");
   for (long round = 1; round <= rounds; round++) {
     verify_and_write(host, round);
+    if (phases && round % 8 == 0) usleep(1200 * 1000);
     if (grow) { /* one step per round: up to `count` blocks, down to two, up again */
       int live = live_blocks();
       if (growing && live == count) growing = false;

@@ -1,0 +1,477 @@
+/* Description: the tier soak (issue 30's CI item): jobs of random sizes and phases rotate through
+ * cudawd on an emulated device that holds one or two of them (--device-memory 96M), on a fake
+ * host (CUDAWD_MEMINFO) with room for about one swapped-out image, with a disk tier
+ * (--spill-dir, on disk) for the rest. During the run, in an order drawn from the seed:
+ *   spill     cudawd is killed -9 while a job's image is being written to disk, and restarted
+ *             on the same run dir: every living job re-joins
+ *   swap      the same while a checkpoint or resume is under way
+ *   job       one job is killed -9 in the middle of its checkpoint or of its spill
+ *   exchange  (only with a cudawd that orders exchanges) cudawd or one of the two programs is
+ *             killed -9 while an exchange streams one out as the other comes in
+ * At the end every surviving job has verified all its data (its own pattern, every round, exit
+ * 0), no killed job is left in cudawd's report as anything but exited, a living job's image on
+ * disk never went missing, and the images killed jobs left on disk are listed.
+ * The seed, the jobs and every kill are printed so that a failure can be replayed.
+ *   usage: sched_test_tier_soak CUDAWD CUDAW_CTL JOB SPILL_BASE SEED
+ * (SPILL_BASE: a directory on a disk, not tmpfs; 77 if it is memory-backed.) */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "tier.h"
+
+#define MIB (1024ull * 1024)
+#define JOBS 5
+#define SOAK_SECONDS 100 /* the whole run, at the most (ctest's timeout is above it) */
+
+enum job_state { JOB_RUNNING, JOB_PASSED, JOB_KILLED };
+
+struct job {
+  pid_t pid;
+  uint64_t bytes;
+  int rounds;
+  const char *mode;
+  enum job_state state;
+  char log[128];
+};
+
+/* The kinds of event, in the order drawn from the seed. */
+enum event { KILL_CUDAWD_IN_SPILL, KILL_CUDAWD_IN_SWAP, KILL_JOB_IN_CHECKPOINT, KILL_IN_EXCHANGE,
+             EVENTS };
+static const char *const event_names[] = {"kill -9 of cudawd in the middle of a spill",
+                                          "kill -9 of cudawd in the middle of a swap",
+                                          "kill -9 of a job in its checkpoint or spill",
+                                          "kill -9 in the middle of an exchange"};
+
+static const char *cudawd_path, *job_path;
+static struct tier tier;
+static pid_t cudawd_pid;
+static struct job jobs[JOBS];
+static unsigned seed, draws; /* draws: rand_r's state, from the seed */
+static double t0;
+static int cudawd_restarts;
+
+static void end_children(void)
+{
+  if (cudawd_pid > 0) kill(cudawd_pid, SIGKILL);
+  for (int i = 0; i < JOBS; i++)
+    if (jobs[i].pid > 0 && jobs[i].state == JOB_RUNNING) kill(jobs[i].pid, SIGKILL);
+}
+
+/* A number in [0, n) from the seed's sequence (rand_r: the sequence is the seed's alone). */
+static unsigned draw(unsigned n)
+{
+  return (unsigned)rand_r(&draws) % n;
+}
+
+static double elapsed(void)
+{
+  return client_now() - t0;
+}
+
+/* Whether this cudawd can order exchanges (a swap streaming one program out as the other comes
+ * in, issue 30 item 1). The one place that knows how to tell: an exchange-capable cudawd
+ * documents its exchange option in --help. */
+static bool cudawd_orders_exchanges(void)
+{
+  char command[600];
+  snprintf(command, sizeof command, "'%s' --help 2>&1", cudawd_path);
+  FILE *help = popen(command, "r");
+  CHECK(help != NULL, "cannot run %s --help", cudawd_path);
+  char line[512];
+  bool found = false;
+  while (fgets(line, sizeof line, help)) found |= strstr(line, "exchange") != NULL;
+  pclose(help);
+  return found;
+}
+
+/* MemAvailable 2 GiB + 80 MiB less the bytes of the images in host memory: about one image fits
+ * (one of 72 MiB, or two small ones) before cudawd moves images to disk (under 2 GiB). */
+static uint64_t available(uint64_t image_bytes_in_host)
+{
+  uint64_t room = (2048 + 80) * MIB;
+  return room > image_bytes_in_host ? room - image_bytes_in_host : 0;
+}
+
+static void start_cudawd(void)
+{
+  cudawd_pid = tier_start_cudawd(&tier, cudawd_path);
+}
+
+static int job_of(pid_t pid)
+{
+  for (int i = 0; i < JOBS; i++)
+    if (jobs[i].pid == pid) return i;
+  return -1;
+}
+
+/* <spill dir>/cudaw-<uid>-<pid>: where job i writes its image (cudart_shim/glue/sched.c). */
+static void image_dir(int i, char *out, size_t size)
+{
+  snprintf(out, size, "%s/cudaw-%u-%d", tier.spill_dir, (unsigned)geteuid(), (int)jobs[i].pid);
+}
+
+/* 1: job i's image directory holds a finished image (its manifest, written last); 0: the
+ * directory exists without one (being written); -1: no directory. */
+static int image_state(int i)
+{
+  char dir[600], manifest[700];
+  image_dir(i, dir, sizeof dir);
+  snprintf(manifest, sizeof manifest, "%s/manifest.json", dir);
+  if (access(manifest, F_OK) == 0) return 1;
+  return access(dir, F_OK) == 0 ? 0 : -1;
+}
+
+/* Reap the jobs that ended: a job that was not killed must have exited 0 (it verified all its
+ * data). Returns how many still run. */
+static int reap(void)
+{
+  int running = 0;
+  for (int i = 0; i < JOBS; i++) {
+    if (jobs[i].state != JOB_RUNNING) continue;
+    int status;
+    if (waitpid(jobs[i].pid, &status, WNOHANG) != jobs[i].pid) {
+      running++;
+      continue;
+    }
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "seed %u: job %d (pid %d) failed "
+          "(status 0x%x) at %.1f s: see %s", seed, i, jobs[i].pid, status, elapsed(),
+          jobs[i].log);
+    /* Its own word that the whole pattern was checked, every round (sched_share_job). */
+    char verified[160];
+    snprintf(verified, sizeof verified, "%d rounds of %s over %llu bytes verified", jobs[i].rounds,
+             jobs[i].mode, (unsigned long long)jobs[i].bytes);
+    CHECK(client_file_has(jobs[i].log, verified), "seed %u: job %d (pid %d) exited 0 without "
+          "saying '%s' (see %s)", seed, i, jobs[i].pid, verified, jobs[i].log);
+    jobs[i].state = JOB_PASSED;
+    printf("%6.2f s  job %d (pid %d) verified all its data and exited\n", elapsed(), i,
+           jobs[i].pid);
+  }
+  return running;
+}
+
+/* A job's image on disk that cudawd shows must be there: check a living job seen swapped out
+ * with its image on disk (looked at again before failing: it may have been read back and
+ * removed between the snapshot and the look). */
+static void check_images_kept(const struct sched_snapshot *s)
+{
+  for (int k = 0; k < s->programs; k++) {
+    int i = job_of(s->program[k].pid);
+    if (i < 0 || jobs[i].state != JOB_RUNNING || !s->disk[k].on_disk ||
+        s->program[k].state != SCHED_SWAPPED_OUT || image_state(i) == 1)
+      continue;
+    struct sched_snapshot *again = calloc(1, sizeof *again);
+    CHECK(again != NULL);
+    bool still = false;
+    if (client_snapshot(tier.run_dir, again))
+      for (int m = 0; m < again->programs; m++)
+        still |= again->program[m].pid == jobs[i].pid && again->disk[m].on_disk &&
+                 again->program[m].state == SCHED_SWAPPED_OUT &&
+                 again->program[m].swaps == s->program[k].swaps;
+    free(again);
+    CHECK(!still || image_state(i) == 1, "seed %u: job %d (pid %d) is swapped out with its "
+          "image on disk, and its image is gone from %s", seed, i, jobs[i].pid, tier.spill_dir);
+  }
+}
+
+/* One look at cudawd: the fake host follows the image bytes in host memory; a living job's
+ * image on disk is checked. False if cudawd did not answer. */
+static bool look(struct sched_snapshot *s)
+{
+  if (!client_snapshot(tier.run_dir, s)) return false;
+  uint64_t in_host = 0;
+  for (int k = 0; k < s->programs; k++) {
+    int state = s->program[k].state;
+    if ((state == SCHED_SWAPPED_OUT || state == SCHED_SWAPPING_OUT) && !s->disk[k].on_disk)
+      in_host += s->program[k].bytes;
+  }
+  tier_write_meminfo(&tier, available(in_host));
+  check_images_kept(s);
+  return true;
+}
+
+/* No job killed or ended is shown as a living program (a ghost), within a few seconds of its
+ * end: checked after each kill, after each restart of cudawd and at the end. */
+static void check_no_ghost(void)
+{
+  struct sched_snapshot *s = calloc(1, sizeof *s);
+  CHECK(s != NULL);
+  for (double end = client_now() + 5;;) {
+    int ghost = -1;
+    CHECK(look(s), "seed %u: cudawd did not answer", seed);
+    for (int k = 0; k < s->programs && ghost < 0; k++) {
+      int i = job_of(s->program[k].pid);
+      if (i >= 0 && jobs[i].state != JOB_RUNNING && s->program[k].state != SCHED_EXITED)
+        ghost = i;
+    }
+    if (ghost < 0) break;
+    CHECK(client_now() < end, "seed %u: job %d (pid %d, %s) is gone, and cudawd still shows "
+          "it %s", seed, ghost, jobs[ghost].pid,
+          jobs[ghost].state == JOB_KILLED ? "killed" : "exited", "as a living program");
+    client_sleep_ms(50);
+  }
+  free(s);
+}
+
+static void kill_job(int i, const char *where)
+{
+  CHECK_EQ(kill(jobs[i].pid, SIGKILL), 0);
+  CHECK(waitpid(jobs[i].pid, NULL, 0) == jobs[i].pid);
+  jobs[i].state = JOB_KILLED;
+  printf("%6.2f s  KILL -9 job %d (pid %d, %llu MiB) %s\n", elapsed(), i, jobs[i].pid,
+         (unsigned long long)(jobs[i].bytes / MIB), where);
+  check_no_ghost();
+}
+
+/* cudawd killed -9 (why), restarted on the same run dir after a pause drawn from the seed; every
+ * living job must re-join the new one. */
+static void kill_cudawd(const char *why, struct sched_snapshot *s)
+{
+  CHECK_EQ(kill(cudawd_pid, SIGKILL), 0);
+  CHECK(waitpid(cudawd_pid, NULL, 0) == cudawd_pid);
+  long down_ms = 100 + (long)draw(400);
+  printf("%6.2f s  KILL -9 cudawd (pid %d) %s; restarted %ld ms later\n", elapsed(), cudawd_pid,
+         why, down_ms);
+  client_sleep_ms(down_ms);
+  start_cudawd();
+  cudawd_restarts++;
+  for (double end = client_now() + 15;;) {
+    int missing = -1;
+    bool seen = look(s);
+    reap();
+    for (int i = 0; i < JOBS && missing < 0; i++) {
+      bool listed = false;
+      for (int k = 0; seen && k < s->programs; k++)
+        listed |= s->program[k].pid == jobs[i].pid && s->program[k].state != SCHED_EXITED;
+      if (jobs[i].state == JOB_RUNNING && !listed) missing = i;
+    }
+    if (seen && missing < 0) break;
+    CHECK(client_now() < end, "seed %u: job %d (pid %d) did not re-join the new cudawd within "
+          "15 s (see %s)", seed, missing, missing >= 0 ? jobs[missing].pid : 0, jobs[missing].log);
+    client_sleep_ms(20);
+  }
+  check_no_ghost();
+  printf("%6.2f s  every living job re-joined the new cudawd, no killed one\n", elapsed());
+}
+
+/* A job whose image is being written to disk now (its directory exists, its manifest not yet;
+ * cudawd does not show it on disk yet), or -1. */
+static int job_in_spill(const struct sched_snapshot *s)
+{
+  for (int k = 0; k < s->programs; k++) {
+    int i = job_of(s->program[k].pid);
+    if (i >= 0 && jobs[i].state == JOB_RUNNING && s->program[k].state == SCHED_SWAPPED_OUT &&
+        !s->disk[k].on_disk && image_state(i) == 0)
+      return i;
+  }
+  return -1;
+}
+
+/* A job in a checkpoint (which) or a resume now, or -1. */
+static int job_in_state(const struct sched_snapshot *s, int which)
+{
+  for (int k = 0; k < s->programs; k++) {
+    int i = job_of(s->program[k].pid);
+    if (i >= 0 && jobs[i].state == JOB_RUNNING && s->program[k].state == which) return i;
+  }
+  return -1;
+}
+
+/* An exchange under way: one job streams out while another comes in, at the same time (an
+ * ordinary swap finishes the checkpoint before the resume starts). Sets *out and *in. */
+static bool exchange_in_progress(const struct sched_snapshot *s, int *out, int *in)
+{
+  *out = job_in_state(s, SCHED_SWAPPING_OUT);
+  *in = job_in_state(s, SCHED_SWAPPING_IN);
+  return *out >= 0 && *in >= 0;
+}
+
+/* Wait for the window of event e, no sooner than a moment drawn from the seed, and kill in it
+ * after a delay drawn from the seed. False if the window did not come before the jobs ran out
+ * or within `seconds`. */
+static bool provoke(enum event e, struct sched_snapshot *s, double seconds)
+{
+  long delay_ms = (long)draw(e == KILL_CUDAWD_IN_SPILL ? 20 : 5);
+  bool take_cudawd = draw(2) == 0; /* exchange: cudawd, or one of the two programs */
+  bool in_spill = draw(2) == 0;    /* job: in its spill, or in its checkpoint */
+  double not_before = elapsed() + 0.5 + (double)draw(2000) / 1000;
+  printf("%6.2f s  waiting for: %s, not before %.2f s, then %ld ms into it\n", elapsed(),
+         event_names[e], not_before, delay_ms);
+  for (double end = client_now() + seconds; client_now() < end;) {
+    if (elapsed() < not_before) {
+      reap();
+      look(s);
+      client_sleep_ms(20);
+      continue;
+    }
+    if (reap() < 2) return false; /* one job alone does not rotate */
+    if (!look(s)) {
+      client_sleep_ms(5);
+      continue;
+    }
+    int i = -1, other = -1;
+    char where[160];
+    if (e == KILL_CUDAWD_IN_SPILL && (i = job_in_spill(s)) >= 0) {
+      client_sleep_ms(delay_ms);
+      snprintf(where, sizeof where, "while job %d (pid %d) writes its image to disk (image "
+               "finished at the kill: %s)", i, jobs[i].pid, image_state(i) == 1 ? "yes" : "no");
+      kill_cudawd(where, s);
+      return true;
+    }
+    if (e == KILL_CUDAWD_IN_SWAP && ((i = job_in_state(s, SCHED_SWAPPING_OUT)) >= 0 ||
+                                     (i = job_in_state(s, SCHED_SWAPPING_IN)) >= 0)) {
+      client_sleep_ms(delay_ms);
+      snprintf(where, sizeof where, "while job %d (pid %d) swaps %s", i, jobs[i].pid,
+               job_in_state(s, SCHED_SWAPPING_IN) == i ? "in" : "out");
+      kill_cudawd(where, s);
+      return true;
+    }
+    if (e == KILL_JOB_IN_CHECKPOINT &&
+        (i = in_spill ? job_in_spill(s) : job_in_state(s, SCHED_SWAPPING_OUT)) >= 0) {
+      client_sleep_ms(delay_ms);
+      kill_job(i, in_spill ? "in the middle of its spill" : "in the middle of its checkpoint");
+      return true;
+    }
+    if (e == KILL_IN_EXCHANGE && exchange_in_progress(s, &i, &other)) {
+      client_sleep_ms(delay_ms);
+      if (take_cudawd) {
+        snprintf(where, sizeof where, "in the middle of an exchange (job %d out, job %d in)", i,
+                 other);
+        kill_cudawd(where, s);
+      } else {
+        kill_job(draw(2) ? i : other, "in the middle of an exchange");
+      }
+      return true;
+    }
+    client_sleep_ms(5);
+  }
+  return false;
+}
+
+/* The images left in the spill directory: a killed job's are listed (an image of a program
+ * that died is its owner's to delete); one of a job that finished is a failure (it must have
+ * removed it after reading it back). Returns how many were left. */
+static int report_leftovers(void)
+{
+  DIR *d = opendir(tier.spill_dir);
+  CHECK(d != NULL, "%s: %s", tier.spill_dir, strerror(errno));
+  int left = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    if (e->d_name[0] == '.') continue;
+    unsigned uid;
+    int pid, i = -1;
+    if (sscanf(e->d_name, "cudaw-%u-%d", &uid, &pid) == 2) i = job_of(pid);
+    CHECK(i >= 0 && jobs[i].state == JOB_KILLED, "seed %u: %s/%s is left in the spill "
+          "directory, and it is not a killed job's image", seed, tier.spill_dir, e->d_name);
+    char manifest[800];
+    snprintf(manifest, sizeof manifest, "%s/%s/manifest.json", tier.spill_dir, e->d_name);
+    printf("left on disk by killed job %d (pid %d): %s/%s (%s)\n", i, pid, tier.spill_dir,
+           e->d_name, access(manifest, F_OK) == 0 ? "a finished image" : "an image cut short");
+    left++;
+  }
+  closedir(d);
+  return left;
+}
+
+static void start_jobs(void)
+{
+  static const char *const modes[] = {"pieces", "phases"};
+  for (int i = 0; i < JOBS; i++) {
+    struct job *j = &jobs[i];
+    /* 40-72 MiB: the device (96 MiB) holds one large or two small ones. */
+    j->bytes = (40 + 8 * (uint64_t)draw(5)) * MIB;
+    j->rounds = 50 + (int)draw(31);
+    j->mode = modes[draw(2)];
+    j->state = JOB_RUNNING;
+    snprintf(j->log, sizeof j->log, "%s/job%d.log", tier.run_dir, i);
+    char bytes[32], rounds[16];
+    snprintf(bytes, sizeof bytes, "%llu", (unsigned long long)j->bytes);
+    snprintf(rounds, sizeof rounds, "%d", j->rounds);
+    const char *argv[] = {job_path, bytes, rounds, j->mode, NULL};
+    j->pid = client_spawn(argv, j->log, true);
+    printf("job %d: pid %d, %llu MiB, %d rounds, %s\n", i, j->pid,
+           (unsigned long long)(j->bytes / MIB), j->rounds, j->mode);
+  }
+}
+
+static void soak(void)
+{
+  bool exchanges = cudawd_orders_exchanges();
+  if (!exchanges)
+    printf("this cudawd orders no exchanges (its --help names none): the exchange kill is left "
+           "out, the rest runs\n");
+  /* The events in an order drawn from the seed. */
+  enum event order[EVENTS];
+  int events = 0;
+  for (int e = 0; e < EVENTS; e++)
+    if (e != KILL_IN_EXCHANGE || exchanges) order[events++] = (enum event)e;
+  for (int k = events - 1; k > 0; k--) {
+    unsigned m = draw((unsigned)k + 1);
+    enum event swap = order[k];
+    order[k] = order[m];
+    order[m] = swap;
+  }
+  printf("schedule:");
+  for (int k = 0; k < events; k++) printf(" %d) %s;", k + 1, event_names[order[k]]);
+  printf("\n");
+  t0 = client_now();
+  start_cudawd();
+  start_jobs();
+  struct sched_snapshot *s = calloc(1, sizeof *s);
+  CHECK(s != NULL);
+  for (int k = 0; k < events; k++) {
+    CHECK(provoke(order[k], s, 25), "seed %u: no window for '%s' within 25 s of waiting (at "
+          "%.1f s): the soak did not test it (see %s)", seed, event_names[order[k]], elapsed(),
+          tier.run_dir);
+  }
+  while (reap() > 0) {
+    CHECK(elapsed() < SOAK_SECONDS, "seed %u: the jobs did not finish within %d s (see %s)",
+          seed, SOAK_SECONDS, tier.run_dir);
+    look(s);
+    client_sleep_ms(40);
+  }
+  check_no_ghost();
+  CHECK(look(s), "seed %u: cudawd did not answer at the end", seed);
+  uint64_t spills = s->spill.spills;
+  int left = report_leftovers();
+  int passed = 0, killed = 0;
+  for (int i = 0; i < JOBS; i++) {
+    passed += jobs[i].state == JOB_PASSED;
+    killed += jobs[i].state == JOB_KILLED;
+  }
+  CHECK(passed >= 1, "seed %u: no job survived", seed);
+  /* The disk tier was used: some survivor came back from disk. */
+  int from_disk = 0;
+  for (int i = 0; i < JOBS; i++)
+    from_disk += jobs[i].state == JOB_PASSED &&
+                 client_file_has(jobs[i].log, "resume streamed from disk");
+  CHECK(from_disk > 0, "seed %u: no surviving job resumed from disk: the disk tier was not "
+        "exercised (see %s)", seed, tier.run_dir);
+  printf("seed %u: %d jobs verified all their data (%d resumed from disk), %d killed (%d images "
+         "left on disk by them), cudawd killed %d times, %llu spills since its last start, "
+         "%.1f s\n", seed, passed, from_disk, killed, left, cudawd_restarts,
+         (unsigned long long)spills, elapsed());
+  free(s);
+}
+
+int main(int argc, char **argv)
+{
+  setpgid(0, 0);
+  atexit(end_children);
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  CHECK(argc == 6, "usage: %s CUDAWD CUDAW_CTL JOB SPILL_BASE SEED", argv[0]);
+  cudawd_path = argv[1];
+  job_path = argv[3];
+  seed = draws = (unsigned)strtoul(argv[5], NULL, 10);
+  printf("tier soak, seed %s (replay: %s %s %s %s %s %s)\n", argv[5], argv[0], argv[1], argv[2],
+         argv[3], argv[4], argv[5]);
+  if (tier_setup(&tier, argv[4], "tier", available(0)) != 0) return 77;
+  printf("run dir %s, spill dir %s\n", tier.run_dir, tier.spill_dir);
+  soak();
+  /* The killed jobs' images were listed above; the test's own directories go (KEEP=1 keeps
+   * them for a look). */
+  tier_finish(&tier, cudawd_pid);
+  cudawd_pid = 0;
+  printf("ok\n");
+  return 0;
+}

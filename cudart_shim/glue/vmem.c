@@ -83,6 +83,11 @@ static int read_config(const struct vmem_prims *prims, void *ctx, struct vmem_co
    * held by someone else and nobody can give it back: no slabs at a resume (a freed chunk keeps
    * its slab's memory until the slab goes). A resume then maps every chunk on its own. */
   if (strcmp(cudaw_option("CUDAW_SHARE"), "1") == 0) config->slab_max_bytes = 1;
+  /* The option table checked the size already. */
+  if (vmem_parse_size(cudaw_option("CUDAW_VMEM_PIECE"), 0, &config->piece_bytes) != 0) {
+    shim_error("CUDAW_VMEM_PIECE=%s: expected a size such as 1G", cudaw_option("CUDAW_VMEM_PIECE"));
+    return -EINVAL;
+  }
   const char *va = cudaw_option("CUDAW_VA_SIZE");
   if (strcmp(va, "auto") != 0 && vmem_parse_size(va, 0, &config->va_size) != 0) {
     shim_error("CUDAW_VA_SIZE=%s: expected a size such as 256G", va);

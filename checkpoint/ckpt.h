@@ -94,6 +94,14 @@ struct ckpt_host_ops {
    * undefined). All or nothing: on error nothing is held and *shortfall is the number of
    * bytes missing (0 if unknown), so that a later retry may succeed. */
   int (*recreate_all)(void *ctx, uint64_t *shortfall);
+  /* Exchanges (optional, NULL where memory cannot be moved piece by piece, e.g. translate):
+   * release_range gives back the device memory of every piece wholly inside [vaddr, vaddr +
+   * bytes); recreate_range makes every missing piece overlapping it (content undefined; all or
+   * none); range_missing says how many bytes recreate_range would make. *bytes: what was
+   * released, made or would be. vmem.h's vmem_release_range says what a piece is. */
+  int (*release_range)(void *ctx, uint64_t vaddr, uint64_t bytes, uint64_t *done);
+  int (*recreate_range)(void *ctx, uint64_t vaddr, uint64_t bytes, uint64_t *done);
+  int (*range_missing)(void *ctx, uint64_t vaddr, uint64_t bytes, uint64_t *missing);
   /* Number of devices; must not create a context. */
   int (*device_count)(void *ctx, int *count);
   /* Create / destroy an asynchronous stream on `device`. The handle is opaque to us. */

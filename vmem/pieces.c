@@ -117,12 +117,29 @@ static int undo_in(struct chunk *c, struct range_args *a) {
   return 0;
 }
 
-static int run(uintptr_t start, uint64_t bytes, bool create, uint64_t *bytes_changed) {
+static int count_missing(struct chunk *c, struct range_args *a) {
+  if (c->resident) return 0;
+  if (!vmem_pieced(c)) {
+    a->bytes += c->backed;
+    return 0;
+  }
+  for (uint32_t i = 0; i < c->piece_count; i++) {
+    uintptr_t start;
+    uint64_t bytes;
+    vmem_piece_span(c, i, &start, &bytes);
+    if (!c->pieces[i].handle && overlaps(a, start, bytes)) a->bytes += bytes;
+  }
+  return 0;
+}
+
+static int run(uintptr_t start, uint64_t bytes, bool create, bool missing, uint64_t *bytes_changed) {
   struct vmem_space *s = &vmem_space;
   struct range_args a = {.start = start, .end = start + bytes < start ? UINTPTR_MAX : start + bytes};
   pthread_mutex_lock(&s->lock);
   int rc = !s->initialized ? -EINVAL : s->policy != VMEM_REMAP ? -ENOSYS : 0;
-  if (rc == 0 && !create) {
+  if (rc == 0 && missing) {
+    rc = each_chunk(&a, count_missing);
+  } else if (rc == 0 && !create) {
     rc = each_chunk(&a, release_in);
   } else if (rc == 0) {
     a.epoch = ++s->epoch;
@@ -139,11 +156,15 @@ static int run(uintptr_t start, uint64_t bytes, bool create, uint64_t *bytes_cha
 }
 
 int vmem_release_range(uintptr_t start, uint64_t bytes, uint64_t *bytes_changed) {
-  return run(start, bytes, false, bytes_changed);
+  return run(start, bytes, false, false, bytes_changed);
 }
 
 int vmem_recreate_range(uintptr_t start, uint64_t bytes, uint64_t *bytes_changed) {
-  return run(start, bytes, true, bytes_changed);
+  return run(start, bytes, true, false, bytes_changed);
+}
+
+int vmem_range_missing(uintptr_t start, uint64_t bytes, uint64_t *missing) {
+  return run(start, bytes, false, true, missing);
 }
 
 uint64_t vmem_piece_bytes(void) {

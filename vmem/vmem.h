@@ -227,6 +227,8 @@ int vmem_recreate_all(uint64_t *shortfall_bytes);
  * init, -ENOMEM or another device error from recreate. */
 int vmem_release_range(uintptr_t start, uint64_t bytes, uint64_t *bytes_changed);
 int vmem_recreate_range(uintptr_t start, uint64_t bytes, uint64_t *bytes_changed);
+/* The device bytes vmem_recreate_range would create for the same range now (*missing). */
+int vmem_range_missing(uintptr_t start, uint64_t bytes, uint64_t *missing);
 /* The piece size in force (remap), 0 under translate or before init. */
 uint64_t vmem_piece_bytes(void);
 

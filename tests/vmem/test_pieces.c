@@ -65,6 +65,10 @@ static void remap(void) {
   CHECK_EQ(changed, 0);
 
   /* 1 byte of piece 1 asks for all of piece 1, nothing else. */
+  CHECK_EQ(vmem_range_missing(b + PIECE + 5, 1, &changed), 0);
+  CHECK_EQ(changed, PIECE);
+  CHECK_EQ(vmem_range_missing(b, 50 * MiB, &changed), 0);
+  CHECK_EQ(changed, 2 * PIECE);
   CHECK_EQ(vmem_recreate_range(b + PIECE + 5, 1, &changed), 0);
   CHECK_EQ(changed, PIECE);
   CHECK_EQ(fake_used(f, 0), used - PIECE);

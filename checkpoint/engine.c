@@ -1234,8 +1234,9 @@ static struct chunk_ref *order_for_copy(const struct engine *e, const struct chu
       uint64_t offset = (uint64_t)ref.chunk * e->chunk_bytes;
       bool straight = direct(r, offset, (size_t)chunk_length(e, ref));
       if (straight != (pass == 1)) continue;
-      /* An exchange's resume checks and frees chunk by chunk. */
-      bool quiet = straight && !live && (save ? !host_sums : r->device_sums && !e->pace);
+      /* An exchange goes chunk by chunk: its pace admits one at a time, and a batch larger
+       * than the window would never be admitted; its resume checks and frees each chunk. */
+      bool quiet = straight && !live && !e->pace && (save ? !host_sums : r->device_sums);
       struct chunk_ref *last = n ? &work[n - 1] : NULL;
       if (quiet && last && last->region == ref.region && last->count >= 1 &&
           last->chunk + last->count == ref.chunk && last->count < batch) {

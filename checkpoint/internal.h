@@ -241,6 +241,27 @@ int engine_save_releasing(struct engine *engine, const struct engine_pace *pace,
 int engine_restore_creating(struct engine *engine, const struct engine_pace *pace,
                             struct engine_stats *stats, char *reason, size_t reason_len);
 
+/* exchange_side.c: one program's side of an exchange over the shared page (exchange_page.h). */
+struct exchange_page;
+struct exchange_side {
+  struct exchange_page *page;
+  bool out;          /* the program going out (its save releases), else coming in */
+  int peer_pidfd;    /* -1: none (kill(pid, 0) instead) */
+  uint64_t delay_ns; /* tests: each pace check waits this long, to reach the middle surely */
+};
+/* The side of `page` this process is (out: the one going out): -EPERM when the page names
+ * another pid for it. */
+int exchange_side_open(struct exchange_side *side, struct exchange_page *page, bool out);
+/* The pace for engine_save_releasing (out) or engine_restore_creating (in); valid until close. */
+void exchange_side_pace(struct exchange_side *side, struct engine_pace *pace);
+/* This side's copy ended, either way: the peer goes on without its limit. The side going out
+ * must have released all its memory first (ops->release_all), or the peer could overfill the
+ * device. The page stays mapped. */
+void exchange_side_close(struct exchange_side *side);
+/* Wait up to timeout_ms for the peer's copy to end (finished or its process gone): the side
+ * going out resumes only after the one coming in is done. 0, or -ETIMEDOUT. */
+int exchange_side_wait_peer(struct exchange_side *side, int timeout_ms);
+
 /* exchange_pace.c, for engine.c: an exchange copy's pace and its range operations. */
 struct exchange_run;
 struct exchange_run *exchange_run_new(const struct ckpt_host_ops *ops, void *ctx,

@@ -1585,9 +1585,16 @@ int engine_restore(struct engine *e, struct engine_stats *stats, char *reason, s
   return rc;
 }
 
+/* Whether the host can move this program's memory piece by piece (not under translate). */
+static bool moves_pieces(struct engine *e) {
+  uint64_t missing;
+  return e->ops->release_range && e->ops->recreate_range && e->ops->range_missing &&
+         e->ops->range_missing(e->ctx, 0, 0, &missing) != -ENOSYS;
+}
+
 int engine_save_releasing(struct engine *e, const struct engine_pace *pace,
                           struct engine_stats *stats, char *reason, size_t len) {
-  if (!e->ops->release_range || !e->ops->recreate_range || !e->ops->range_missing) {
+  if (!moves_pieces(e)) {
     *stats = (struct engine_stats){0};
     snprintf(reason, len, "this program's memory cannot be moved piece by piece");
     return -ENOSYS;
@@ -1610,7 +1617,7 @@ int engine_save_releasing(struct engine *e, const struct engine_pace *pace,
 
 int engine_restore_creating(struct engine *e, const struct engine_pace *pace,
                             struct engine_stats *stats, char *reason, size_t len) {
-  if (!e->ops->release_range || !e->ops->recreate_range || !e->ops->range_missing) {
+  if (!moves_pieces(e)) {
     *stats = (struct engine_stats){0};
     snprintf(reason, len, "this program's memory cannot be moved piece by piece");
     return -ENOSYS;

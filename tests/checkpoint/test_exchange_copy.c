@@ -5,7 +5,8 @@
  * than A's memory plus the spare B may use ahead. Also: a resume that fails midway keeps what
  * reached the device there and the rest in the image (its consumed pages freed) and a retry
  * finishes it byte-exact; a checkpoint that fails after releasing keeps its image, from which a
- * plain resume restores every byte. With checksums on the device and on the host. */
+ * plain resume restores every byte. Memory that cannot move piece by piece (translate) is
+ * refused before anything is copied. With checksums on the device and on the host. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
@@ -214,7 +215,27 @@ static void checkpoint_fails(bool device_hash) {
   fake_host_free(&a);
 }
 
+/* Memory that cannot move piece by piece (translate): refused before anything moves. */
+static void refused(void) {
+  static const uint64_t sizes[] = {300u << 10};
+  struct fake_host a;
+  program(&a, true, 700, sizes, 1);
+  a.piece_bytes = 0;
+  struct engine *e = new_engine(&a, 1);
+  struct engine_stats stats;
+  char reason[512] = "";
+  struct engine_pace unpaced = {NULL, NULL, NULL};
+  CHECK_EQ(engine_save_releasing(e, &unpaced, &stats, reason, sizeof reason), -ENOSYS);
+  printf("refused: %s\n", reason);
+  CHECK_EQ(engine_image_bytes(e), 0);
+  CHECK_EQ(a.copies, 0);
+  check_data(&a, "A after the refusal");
+  engine_free(e);
+  fake_host_free(&a);
+}
+
 int main(void) {
+  refused();
   for (int device_hash = 1; device_hash >= 0; device_hash--) {
     exchange(device_hash);
     resume_fails(device_hash);

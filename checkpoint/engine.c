@@ -1003,6 +1003,16 @@ static int start_from_source(struct worker *w, struct slot *slot, uint64_t index
   return 0;
 }
 
+/* A chunk of the image does not match its checksum: the restore stops before sending it. */
+static int image_corrupt(struct job *job, const struct image_region *r, uint64_t chunk,
+                         uint64_t offset, size_t n, uint64_t sum) {
+  job_fail(job, -EBADMSG,
+           "image corrupt: region %" PRIu64 " (vaddr 0x%" PRIx64 ", device %d) chunk at offset "
+           "%" PRIu64 " (%zu bytes): checksum %016" PRIx64 ", saved %016" PRIx64 "; not restored",
+           r->region.id, r->region.vaddr, r->region.device, offset, n, sum, r->sums[chunk]);
+  return -EBADMSG;
+}
+
 /* Start the slot's next chunk: save issues the D2H; restore fills staging, verifies, issues H2D. */
 static int start_slot(struct worker *w, struct slot *slot, uint64_t index, XXH3_state_t *state) {
   struct job *job = w->job;
@@ -1029,24 +1039,13 @@ static int start_slot(struct worker *w, struct slot *slot, uint64_t index, XXH3_
     w->times.issue += ckpt_now() - t0;
     if (rc == 0 && r->fresh && !r->untouched && e->prefault && !straight)
       fault_in(r->data + offset, n, &w->times);
-  } else if (r->device_sums && job->exchange) { /* its pages go once sent: checked before */
-    double t = ckpt_now();
-    uint64_t sum = ckpt_delta_hash(r->data + offset, n);
-    w->times.hash += ckpt_now() - t;
-    if (sum != r->sums[ref.chunk]) {
-      job_fail(job, -EBADMSG,
-               "image corrupt: region %" PRIu64 " (vaddr 0x%" PRIx64 ", device %d) chunk at "
-               "offset %" PRIu64 " (%zu bytes): checksum %016" PRIx64 ", saved %016" PRIx64
-               "; not restored",
-               r->region.id, r->region.vaddr, r->region.device, offset, n, sum, r->sums[ref.chunk]);
-      return -EBADMSG;
-    }
-    if (!straight) copy_timed(NULL, staging, r->data + offset, n, &w->times);
-    t0 = ckpt_now();
-    rc = straight ? copy_direct(e, r, false, offset, n, stream)
-                  : e->ops->copy_h2d_async(e->ctx, r->region.vaddr + offset, staging, n, stream);
-    w->times.issue += ckpt_now() - t0;
   } else if (r->device_sums) { /* checked on the device once restored (verify_restored) */
+    if (job->exchange) { /* ... but an exchange frees its pages once sent: checked before */
+      double t = ckpt_now();
+      uint64_t sum = ckpt_delta_hash(r->data + offset, n);
+      w->times.hash += ckpt_now() - t;
+      if (sum != r->sums[ref.chunk]) return image_corrupt(job, r, ref.chunk, offset, n, sum);
+    }
     if (!straight) copy_timed(NULL, staging, r->data + offset, n, &w->times);
     t0 = ckpt_now();
     rc = straight ? copy_direct(e, r, false, offset, n, stream)
@@ -1056,14 +1055,7 @@ static int start_slot(struct worker *w, struct slot *slot, uint64_t index, XXH3_
     uint64_t sum;
     if (straight) sum = hash_only(state, r->data + offset, n, &w->times);
     else hash_and_copy(state, NULL, staging, r->data + offset, n, &sum, &w->times);
-    if (sum != r->sums[ref.chunk]) {
-      job_fail(job, -EBADMSG,
-               "image corrupt: region %" PRIu64 " (vaddr 0x%" PRIx64 ", device %d) chunk at "
-               "offset %" PRIu64 " (%zu bytes): checksum %016" PRIx64 ", saved %016" PRIx64
-               "; not restored",
-               r->region.id, r->region.vaddr, r->region.device, offset, n, sum, r->sums[ref.chunk]);
-      return -EBADMSG;
-    }
+    if (sum != r->sums[ref.chunk]) return image_corrupt(job, r, ref.chunk, offset, n, sum);
     t0 = ckpt_now();
     rc = straight ? copy_direct(e, r, false, offset, n, stream)
                   : e->ops->copy_h2d_async(e->ctx, r->region.vaddr + offset, staging, n, stream);
@@ -1592,16 +1584,23 @@ static bool moves_pieces(struct engine *e) {
          e->ops->range_missing(e->ctx, 0, 0, &missing) != -ENOSYS;
 }
 
-int engine_save_releasing(struct engine *e, const struct engine_pace *pace,
-                          struct engine_stats *stats, char *reason, size_t len) {
+/* engine_save or engine_restore with an exchange's pace. */
+static int exchange_copy(struct engine *e, const struct engine_pace *pace, bool save,
+                         struct engine_stats *stats, char *reason, size_t len) {
   if (!moves_pieces(e)) {
     *stats = (struct engine_stats){0};
     snprintf(reason, len, "this program's memory cannot be moved piece by piece");
     return -ENOSYS;
   }
   e->pace = pace;
-  int rc = engine_save(e, stats, reason, len);
+  int rc = save ? engine_save(e, stats, reason, len) : engine_restore(e, stats, reason, len);
   e->pace = NULL;
+  return rc;
+}
+
+int engine_save_releasing(struct engine *e, const struct engine_pace *pace,
+                          struct engine_stats *stats, char *reason, size_t len) {
+  int rc = exchange_copy(e, pace, true, stats, reason, len);
   if (rc && stats->exchange_given) {
     char why[256];
     snprintf(why, sizeof why, "%s", reason);
@@ -1617,14 +1616,7 @@ int engine_save_releasing(struct engine *e, const struct engine_pace *pace,
 
 int engine_restore_creating(struct engine *e, const struct engine_pace *pace,
                             struct engine_stats *stats, char *reason, size_t len) {
-  if (!moves_pieces(e)) {
-    *stats = (struct engine_stats){0};
-    snprintf(reason, len, "this program's memory cannot be moved piece by piece");
-    return -ENOSYS;
-  }
-  e->pace = pace;
-  int rc = engine_restore(e, stats, reason, len);
-  e->pace = NULL;
+  int rc = exchange_copy(e, pace, false, stats, reason, len);
   if (rc == 0) engine_drop_image(e); /* its pages are gone: nothing to keep for a delta */
   return rc;
 }

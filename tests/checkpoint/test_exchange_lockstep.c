@@ -89,6 +89,9 @@ static void child(bool out, int page_fd, int ready, int go, uint64_t delay_ns) {
     CHECK_EQ(fake_host_ops.recreate_all(&h, &(uint64_t){0}), 0);
   }
   verify(&h, out ? "A" : "B");
+  engine_free(e);
+  fake_host_free(&h);
+  exchange_page_unmap(page);
   exit(0);
 }
 

@@ -190,6 +190,7 @@ struct ckpt_options {
   char sched_socket[108];    /* CUDAW_SCHED_SOCKET, or <run_dir>/cudawd.sock ("" if too long) */
   char sched_host_memory[32]; /* CUDAW_SCHED_HOST_MEMORY: cudawd's --host-memory default ("":
                               * cudawd's own default) */
+  char sched_spill_dir[256]; /* CUDAW_SCHED_SPILL_DIR: cudawd's --spill-dir default ("": none) */
   uint32_t streams;          /* CUDAW_CKPT_STREAMS: streams per device = staging buffers in all */
   uint64_t staging_bytes;    /* CUDAW_CKPT_STAGING: size of one staging buffer = one chunk */
   uint32_t threads;          /* CUDAW_CKPT_THREADS: host copy threads */
@@ -329,6 +330,14 @@ struct ckpt_result {
   uint64_t disk_peak_bytes;
 };
 
+/* Write the paused program's image to `dir` (an absolute path; made 0700 if missing, and it
+ * must be this uid's) and free its host memory, as the control socket's "spill to=" does: still
+ * paused, the next resume streams it from there. 0; -EALREADY when it is on disk already or the
+ * program is not paused; else the failure's -errno (the image then stays in host memory).
+ * *result (may be NULL) receives what it did (disk_bytes, disk_seconds); ckpt_last_result keeps
+ * the last checkpoint or resume, not this. */
+int ckpt_request_spill(const char *dir, struct ckpt_result *result);
+
 /* Start the module: options, transition thread, control socket <run dir>/<pid>.sock and the
  * signal handler. `ops` and `ctx` must stay valid until ckpt_shutdown. Fails softly: 0 when the
  * module can take requests (a socket or signal problem is logged and leaves the rest working),
@@ -343,6 +352,12 @@ int ckpt_init(const struct ckpt_host_ops *ops, void *ctx);
  * Must not be called from inside a gated API call (the gate would wait for the caller). */
 int ckpt_request_checkpoint(void);
 int ckpt_request_resume(void);
+/* Where the paused image lies on disk: its directory into dir (len bytes), its size into *bytes
+ * (may be NULL) and 1; 0 when it is in host memory (or the program is not paused). */
+int ckpt_image_on_disk(char *dir, size_t len, uint64_t *bytes);
+/* Remove an image that cudaw wrote to dir (its manifest and chunk files, nothing else), then
+ * dir itself if that leaves it empty. For an image nobody will read again (resumed from it). */
+int ckpt_remove_image(const char *dir);
 
 /* cudawd's host-memory pool (sharing): `base` maps `size` bytes of it (MAP_SHARED). On success
  * the module owns the mapping (unmaps it when replaced or at shutdown) and page-locks it with a

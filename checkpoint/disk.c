@@ -300,12 +300,12 @@ static bool in_manifest(const struct manifest *m, const char *name) {
  * Only regular files of this uid named as cudaw names them and not in the new manifest; a link
  * is never followed (links are skipped, and unlinkat removes a name, not what it points to).
  * A file that cannot be removed is logged; the new image is complete either way. */
-static void remove_stale_files(const char *dir, const struct manifest *m) {
+static void remove_stale_files(const char *dir, const struct manifest *m, const char *whose) {
   int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
   if (!d) {
-    ckpt_logf(CKPT_LOG_WARN, "image directory %s: cannot list it to remove an older image's "
-              "files: %s", dir, strerror(errno));
+    ckpt_logf(CKPT_LOG_WARN, "image directory %s: cannot list it to remove %s's files: %s", dir,
+              whose, strerror(errno));
     if (dfd >= 0) close(dfd);
     return;
   }
@@ -320,8 +320,8 @@ static void remove_stale_files(const char *dir, const struct manifest *m) {
         st.st_uid != geteuid())
       continue;
     if (unlinkat(dfd, name, 0) != 0) {
-      ckpt_logf(CKPT_LOG_WARN, "image directory %s: cannot remove %s of an older image: %s", dir,
-                name, strerror(errno));
+      ckpt_logf(CKPT_LOG_WARN, "image directory %s: cannot remove %s of %s: %s", dir, name,
+                whose, strerror(errno));
       continue;
     }
     removed++;
@@ -329,8 +329,20 @@ static void remove_stale_files(const char *dir, const struct manifest *m) {
   }
   closedir(d);
   if (removed)
-    ckpt_logf(CKPT_LOG_INFO, "image directory %s: removed %zu files (%" PRIu64 " bytes) of an "
-              "older image", dir, removed, bytes);
+    ckpt_logf(CKPT_LOG_INFO, "image directory %s: removed %zu files (%" PRIu64 " bytes) of %s",
+              dir, removed, bytes, whose);
+}
+
+int disk_remove_image(const char *dir) {
+  struct manifest none = {0}; /* names no file: every chunk file goes */
+  char manifest_path[PATH_MAX];
+  if ((size_t)snprintf(manifest_path, sizeof manifest_path, "%s/" MANIFEST_NAME, dir) >=
+      sizeof manifest_path)
+    return -ENAMETOOLONG;
+  /* The manifest first: a directory half emptied must not look like an image. */
+  if (unlink(manifest_path) != 0 && errno != ENOENT) return -errno;
+  remove_stale_files(dir, &none, "a resumed image");
+  return rmdir(dir) == 0 || errno == ENOTEMPTY || errno == EEXIST ? 0 : -errno;
 }
 
 static void sync_dir(const char *dir) {
@@ -402,7 +414,7 @@ int disk_write_image(struct engine *e, const char *dir, bool compress, int threa
   if (rc) {
     unlink(temporary);
   } else {
-    remove_stale_files(dir, &m);
+    remove_stale_files(dir, &m, "an older image");
     sync_dir(dir);
   }
   *stats = (struct disk_stats){m.bytes, atomic_load(&job.stored), job.task_count, ckpt_now() - t0};

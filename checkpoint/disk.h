@@ -61,6 +61,9 @@ int disk_private_dir(const char *dir, char *reason, size_t reason_len);
  * in host memory; the caller drops it. `threads` writers run at once. */
 int disk_write_image(struct engine *engine, const char *dir, bool compress, int threads,
                      struct disk_stats *stats, char *reason, size_t reason_len);
+/* Remove the image in dir (its manifest, then the chunk files as remove_stale_files picks
+ * them), then dir if nothing else is in it. 0 or -errno. */
+int disk_remove_image(const char *dir);
 /* Read the image in dir back into the engine, verifying every chunk against the manifest, and
  * check that its regions are `live` (those of the paused process). On error the engine holds
  * no image and nothing else has changed; `reason` names the file at fault. */

@@ -1209,36 +1209,60 @@ static struct chunk_ref *list_chunks(const struct engine *e, uint64_t *count) {
  * a gap at each end, ~8% of a resume on the H100 (0.92x of H2D in 4 MiB copies, 2026-11-27). */
 #define BATCH_BYTES (64ull << 20)
 
-/* The order the copy threads take `chunks` in (a copy; the caller's list keeps its order):
- * staged chunks first, so that their host copies overlap the direct ones' DMA instead of
- * trailing behind it, then the direct ones, consecutive chunks of a region merged into one
- * copy where nothing is done per chunk on the host (saved or verified with device checksums).
- * NULL when out of memory. */
+/* The order the copy threads take `chunks` in (a copy; the caller's list keeps its order): the
+ * staged chunks and the direct ones interleaved in proportion to their bytes, so that the host
+ * work of the staged ones (faulting fresh pages in, copying through staging) runs while the DMA
+ * of the direct ones keeps the link busy, from the first chunk to the last. (Staged chunks first,
+ * as before, left the link half idle while every thread staged: a 45 GiB checkpoint with 14 GiB
+ * staged took 1.18 s on the H100 where the link alone needs 0.91 s.) Consecutive direct chunks
+ * of a region are merged into one copy where nothing is done per chunk on the host (saved or
+ * verified with device checksums). NULL when out of memory. */
 static struct chunk_ref *order_for_copy(const struct engine *e, const struct chunk_ref *chunks,
                                         uint64_t *count, bool save, bool host_sums, bool live) {
-  struct chunk_ref *work = malloc((*count ? *count : 1) * sizeof *work);
-  if (!work) return NULL;
-  uint64_t n = 0, batch = BATCH_BYTES / e->chunk_bytes;
-  for (int pass = 0; pass < 2; pass++)
-    for (uint64_t k = 0; k < *count; k++) {
-      struct chunk_ref ref = chunks[k];
-      const struct image_region *r = &e->image[ref.region];
-      uint64_t offset = (uint64_t)ref.chunk * e->chunk_bytes;
-      bool straight = direct(r, offset, (size_t)chunk_length(e, ref));
-      if (straight != (pass == 1)) continue;
-      /* An exchange goes chunk by chunk: its pace admits one at a time, and a batch larger
-       * than the window would never be admitted; its resume checks and frees each chunk. */
-      bool quiet = straight && !live && !e->pace && (save ? !host_sums : r->device_sums);
-      struct chunk_ref *last = n ? &work[n - 1] : NULL;
-      if (quiet && last && last->region == ref.region && last->count >= 1 &&
-          last->chunk + last->count == ref.chunk && last->count < batch) {
-        last->count++;
-        continue;
-      }
-      ref.count = quiet ? 1 : 0;
-      work[n++] = ref;
+  size_t size = (*count ? *count : 1) * sizeof(struct chunk_ref);
+  struct chunk_ref *list[2] = {malloc(size), malloc(size)}, *work = malloc(size);
+  if (!list[0] || !list[1] || !work) {
+    free(list[0]);
+    free(list[1]);
+    free(work);
+    return NULL;
+  }
+  uint64_t n[2] = {0, 0}, bytes[2] = {0, 0}, batch = BATCH_BYTES / e->chunk_bytes;
+  for (uint64_t k = 0; k < *count; k++) { /* list[0]: staged, list[1]: direct */
+    struct chunk_ref ref = chunks[k];
+    const struct image_region *r = &e->image[ref.region];
+    uint64_t offset = (uint64_t)ref.chunk * e->chunk_bytes, length = chunk_length(e, ref);
+    int straight = direct(r, offset, (size_t)length);
+    bytes[straight] += length;
+    /* An exchange goes chunk by chunk: its pace admits one at a time, and a batch larger than
+     * the window would never be admitted; its resume checks and frees each chunk. */
+    bool quiet = straight && !live && !e->pace && (save ? !host_sums : r->device_sums);
+    struct chunk_ref *last = n[straight] ? &list[straight][n[straight] - 1] : NULL;
+    if (quiet && last && last->region == ref.region && last->count >= 1 &&
+        last->chunk + last->count == ref.chunk && last->count < batch) {
+      last->count++;
+      continue;
     }
-  *count = n;
+    ref.count = quiet ? 1 : 0;
+    list[straight][n[straight]++] = ref;
+  }
+  /* Take from the list that is behind: done[i] / bytes[i] compared as done[0] * bytes[1] against
+   * done[1] * bytes[0] (in MiB, so that the products stay far from overflowing). */
+  uint64_t taken[2] = {0, 0}, done[2] = {0, 0}, out = 0;
+  while (taken[0] < n[0] || taken[1] < n[1]) {
+    /* An exchange's pace admits chunks strictly in the order given: staged, then direct. */
+    int pick = e->pace && taken[0] < n[0] ? 0
+               : taken[0] == n[0]   ? 1
+               : taken[1] == n[1] ? 0
+               : (done[0] >> 20) * (bytes[1] >> 20) <= (done[1] >> 20) * (bytes[0] >> 20) ? 0
+                                                                                          : 1;
+    struct chunk_ref ref = list[pick][taken[pick]++];
+    done[pick] += chunk_length(e, ref);
+    work[out++] = ref;
+  }
+  free(list[0]);
+  free(list[1]);
+  *count = out;
   return work;
 }
 

@@ -3,8 +3,10 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "disk.h"
 #include "internal.h"
 
 struct ckpt_runtime ckpt_rt;
@@ -100,21 +102,26 @@ struct waiter {
   pthread_cond_t done_cond;
   bool done;
   int error;
+  struct ckpt_result *result; /* NULL, or where the whole result goes */
 };
 
 static void wake_waiter(void *arg, const struct ckpt_result *result) {
   struct waiter *w = arg;
   pthread_mutex_lock(&w->lock);
   w->error = result->error;
+  if (w->result) *w->result = *result;
   w->done = true;
   pthread_cond_signal(&w->done_cond);
   pthread_mutex_unlock(&w->lock);
 }
 
-static int request(enum ckpt_op op) {
-  struct waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0};
+/* Submit op (with `with`'s details, NULL: the defaults) and wait for its result (into *out
+ * unless NULL). */
+static int request_with(enum ckpt_op op, const struct transition_request *with,
+                        struct ckpt_result *out) {
+  struct waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0, out};
   const char *why = "";
-  int rc = transition_submit(op, ckpt_now(), wake_waiter, &w, &why);
+  int rc = transition_submit_with(op, ckpt_now(), with, wake_waiter, &w, &why);
   if (rc) return rc;
   pthread_mutex_lock(&w.lock);
   while (!w.done) pthread_cond_wait(&w.done_cond, &w.lock);
@@ -122,7 +129,26 @@ static int request(enum ckpt_op op) {
   return w.error;
 }
 
-int ckpt_request_checkpoint(void) { return request(CKPT_OP_CHECKPOINT); }
-int ckpt_request_resume(void) { return request(CKPT_OP_RESUME); }
+int ckpt_request_checkpoint(void) { return request_with(CKPT_OP_CHECKPOINT, NULL, NULL); }
+int ckpt_request_resume(void) { return request_with(CKPT_OP_RESUME, NULL, NULL); }
+
+int ckpt_request_spill(const char *dir, struct ckpt_result *result) {
+  struct transition_request spill = {0};
+  if (!dir || dir[0] != '/' || strlen(dir) >= sizeof spill.to_dir) return -EINVAL;
+  snprintf(spill.to_dir, sizeof spill.to_dir, "%s", dir);
+  return request_with(CKPT_OP_SPILL, &spill, result);
+}
+
+int ckpt_image_on_disk(char *dir, size_t len, uint64_t *bytes) {
+  struct transition_paused paused;
+  if (ckpt_state() != CKPT_PAUSED) return 0;
+  transition_paused_info(&paused);
+  if (!paused.dir[0]) return 0;
+  snprintf(dir, len, "%s", paused.dir);
+  if (bytes) *bytes = paused.disk_bytes;
+  return 1;
+}
+
+int ckpt_remove_image(const char *dir) { return disk_remove_image(dir); }
 int ckpt_pool_attach(void *base, uint64_t size) { return transition_pool_attach(base, size); }
 void ckpt_pool_lend(uint64_t offset, uint64_t length) { transition_pool_lend(offset, length); }

@@ -61,6 +61,11 @@ static const struct ckpt_option_info table[] = {
      "cudawd's host-memory pool when --host-memory is not given (also a cudawd that cudaw run "
      "--share starts): a size, N% of RAM, or off",
      CKPT_OPTION_SIZE_OR_PERCENT, "off|0", 0, 0, NULL},
+    {"CUDAW_SCHED_SPILL_DIR", "unset: no disk tier",
+     "cudawd's disk tier when --spill-dir is not given (also a cudawd that cudaw run --share "
+     "starts): an absolute directory on a disk (not tmpfs) where the coldest swapped-out images "
+     "go when host memory runs short; unset: images stay in host memory",
+     CKPT_OPTION_DIRECTORY, NULL, 0, LENGTH_OF(sched_spill_dir), NULL},
     {"CUDAW_CKPT_STREAMS", "2 x threads",
      "copies in flight per device, and pinned staging buffers in all (shared by the devices)",
      NUMBER(1, 64, "streams")},
@@ -400,6 +405,8 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
     out->run_dir[0] = '\0';
   if (VALUE("CUDAW_SCHED_SOCKET"))
     snprintf(out->sched_socket, sizeof out->sched_socket, "%s", text);
+  if (VALUE("CUDAW_SCHED_SPILL_DIR"))
+    snprintf(out->sched_spill_dir, sizeof out->sched_spill_dir, "%s", text);
   if (VALUE("CUDAW_SCHED_HOST_MEMORY")) {
     if (strlen(text) < sizeof out->sched_host_memory)
       snprintf(out->sched_host_memory, sizeof out->sched_host_memory, "%s", text);

@@ -58,8 +58,20 @@ struct reserve {
   uint64_t dirty_end;    /* pages up to here past `claimed` may be faulted in (an image wrote
                             there, or a piece failed): given back once nothing wants them */
   uint64_t target;       /* what the threads grow towards, for status */
+  /* A growth spurt (from `spurt_from` while nothing was under way, to the target), timed for the
+   * debug log: how fast the host lets memory be faulted in and page-locked is what decides how
+   * soon after an allocation a checkpoint finds its reserve ready. */
+  double spurt_start;
+  uint64_t spurt_from;
+  _Atomic uint64_t fault_ns, register_ns;
   char refusal[512];
 };
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static uint64_t meminfo(const char *key) {
   FILE *f = fopen("/proc/meminfo", "re");
@@ -137,8 +149,10 @@ static int grow_piece(struct reserve *rs, uint64_t at, uint64_t n) {
       nanosleep(&pause, NULL);
     }
     size_t step = (size_t)(n - done < FAULT_STEP ? n - done : FAULT_STEP);
+    double t0 = now_seconds();
     if (madvise(p + done, step, MADV_POPULATE_WRITE) != 0)
       for (size_t i = 0; i < step; i += 4096) ((volatile uint8_t *)p + done)[i] |= 0;
+    atomic_fetch_add(&rs->fault_ns, (uint64_t)((now_seconds() - t0) * 1e9));
   }
   /* A transition may have begun while this piece was faulted in: page-lock it only once the
    * program runs or rests paused (with CUDAW_CKPT_RELEASE=all the driver holds the process
@@ -148,7 +162,10 @@ static int grow_piece(struct reserve *rs, uint64_t at, uint64_t n) {
     struct timespec pause = {0, 10 * 1000 * 1000};
     nanosleep(&pause, NULL);
   }
-  return rs->ops->host_register(rs->ctx, p, (size_t)n);
+  double t0 = now_seconds();
+  int rc = rs->ops->host_register(rs->ctx, p, (size_t)n);
+  atomic_fetch_add(&rs->register_ns, (uint64_t)((now_seconds() - t0) * 1e9));
+  return rc;
 }
 
 static uint64_t piece_at(const struct reserve *rs, uint64_t at) {
@@ -182,6 +199,17 @@ static void piece_done(struct reserve *rs, uint64_t at, uint64_t n, int rc) {
   while ((rs->done_mask & 1) && rs->ready < rs->capacity) {
     rs->ready += piece_at(rs, rs->ready);
     rs->done_mask >>= 1;
+  }
+  if (rs->spurt_start > 0 && rs->ready >= rs->target) {
+    double took = now_seconds() - rs->spurt_start;
+    char size[32];
+    ckpt_format_bytes(rs->ready - rs->spurt_from, size, sizeof size);
+    ckpt_logf(CKPT_LOG_DEBUG, "%s: %s more ready in %.2f s (%.1f GB/s; the threads spent %.2f s "
+              "faulting in, %.2f s page-locking)", rs->name, size, took,
+              took > 0 ? (double)(rs->ready - rs->spurt_from) / took / 1e9 : 0.0,
+              (double)atomic_load(&rs->fault_ns) * 1e-9,
+              (double)atomic_load(&rs->register_ns) * 1e-9);
+    rs->spurt_start = 0;
   }
   if (rs->shared && rs->ready == rs->capacity) {
     char size[32];
@@ -221,6 +249,12 @@ static void *grow(void *arg) {
       }
       /* Past the budget it grows up to it: a checkpoint uses whatever part is ready. */
       if (want <= allowed || at + n <= allowed) {
+        if (rs->claimed == rs->ready && rs->spurt_start == 0) {
+          rs->spurt_start = now_seconds();
+          rs->spurt_from = rs->ready;
+          atomic_store(&rs->fault_ns, 0);
+          atomic_store(&rs->register_ns, 0);
+        }
         rs->claimed += n;
         pthread_mutex_unlock(&rs->lock);
         int rc = grow_piece(rs, at, n);

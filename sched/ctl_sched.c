@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
+#include <jansson.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,11 +128,13 @@ static void print_json(const struct sched_snapshot *s)
            p->device_mask, p->gpu_seconds, p->swaps, p->swap_seconds, p->wait_seconds);
     printf(",\"wait\":{\"reason\":\"%s\",\"text\":\"%s\",\"behind_pid\":%d,\"needed_bytes\":%" PRIu64
            ",\"free_bytes\":%" PRIu64 "},\"last_grant\":{\"bytes\":%" PRIu64
-           ",\"seconds_ago\":%.3f},\"alloc_retries\":%" PRIu64 ",\"failed_allocations\":%" PRIu64
-           "}",
+           ",\"seconds_ago\":%.3f},\"alloc_retries\":%" PRIu64 ",\"failed_allocations\":%" PRIu64,
            sched_wait_name(w->wait_reason), wait_text(w, why, sizeof why), w->behind_pid,
            w->need_bytes, w->free_bytes, w->last_grant_bytes, w->last_grant_ago, w->retries,
            w->failed);
+    const struct sched_program_disk *k = &s->disk[i];
+    printf(",\"image_on_disk\":%s,\"disk_bytes\":%" PRIu64 ",\"spills\":%" PRIu64 "}",
+           k->on_disk ? "true" : "false", k->bytes, k->spills);
   }
   const struct sched_pool_info *pool = &s->pool;
   printf("],\"host_pool\":{\"enabled\":%s,\"huge_pages\":%s,\"size\":%" PRIu64
@@ -146,6 +149,16 @@ static void print_json(const struct sched_snapshot *s)
   printf(",\"host_pool_window\":%" PRIu64 ",\"host_pool_released\":%" PRIu64
          ",\"pool_release\":%.3f,\"idle_exit\":%.3f,\"idle_for\":%.3f", s->pool_window,
          s->pool_released, s->pool_release, s->idle_exit, s->idle_for);
+  const struct sched_spill_info *spill = &s->spill;
+  json_t *dir = json_string(spill->dir); /* a path may hold anything JSON must escape */
+  char *dir_text = dir ? json_dumps(dir, JSON_ENCODE_ANY) : NULL;
+  printf(",\"disk_tier\":{\"enabled\":%s,\"dir\":%s,\"on_disk\":%d,\"disk_bytes\":%" PRIu64
+         ",\"spills\":%" PRIu64 ",\"spill_failures\":%" PRIu64 ",\"spilled_bytes\":%" PRIu64
+         ",\"read_rate\":%.0f}", spill->enabled ? "true" : "false", dir_text ? dir_text : "null",
+         spill->on_disk, spill->disk_bytes, spill->spills, spill->spill_failures,
+         spill->spilled_bytes, spill->read_rate);
+  free(dir_text);
+  json_decref(dir);
   printf(",\"users\":[");
   for (int i = 0; i < s->uids && i < SCHED_MAX_UIDS; i++) {
     const struct sched_uid_info *u = &s->uid[i];
@@ -205,6 +218,18 @@ static void print_text(const struct sched_snapshot *s)
     ckpt_format_bytes(pool->other_bytes, a, sizeof a);
     printf("other cudawds' pools on this host: %d, %s in all\n", pool->other_pools, a);
   }
+  const struct sched_spill_info *spill = &s->spill;
+  if (spill->enabled) {
+    ckpt_format_bytes(spill->disk_bytes, a, sizeof a);
+    ckpt_format_bytes(spill->spilled_bytes, b, sizeof b);
+    printf("disk tier: %s; %d image%s on disk (%s), %" PRIu64 " spills (%s) since start, %" PRIu64
+           " failed", spill->dir, spill->on_disk, spill->on_disk == 1 ? "" : "s", a, spill->spills,
+           b, spill->spill_failures);
+    if (spill->read_rate > 0) printf(", last read back at %.2f GB/s", spill->read_rate / 1e9);
+    printf("\n");
+  } else {
+    printf("disk tier: none (cudawd --spill-dir)\n");
+  }
   if (s->uids > 0) {
     printf("%-8s %6s %8s %12s %8s %8s %9s %10s\n", "UID", "CONNS", "PROGRAMS", "CONNS_TOTAL",
            "REFUSED", "CLOSED", "PROTOCOL", "MESSAGES");
@@ -215,17 +240,20 @@ static void print_text(const struct sched_snapshot *s)
              u->protocol_errors, u->messages);
     }
   }
-  printf("%-8s %-12s %4s %12s %10s %6s %10s %10s %7s %6s  %-24s %s\n", "PID", "STATE", "PRIO",
-         "BYTES", "GPU_S", "SWAPS", "SWAP_S", "WAIT_S", "RETRIES", "FAILED", "LAST GRANT", "WHY");
+  printf("%-8s %-12s %4s %12s %10s %6s %10s %10s %7s %6s %6s  %-24s %s\n", "PID", "STATE",
+         "PRIO", "BYTES", "GPU_S", "SWAPS", "SWAP_S", "WAIT_S", "RETRIES", "FAILED", "SPILLS",
+         "LAST GRANT", "WHY");
   for (int i = 0; i < s->programs; i++) {
     const struct sched_program_info *p = &s->program[i];
     const struct sched_program_detail *w = &s->detail[i];
     char why[160], grant[64];
     ckpt_format_bytes(p->bytes, a, sizeof a);
+    const struct sched_program_disk *k = &s->disk[i];
     printf("%-8d %-12s %4d %12s %10.1f %6" PRIu64 " %10.2f %10.1f %7" PRIu64 " %6" PRIu64
-           "  %-24s %s\n", p->pid, sched_state_name(p->state), p->priority, a, p->gpu_seconds,
-           p->swaps, p->swap_seconds, p->wait_seconds, w->retries, w->failed,
-           grant_text(w, grant, sizeof grant), wait_text(w, why, sizeof why));
+           " %6" PRIu64 "  %-24s %s%s%s\n", p->pid, sched_state_name(p->state), p->priority, a,
+           p->gpu_seconds, p->swaps, p->swap_seconds, p->wait_seconds, w->retries, w->failed,
+           k->spills, grant_text(w, grant, sizeof grant), wait_text(w, why, sizeof why),
+           k->on_disk ? "; image on disk under " : "", k->on_disk ? spill->dir : "");
   }
 }
 

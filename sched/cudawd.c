@@ -35,7 +35,7 @@ static void usage(FILE *out)
           "usage: cudawd [--system] [--quantum SEC] [--min-run SEC] [--device-memory SIZE]\n"
           "              [--swap-timeout SEC] [--gpu-list DIR|none] [--metrics-file PATH]\n"
           "              [--host-memory SIZE|N%%|off] [--pool-release SEC] [--idle-exit SEC]\n"
-          "              [--max-per-user N]\n"
+          "              [--max-per-user N] [--spill-dir DIR]\n"
           "              [--client-timeout SEC] [--log-max SIZE] [--verbose]\n"
           "       cudawd --help | --version\n"
           "\n"
@@ -69,6 +69,12 @@ static void usage(FILE *out)
           "                       the pool and the socket (default 600; 0: never, the default\n"
           "                       with --system);\n"
           "                       `cudaw-ctl sched --stop` stops it at once\n"
+          "  --spill-dir DIR      the disk tier: when host memory runs short, the coldest\n"
+          "                       swapped-out image moves to a directory of its program's own\n"
+          "                       under DIR (written by the program, as its user) and streams\n"
+          "                       back to the device on its turn; DIR must be on a disk, not\n"
+          "                       tmpfs (default: CUDAW_SCHED_SPILL_DIR, else none: images\n"
+          "                       stay in host memory)\n"
           "  --metrics-file PATH  write the figures in Prometheus text format, every 2 s\n"
           "  --max-per-user N     --system: programs one user (not root) may have joined at\n"
           "                       once, and twice as many connections (default %d)\n"
@@ -145,7 +151,8 @@ static int parse_args(int argc, char **argv, struct sched_config *config)
                strcmp(arg, "--gpu-list") && strcmp(arg, "--host-memory") &&
                strcmp(arg, "--metrics-file") && strcmp(arg, "--max-per-user") &&
                strcmp(arg, "--client-timeout") && strcmp(arg, "--log-max") &&
-               strcmp(arg, "--pool-release") && strcmp(arg, "--idle-exit")) {
+               strcmp(arg, "--pool-release") && strcmp(arg, "--idle-exit") &&
+               strcmp(arg, "--spill-dir")) {
       fprintf(stderr, "cudawd: unknown %s '%s'\n", arg[0] == '-' ? "option" : "argument", arg);
       return -EINVAL;
     } else if (!value) {
@@ -159,6 +166,8 @@ static int parse_args(int argc, char **argv, struct sched_config *config)
       rc = parse_device_memory(value, config);
     } else if (!strcmp(arg, "--swap-timeout")) {
       rc = parse_seconds(value, &config->swap_timeout);
+    } else if (!strcmp(arg, "--spill-dir")) {
+      config->spill_dir = value; /* checked and opened by sched_spill_open */
     } else if (!strcmp(arg, "--gpu-list")) {
       config->gpu_list = value;
     } else if (!strcmp(arg, "--host-memory")) {
@@ -351,6 +360,15 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
                     (unsigned)p->uid, msg->value ? " (paused)" : "");
     sched_pool_offer(d, p);
     break;
+  case SCHED_ON_DISK:
+    /* Only right after a hello saying it is paused, before anything was asked of it. */
+    if (!p->joined || p->state != SCHED_SWAPPED_OUT || p->pending_op || p->on_disk) {
+      sched_log_noisy(SCHED_NOISE_IGNORED, "cudawd: pid %ld: says its image is on disk out of "
+                      "turn: ignored\n", (long)p->pid);
+      break;
+    }
+    sched_spill_rejoined(d, p, msg->bytes);
+    break;
   case SCHED_POOL_MAPPED:
     /* Only an answer to the pool it was sent counts: nobody else is lent a range. */
     if (!p->joined || !p->pool_sent || !d->pool.size || p->uid != geteuid()) {
@@ -422,6 +440,12 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
       break;
     }
     p->pending_op = 0;
+    if (msg->value == 3) { /* a spill: it stays swapped out, its image on disk or not */
+      if (msg->status == 0) sched_pool_take_back(d, p, "its image went to disk");
+      sched_spill_done(d, p, msg->status > 0 ? -EINVAL : msg->status, msg->bytes,
+                       msg->seconds >= 0 && msg->seconds < 1e9 ? msg->seconds : 0);
+      break;
+    }
     if (msg->value == 1 && msg->status == 0 && p->loan.length)
       d->pool.placed_bytes += msg->held < p->loan.length ? msg->held : p->loan.length;
     /* The range holds the image until the resume is done; a failed checkpoint, or one that put
@@ -434,6 +458,9 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
                msg->seconds >= 0 && msg->seconds < 1e9 ? msg->seconds : 0);
     if (msg->value == 2 && msg->status == 0) /* after sched_done: its rate is the pool's */
       sched_pool_take_back(d, p, "resumed");
+    if (msg->value == 2) /* after sched_done, which keeps a disk read out of the host's rates */
+      sched_spill_resumed(d, p, msg->status, msg->bytes,
+                          msg->seconds >= 0 && msg->seconds < 1e9 ? msg->seconds : 0);
     break;
   case SCHED_FAILED:
     p->failed++;
@@ -634,7 +661,8 @@ int main(int argc, char **argv)
     return 2;
   }
   static const char *const read_here[] = {"CUDAW_STRICT", "CUDAW_RUN_DIR", "CUDAW_SCHED_SOCKET",
-                                          "CUDAW_SCHED_HOST_MEMORY", NULL};
+                                          "CUDAW_SCHED_HOST_MEMORY", "CUDAW_SCHED_SPILL_DIR",
+                                          NULL};
   int bad_options = ckpt_options_check_env("cudawd", read_here);
   if (bad_options) return bad_options;
   struct ckpt_options options;
@@ -647,6 +675,8 @@ int main(int argc, char **argv)
     }
     d.config.host_memory_set = true;
   }
+  if (!d.config.spill_dir && options.sched_spill_dir[0])
+    d.config.spill_dir = options.sched_spill_dir; /* `options` lives as long as main */
   /* A size this machine could never hold is a mistake to say at once, not a pool to fall back
    * from later. */
   char why[256];
@@ -662,6 +692,7 @@ int main(int argc, char **argv)
             "own cudawd needs no --system\n", (unsigned)geteuid());
     return 2;
   }
+  if (sched_spill_open(&d) != 0) return 2;
   const char *path = options.sched_socket;
   const char *socket_env = getenv("CUDAW_SCHED_SOCKET"), *dir_env = getenv("CUDAW_RUN_DIR");
   if (d.config.system && !(socket_env && *socket_env) && !(dir_env && *dir_env))

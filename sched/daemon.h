@@ -37,6 +37,7 @@ struct sched_config {
                             * and never sent work) is closed to make room; an order to a program
                             * that never sent work times out after it */
   uint64_t log_max;        /* --log-max: a log file larger than this is rotated (0: never) */
+  const char *spill_dir;   /* --spill-dir: the disk tier's directory (NULL: no disk tier) */
 };
 
 /* A uid's standing (peers.c): its limits are counted here. */
@@ -79,10 +80,13 @@ struct program {
   double accounted_at;     /* time is accounted to its state up to here */
   double resident_since;   /* start of its current turn */
   double wanting_since;    /* when it began waiting or was swapped out */
-  double gpu_seconds, swap_seconds, wait_seconds;
+  double gpu_seconds, swap_seconds, wait_seconds; /* gpu: running resident, not idle by its hint */
+  double share_seconds;    /* GPU seconds over its priority since it joined, its fair share's
+                            * clock (schedule.c): the least goes first, the most is swapped out */
+  bool share_started;      /* share_seconds was set level with the programs present */
   uint64_t swaps;
   double skip_until;       /* a checkpoint of it failed (pause timeout): try others first */
-  int pending_op;          /* the SCHED_DONE it owes: 1 checkpoint, 2 resume, 0 none */
+  int pending_op;          /* the SCHED_DONE it owes: 1 checkpoint, 2 resume, 3 spill, 0 none */
   double connected_at;
   uint64_t last_grant_bytes;
   double last_grant_at;    /* 0: never granted */
@@ -108,6 +112,12 @@ struct program {
   double last_message;     /* when it last sent anything */
   const char *close_reason; /* set: closed at the end of the step (sched_peer_sweep) */
   bool retired;            /* marked to be closed: holds no share, pool range or count now */
+  /* The disk tier (spill.c) */
+  bool on_disk;            /* its image lies on disk (it spilled it, for us or an earlier cudawd) */
+  uint64_t disk_bytes;     /* that image's bytes */
+  uint64_t spills;         /* times moved to disk */
+  double spill_skip_until; /* a spill of it failed: not asked again before this */
+  double spill_started;    /* when its spill was ordered (pending_op 3) */
   struct program *next;
 };
 
@@ -138,6 +148,10 @@ struct daemon {
   double pool_shrink_since; /* since when the window is larger than needed (0: it is not) */
   bool pool_short_said;    /* logged: the window is smaller than the images need (the budget) */
   double idle_since;       /* since when no program is joined (0: some are) */
+  /* The disk tier (--spill-dir, spill.c): the directory, open (-1: none), and its figures. */
+  int spill_fd;
+  uint64_t spills, spill_failures, spilled_bytes;
+  double disk_read_rate;   /* bytes/s of the last resume from disk (0: none yet) */
   struct uid_account uids[SCHED_MAX_UIDS];
   int connections, joined;     /* open connections, joined programs */
 };
@@ -230,6 +244,35 @@ bool sched_pool_would_lend(const struct daemon *d, const struct program *p);
 /* Take p's range back (resume done, checkpoint failed, gone). */
 void sched_pool_take_back(struct daemon *d, struct program *p, const char *why);
 void sched_pool_info(const struct daemon *d, struct sched_pool_info *out);
+
+/* Whether p wants to run (its memory, or more of it) and which of two wanting programs goes
+ * first: the policy's queue (schedule.c). */
+bool sched_wanting(const struct program *p);
+bool sched_before(const struct program *a, const struct program *b);
+uint64_t sched_image_bytes(const struct program *p);
+
+/* spill.c: the disk tier. */
+/* Check and open --spill-dir (an absolute directory, not RAM-backed). 0, or -errno with the one
+ * line that says why written to stderr. */
+int sched_spill_open(struct daemon *d);
+/* The host is short of memory for images (why: one phrase): order the coldest swapped-out image
+ * to disk, unless it will be needed sooner than it could be read back (head: the program first in
+ * the queue, NULL: none). True if an order was sent (it is the transition under way). */
+bool sched_spill_coldest(struct daemon *d, const struct program *head, double now,
+                         const char *why);
+/* p answered its spill: status 0 or -errno, `bytes` on disk after `seconds`. */
+void sched_spill_done(struct daemon *d, struct program *p, int status, uint64_t bytes,
+                      double seconds);
+/* p re-joined paused with its image on disk (SCHED_ON_DISK). */
+void sched_spill_rejoined(struct daemon *d, struct program *p, uint64_t bytes);
+/* p's resume (from disk, if its image was there) ended with status after seconds. */
+void sched_spill_resumed(struct daemon *d, struct program *p, int status, uint64_t bytes,
+                         double seconds);
+/* The snapshot's disk figures. */
+void sched_spill_info(const struct daemon *d, struct sched_spill_info *out);
+
+/* lending.c: msg to p with the descriptor fd (SCM_RIGHTS). 0 or -errno. */
+int sched_send_fd(struct program *p, const struct sched_msg *msg, int fd);
 
 /* report.c */
 void sched_fill_snapshot(const struct daemon *d, struct sched_snapshot *out);

@@ -33,7 +33,15 @@ static void send_window(struct daemon *d, struct program *p)
   if (p->pool_acked > d->pool.window) p->pool_acked = d->pool.window;
   struct sched_msg msg = {.version = SCHED_PROTO_VERSION, .type = SCHED_POOL, .pid = p->pid,
                           .value = d->pool.huge, .bytes = d->pool.window};
-  struct iovec iov = {&msg, sizeof msg};
+  int rc = sched_send_fd(p, &msg, d->pool.fd);
+  if (rc)
+    sched_log_noisy(SCHED_NOISE_IGNORED, "cudawd: pid %ld: sending the host-memory pool failed: "
+                    "%s\n", (long)p->pid, strerror(-rc));
+}
+
+int sched_send_fd(struct program *p, const struct sched_msg *msg, int fd)
+{
+  struct iovec iov = {(void *)msg, sizeof *msg};
   union {
     struct cmsghdr align;
     char buf[CMSG_SPACE(sizeof(int))];
@@ -45,10 +53,8 @@ static void send_window(struct daemon *d, struct program *p)
   cmsg->cmsg_level = SOL_SOCKET;
   cmsg->cmsg_type = SCM_RIGHTS;
   cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-  memcpy(CMSG_DATA(cmsg), &d->pool.fd, sizeof(int));
-  if (sendmsg(p->fd, &hdr, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof msg)
-    sched_log_noisy(SCHED_NOISE_IGNORED, "cudawd: pid %ld: sending the host-memory pool failed: "
-                    "%s\n", (long)p->pid, strerror(errno));
+  memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
+  return sendmsg(p->fd, &hdr, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof *msg ? 0 : -errno;
 }
 
 static bool pool_peer(const struct program *p)

@@ -34,6 +34,8 @@ void sched_fill_snapshot(const struct daemon *d, struct sched_snapshot *out)
   }
   for (const struct program *p = d->programs; p && out->programs < SCHED_MAX_PROGRAMS; p = p->next)
     if (p->joined) {
+      out->disk[out->programs] = (struct sched_program_disk){
+          .on_disk = p->on_disk, .bytes = p->on_disk ? p->disk_bytes : 0, .spills = p->spills};
       sched_program_detail(d, p, &out->detail[out->programs]);
       sched_program_info(p, &out->program[out->programs++]);
     }
@@ -51,6 +53,7 @@ void sched_fill_snapshot(const struct daemon *d, struct sched_snapshot *out)
   out->pool_release = d->config.pool_release;
   out->idle_exit = d->config.idle_exit;
   out->idle_for = d->idle_since > 0 ? now - d->idle_since : 0;
+  sched_spill_info(d, &out->spill);
 }
 
 void sched_program_info(const struct program *p, struct sched_program_info *info)
@@ -67,6 +70,20 @@ void sched_program_info(const struct program *p, struct sched_program_info *info
   info->gpu_seconds = p->gpu_seconds;
   info->swap_seconds = p->swap_seconds;
   info->wait_seconds = p->wait_seconds;
+}
+
+/* One Prometheus series: its name, type and help line. */
+struct series {
+  const char *name, *type, *help;
+};
+
+/* Series of one value each, without labels. */
+static void write_scalars(FILE *f, const struct series *series, const uint64_t *values,
+                          size_t count)
+{
+  for (size_t k = 0; k < count; k++)
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s %" PRIu64 "\n", series[k].name, series[k].help,
+            series[k].name, series[k].type, series[k].name, values[k]);
 }
 
 int sched_write_metrics(const struct daemon *d, const char *path)
@@ -96,7 +113,8 @@ int sched_write_metrics(const struct daemon *d, const char *path)
   }
   static const struct { const char *name, *type, *help; } series[] = {
     {"cudawd_program_bytes", "gauge", "Device memory of the program, resident or not."},
-    {"cudawd_program_gpu_seconds_total", "counter", "Time the program ran resident (its turns)."},
+    {"cudawd_program_gpu_seconds_total", "counter",
+     "Time the program ran resident, not waiting, not idle by its hint."},
     {"cudawd_program_swaps_total", "counter", "Times the program was checkpointed."},
     {"cudawd_program_swap_seconds_total", "counter", "Time its checkpoints and resumes took."},
     {"cudawd_program_wait_seconds_total", "counter", "Time it waited for memory or its turn."},
@@ -144,7 +162,7 @@ int sched_write_metrics(const struct daemon *d, const char *path)
   for (int i = 0; i < snapshot.programs; i++)
     fprintf(f, "cudawd_program_state{pid=\"%d\",state=\"%s\"} 1\n", snapshot.program[i].pid,
             sched_state_name(snapshot.program[i].state));
-  static const struct { const char *name, *type, *help; } pool_series[] = {
+  static const struct series pool_series[] = {
     {"cudawd_host_pool_bytes", "gauge", "Size of the host-memory pool (0: none)."},
     {"cudawd_host_pool_lent_bytes", "gauge", "Pool bytes lent to swapped-out programs' images."},
     {"cudawd_host_pool_free_bytes", "gauge", "Pool bytes free to lend."},
@@ -160,13 +178,22 @@ int sched_write_metrics(const struct daemon *d, const char *path)
   uint64_t pool_values[] = {pool->size, pool->lent, pool->free, pool->populated,
                             (uint64_t)pool->huge_pages, pool->placed_bytes, pool->fallbacks,
                             snapshot.pool_window, snapshot.pool_released};
-  for (size_t k = 0; k < sizeof pool_series / sizeof pool_series[0]; k++)
-    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s %" PRIu64 "\n", pool_series[k].name,
-            pool_series[k].help, pool_series[k].name, pool_series[k].type, pool_series[k].name,
-            pool_values[k]);
+  write_scalars(f, pool_series, pool_values, sizeof pool_values / sizeof pool_values[0]);
   fprintf(f, "# HELP cudawd_host_pool_resident_bytes Pool bytes the kernel holds pages for.\n"
              "# TYPE cudawd_host_pool_resident_bytes gauge\ncudawd_host_pool_resident_bytes %"
              PRIu64 "\n", pool->resident);
+  static const struct series disk_series[] = {
+    {"cudawd_disk_images", "gauge", "Swapped-out programs whose image is on disk (--spill-dir)."},
+    {"cudawd_disk_bytes", "gauge", "Image bytes on disk now."},
+    {"cudawd_spills_total", "counter", "Images moved to disk since cudawd started."},
+    {"cudawd_spill_failures_total", "counter", "Spills a program answered with an error."},
+    {"cudawd_spilled_bytes_total", "counter", "Image bytes moved to disk since start."},
+  };
+  const struct sched_spill_info *spill = &snapshot.spill;
+  uint64_t disk_values[] = {(uint64_t)spill->on_disk, spill->disk_bytes, spill->spills,
+                            spill->spill_failures, spill->spilled_bytes};
+  if (spill->enabled)
+    write_scalars(f, disk_series, disk_values, sizeof disk_values / sizeof disk_values[0]);
   static const struct { const char *name, *type, *help; } uid_series[] = {
     {"cudawd_uid_connections", "gauge", "Connections of the uid open now."},
     {"cudawd_uid_programs", "gauge", "Programs of the uid joined now."},

@@ -53,6 +53,15 @@ enum sched_msg_type {
   /* cudaw-ctl -> cudawd, added within version 2 (an older cudawd logs and ignores it) */
   SCHED_STOP,        /* stop cudawd (its owner or root); value 1: even with programs joined.
                       * Answered with SCHED_REPLY: 0, -EPERM, or -EBUSY with `value` programs */
+  /* The disk tier (cudawd --spill-dir), added within version 2: an older program ignores
+   * SCHED_SPILL (it never answers: cudawd's swap timeout lets the others go on), an older
+   * cudawd logs and ignores SCHED_ON_DISK. */
+  SCHED_SPILL,       /* cudawd -> paused program, with a directory (SCM_RIGHTS): write the image
+                      * into a directory of the program's own under it (0700, as its own user),
+                      * free its host memory, stay paused; answer SCHED_DONE value 3 (`bytes`
+                      * written). The resume it is sent later streams the image from disk */
+  SCHED_ON_DISK,     /* program -> cudawd, right after a hello saying it is paused: its image
+                      * lies on disk (`bytes`), written for an earlier cudawd */
 };
 
 struct sched_msg {
@@ -100,7 +109,7 @@ struct sched_program_info {
   int32_t device_mask;    /* device slots (sched_device_info indexes) it holds memory on */
   uint64_t bytes;         /* its memory on all devices, resident or not */
   uint64_t swaps;         /* times checkpointed by the scheduler */
-  double gpu_seconds;     /* time it was resident and not waiting (its turns) */
+  double gpu_seconds;     /* time it ran resident: not waiting, not idle by its hint */
   double swap_seconds;    /* time its checkpoints and resumes took */
   double wait_seconds;    /* time it waited (for memory or, swapped out, for its turn) */
 };
@@ -151,6 +160,27 @@ struct sched_pool_info {
   uint64_t other_bytes;   /* what those other pools hold in all */
 };
 
+/* The disk tier, as the snapshot shows it (all zero: none, or an older cudawd). */
+struct sched_spill_info {
+  int32_t enabled;        /* 1: --spill-dir given */
+  int32_t on_disk;        /* programs whose image is on disk now */
+  uint64_t spills;        /* images moved to disk since cudawd started */
+  uint64_t spill_failures;/* spills a program answered with an error */
+  uint64_t disk_bytes;    /* image bytes on disk now */
+  uint64_t spilled_bytes; /* image bytes moved to disk since start */
+  double read_rate;       /* bytes/s of the last resume from disk (0: none yet) */
+  char dir[256];          /* --spill-dir (cut short past 255 bytes) */
+};
+
+/* One program's image on disk (struct sched_snapshot.disk, per program[]). */
+struct sched_program_disk {
+  int32_t on_disk;        /* 1: its image lies on disk (under the spill dir, in a directory of
+                           * its own) */
+  int32_t reserved;
+  uint64_t bytes;         /* that image's bytes */
+  uint64_t spills;        /* times moved to disk */
+};
+
 /* Who connects, per uid (struct sched_snapshot.uid): cudawd's limits are per uid and per peer,
  * so that no user's clients can keep another's programs from being scheduled. */
 #define SCHED_MAX_UIDS 32
@@ -192,6 +222,9 @@ struct sched_snapshot {
   double pool_release;     /* --pool-release seconds */
   double idle_exit;        /* --idle-exit seconds (0: never) */
   double idle_for;         /* seconds without a program joined (0: programs now) */
+  /* Added after idle_for in the same way: the disk tier (--spill-dir). */
+  struct sched_spill_info spill;
+  struct sched_program_disk disk[SCHED_MAX_PROGRAMS + SCHED_MAX_EXITED]; /* per program[] */
 };
 
 /* A device key fit to print anywhere (terminal, JSON, metrics labels): letters, digits, '-', '.'

@@ -4,7 +4,14 @@
  * its turn until then, so nothing thrashes; programs that fit together are never swapped. A
  * program that says it makes no CUDA call (SCHED_GPU_IDLE: host work, data loading) gives its turn
  * once it has been idle as long as its swap would take, and once out is not brought back before
- * it calls again. No checkpoint is ordered whose image the host has no room for. */
+ * it calls again. No checkpoint is ordered whose image the host has no room for.
+ * Fair GPU time: each program's GPU time (running resident, not idle by its hint) over its
+ * priority is its share clock. The wanting program with the least goes first, the preemptible
+ * one with the most is swapped out first; clocks within 10 ms count as level (then
+ * priority, then the longest waiting). So priority N gets N times the GPU time, and a program that
+ * kept the GPU past its turn (its swap refused for host memory) waits until the others caught up.
+ * A newcomer starts level with the least clock present; one idle and swapped out keeps at most
+ * FAIR_LAG_TURNS turns of credit, so a long idle phase does not buy a long monopoly later. */
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <dirent.h>
@@ -159,7 +166,11 @@ static void account_one(struct daemon *d, struct program *p, double now)
 {
   double dt = now - p->accounted_at;
   p->accounted_at = now;
-  if (p->state == SCHED_RUNNING) p->gpu_seconds += dt;
+  /* By the hint, not the CPU: a program blocked in a synchronisation uses no CPU yet the GPU. */
+  if (p->state == SCHED_RUNNING && !p->gpu_idle) {
+    p->gpu_seconds += dt;
+    p->share_seconds += dt / (p->priority > 0 ? p->priority : 1);
+  }
   else if (p->state == SCHED_WAITING || p->state == SCHED_SWAPPED_OUT) p->wait_seconds += dt;
   /* Idle: under idle_cpu of one core over the last half second or more (a program that feeds
    * the GPU launches and synchronises, which costs CPU time). */
@@ -179,11 +190,42 @@ static void account_one(struct daemon *d, struct program *p, double now)
   p->cpu_at = now;
 }
 
+
+/* An idle program swapped out keeps at most this many turns of share behind the least clock of
+ * those competing (a turn, quantum x priority, moves the share clock by one quantum). */
+#define FAIR_LAG_TURNS 4
+
+/* Newcomers start level with the least share clock of the others (GPU time before they came is
+ * not owed to them); programs away (swapped out, idle) are kept within FAIR_LAG_TURNS of the
+ * least clock of those competing (resident or wanting). */
+static void level_shares(struct daemon *d)
+{
+  double least_all = -1, least_competing = -1;
+  for (const struct program *p = d->programs; p; p = p->next) {
+    if (!p->joined || !p->share_started) continue;
+    if (least_all < 0 || p->share_seconds < least_all) least_all = p->share_seconds;
+    bool competing = p->state != SCHED_SWAPPED_OUT || sched_wanting(p);
+    if (competing && (least_competing < 0 || p->share_seconds < least_competing))
+      least_competing = p->share_seconds;
+  }
+  for (struct program *p = d->programs; p; p = p->next) {
+    if (!p->joined) continue;
+    if (!p->share_started) {
+      p->share_seconds = least_all > 0 ? least_all : 0;
+      p->share_started = true;
+    } else if (p->state == SCHED_SWAPPED_OUT && !sched_wanting(p) && least_competing >= 0) {
+      double floor = least_competing - FAIR_LAG_TURNS * d->config.quantum;
+      if (p->share_seconds < floor) p->share_seconds = floor;
+    }
+  }
+}
+
 void sched_account(struct daemon *d)
 {
   double now = sched_now();
   for (struct program *p = d->programs; p; p = p->next)
     if (p->joined) account_one(d, p, now);
+  level_shares(d);
 }
 
 void sched_set_state(struct daemon *d, struct program *p, enum sched_program_state state)
@@ -218,6 +260,7 @@ void sched_idle_hint(struct daemon *d, struct program *p, bool idle)
     fprintf(stderr, "cudawd: pid %ld: %s (%s)\n", (long)p->pid,
             idle ? "idle on the GPU" : "calls the GPU again", sched_state_name(p->state));
   double now = sched_now();
+  account_one(d, p, now); /* the time until now was spent as it was */
   if (!idle) p->last_idle = now - p->gpu_idle_since;
   p->gpu_idle = idle;
   if (idle) p->gpu_idle_since = now;
@@ -229,7 +272,7 @@ void sched_idle_hint(struct daemon *d, struct program *p, bool idle)
 #define SCHED_RATE_MIN_BYTES (256ull << 20)
 static const double default_rate_out[2] = {6e9, 45e9}, default_rate_in[2] = {20e9, 40e9};
 
-static uint64_t total_bytes(const struct program *p)
+uint64_t sched_image_bytes(const struct program *p)
 {
   uint64_t sum = 0;
   for (int s = 0; s < SCHED_MAX_DEVICES; s++) sum += p->bytes[s];
@@ -244,7 +287,7 @@ static int pooled(const struct daemon *d, const struct program *p)
 
 double sched_swap_cost(const struct daemon *d, const struct program *p)
 {
-  double bytes = (double)total_bytes(p);
+  double bytes = (double)sched_image_bytes(p);
   int in_pool = pooled(d, p);
   double out = d->rate_out[in_pool], in = d->rate_in[in_pool];
   return bytes / (out > 0 ? out : default_rate_out[in_pool]) +
@@ -278,7 +321,7 @@ static uint64_t host_margin(const struct daemon *d)
 static bool host_room(const struct daemon *d, const struct program *v)
 {
   return sched_pool_would_lend(d, v) || !d->host_total ||
-         total_bytes(v) + host_margin(d) <= d->host_available;
+         sched_image_bytes(v) + host_margin(d) <= d->host_available;
 }
 
 /* The row of the exited history to drop for a new one: the oldest of the uid with the most rows,
@@ -301,6 +344,10 @@ void sched_forget(struct daemon *d, struct program *p)
 {
   if (d->transition == p) d->transition = NULL;
   if (!p->joined) return;
+  if (p->on_disk) /* the program's own files: only it (its user) knows whether to keep them */
+    fprintf(stderr, "cudawd: pid %ld left with its image on disk (%.2f GiB, under %s)\n",
+            (long)p->pid, (double)p->disk_bytes / (1u << 30), d->config.spill_dir
+            ? d->config.spill_dir : "an earlier cudawd's spill directory");
   account_one(d, p, sched_now());
   if (!p->worked) { /* said hello and nothing else: no history worth a row */
     p->joined = false;
@@ -333,7 +380,8 @@ void sched_done(struct daemon *d, struct program *p, int op, int status, uint64_
   if (d->transition == p) d->transition = NULL;
   double now = sched_now();
   p->swap_seconds += seconds;
-  if (status == 0 && bytes >= SCHED_RATE_MIN_BYTES && seconds > 0) {
+  /* A resume from disk runs at the disk's rate, not the host's (spill.c keeps that one). */
+  if (status == 0 && bytes >= SCHED_RATE_MIN_BYTES && seconds > 0 && !(op == 2 && p->on_disk)) {
     /* The range lent for the image is taken back after this (cudawd.c), also after a resume. */
     int in_pool = p->loan.length > 0;
     if (op == 1) d->rate_out[in_pool] = (double)bytes / seconds;
@@ -341,8 +389,8 @@ void sched_done(struct daemon *d, struct program *p, int op, int status, uint64_
   }
   if (status == 0)
     fprintf(stderr, "cudawd: pid %ld swapped %s: %.3f GiB in %.3f s (%.2f GB/s)\n", (long)p->pid,
-            op == 1 ? "out" : "in", (double)bytes / (1u << 30), seconds,
-            seconds > 0 ? (double)bytes / seconds / 1e9 : 0.0);
+            op == 1 ? "out" : p->on_disk ? "in from disk" : "in", (double)bytes / (1u << 30),
+            seconds, seconds > 0 ? (double)bytes / seconds / 1e9 : 0.0);
   if (op == 1 && status == 0) {
     p->swaps++;
     for (int s = 0; s < SCHED_MAX_DEVICES; s++)
@@ -419,29 +467,42 @@ static bool never_fits(const struct daemon *d, const struct program *p)
   return p->wants && p->want_bytes > d->device[p->want_slot].capacity;
 }
 
-/* Who goes first among those wanting memory: higher priority, then the longest waiting. */
-static bool before(const struct program *a, const struct program *b)
+/* Share clocks closer than this are level: then priority and waiting time decide, as before. */
+#define FAIR_LEVEL_SECONDS 0.01
+
+/* -1, 0 or 1 as a's share clock is behind, level with or ahead of b's. */
+static int share_order(const struct program *a, const struct program *b)
 {
+  double gap = a->share_seconds - b->share_seconds;
+  return gap < -FAIR_LEVEL_SECONDS ? -1 : gap > FAIR_LEVEL_SECONDS ? 1 : 0;
+}
+
+/* Who goes first among those wanting memory: the least share clock, then higher priority, then
+ * the longest waiting. */
+bool sched_before(const struct program *a, const struct program *b)
+{
+  int order = share_order(a, b);
+  if (order) return order < 0;
   if (a->priority != b->priority) return a->priority > b->priority;
   return a->wanting_since < b->wanting_since;
 }
 
-static bool wanting(const struct program *p)
+bool sched_wanting(const struct program *p)
 {
   return p->joined && ((p->state == SCHED_SWAPPED_OUT && (!p->gpu_idle || p->wants)) ||
                        p->state == SCHED_WAITING || (p->state == SCHED_RUNNING && p->wants));
 }
 
-/* The first wanting program in the order of `before`; with resumable_only, the first swapped-out
+/* The first wanting program in the order of `sched_before`; with resumable_only, the first swapped-out
  * one that fits now and is not being skipped after a failed resume. */
 static struct program *next_wanting(struct daemon *d, double now, bool resumable_only)
 {
   struct program *best = NULL;
   for (struct program *p = d->programs; p; p = p->next) {
-    if (!wanting(p) || never_fits(d, p)) continue;
+    if (!sched_wanting(p) || never_fits(d, p)) continue;
     if (resumable_only && (p->state != SCHED_SWAPPED_OUT || p->skip_until > now || !fits(d, p)))
       continue;
-    if (!best || before(p, best)) best = p;
+    if (!best || sched_before(p, best)) best = p;
   }
   return best;
 }
@@ -526,8 +587,11 @@ static struct program *choose_victim(struct daemon *d, const struct program *hea
     for (int s = 0; s < SCHED_MAX_DEVICES; s++)
       if (v->bytes[s] && d->device[s].used && deficit(d, head, s)) helps = true;
     if (!helps) continue;
-    if (!best || v->priority < best->priority ||
-        (v->priority == best->priority && v->resident_since < best->resident_since))
+    /* The most share clock first; level: lower priority, then the longest resident. */
+    int order = best ? share_order(v, best) : 1;
+    if (order > 0 || (order == 0 && (v->priority < best->priority ||
+                                     (v->priority == best->priority &&
+                                      v->resident_since < best->resident_since))))
       best = v;
   }
   return best;
@@ -554,7 +618,8 @@ static void check_transition(struct daemon *d, double now)
   if (!p->worked && d->config.client_timeout > 0 &&
       (!(limit > 0) || d->config.client_timeout < limit))
     limit = d->config.client_timeout;
-  if (!(limit > 0) || now - p->state_since < limit) return;
+  double since = p->pending_op == 3 ? p->spill_started : p->state_since;
+  if (!(limit > 0) || now - since < limit) return;
   d->transition = NULL;
   if (!p->worked) {
     p->close_reason = p->pending_op == 1 ? "never sent work and did not answer its checkpoint"
@@ -562,7 +627,8 @@ static void check_transition(struct daemon *d, double now)
     return;
   }
   fprintf(stderr, "cudawd: pid %ld did not answer its %s within %.0f s: scheduling the others\n",
-          (long)p->pid, p->pending_op == 1 ? "checkpoint" : "resume", limit);
+          (long)p->pid, p->pending_op == 1 ? "checkpoint" : p->pending_op == 3 ? "spill" : "resume",
+          limit);
 }
 
 #define REJOIN_GRACE 1.5
@@ -617,9 +683,28 @@ static void note_host_short(struct daemon *d, struct program *head, double now, 
   v->host_refused = true;
   fprintf(stderr, "cudawd: not swapping pid %ld out for pid %ld: its image (%.2f GiB) would "
           "leave the host short (%.2f GiB available, %.2f GiB kept free); pid %ld waits\n",
-          (long)v->pid, (long)head->pid, (double)total_bytes(v) / (1u << 30),
+          (long)v->pid, (long)head->pid, (double)sched_image_bytes(v) / (1u << 30),
           (double)d->host_available / (1u << 30), (double)host_margin(d) / (1u << 30),
           (long)head->pid);
+}
+
+/* Whether the host is (or is about to be) short of memory for swapped-out images: a swap was
+ * refused for host room (this step), or MemAvailable is under twice the margin, so that the
+ * disk tier moves an image before the next swap would have to be refused and MemAvailable stays
+ * above the margin meanwhile (the programs' own host memory grows too). Says why in `why`. */
+static bool host_short(const struct daemon *d, char *why, size_t len)
+{
+  double gib = 1u << 30;
+  if (d->host_blocked)
+    snprintf(why, len, "pid %ld cannot swap out for pid %ld (%.2f GiB available, %.2f GiB kept "
+             "free)", (long)d->host_blocked, (long)d->host_blocked_for,
+             (double)d->host_available / gib, (double)host_margin(d) / gib);
+  else if (d->host_total && d->host_available < 2 * host_margin(d))
+    snprintf(why, len, "host memory runs short (%.2f GiB available, under twice the %.2f GiB "
+             "kept free)", (double)d->host_available / gib, (double)host_margin(d) / gib);
+  else
+    return false;
+  return true;
 }
 
 void sched_step(struct daemon *d)
@@ -644,18 +729,18 @@ void sched_step(struct daemon *d)
     return;
   }
 
-  /* Make room for the first wanting program (in the order of `before`) for which room can be
+  /* Make room for the first wanting program (in the order of `sched_before`) for which room can be
    * made: one that cannot be helped now (it needs nearly the whole device, and the memory
    * outside the books is in the way) must not hold up the others behind it. */
   struct program *order[SCHED_MAX_PROGRAMS];
   int count = 0;
   for (struct program *p = d->programs; p && count < SCHED_MAX_PROGRAMS; p = p->next)
-    if (wanting(p) && !never_fits(d, p)) order[count++] = p;
+    if (sched_wanting(p) && !never_fits(d, p)) order[count++] = p;
   struct program *victim = NULL;
   for (int tried = 0; tried < count && !victim; tried++) {
     int best = tried;
     for (int i = tried + 1; i < count; i++)
-      if (before(order[i], order[best])) best = i;
+      if (sched_before(order[i], order[best])) best = i;
     struct program *head = order[best];
     order[best] = order[tried];
     order[tried] = head;
@@ -667,6 +752,9 @@ void sched_step(struct daemon *d)
       note_host_short(d, head, now, waiting_too);
   }
   if (!victim) {
+    char why[160];
+    if (host_short(d, why, sizeof why) && sched_spill_coldest(d, count ? order[0] : NULL, now, why))
+      return;
     probe(d, order, count, now);
     return;
   }
@@ -704,7 +792,7 @@ void sched_program_detail(const struct daemon *d, const struct program *p,
                                        .retries = p->retries, .failed = p->failed};
   if (p->state == SCHED_SWAPPING_OUT) out->wait_reason = SCHED_WAIT_SWAPPING_OUT;
   else if (p->state == SCHED_SWAPPING_IN) out->wait_reason = SCHED_WAIT_SWAPPING_IN;
-  if (out->wait_reason || !wanting(p)) return;
+  if (out->wait_reason || !sched_wanting(p)) return;
   /* The device it waits on: its allocation's, or (swapped out) the first one it lacks room on. */
   int slot = p->wants ? p->want_slot : -1;
   for (int s = 0; slot < 0 && s < SCHED_MAX_DEVICES; s++)
@@ -720,7 +808,7 @@ void sched_program_detail(const struct daemon *d, const struct program *p,
   if (blocked) {
     out->wait_reason = SCHED_WAIT_HOST_MEMORY;
     out->behind_pid = blocked->pid;
-    out->need_bytes = total_bytes(blocked);
+    out->need_bytes = sched_image_bytes(blocked);
     out->free_bytes = d->host_available;
     return;
   }
@@ -734,8 +822,8 @@ void sched_program_detail(const struct daemon *d, const struct program *p,
   if (!ahead || ahead == p) {
     ahead = NULL;
     for (const struct program *q = d->programs; q; q = q->next)
-      if (q != p && wanting(q) && !never_fits(d, q) && before(q, p) &&
-          (!ahead || before(q, ahead)))
+      if (q != p && sched_wanting(q) && !never_fits(d, q) && sched_before(q, p) &&
+          (!ahead || sched_before(q, ahead)))
         ahead = q;
   }
   if (ahead) {

@@ -8,9 +8,13 @@
  * resumes itself unless a new cudawd came within SELF_RESUME_AFTER seconds (which then resumes
  * it when it fits). cudawd may send its host-memory pool (a memfd) after the hello: it is mapped
  * here and handed to the checkpoint module, which page-locks it in the background; a checkpoint
- * order that lends a range of it puts the image there. */
+ * order that lends a range of it puts the image there. With a disk tier (cudawd --spill-dir),
+ * cudawd may ask a paused program to move its image to disk (SCHED_SPILL, with the directory):
+ * the program writes it itself, into a directory of its own, and removes it once a resume has
+ * read it back; a new cudawd is told the image is on disk when the program re-joins. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -73,6 +77,9 @@ static struct {
   uint64_t pool_retry_size;
   bool pool_retry_huge;
   time_t pool_retry_at;
+  /* The disk tier: the directory cudawd had us spill our image to ("": none), removed once a
+   * resume has read it back (thread only). */
+  char spilled[PATH_MAX];
 } client = {.fd = -1, .pool_retry_fd = -1, .conn_lock = PTHREAD_MUTEX_INITIALIZER,
             .lease_lock = PTHREAD_MUTEX_INITIALIZER, .reply_lock = PTHREAD_MUTEX_INITIALIZER,
             .reply_cond = PTHREAD_COND_INITIALIZER};
@@ -140,6 +147,10 @@ static int join(void)
   pthread_mutex_unlock(&client.conn_lock);
   bool paused = client.paused_by_sched && ckpt_state() == CKPT_PAUSED;
   rc = send_msg((struct sched_msg){.type = SCHED_HELLO, .value = paused});
+  char on_disk[PATH_MAX];
+  uint64_t disk_bytes = 0;
+  if (rc == 0 && paused && ckpt_image_on_disk(on_disk, sizeof on_disk, &disk_bytes))
+    rc = send_msg((struct sched_msg){.type = SCHED_ON_DISK, .bytes = disk_bytes});
   if (rc == 0 && client.idle_told) rc = send_msg((struct sched_msg){.type = SCHED_GPU_IDLE, .value = 1});
   for (int d = 0; rc == 0 && d < SCHED_MAX_DEVICES; d++) {
     if (!client.described[d]) continue;
@@ -194,6 +205,66 @@ static void refused(int status)
   sleep(1);
 }
 
+/* Resume; once running, remove the image cudawd had us spill (it was read back, nobody reads
+ * it again). */
+static int resume(void)
+{
+  int rc = ckpt_request_resume();
+  if (rc == 0 && client.spilled[0]) {
+    int removed = ckpt_remove_image(client.spilled);
+    if (removed)
+      shim_warn("sched: cannot remove the spilled image in %s after resuming from it: %s",
+                client.spilled, strerror(-removed));
+    client.spilled[0] = '\0';
+  }
+  return rc;
+}
+
+/* cudawd asks us (paused) to move our image to disk under the directory it sent: into a
+ * directory of our own there (cudaw-<uid>-<pid>, 0700), written as our own user, checksummed;
+ * the host memory it held is freed. Answered with SCHED_DONE value 3. */
+static void spill(int dir_fd)
+{
+  char link[64], base[PATH_MAX], dir[PATH_MAX];
+  struct stat by_fd, by_name;
+  int rc = 0;
+  snprintf(link, sizeof link, "/proc/self/fd/%d", dir_fd);
+  ssize_t n = readlink(link, base, sizeof base - 1);
+  base[n > 0 ? n : 0] = '\0';
+  if (n <= 0 || base[0] != '/') {
+    rc = -EINVAL;
+  } else {
+    /* The name must still lead to the directory sent (not moved or replaced since). */
+    if (fstat(dir_fd, &by_fd) != 0 || !S_ISDIR(by_fd.st_mode) || stat(base, &by_name) != 0 ||
+        by_fd.st_dev != by_name.st_dev || by_fd.st_ino != by_name.st_ino)
+      rc = -ESTALE;
+    else if ((size_t)snprintf(dir, sizeof dir, "%s/cudaw-%u-%ld", base, (unsigned)geteuid(),
+                              (long)getpid()) >= sizeof dir)
+      rc = -ENAMETOOLONG;
+  }
+  struct ckpt_result result = {0};
+  if (rc == 0) rc = ckpt_request_spill(dir, &result);
+  uint64_t disk_bytes = result.disk_bytes;
+  char where[PATH_MAX];
+  bool ours = rc == 0;
+  if (rc == -EALREADY && ckpt_image_on_disk(where, sizeof where, &disk_bytes)) {
+    rc = 0; /* on disk already: written for an earlier order, or by a user's cudaw-ctl spill */
+    ours = strcmp(where, dir) == 0; /* a user's directory is theirs: never removed here */
+    snprintf(dir, sizeof dir, "%s", where);
+  }
+  if (rc == 0) {
+    if (ours) snprintf(client.spilled, sizeof client.spilled, "%s", dir);
+    shim_info("sched: cudawd moved our image to disk: %s (%llu bytes, %.3f s)", dir,
+              (unsigned long long)disk_bytes, result.disk_seconds);
+  } else {
+    shim_warn("sched: cudawd asked us to move our image to disk under %s: %s; it stays in host "
+              "memory", n > 0 ? base : "(a directory we cannot name)",
+              rc == -ESTALE ? "that directory was moved or replaced" : strerror(-rc));
+  }
+  send_msg((struct sched_msg){.type = SCHED_DONE, .value = 3, .status = rc, .bytes = disk_bytes,
+                              .seconds = rc == 0 ? result.disk_seconds : 0});
+}
+
 /* Run the checkpoint (op 1) or resume (op 2) cudawd asked for and tell it how it went. A
  * checkpoint may come with a range of the pool lent for its image (length 0: none). */
 static void transition(int op, uint64_t loan_offset, uint64_t loan_length)
@@ -208,7 +279,7 @@ static void transition(int op, uint64_t loan_offset, uint64_t loan_length)
     lent = false;
   }
   if (lent) ckpt_pool_lend(loan_offset, loan_length);
-  int rc = op == 1 ? ckpt_request_checkpoint() : ckpt_request_resume();
+  int rc = op == 1 ? ckpt_request_checkpoint() : resume();
   if (lent) ckpt_pool_lend(0, 0); /* only for this checkpoint */
   if (rc == -EALREADY) rc = 0; /* already paused (or running): what cudawd wanted */
   if (rc == 0) client.paused_by_sched = op == 1;
@@ -345,7 +416,7 @@ static void *run(void *unused)
       if (client.paused_by_sched && ckpt_state() == CKPT_PAUSED && now.tv_sec != last_resume_try &&
           now.tv_sec - client.lost_at >= SELF_RESUME_AFTER) {
         last_resume_try = now.tv_sec;
-        if (ckpt_request_resume() == 0) client.paused_by_sched = false;
+        if (resume() == 0) client.paused_by_sched = false;
       }
       /* Never wait for the lease here: an allocation holding it may be waiting for an answer
        * that only this thread reads (it joined a cudawd itself, in shim_sched_retry). */
@@ -381,6 +452,7 @@ static void *run(void *unused)
         take_pool(fd, msg.bytes, msg.value == 1);
         fd = -1;
       }
+      if (msg.type == SCHED_SPILL && fd >= 0) spill(fd);
       if (fd >= 0) close(fd); /* a descriptor with any other message is not ours to keep */
       if (msg.type == SCHED_GRANT) answer_waiter(msg.status);
       else if (msg.type == SCHED_CHECKPOINT) transition(1, msg.held, msg.bytes);

@@ -20,10 +20,14 @@
 static void usage(FILE *out)
 {
   fprintf(out,
-          "usage: cudaw run [--share] [--] <command> [args...]   run a command under cudaw\n"
+          "usage: cudaw run [--share [--spill-dir DIR]] [--] <command> [args...]\n"
+          "                                            run a command under cudaw\n"
           "         --share: share the GPU with other programs through cudawd (started if none\n"
           "         answers on <run dir>/cudawd.sock; its log: <run dir>/cudawd.log). It exits\n"
           "         10 minutes after the last program (`cudaw-ctl sched --stop`: now)\n"
+          "         --spill-dir DIR (with --share): the cudawd it starts moves the coldest\n"
+          "         swapped-out images to DIR (on a disk, not tmpfs) when host memory runs\n"
+          "         short (CUDAW_SCHED_SPILL_DIR; default: none)\n"
           "       cudaw libdir                         print the folder of cudaw's %s\n"
           "       cudaw cdi generate [--output FILE]   write a CDI spec for containers (--help)\n"
           "       cudaw options [--markdown]           print the CUDAW_* options (--markdown: the\n"
@@ -107,7 +111,14 @@ static int ensure_cudawd(void)
   char sock[PATH_MAX], log[PATH_MAX], self[PATH_MAX], daemon[PATH_MAX + 16];
   snprintf(sock, sizeof sock, "%s/cudawd.sock", options.run_dir);
   snprintf(log, sizeof log, "%s/cudawd.log", options.run_dir);
-  if (cudawd_answers(sock)) return 0;
+  if (cudawd_answers(sock)) {
+    const char *spill = getenv("CUDAW_SCHED_SPILL_DIR");
+    if (spill && *spill)
+      fprintf(stderr, "cudaw run --share: a cudawd already answers on %s: the spill directory "
+              "applies to a cudawd this starts; that one keeps its own (cudaw-ctl sched shows "
+              "it)\n", sock);
+    return 0;
+  }
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   self[n > 0 ? n : 0] = 0;
   char *slash = strrchr(self, '/');
@@ -204,16 +215,25 @@ int main(int argc, char **argv)
     return run_cdi(libdir, argc, argv);
   }
   int first = 2;
-  bool share = false;
+  bool share = false, spill = false;
   for (; first < argc && argv[first][0] == '-'; first++) {
     if (!strcmp(argv[first], "--")) {
       first++;
       break;
     }
+    if (!strcmp(argv[first], "--spill-dir")) {
+      /* For the cudawd --share starts (CUDAW_SCHED_SPILL_DIR); cudawd checks the directory. */
+      if (first + 1 >= argc || argv[first + 1][0] != '/')
+        return usage_error("run: --spill-dir needs an absolute directory", NULL);
+      if (setenv("CUDAW_SCHED_SPILL_DIR", argv[++first], 1) != 0) return 127;
+      spill = true;
+      continue;
+    }
     if (strcmp(argv[first], "--share")) return usage_error("run: unknown option", argv[first]);
     share = true;
   }
   if (!strcmp(command, "run") && first >= argc) return usage_error("run: no command given", NULL);
+  if (spill && !share) return usage_error("run: --spill-dir goes with --share", NULL);
   if (find_libdir(libdir, sizeof libdir) != 0) return no_libdir();
   if (!strcmp(command, "libdir")) {
     printf("%s\n", libdir);

@@ -8,6 +8,7 @@
 //   ckpt_mem_helper ceiling      prints "d2h <GB/s> h2d <GB/s>": pinned copies of 4 GiB in 64 MiB
 //                                pieces each way, the best of 3 (the reference a pause is held to)
 // Exits 77 ("skipped: no GPU") without a GPU.
+#include <chrono>
 #include <csignal>
 #include <sys/mman.h>
 #include <thread>
@@ -40,14 +41,16 @@ int main(int argc, char **argv)
     char *p = (char *)mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS |
                            MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) { perror("mmap"); return 1; }
+    auto t0 = std::chrono::steady_clock::now();
     std::vector<std::thread> threads;
     for (int t = 0; t < 16; t++)
       threads.emplace_back([=] {
         for (size_t i = 0; i < part; i += 4096) p[(size_t)t * part + i] = 1;
       });
     for (auto &t : threads) t.join();
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     munmap(p, bytes);
-    printf("touched %zu GiB\n", bytes >> 30);
+    printf("touched %zu GiB in %.2f s (%.2f GB/s)\n", bytes >> 30, s, (double)bytes / s / 1e9);
     return 0;
   }
   if (argc >= 2 && !strcmp(argv[1], "ceiling")) {

@@ -3,7 +3,8 @@
 # benchmarks and framework checks. The machine lacks our Debian -dev packages: their .debs travel
 # in .carry/debs (see README) and are unpacked into /tmp/deps.
 # Usage: tests/gpu/device_run.sh [stage ...]   stages: build test bench pytorch cupy ckpt driver release multi
-# spill pool idle share soon demo gpu k8s (default: build test bench). spill: tests/gpu/spill_bench.sh.
+# spill pool idle share notebook soon demo gpu k8s (default: build test bench). spill: tests/gpu/spill_bench.sh.
+# notebook: tests/sched/notebook_bench.sh (six PyTorch notebooks through cudawd's disk tier).
 # idle: tests/sched/idle_bench.sh. soon: jobs paused ~2 s after allocating (tests/gpu/pause_soon.sh).
 # demo: examples/demo.sh on the built tree (the
 # README's first command, nvidia-smi's figures); gpu: `ctest -L gpu -j4`, the GPU tests side by side; k8s: a
@@ -118,6 +119,11 @@ if [[ " $stages " == *" idle "* ]]; then
   # An idle cudawd gives its memory back: two jobs of IDLE_GIB through the pool, then 65 s idle.
   bash "$SRC/tests/sched/idle_bench.sh" "$B" "${IDLE_GIB:-16}" "$OUT/idle" > "$OUT/idle_bench.log" 2>&1
   note "idle_bench (rc $?):"; grep -vE "^\s*$" "$OUT/idle_bench.log" | tail -14
+fi
+if [[ " $stages " == *" notebook "* ]]; then
+  # The disk tier: six notebooks of 20-30 GiB, idle most of the time (SIZES, COMPUTE, IDLE, ROUNDS).
+  bash "$SRC/tests/sched/notebook_bench.sh" "$B" "$OUT/notebook" > "$OUT/notebook_bench.log" 2>&1
+  note "notebook_bench (rc $?):"; grep -vE "^\s*$" "$OUT/notebook_bench.log" | tail -40
 fi
 if [[ " $stages " == *" share "* ]]; then
   # Sharing benchmarks: three jobs of 1.7x the GPU, GPU-bound and with host phases (SCENARIOS).

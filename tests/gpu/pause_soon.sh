@@ -5,7 +5,8 @@
 # to its end. Prints the checkpoint's and the resume's time and GB/s against the pinned ceilings
 # measured in the same run (ckpt_mem_helper ceiling), the live stall, the resume's re-creation
 # time, and fails (exit 1) unless the job ends with the checksum of an uninterrupted native run
-# and cudaw really saved its bytes. Options (CUDAW_*) in the environment reach the job.
+# and cudaw really saved its bytes. Options (CUDAW_*) in the environment reach the job; SOON_LOG
+# names a file that keeps cudaw's log of the run.
 # usage: pause_soon.sh <build dir> <name> stop|live <program> [args...]      (exit 77 without a GPU)
 B=$1 name=$2 mode=$3; shift 3
 helper=$B/tests/gpu/ckpt_mem_helper ctl=$B/bin/cudaw-ctl
@@ -62,3 +63,4 @@ awk -v b="$bytes" -v cs="$(field "$ck" seconds)" -v stall="$(field "$ck" stall_m
 [ "$got" = "$native" ] || fail "checksum $got, native $native"
 echo "  output identical to the native run ($got)"
 grep -E "reserve|page-lock" "$log" | head -5 | sed 's/^/  log: /'
+if [ -n "${SOON_LOG:-}" ]; then cp "$log" "$SOON_LOG"; fi

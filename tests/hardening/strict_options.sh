@@ -42,6 +42,7 @@ invalid() {
     CUDAW_RUN_DIR) echo relative/dir ;;
     CUDAW_SCHED_SOCKET) echo cudawd.sock ;;
     CUDAW_SCHED_HOST_MEMORY) echo lots ;;
+    CUDAW_SCHED_SPILL_DIR) echo relative/spill ;;
     CUDAW_CKPT_STREAMS) echo 0 ;;
     CUDAW_CKPT_STAGING) echo 1 ;;
     CUDAW_CKPT_THREADS) echo 100 ;;

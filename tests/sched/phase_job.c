@@ -3,8 +3,10 @@
  * each byte holds what the last round wrote, write the next value) and a host phase of HOST_MS
  * without any CUDA call, spent spinning on the CPU ("spin": data loading) or asleep ("sleep").
  * With "sync" the GPU phase is one piece of device work of GPU_MS (the emulated device's deferred
- * work, as a long kernel) waited for in cudaDeviceSynchronize, after one round.
- *   usage: sched_phase_job BYTES PHASES GPU_MS HOST_MS spin|sleep|sync
+ * work, as a long kernel) waited for in cudaDeviceSynchronize, after one round. With "work" after
+ * them, a GPU phase lasts GPU_MS of the job's own CPU time, not of the clock: a fixed amount of
+ * work however long the job waits for its turn (the fairness test).
+ *   usage: sched_phase_job BYTES PHASES GPU_MS HOST_MS spin|sleep|sync [work]
  * Prints "phases <n> rounds <r> verified in <seconds> s". Exit 0: data verified; 1: a check
  * failed. */
 #define _GNU_SOURCE
@@ -24,6 +26,14 @@ static double now(void)
 {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The process's CPU time: while it waits for its turn (swapped out) it does not move. */
+static double cpu_now(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -55,7 +65,9 @@ static unsigned char value(int piece, long round)
 
 int main(int argc, char **argv)
 {
-  CHECK(argc == 6, "usage: %s BYTES PHASES GPU_MS HOST_MS spin|sleep", argv[0]);
+  CHECK(argc == 6 || (argc == 7 && !strcmp(argv[6], "work")),
+        "usage: %s BYTES PHASES GPU_MS HOST_MS spin|sleep|sync [work]", argv[0]);
+  double (*gpu_clock)(void) = argc == 7 ? cpu_now : now;
   size_t piece_bytes = strtoull(argv[1], NULL, 0) / PIECES;
   long phases = strtol(argv[2], NULL, 0);
   double gpu_seconds = strtod(argv[3], NULL) * 1e-3, host_seconds = strtod(argv[4], NULL) * 1e-3;
@@ -71,7 +83,7 @@ int main(int argc, char **argv)
   CHECK(host != NULL);
   long round = 0;
   for (long phase = 0; phase < phases; phase++) {
-    double until = now() + gpu_seconds;
+    double until = gpu_clock() + gpu_seconds;
     do {
       for (int i = 0; i < PIECES; i++) {
         CHECK(cudaMemcpy(host, piece[i], piece_bytes, cudaMemcpyDeviceToHost) == cudaSuccess);
@@ -83,7 +95,7 @@ int main(int argc, char **argv)
       }
       round++;
       if (sync) long_kernel(gpu_seconds);
-    } while (now() < until);
+    } while (gpu_clock() < until);
     until = now() + host_seconds;
     if (spin) {
       volatile unsigned long work = 0;

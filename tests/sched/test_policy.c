@@ -177,6 +177,7 @@ int main(void)
   x->resident_since = a->resident_since = past;
   a->priority = 2;
   a->resident_since = sched_now() - 3; /* past its quantum x 2 as well */
+  x->share_seconds = a->share_seconds; /* level GPU time: the lower priority goes first */
   want(y, dev0, 30); /* needs a or w... w is swapped out; 80 + 10 + 30 > 100 */
   sched_step(&d);
   CHECK(last_sent(&pid, &status) == SCHED_CHECKPOINT && pid == x->pid, "victim %d, want x", pid);

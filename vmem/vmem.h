@@ -46,7 +46,7 @@ struct vmem_config {
   uint64_t piece_bytes;      /* remap: a chunk larger than this is backed by several physical
                               * allocations of at most this many bytes (rounded up to the
                               * granule), so that vmem_release_range and vmem_recreate_range can
-                              * move it piece by piece; 0: 1 GiB */
+                              * move it piece by piece; 0: 1 GiB; VMEM_PIECE_NONE: never split */
   int in_place;              /* translate, devices with VMM: 1: a resume re-creates chunks at
                                 their old real addresses in reserved ranges (see
                                 vmem_recreate_all); 2: also, every chunk is born in a reserved
@@ -231,6 +231,9 @@ int vmem_recreate_range(uintptr_t start, uint64_t bytes, uint64_t *bytes_changed
 int vmem_range_missing(uintptr_t start, uint64_t bytes, uint64_t *missing);
 /* The piece size in force (remap), 0 under translate or before init. */
 uint64_t vmem_piece_bytes(void);
+
+/* struct vmem_config.piece_bytes: every chunk keeps one physical allocation. */
+#define VMEM_PIECE_NONE UINT64_MAX
 
 /* Peer access (cudaDeviceEnablePeerAccess / Disable with `device` current): under remap, physical
  * memory mapped with the VMM calls is accessible only to the devices cuMemSetAccess names (the

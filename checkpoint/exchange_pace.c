@@ -51,6 +51,7 @@ int exchange_admit(struct exchange_run *run, uint64_t vaddr, uint64_t n) {
   uint64_t created = 0;
   if (rc == 0 && !run->save && need) rc = run->ops->recreate_range(run->ctx, vaddr, n, &created);
   if (rc == 0) run->moved += run->save ? n : created;
+  if (rc == 0 && run->pace.moved) run->pace.moved(run->pace.arg, run->moved);
   pthread_mutex_unlock(&run->lock);
   return rc;
 }

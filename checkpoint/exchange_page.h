@@ -19,6 +19,10 @@ struct exchange_page {
   _Atomic uint64_t released; /* A: device bytes given back so far */
   _Atomic uint64_t consumed; /* B: image bytes consumed (host memory freed) so far */
   _Atomic uint32_t out_done, in_done; /* 1: that side's copy ended (either way) */
+  _Atomic uint64_t written;  /* A: image bytes admitted so far */
+  _Atomic uint64_t created;  /* B: device bytes created so far */
+  _Atomic uint64_t peak_ahead; /* the most A's image ran ahead of B's consumption: the extra host
+                                * memory the exchange took at its peak (chunks in flight aside) */
 };
 
 /* A new page for an exchange between out_pid and in_pid: *fd is a memfd (close-on-exec) of one

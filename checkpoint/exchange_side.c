@@ -88,6 +88,17 @@ static void side_progress(void *arg, uint64_t bytes) {
   atomic_store(side->out ? &side->page->released : &side->page->consumed, bytes);
 }
 
+static void side_moved(void *arg, uint64_t bytes) {
+  struct exchange_side *side = arg;
+  struct exchange_page *page = side->page;
+  atomic_store(side->out ? &page->written : &page->created, bytes);
+  if (!side->out) return;
+  uint64_t consumed = atomic_load(&page->consumed);
+  uint64_t ahead = bytes > consumed ? bytes - consumed : 0, peak = atomic_load(&page->peak_ahead);
+  while (ahead > peak && !atomic_compare_exchange_weak(&page->peak_ahead, &peak, ahead)) {
+  }
+}
+
 int exchange_side_open(struct exchange_side *side, struct exchange_page *page, bool out) {
   pid_t self = getpid(), me = out ? page->out_pid : page->in_pid;
   if (me != self) return -EPERM; /* the orders were meant for another program */
@@ -99,7 +110,7 @@ int exchange_side_open(struct exchange_side *side, struct exchange_page *page, b
 }
 
 void exchange_side_pace(struct exchange_side *side, struct engine_pace *pace) {
-  *pace = (struct engine_pace){side_limit, side_progress, side};
+  *pace = (struct engine_pace){side_limit, side_progress, side, side_moved};
 }
 
 void exchange_side_close(struct exchange_side *side) {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "disk.h"
+#include "exchange_page.h"
 #include "internal.h"
 
 struct ckpt_runtime ckpt_rt;
@@ -137,6 +138,15 @@ int ckpt_request_spill(const char *dir, struct ckpt_result *result) {
   if (!dir || dir[0] != '/' || strlen(dir) >= sizeof spill.to_dir) return -EINVAL;
   snprintf(spill.to_dir, sizeof spill.to_dir, "%s", dir);
   return request_with(CKPT_OP_SPILL, &spill, result);
+}
+
+int ckpt_request_exchange(int page_fd, bool out, struct ckpt_result *result) {
+  struct transition_request exchange = {0};
+  int rc = exchange_page_map(page_fd, &exchange.exchange);
+  if (rc) return rc;
+  rc = request_with(out ? CKPT_OP_CHECKPOINT : CKPT_OP_RESUME, &exchange, result);
+  exchange_page_unmap(exchange.exchange);
+  return rc;
 }
 
 int ckpt_image_on_disk(char *dir, size_t len, uint64_t *bytes) {

@@ -222,6 +222,8 @@ struct engine_pace {
   uint64_t (*limit)(void *arg);
   void (*progress)(void *arg, uint64_t bytes);
   void *arg;
+  /* May be NULL: what this side has moved so far (the limit's measure), after each admission. */
+  void (*moved)(void *arg, uint64_t bytes);
 };
 /* engine_save, releasing every piece (ops->release_range) whose chunks are all in the image as
  * the copy goes. On success the caller still calls ops->release_all for what is left. On an
@@ -292,6 +294,7 @@ struct transition_request {
   bool live;         /* copy device memory while the program runs, then pause (engine_precopy) */
   bool compress;     /* zstd chunk files */
   char to_dir[4096]; /* write the image there and free its host memory ("" keeps it in memory) */
+  struct exchange_page *exchange; /* checkpoint or resume as one side of an exchange (NULL: no) */
 };
 /* Where a paused program's state is (zeros while running). */
 struct transition_paused {

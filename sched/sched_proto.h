@@ -62,6 +62,16 @@ enum sched_msg_type {
                       * written). The resume it is sent later streams the image from disk */
   SCHED_ON_DISK,     /* program -> cudawd, right after a hello saying it is paused: its image
                       * lies on disk (`bytes`), written for an earlier cudawd */
+  /* Exchanges (docs/sharing.md), added within version 2: an older cudawd logs and ignores
+   * SCHED_CAN_EXCHANGE and so never sends SCHED_EXCHANGE; an older program never says it can. */
+  SCHED_CAN_EXCHANGE, /* program -> cudawd after its hello: its memory can move piece by piece
+                       * (remap), pieces of at most `bytes` */
+  SCHED_EXCHANGE,    /* cudawd -> program, with the exchange's page (SCM_RIGHTS, a memfd):
+                      * value 1: checkpoint giving memory back as it goes (the program going
+                      * out), 2: resume creating it as it goes (the one coming in); the other
+                      * program gets the other order with the same page at once. Answered with
+                      * SCHED_DONE value 1 or 2 (`held`: image bytes consumed or device bytes
+                      * released) */
 };
 
 struct sched_msg {
@@ -198,6 +208,17 @@ struct sched_uid_info {
   uint64_t messages;
 };
 
+struct sched_exchange_info {
+  uint64_t exchanges;        /* exchanges both sides finished since cudawd started */
+  uint64_t failures;         /* exchanges a side answered with an error (or left, or timed out) */
+  uint64_t out_bytes;        /* image bytes written by the programs going out */
+  uint64_t in_bytes;         /* image bytes consumed by the programs coming in */
+  uint64_t peak_extra_bytes; /* the most extra host memory one exchange took */
+  double last_seconds;       /* the last exchange's duration */
+  int32_t active;            /* 1: one is under way */
+  int32_t reserved;
+};
+
 struct sched_snapshot {
   uint32_t version;
   uint32_t type;          /* SCHED_STATUS */
@@ -225,6 +246,8 @@ struct sched_snapshot {
   /* Added after idle_for in the same way: the disk tier (--spill-dir). */
   struct sched_spill_info spill;
   struct sched_program_disk disk[SCHED_MAX_PROGRAMS + SCHED_MAX_EXITED]; /* per program[] */
+  /* Added after disk[] in the same way: exchanges. */
+  struct sched_exchange_info exchange;
 };
 
 /* A device key fit to print anywhere (terminal, JSON, metrics labels): letters, digits, '-', '.'

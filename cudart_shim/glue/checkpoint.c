@@ -631,6 +631,12 @@ static void stream_destroy(void *ctx, void *stream)
 static int device_address(uint64_t vaddr, void **real)
 {
   *real = vmem_translate((const void *)(uintptr_t)vaddr);
+  /* An exchange copies chunks partly released or partly created (pieces): vmem translates only
+   * wholly resident ones, but under remap an address whose piece is there is its own real one. */
+  uint64_t missing = 1;
+  if (!*real && vmem_policy() == VMEM_REMAP &&
+      vmem_range_missing((uintptr_t)vaddr, 1, &missing) == 0 && missing == 0)
+    *real = (void *)(uintptr_t)vaddr;
   return *real ? 0 : -EFAULT;
 }
 

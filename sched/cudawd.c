@@ -449,6 +449,7 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
                        msg->seconds >= 0 && msg->seconds < 1e9 ? msg->seconds : 0);
       break;
     }
+    if (msg->value == 1 && msg->status == 0) p->reserve_image_bytes = msg->device_free;
     if (msg->value == 1 && msg->status == 0 && p->loan.length)
       d->pool.placed_bytes += msg->held < p->loan.length ? msg->held : p->loan.length;
     /* The range holds the image until the resume is done; a failed checkpoint, or one that put

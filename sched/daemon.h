@@ -119,6 +119,7 @@ struct program {
   double spill_skip_until; /* a spill of it failed: not asked again before this */
   double spill_started;    /* when its spill was ordered (pending_op 3) */
   uint64_t piece_bytes;    /* it can take part in an exchange, pieces of at most this (0: no) */
+  uint64_t reserve_image_bytes; /* its image's bytes in its own reserve (its last checkpoint) */
   struct program *next;
 };
 

@@ -35,10 +35,11 @@ bool sched_exchange_order(struct daemon *d, struct program *out, struct program 
                           uint64_t host_room, uint64_t spare)
 {
   if (d->exchange.active || !out->piece_bytes || !in->piece_bytes) return false;
-  /* B's image must lie in private host memory, which its resume frees as it goes: a pooled one
-   * is only counted (the pool keeps its pages), one on disk is not in host memory at all. */
-  if (in->state != SCHED_SWAPPED_OUT || in->on_disk || in->loan.length || in->pending_op ||
-      out->pending_op || out->loan.length)
+  /* B's image must lie in private host memory, which its resume frees as it goes: one in the
+   * pool or in its own reserve is only counted (their pages stay), one on disk is not in host
+   * memory at all. */
+  if (in->state != SCHED_SWAPPED_OUT || in->on_disk || in->loan.length ||
+      in->reserve_image_bytes || in->pending_op || out->pending_op || out->loan.length)
     return false;
   uint64_t piece = out->piece_bytes > in->piece_bytes ? out->piece_bytes : in->piece_bytes;
   uint64_t window = piece * WINDOW_PIECES + CHUNK_SLACK;

@@ -24,7 +24,10 @@ enum sched_msg_type {
   SCHED_USAGE,       /* holds `bytes` on `device` now (after frees) */
   SCHED_DONE,        /* the checkpoint (value 1) or resume (value 2) asked for is done: status
                       * 0 or -errno, `bytes` copied, `seconds` it took; a checkpoint's `held`:
-                      * image bytes it put into the lent pool range (an older cudawd ignores it) */
+                      * image bytes it put into the lent pool range (an older cudawd ignores it);
+                      * a checkpoint's `device_free`: image bytes in the program's own
+                      * page-locked reserve, which its resume counts but does not free (0 from
+                      * an older program) */
   /* cudawd -> program */
   SCHED_GRANT,       /* answer to SCHED_ALLOC: status 0 (allocate) or -ENOMEM (never fits) */
   SCHED_CHECKPOINT,  /* pause and checkpoint now, answer SCHED_DONE. With a host-memory pool

@@ -292,7 +292,8 @@ static void transition(int op, uint64_t loan_offset, uint64_t loan_length)
   ckpt_last_result(&result);
   send_msg((struct sched_msg){.type = SCHED_DONE, .value = op, .status = rc,
                               .bytes = result.bytes, .seconds = result.total_seconds,
-                              .held = op == 1 && rc == 0 ? result.pool_bytes : 0});
+                              .held = op == 1 && rc == 0 ? result.pool_bytes : 0,
+                              .device_free = op == 1 && rc == 0 ? result.reserve_bytes : 0});
 }
 
 /* One side of an exchange cudawd ordered (value 1: going out, 2: coming in), paced through the
@@ -321,7 +322,8 @@ static void exchange(int value, int page_fd)
               result.total_seconds);
   send_msg((struct sched_msg){.type = SCHED_DONE, .value = out ? 1 : 2, .status = rc,
                               .bytes = result.bytes, .seconds = result.total_seconds,
-                              .held = result.exchange_given});
+                              .held = result.exchange_given,
+                              .device_free = out && rc == 0 ? result.reserve_bytes : 0});
 }
 
 /* cudawd sent its host-memory pool: map it and hand it to the checkpoint module, which

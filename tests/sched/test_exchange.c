@@ -1,7 +1,7 @@
 /* Description: cudawd's exchanges (issue 30 item 1) on the emulated device. Two jobs of 72 MiB
  * (pieces of 2 MiB) take turns on a device that holds one (--device-memory 96M) and a host that
  * holds one image plus the window but not two images: a fake /proc/meminfo (CUDAWD_MEMINFO)
- * leaves 30 MiB beyond what cudawd keeps free once one image is in host memory. A plain swap
+ * leaves 60 MiB beyond what cudawd keeps free once one image is in host memory. A plain swap
  * would be refused ("would leave the host short"); cudawd exchanges instead.
  *   rotate       exchanges happen (the snapshot counts them, the log says one line each with
  *                the peak extra host memory, at most the window), no swap is refused, both
@@ -25,7 +25,10 @@
 #define MIB (1024ull * 1024)
 #define JOB_BYTES (72 * MIB)
 #define JOBS 2
-#define ROOM (30 * MIB) /* beyond cudawd's margin with one image in host memory */
+/* Beyond cudawd's margin with one image in host memory: under a job's image (a plain swap is
+ * refused), but a job's image fits once the other's is gone, even one swapped out with only
+ * one of its four blocks allocated (72 <= 60 + 18). */
+#define ROOM (60 * MIB)
 #define WINDOW (24 * MIB) /* cudawd's: 4 pieces and 16 MiB for chunks in flight (under ROOM) */
 
 static const char *cudawd_path, *job_path;

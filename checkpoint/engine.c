@@ -317,6 +317,12 @@ static void stop_registering(struct engine *e) {
 
 void engine_stop_registering(struct engine *e) { stop_registering(e); }
 
+void engine_unregister_image(struct engine *e) {
+  stop_registering(e);
+  for (size_t i = 0; i < e->image_count; i++)
+    if (e->image[i].registered && !e->image[i].in_reserve) unregister_region(e, &e->image[i]);
+}
+
 uint64_t engine_image_registered(struct engine *e) { return atomic_load(&e->registered_bytes); }
 
 static void free_image_region(struct engine *e, struct image_region *r) {

@@ -240,6 +240,9 @@ int engine_save_releasing(struct engine *engine, const struct engine_pace *pace,
  * else touches them. On success the image is dropped (the caller then calls ops->recreate_all
  * for what vmem does not hold); on error what reached the device stays there, the image keeps
  * the rest, and a retry (or engine_restore after ops->recreate_all) copies only the rest. */
+/* Page-locked image pages cannot be given back to the kernel: unregister the image (not a
+ * reserve's), so that engine_restore_creating frees what it consumed. Its copies are staged. */
+void engine_unregister_image(struct engine *engine);
 int engine_restore_creating(struct engine *engine, const struct engine_pace *pace,
                             struct engine_stats *stats, char *reason, size_t reason_len);
 

@@ -415,6 +415,8 @@ static void exchange_resume(struct ckpt_result *r) {
   char reason[224] = "";
   uint64_t shortfall = 0;
   struct engine_stats stats;
+  /* The image registered while paused would stay whole in host memory as it is consumed. */
+  engine_unregister_image(tr.engine);
   double t = ckpt_now();
   int rc = engine_restore_creating(tr.engine, &tr.pace, &stats, reason, sizeof reason);
   r->copy_seconds = ckpt_now() - t;

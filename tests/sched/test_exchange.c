@@ -253,7 +253,10 @@ static void test_kill_cudawd(void)
   write_meminfo(1);
   start_cudawd();
   wait_jobs(50, "after a new cudawd started");
-  CHECK(client_file_has(log_path(out_log), "joined cudawd"), "pid %d never re-joined", out);
+  char rejoined[96];
+  snprintf(rejoined, sizeof rejoined, "pid %d (uid %u) joined (paused)", out, (unsigned)getuid());
+  CHECK(client_file_has(log_path("cudawd.log"), rejoined), "pid %d never re-joined as paused",
+        out);
   printf("kill_cudawd: cudawd killed -9 in the middle of the exchange of pid %d (out) and pid %d "
          "(in); both finished it, a new cudawd resumed pid %d, both verified their data\n", out,
          in, out);

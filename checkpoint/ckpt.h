@@ -94,6 +94,14 @@ struct ckpt_host_ops {
    * undefined). All or nothing: on error nothing is held and *shortfall is the number of
    * bytes missing (0 if unknown), so that a later retry may succeed. */
   int (*recreate_all)(void *ctx, uint64_t *shortfall);
+  /* Exchanges (optional, NULL where memory cannot be moved piece by piece, e.g. translate):
+   * release_range gives back the device memory of every piece wholly inside [vaddr, vaddr +
+   * bytes); recreate_range makes every missing piece overlapping it (content undefined; all or
+   * none); range_missing says how many bytes recreate_range would make. *bytes: what was
+   * released, made or would be. vmem.h's vmem_release_range says what a piece is. */
+  int (*release_range)(void *ctx, uint64_t vaddr, uint64_t bytes, uint64_t *done);
+  int (*recreate_range)(void *ctx, uint64_t vaddr, uint64_t bytes, uint64_t *done);
+  int (*range_missing)(void *ctx, uint64_t vaddr, uint64_t bytes, uint64_t *missing);
   /* Number of devices; must not create a context. */
   int (*device_count)(void *ctx, int *count);
   /* Create / destroy an asynchronous stream on `device`. The handle is opaque to us. */
@@ -201,6 +209,7 @@ struct ckpt_options {
   uint32_t reserve_budget_pct; /* CUDAW_CKPT_RESERVE_BUDGET: % of MemAvailable it may take */
   uint64_t reserve_piece;    /* the reserve grows by this much (not from the environment: tests) */
   uint32_t reserve_threads;  /* CUDAW_CKPT_RESERVE_THREADS: threads faulting in and page-locking it */
+  uint32_t exchange_delay_ms; /* CUDAW_TEST_EXCHANGE_DELAY_MS: tests only, see exchange_side */
 };
 
 /* What a row accepts. Every row of every options table names one, so that an invalid value is
@@ -320,6 +329,9 @@ struct ckpt_result {
   /* Resume from disk: the most host memory its reading held at once beyond the staging
    * buffers (zstd decoders and input; the image itself never lies in host memory). */
   uint64_t disk_peak_bytes;
+  bool exchange;            /* one side of an exchange (ckpt_request_exchange) */
+  uint64_t exchange_moved;  /* checkpoint: image bytes written; resume: device bytes created */
+  uint64_t exchange_given;  /* checkpoint: device bytes released; resume: image bytes consumed */
 };
 
 /* Write the paused program's image to `dir` (an absolute path; made 0700 if missing, and it
@@ -334,6 +346,17 @@ int ckpt_request_spill(const char *dir, struct ckpt_result *result);
  * -EALREADY when the image is in host memory already or the program is not paused; else the
  * failure's -errno (the image then stays on disk). *result (may be NULL) as for a spill. */
 int ckpt_request_unspill(struct ckpt_result *result);
+
+/* One side of an exchange that cudawd ordered (docs/sharing.md): `page_fd` is the page the two
+ * programs share (exchange_page.h; the caller keeps and closes its fd). out: a checkpoint that
+ * gives each piece of device memory back as soon as its bytes are in the image, paced by what
+ * the other program consumed; else (paused) a resume that creates each piece just before its
+ * bytes go in and frees the image as it goes, paced by what the other released. Results as
+ * ckpt_request_checkpoint / ckpt_request_resume, with the figures in *result (may be NULL);
+ * -ENOSYS where memory cannot move piece by piece (translate), -EPERM when the page names
+ * another program, -EINVAL when fd is no exchange page. A failed checkpoint that already gave
+ * memory back leaves the program paused with its image (a resume brings it back). */
+int ckpt_request_exchange(int page_fd, bool out, struct ckpt_result *result);
 
 /* Start the module: options, transition thread, control socket <run dir>/<pid>.sock and the
  * signal handler. `ops` and `ctx` must stay valid until ckpt_shutdown. Fails softly: 0 when the

@@ -41,6 +41,11 @@ struct image_region {
   bool device_sums; /* sums are ckpt_delta_hash values taken on the device, else host XXH3-64 */
   uint64_t *sums; /* one per chunk */
   uint64_t chunks;
+  /* Exchanges: bit k set while chunk k's bytes are in the image and the device's copy may be
+   * gone (NULL: every chunk is). A releasing save that stopped midway holds only what it saved;
+   * a creating resume clears a chunk once it is on the device, its pages freed. */
+  uint8_t *holds;
+  uint64_t held_prefix; /* a releasing save: chunks from the start that hold (released so far) */
 };
 
 struct engine {
@@ -81,6 +86,7 @@ struct engine {
   uint64_t loan_offset, loan_length; /* the range lent for the next checkpoint's image */
   bool pool_held;          /* the image's fresh regions lie in the lent range */
   engine_source_fn source; /* engine_restore_from: where a restore's chunks come from */
+  const struct engine_pace *pace; /* the exchange under way (engine_save_releasing and co.) */
   void *source_arg;
 };
 
@@ -102,6 +108,8 @@ struct job {
   _Atomic uint64_t next;
   _Atomic int failed;
   _Atomic bool filler_failed; /* the next checkpoint copies into zeroed pages instead */
+  struct exchange_run *exchange; /* an exchange's copy (engine_save_releasing and co.), or NULL */
+  _Atomic uint64_t admitted; /* an exchange's chunks are admitted in order: how many so far */
   pthread_mutex_t lock;
   int error;
   char reason[256];
@@ -309,12 +317,19 @@ static void stop_registering(struct engine *e) {
 
 void engine_stop_registering(struct engine *e) { stop_registering(e); }
 
+void engine_unregister_image(struct engine *e) {
+  stop_registering(e);
+  for (size_t i = 0; i < e->image_count; i++)
+    if (e->image[i].registered && !e->image[i].in_reserve) unregister_region(e, &e->image[i]);
+}
+
 uint64_t engine_image_registered(struct engine *e) { return atomic_load(&e->registered_bytes); }
 
 static void free_image_region(struct engine *e, struct image_region *r) {
   if (r->registered) unregister_region(e, r);
   if (r->data && !r->in_reserve) munmap(r->data, r->mapped);
   free(r->sums);
+  free(r->holds);
   memset(r, 0, sizeof *r);
 }
 
@@ -874,6 +889,41 @@ static uint64_t chunk_length(const struct engine *e, struct chunk_ref ref) {
   return r->region.size - offset < n ? r->region.size - offset : n;
 }
 
+static bool holds(const struct image_region *r, uint64_t k) {
+  return !r->holds || (r->holds[k / 8] >> (k % 8) & 1);
+}
+
+static void set_holds(struct image_region *r, uint64_t k, bool on) {
+  if (on) r->holds[k / 8] |= (uint8_t)(1u << (k % 8));
+  else r->holds[k / 8] &= (uint8_t)~(1u << (k % 8));
+}
+
+/* An exchange's chunk is done. A save: the chunks hold; the pieces of the region's prefix that
+ * holds go back to the device. A resume: the chunks are on the device and leave the image. */
+static int exchange_done(struct job *job, struct chunk_ref ref) {
+  struct engine *e = job->engine;
+  struct image_region *r = &e->image[ref.region];
+  uint64_t count = ref.count > 1 ? ref.count : 1, offset = (uint64_t)ref.chunk * e->chunk_bytes;
+  if (!job->save) {
+    pthread_mutex_lock(&job->lock);
+    for (uint64_t k = ref.chunk; k < ref.chunk + count; k++) set_holds(r, k, false);
+    pthread_mutex_unlock(&job->lock);
+    exchange_consumed(job->exchange, r->data + offset, chunk_length(e, ref),
+                      !r->in_reserve && r->registered == 0);
+    return 0;
+  }
+  pthread_mutex_lock(&job->lock);
+  for (uint64_t k = ref.chunk; k < ref.chunk + count; k++) set_holds(r, k, true);
+  uint64_t before = r->held_prefix;
+  while (r->held_prefix < r->chunks && holds(r, r->held_prefix)) r->held_prefix++;
+  uint64_t prefix = r->held_prefix;
+  pthread_mutex_unlock(&job->lock);
+  if (prefix == before) return 0;
+  uint64_t bytes = prefix * e->chunk_bytes;
+  return exchange_release(job->exchange, r->region.vaddr,
+                          bytes < r->region.size ? bytes : r->region.size);
+}
+
 /* The slot's copy is done (stream synchronized); finish it on the host side. */
 static int complete_slot(struct worker *w, struct slot *slot, XXH3_state_t *state) {
   struct job *job = w->job;
@@ -916,6 +966,11 @@ static int complete_slot(struct worker *w, struct slot *slot, XXH3_state_t *stat
       w->times.hash += ckpt_now() - t;
     }
   }
+  if (job->exchange && !atomic_load(&job->failed) && (rc = exchange_done(job, ref)) != 0) {
+    job_fail(job, rc, "exchange: giving back region %" PRIu64 "'s memory failed (%s)",
+             r->region.id, strerror(-rc));
+    return rc;
+  }
   return 0;
 }
 
@@ -954,6 +1009,16 @@ static int start_from_source(struct worker *w, struct slot *slot, uint64_t index
   return 0;
 }
 
+/* A chunk of the image does not match its checksum: the restore stops before sending it. */
+static int image_corrupt(struct job *job, const struct image_region *r, uint64_t chunk,
+                         uint64_t offset, size_t n, uint64_t sum) {
+  job_fail(job, -EBADMSG,
+           "image corrupt: region %" PRIu64 " (vaddr 0x%" PRIx64 ", device %d) chunk at offset "
+           "%" PRIu64 " (%zu bytes): checksum %016" PRIx64 ", saved %016" PRIx64 "; not restored",
+           r->region.id, r->region.vaddr, r->region.device, offset, n, sum, r->sums[chunk]);
+  return -EBADMSG;
+}
+
 /* Start the slot's next chunk: save issues the D2H; restore fills staging, verifies, issues H2D. */
 static int start_slot(struct worker *w, struct slot *slot, uint64_t index, XXH3_state_t *state) {
   struct job *job = w->job;
@@ -981,6 +1046,12 @@ static int start_slot(struct worker *w, struct slot *slot, uint64_t index, XXH3_
     if (rc == 0 && r->fresh && !r->untouched && e->prefault && !straight)
       fault_in(r->data + offset, n, &w->times);
   } else if (r->device_sums) { /* checked on the device once restored (verify_restored) */
+    if (job->exchange) { /* ... but an exchange frees its pages once sent: checked before */
+      double t = ckpt_now();
+      uint64_t sum = ckpt_delta_hash(r->data + offset, n);
+      w->times.hash += ckpt_now() - t;
+      if (sum != r->sums[ref.chunk]) return image_corrupt(job, r, ref.chunk, offset, n, sum);
+    }
     if (!straight) copy_timed(NULL, staging, r->data + offset, n, &w->times);
     t0 = ckpt_now();
     rc = straight ? copy_direct(e, r, false, offset, n, stream)
@@ -990,14 +1061,7 @@ static int start_slot(struct worker *w, struct slot *slot, uint64_t index, XXH3_
     uint64_t sum;
     if (straight) sum = hash_only(state, r->data + offset, n, &w->times);
     else hash_and_copy(state, NULL, staging, r->data + offset, n, &sum, &w->times);
-    if (sum != r->sums[ref.chunk]) {
-      job_fail(job, -EBADMSG,
-               "image corrupt: region %" PRIu64 " (vaddr 0x%" PRIx64 ", device %d) chunk at "
-               "offset %" PRIu64 " (%zu bytes): checksum %016" PRIx64 ", saved %016" PRIx64
-               "; not restored",
-               r->region.id, r->region.vaddr, r->region.device, offset, n, sum, r->sums[ref.chunk]);
-      return -EBADMSG;
-    }
+    if (sum != r->sums[ref.chunk]) return image_corrupt(job, r, ref.chunk, offset, n, sum);
     t0 = ckpt_now();
     rc = straight ? copy_direct(e, r, false, offset, n, stream)
                   : e->ops->copy_h2d_async(e->ctx, r->region.vaddr + offset, staging, n, stream);
@@ -1042,6 +1106,36 @@ static void worker_teardown(struct worker *w) {
     }
 }
 
+/* An exchange's chunk may start once the chunks before it did and its pace allows: until then
+ * this worker finishes its copies in flight (what they give back may be what the other side
+ * waits for) and asks again. In order, because a save gives back the prefix of each region that
+ * is in the image: a chunk admitted past a waiting one would spend the window on bytes that
+ * cannot be given back yet, and both sides could wait for ever. */
+static int admit(struct worker *w, struct slot *slots, int count, uint64_t index,
+                 XXH3_state_t *state) {
+  struct job *job = w->job;
+  struct engine *e = job->engine;
+  struct chunk_ref ref = job->chunks[index];
+  const struct image_region *r = &e->image[ref.region];
+  uint64_t offset = (uint64_t)ref.chunk * e->chunk_bytes, n = chunk_length(e, ref);
+  for (;;) {
+    int rc = atomic_load(&job->admitted) != index
+                 ? -EAGAIN
+                 : exchange_admit(job->exchange, r->region.vaddr + offset, n);
+    if (rc == 0) atomic_store(&job->admitted, index + 1);
+    if (rc != -EAGAIN) {
+      if (rc) job_fail(job, rc, "exchange: making device memory for region %" PRIu64 " failed (%s)",
+                       r->region.id, strerror(-rc));
+      return rc;
+    }
+    for (int i = 0; i < count; i++)
+      if (slots[i].chunk >= 0 && complete_slot(w, &slots[i], state) != 0) return -EIO;
+    if (atomic_load(&job->failed)) return -ECANCELED;
+    struct timespec pause = {0, 200 * 1000};
+    nanosleep(&pause, NULL);
+  }
+}
+
 static void *run_worker(void *arg) {
   struct worker *w = arg;
   struct job *job = w->job;
@@ -1066,6 +1160,7 @@ static void *run_worker(void *arg) {
     }
     uint64_t index = atomic_fetch_add(&job->next, 1);
     if (index >= job->chunk_count) break;
+    if (job->exchange && admit(w, slots, count, index, state) != 0) break;
     if (start_slot(w, slot, index, state) != 0) break;
   }
   /* Finish (or, after a failure, at least wait for) what is still in flight. */
@@ -1145,7 +1240,9 @@ static struct chunk_ref *order_for_copy(const struct engine *e, const struct chu
     uint64_t offset = (uint64_t)ref.chunk * e->chunk_bytes, length = chunk_length(e, ref);
     int straight = direct(r, offset, (size_t)length);
     bytes[straight] += length;
-    bool quiet = straight && !live && (save ? !host_sums : r->device_sums);
+    /* An exchange goes chunk by chunk: its pace admits one at a time, and a batch larger than
+     * the window would never be admitted; its resume checks and frees each chunk. */
+    bool quiet = straight && !live && !e->pace && (save ? !host_sums : r->device_sums);
     struct chunk_ref *last = n[straight] ? &list[straight][n[straight] - 1] : NULL;
     if (quiet && last && last->region == ref.region && last->count >= 1 &&
         last->chunk + last->count == ref.chunk && last->count < batch) {
@@ -1159,7 +1256,9 @@ static struct chunk_ref *order_for_copy(const struct engine *e, const struct chu
    * done[1] * bytes[0] (in MiB, so that the products stay far from overflowing). */
   uint64_t taken[2] = {0, 0}, done[2] = {0, 0}, out = 0;
   while (taken[0] < n[0] || taken[1] < n[1]) {
-    int pick = taken[0] == n[0]   ? 1
+    /* An exchange's pace admits chunks strictly in the order given: staged, then direct. */
+    int pick = e->pace && taken[0] < n[0] ? 0
+               : taken[0] == n[0]   ? 1
                : taken[1] == n[1] ? 0
                : (done[0] >> 20) * (bytes[1] >> 20) <= (done[1] >> 20) * (bytes[0] >> 20) ? 0
                                                                                           : 1;
@@ -1173,9 +1272,30 @@ static struct chunk_ref *order_for_copy(const struct engine *e, const struct chu
   return work;
 }
 
+/* An exchange's chunk map before its copy. A save: the chunks it will not copy (unchanged since
+ * the kept image) hold already, the others not yet. A resume: kept as it is (NULL: all hold). */
+static int prepare_holds(struct engine *e, bool save, const struct chunk_ref *chunks,
+                         uint64_t count) {
+  for (size_t i = 0; i < e->image_count; i++) {
+    struct image_region *r = &e->image[i];
+    bool fresh = !r->holds;
+    if (fresh && !(r->holds = malloc(r->chunks / 8 + 1))) return -ENOMEM;
+    if (save || fresh) memset(r->holds, 0xff, r->chunks / 8 + 1);
+    if (save) r->held_prefix = 0;
+  }
+  for (uint64_t k = 0; save && k < count; k++)
+    for (uint32_t c = 0; c < (chunks[k].count > 1 ? chunks[k].count : 1); c++)
+      set_holds(&e->image[chunks[k].region], chunks[k].chunk + c, false);
+  return 0;
+}
+
 /* Copy `count` chunks (save: device -> image; restore: image -> device) with the copy threads. */
 static int run_job(struct engine *e, bool save, bool host_sums, bool live, struct chunk_ref *chunks,
                    uint64_t count, struct engine_stats *stats, char *reason, size_t len) {
+  if (e->pace && prepare_holds(e, save, chunks, count) != 0) {
+    snprintf(reason, len, "out of memory for the exchange's chunk map");
+    return -ENOMEM;
+  }
   int rc = engine_prepare(e);
   if (rc == 0 && count > 0 && e->devices == 0) rc = -ENODEV;
   if (rc) {
@@ -1191,6 +1311,11 @@ static int run_job(struct engine *e, bool save, bool host_sums, bool live, struc
   }
   struct job job = {.engine = e, .save = save, .host_sums = host_sums, .live = live,
                     .chunks = work ? work : chunks, .chunk_count = count};
+  if (e->pace && !(job.exchange = exchange_run_new(e->ops, e->ctx, e->pace, save))) {
+    free(work);
+    snprintf(reason, len, "out of memory for the exchange");
+    return -ENOMEM;
+  }
   pthread_mutex_init(&job.lock, NULL);
   struct worker *workers = calloc((size_t)e->threads, sizeof *workers);
   if (!workers) {
@@ -1227,6 +1352,8 @@ static int run_job(struct engine *e, bool save, bool host_sums, bool live, struc
     stats->regions = e->image_count;
   }
 out:
+  if (job.exchange) exchange_totals(job.exchange, &stats->exchange_moved, &stats->exchange_given);
+  exchange_run_free(job.exchange);
   free(workers);
   free(work);
   pthread_mutex_destroy(&job.lock);
@@ -1281,17 +1408,32 @@ static int save_delta(struct engine *e, struct chunk_ref *chunks, uint64_t count
   for (size_t i = 0; i < e->image_count; i++)
     if (e->image[i].fresh) e->image[i].device_sums = false;
   int rc = run_job(e, true, false, false, chunks, changed, stats, reason, len);
-  if (rc) return rc;
-  for (uint64_t k = 0; k < changed; k++) e->image[chunks[k].region].sums[chunks[k].chunk] = sums[k];
+  /* An exchange that stopped keeps what its image holds, to be restored: with its sums. */
+  if (rc && !stats->exchange_given) return rc;
+  for (uint64_t k = 0; k < changed; k++) {
+    struct image_region *r = &e->image[chunks[k].region];
+    bool arrived = rc == 0 || holds(r, chunks[k].chunk);
+    r->sums[chunks[k].chunk] = arrived ? sums[k] : ~sums[k]; /* else never matches: copied again */
+  }
   for (size_t i = 0; i < e->image_count; i++) e->image[i].device_sums = true;
-  return 0;
+  return rc;
 }
 
 /* Restore's check for regions with device sums: checksum what arrived on the device (on the
  * host from the image where the device cannot). */
+/* Keep the chunks whose bytes the image holds (an exchange may have moved the others to the
+ * device already); the new count. */
+static uint64_t only_held(const struct engine *e, struct chunk_ref *chunks, uint64_t count) {
+  uint64_t kept = 0;
+  for (uint64_t k = 0; k < count; k++)
+    if (holds(&e->image[chunks[k].region], chunks[k].chunk)) chunks[kept++] = chunks[k];
+  return kept;
+}
+
 static int verify_restored(struct engine *e, struct engine_stats *stats, char *reason, size_t len) {
   uint64_t count = 0;
   struct chunk_ref *chunks = list_chunks(e, &count);
+  if (chunks) count = only_held(e, chunks, count);
   uint64_t *sums = malloc((count ? count : 1) * sizeof *sums);
   if (!chunks || !sums) {
     free(chunks);
@@ -1379,7 +1521,9 @@ int engine_save(struct engine *e, struct engine_stats *stats, char *reason, size
     for (size_t i = 0; i < e->image_count; i++) e->image[i].fresh = false;
   }
   free(list.items);
-  if (rc) engine_drop_image(e); /* half an image is worth nothing */
+  /* Half an image is worth nothing, unless device memory went back with it: then it holds the
+   * only copy of what its map says. */
+  if (rc && !stats->exchange_given) engine_drop_image(e);
   return rc;
 }
 
@@ -1451,9 +1595,59 @@ int engine_restore(struct engine *e, struct engine_stats *stats, char *reason, s
     snprintf(reason, len, "out of memory for the chunk list");
     return -ENOMEM;
   }
+  count = only_held(e, chunks, count);
   int rc = run_job(e, false, false, false, chunks, count, stats, reason, len);
   free(chunks);
-  if (rc == 0) rc = verify_restored(e, stats, reason, len);
+  /* A creating resume checked each chunk before it sent it and freed it after. */
+  if (rc == 0 && !e->pace) rc = verify_restored(e, stats, reason, len);
+  for (size_t i = 0; rc == 0 && i < e->image_count; i++) { /* the device holds it all again */
+    free(e->image[i].holds);
+    e->image[i].holds = NULL;
+  }
+  return rc;
+}
+
+/* Whether the host can move this program's memory piece by piece (not under translate). */
+static bool moves_pieces(struct engine *e) {
+  uint64_t missing;
+  return e->ops->release_range && e->ops->recreate_range && e->ops->range_missing &&
+         e->ops->range_missing(e->ctx, 0, 0, &missing) != -ENOSYS;
+}
+
+/* engine_save or engine_restore with an exchange's pace. */
+static int exchange_copy(struct engine *e, const struct engine_pace *pace, bool save,
+                         struct engine_stats *stats, char *reason, size_t len) {
+  if (!moves_pieces(e)) {
+    *stats = (struct engine_stats){0};
+    snprintf(reason, len, "this program's memory cannot be moved piece by piece");
+    return -ENOSYS;
+  }
+  e->pace = pace;
+  int rc = save ? engine_save(e, stats, reason, len) : engine_restore(e, stats, reason, len);
+  e->pace = NULL;
+  return rc;
+}
+
+int engine_save_releasing(struct engine *e, const struct engine_pace *pace,
+                          struct engine_stats *stats, char *reason, size_t len) {
+  int rc = exchange_copy(e, pace, true, stats, reason, len);
+  if (rc && stats->exchange_given) {
+    char why[256];
+    snprintf(why, sizeof why, "%s", reason);
+    snprintf(reason, len, "%s; %" PRIu64 " bytes of device memory went back first: the image "
+             "keeps them, the program stays paused", why, stats->exchange_given);
+  }
+  for (size_t i = 0; rc == 0 && i < e->image_count; i++) { /* every chunk holds */
+    free(e->image[i].holds);
+    e->image[i].holds = NULL;
+  }
+  return rc;
+}
+
+int engine_restore_creating(struct engine *e, const struct engine_pace *pace,
+                            struct engine_stats *stats, char *reason, size_t len) {
+  int rc = exchange_copy(e, pace, false, stats, reason, len);
+  if (rc == 0) engine_drop_image(e); /* its pages are gone: nothing to keep for a delta */
   return rc;
 }
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "disk.h"
+#include "exchange_page.h"
 #include "internal.h"
 
 struct ckpt_runtime ckpt_rt;
@@ -142,6 +143,15 @@ int ckpt_request_spill(const char *dir, struct ckpt_result *result) {
 int ckpt_request_unspill(struct ckpt_result *result) {
   struct transition_request unspill = {0};
   return request_with(CKPT_OP_UNSPILL, &unspill, result);
+}
+
+int ckpt_request_exchange(int page_fd, bool out, struct ckpt_result *result) {
+  struct transition_request exchange = {0};
+  int rc = exchange_page_map(page_fd, &exchange.exchange);
+  if (rc) return rc;
+  rc = request_with(out ? CKPT_OP_CHECKPOINT : CKPT_OP_RESUME, &exchange, result);
+  exchange_page_unmap(exchange.exchange);
+  return rc;
 }
 
 int ckpt_image_on_disk(char *dir, size_t len, uint64_t *bytes) {

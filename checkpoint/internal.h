@@ -121,6 +121,8 @@ struct engine_stats {
   uint64_t reserve_bytes; /* save: image bytes placed in the reserve (copied to directly) */
   uint64_t pool_bytes;    /* save: image bytes placed in cudawd's lent pool range */
   uint64_t staged_bytes;  /* bytes that went through a staging buffer */
+  uint64_t exchange_moved; /* an exchange: image bytes written (save) or device bytes created */
+  uint64_t exchange_given; /* ... device bytes released (save) or image bytes consumed */
 };
 struct engine *engine_new(const struct ckpt_host_ops *ops, void *ctx, const struct ckpt_options *options);
 /* Learn the device count, size the stream table and pin the staging buffers still missing (in
@@ -209,6 +211,79 @@ int engine_restore_from(struct engine *engine, const struct ckpt_region *regions
                         engine_source_fn source, void *arg, struct engine_stats *stats,
                         char *reason, size_t reason_len);
 
+/* Exchanges: one program's checkpoint gives its device memory back piece by piece as its bytes
+ * reach the image while another's resume creates device memory piece by piece and frees the host
+ * bytes it consumed, each paced by a limit the other side's progress raises (docs/sharing.md).
+ * limit(arg): the most bytes this side may have moved so far (a save: image bytes written; a
+ * resume: device bytes created), polled while the next step would pass it; UINT64_MAX (or a
+ * NULL limit): none. progress(arg, bytes), may be NULL: what this side has given the other so
+ * far (a save: device bytes released; a resume: image bytes consumed), after each change. */
+struct engine_pace {
+  uint64_t (*limit)(void *arg);
+  void (*progress)(void *arg, uint64_t bytes);
+  void *arg;
+  /* May be NULL: what this side has moved so far (the limit's measure), after each admission. */
+  void (*moved)(void *arg, uint64_t bytes);
+};
+/* engine_save, releasing every piece (ops->release_range) whose chunks are all in the image as
+ * the copy goes. On success the caller still calls ops->release_all for what is left. On an
+ * error after a release the image is kept, marked with what it holds: the released memory lives
+ * only there, so the program must stay paused, and a later engine_restore or
+ * engine_restore_creating copies back exactly the chunks the image holds. -ENOSYS without the
+ * host's range operations. */
+int engine_save_releasing(struct engine *engine, const struct engine_pace *pace,
+                          struct engine_stats *stats, char *reason, size_t reason_len);
+/* engine_restore into released memory, creating each piece (ops->recreate_range) just before its
+ * first chunk is copied and freeing each chunk's image pages once it is on the device (pages in
+ * a reserve or cudawd's pool are counted, not freed). Each chunk is checked against its checksum
+ * on the host before it is sent. Precondition: regions released or partly created, nothing
+ * else touches them. On success the image is dropped (the caller then calls ops->recreate_all
+ * for what vmem does not hold); on error what reached the device stays there, the image keeps
+ * the rest, and a retry (or engine_restore after ops->recreate_all) copies only the rest. */
+/* Page-locked image pages cannot be given back to the kernel: unregister the image (not a
+ * reserve's), so that engine_restore_creating frees what it consumed. Its copies are staged. */
+void engine_unregister_image(struct engine *engine);
+int engine_restore_creating(struct engine *engine, const struct engine_pace *pace,
+                            struct engine_stats *stats, char *reason, size_t reason_len);
+
+/* exchange_side.c: one program's side of an exchange over the shared page (exchange_page.h). */
+struct exchange_page;
+struct exchange_side {
+  struct exchange_page *page;
+  bool out;          /* the program going out (its save releases), else coming in */
+  int peer_pidfd;    /* -1: none (kill(pid, 0) instead) */
+  uint64_t delay_ns; /* tests: each pace check waits this long, to reach the middle surely */
+};
+/* The side of `page` this process is (out: the one going out): -EPERM when the page names
+ * another pid for it. */
+int exchange_side_open(struct exchange_side *side, struct exchange_page *page, bool out);
+/* The pace for engine_save_releasing (out) or engine_restore_creating (in); valid until close. */
+void exchange_side_pace(struct exchange_side *side, struct engine_pace *pace);
+/* This side's copy ended, either way: the peer goes on without its limit. The side going out
+ * must have released all its memory first (ops->release_all), or the peer could overfill the
+ * device. The page stays mapped. */
+void exchange_side_close(struct exchange_side *side);
+/* Wait up to timeout_ms for the peer's copy to end (finished or its process gone): the side
+ * going out resumes only after the one coming in is done. 0, or -ETIMEDOUT. */
+int exchange_side_wait_peer(struct exchange_side *side, int timeout_ms);
+
+/* exchange_pace.c, for engine.c: an exchange copy's pace and its range operations. */
+struct exchange_run;
+struct exchange_run *exchange_run_new(const struct ckpt_host_ops *ops, void *ctx,
+                                      const struct engine_pace *pace, bool save);
+void exchange_run_free(struct exchange_run *run);
+/* May the copy of [vaddr, vaddr + n) start? A save counts its image bytes, a resume first
+ * creates the device memory (all of it or none). 0, -EAGAIN while the limit forbids (the caller
+ * finishes its copies in flight and asks again), or the range operation's -errno. */
+int exchange_admit(struct exchange_run *run, uint64_t vaddr, uint64_t n);
+/* A save: [vaddr, vaddr + n) is all in the image: give its pieces back. */
+int exchange_release(struct exchange_run *run, uint64_t vaddr, uint64_t n);
+/* A resume: the chunk at data (n bytes) is on the device; free_pages: give its whole pages
+ * back to the kernel (a private image), else only count it. */
+void exchange_consumed(struct exchange_run *run, uint8_t *data, uint64_t n, bool free_pages);
+/* What this run moved and gave so far (for the stats). */
+void exchange_totals(struct exchange_run *run, uint64_t *moved, uint64_t *given);
+
 /* transition.c: the transition thread runs one checkpoint or resume at a time. submit checks
  * the state at once (an error means nothing was started) and calls done(arg, result) on the
  * transition thread when finished. */
@@ -222,6 +297,7 @@ struct transition_request {
   bool live;         /* copy device memory while the program runs, then pause (engine_precopy) */
   bool compress;     /* zstd chunk files */
   char to_dir[4096]; /* write the image there and free its host memory ("" keeps it in memory) */
+  struct exchange_page *exchange; /* checkpoint or resume as one side of an exchange (NULL: no) */
 };
 /* Where a paused program's state is (zeros while running). */
 struct transition_paused {

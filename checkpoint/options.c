@@ -122,6 +122,10 @@ static const struct ckpt_option_info table[] = {
     {"CUDAW_CKPT_PREFAULT", "0",
      "1: fault fresh image pages in while their DMA runs (slower; shows the fault cost apart)",
      BOOL},
+    {"CUDAW_TEST_EXCHANGE_DELAY_MS", "0",
+     "test-only: each step of an exchange's copy (docs/sharing.md) waits this long, so that a "
+     "test can stop a program or cudawd in the middle of it; never set it in production",
+     NUMBER(0, 10000, "milliseconds")},
     {"CUDAW_CRIU", "criu (on PATH)",
      "the criu program that cudaw-ctl checkpoint --criu and restore run", CKPT_OPTION_PROGRAM,
      NULL, 0, 0, NULL},
@@ -376,6 +380,8 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
   if (VALUE("CUDAW_CKPT_PREFAULT")) out->prefault = text[0] == '1';
   if (VALUE("CUDAW_CKPT_FILL")) out->fill_kernel = strcmp(text, "kernel") == 0;
   if (VALUE("CUDAW_CKPT_LIVE")) out->live = text[0] == '1';
+  if (VALUE("CUDAW_TEST_EXCHANGE_DELAY_MS"))
+    out->exchange_delay_ms = (uint32_t)strtoul(text, NULL, 10);
   if (VALUE("CUDAW_SUSPEND_START_WAIT"))
     out->suspend_start_wait_s = (uint32_t)strtoul(text, NULL, 10);
   if (VALUE("CUDAW_SUSPEND")) out->suspend_release = strcmp(text, "release") == 0;

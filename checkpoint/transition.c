@@ -14,8 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "disk.h"
+#include "exchange_page.h"
 #include "internal.h"
 
 static struct {
@@ -42,6 +44,9 @@ static struct {
   uint32_t lease_ms;              /* while held: reopen after this long without a command */
   double lease_deadline;          /* ckpt_now() at which it runs out (0: not held) */
   unsigned hold_generation;       /* counts holds: a drain must have started in this one */
+  struct exchange_side side;      /* the pending transition's side of an exchange (page set) */
+  struct engine_pace pace;        /* ... and its copy's pace */
+  bool stay_paused;               /* an exchange's checkpoint failed after giving memory back */
 } tr = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
 
 /* The bounded drain. device_drain cannot be interrupted, so it runs on a thread of its own and
@@ -113,6 +118,8 @@ static void result_from_stats(struct ckpt_result *r, const struct engine_stats *
   r->reserve_bytes = stats->reserve_bytes;
   r->pool_bytes = stats->pool_bytes;
   r->staged_bytes = stats->staged_bytes;
+  r->exchange_moved = stats->exchange_moved;
+  r->exchange_given = stats->exchange_given;
 }
 
 /* A live checkpoint's first part, while the program runs: copy everything into the image
@@ -140,6 +147,28 @@ static bool precopy(struct ckpt_result *r, int *error) {
   r->live = true;
   r->precopy_bytes = stats.bytes;
   return true;
+}
+
+/* The pending transition as one side of an exchange (tr.request.exchange): its pace. */
+static void exchange_open(struct ckpt_result *r, bool out) {
+  int rc = exchange_side_open(&tr.side, tr.request.exchange, out);
+  if (rc) {
+    tr.side = (struct exchange_side){.peer_pidfd = -1};
+    fail(r, rc, "an exchange's page names another program: %s", out ? "not checkpointed"
+         : "still paused");
+    return;
+  }
+  tr.side.delay_ns = (uint64_t)ckpt_rt.options.exchange_delay_ms * 1000000u;
+  exchange_side_pace(&tr.side, &tr.pace);
+}
+
+/* This side's copy ended, either way: the peer goes on without its limit. */
+static void exchange_close(struct ckpt_result *r) {
+  exchange_side_close(&tr.side);
+  r->exchange = true;
+  if (tr.side.peer_pidfd >= 0) close(tr.side.peer_pidfd);
+  tr.side = (struct exchange_side){.peer_pidfd = -1};
+  tr.pace = (struct engine_pace){0};
 }
 
 static void pause_program(struct ckpt_result *r, double requested_at) {
@@ -202,7 +231,8 @@ static void pause_program(struct ckpt_result *r, double requested_at) {
     goto reopen;
   }
   struct engine_stats stats;
-  rc = engine_save(tr.engine, &stats, reason, sizeof reason);
+  rc = tr.side.page ? engine_save_releasing(tr.engine, &tr.pace, &stats, reason, sizeof reason)
+                    : engine_save(tr.engine, &stats, reason, sizeof reason);
   /* The memory freed during the pre-copy is not read again: give it back before the rest. */
   if (held) ops->live_end(ctx);
   held = false;
@@ -211,6 +241,19 @@ static void pause_program(struct ckpt_result *r, double requested_at) {
   result_from_stats(r, &stats);
   r->recopy_bytes = stats.bytes - stats.unchanged_bytes;
   t = ckpt_now();
+  if (rc && tr.side.page && stats.exchange_given) {
+    /* Memory given back lives only in the image now: paused, a resume brings it back. */
+    fail(r, rc, "an exchange's checkpoint failed after giving %" PRIu64 " bytes of device memory "
+         "back: %s; the program stays paused with its image (a resume brings it back)",
+         stats.exchange_given, reason);
+    tr.stay_paused = true;
+    pthread_mutex_lock(&tr.lock);
+    tr.other = (struct ckpt_other_memory){0};
+    tr.paused = (struct transition_paused){0};
+    note_paused_locked();
+    pthread_mutex_unlock(&tr.lock);
+    return;
+  }
   if (rc) {
     fail(r, rc, "saving device memory failed: %s", reason);
     goto reopen;
@@ -342,6 +385,59 @@ static int restore_from_disk(struct ckpt_result *r, struct disk_source *source,
   return rc;
 }
 
+/* Running again after a resume: the image goes (see resume_program), the state is cleared. */
+static void resumed(void) {
+  const struct ckpt_host_ops *ops = ckpt_rt.ops;
+  void *ctx = ckpt_rt.ctx;
+  int rc;
+  /* Freeing the image (unregistering and unmapping it) waits until the program runs again. One
+   * in cudawd's pool goes whatever CUDAW_CKPT_KEEP_IMAGE says: cudawd lends its range again. */
+  tr.drop_image = !ckpt_rt.options.keep_image || engine_image_in_pool(tr.engine);
+  /* Managed memory migrates back on first touch anyway: a failure here only costs speed. */
+  if (ops->unpark_other && (rc = ops->unpark_other(ctx)) != 0)
+    ckpt_logf(CKPT_LOG_WARN, "resume: bringing managed memory back to the device failed: %s",
+              strerror(-rc));
+  pthread_mutex_lock(&tr.lock);
+  tr.other = (struct ckpt_other_memory){0};
+  tr.paused = (struct transition_paused){0};
+  note_paused_locked();
+  free(tr.disk_regions);
+  tr.disk_regions = NULL;
+  tr.disk_region_count = 0;
+  pthread_mutex_unlock(&tr.lock);
+  if (!tr.request.hold_after) ops->gate_open(ctx); /* else a group's unhold opens it */
+}
+
+/* The side of an exchange coming in: each piece created just before its bytes go in, paced by
+ * what the other program released; then whatever vmem still lacks. A failure leaves what
+ * reached the device there and the rest in the image: still paused, a resume copies the rest. */
+static void exchange_resume(struct ckpt_result *r) {
+  char reason[224] = "";
+  uint64_t shortfall = 0;
+  struct engine_stats stats;
+  /* The image registered while paused would stay whole in host memory as it is consumed. */
+  engine_unregister_image(tr.engine);
+  double t = ckpt_now();
+  int rc = engine_restore_creating(tr.engine, &tr.pace, &stats, reason, sizeof reason);
+  r->copy_seconds = ckpt_now() - t;
+  r->setup_seconds = stats.setup_seconds;
+  result_from_stats(r, &stats);
+  if (rc) {
+    fail(r, rc, "an exchange's resume failed: %s; still paused, what reached the device stays "
+         "there and a resume copies the rest", reason);
+    return;
+  }
+  t = ckpt_now();
+  rc = ckpt_rt.ops->recreate_all(ckpt_rt.ctx, &shortfall);
+  r->memory_seconds = ckpt_now() - t;
+  if (rc) {
+    fail(r, rc, "an exchange's resume copied the image but recreating the rest of device memory "
+         "failed (%" PRIu64 " bytes short): %s; still paused", shortfall, strerror(-rc));
+    return;
+  }
+  resumed();
+}
+
 static void resume_program(struct ckpt_result *r) {
   const struct ckpt_host_ops *ops = ckpt_rt.ops;
   void *ctx = ckpt_rt.ctx;
@@ -376,6 +472,16 @@ static void resume_program(struct ckpt_result *r) {
    * under translate, 0.33 s under remap, against 20-60 ms once registered; H100 2026-11-27).
    * What is not registered by now is staged. */
   engine_stop_registering(tr.engine);
+  if (tr.side.page) {
+    if (source || paused.driver_released) {
+      disk_source_close(source);
+      fail(r, -EINVAL, "an exchange needs the image in host memory and the context here; still "
+           "paused");
+      return;
+    }
+    exchange_resume(r);
+    return;
+  }
   t = ckpt_now();
   rc = ops->recreate_all(ctx, &shortfall);
   r->memory_seconds = ckpt_now() - t;
@@ -407,22 +513,7 @@ static void resume_program(struct ckpt_result *r) {
          source ? ", image on disk" : "");
     return;
   }
-  /* Freeing the image (unregistering and unmapping it) waits until the program runs again. One
-   * in cudawd's pool goes whatever CUDAW_CKPT_KEEP_IMAGE says: cudawd lends its range again. */
-  tr.drop_image = !ckpt_rt.options.keep_image || engine_image_in_pool(tr.engine);
-  /* Managed memory migrates back on first touch anyway: a failure here only costs speed. */
-  if (ops->unpark_other && (rc = ops->unpark_other(ctx)) != 0)
-    ckpt_logf(CKPT_LOG_WARN, "resume: bringing managed memory back to the device failed: %s",
-              strerror(-rc));
-  pthread_mutex_lock(&tr.lock);
-  tr.other = (struct ckpt_other_memory){0};
-  tr.paused = (struct transition_paused){0};
-  note_paused_locked();
-  free(tr.disk_regions);
-  tr.disk_regions = NULL;
-  tr.disk_region_count = 0;
-  pthread_mutex_unlock(&tr.lock);
-  if (!tr.request.hold_after) ops->gate_open(ctx); /* else a group's unhold opens it */
+  resumed();
 }
 
 /* ---- a paused program's image between host memory and disk ---- */
@@ -575,7 +666,7 @@ static void lease_expired(void) {
 /* Where a transition landed. */
 static enum ckpt_state_id landed(const struct ckpt_result *r) {
   switch (r->op) {
-  case CKPT_OP_CHECKPOINT: return r->error ? CKPT_RUNNING : CKPT_PAUSED;
+  case CKPT_OP_CHECKPOINT: return r->error && !tr.stay_paused ? CKPT_RUNNING : CKPT_PAUSED;
   case CKPT_OP_RESUME: return r->error ? CKPT_PAUSED : tr.request.hold_after ? CKPT_HELD
                                                                               : CKPT_RUNNING;
   case CKPT_OP_HOLD: return r->error ? CKPT_RUNNING : CKPT_HELD;
@@ -631,7 +722,12 @@ static void *run(void *unused) {
     pthread_mutex_unlock(&tr.lock);
 
     struct ckpt_result result = {.op = op};
-    if (op == CKPT_OP_CHECKPOINT) {
+    tr.stay_paused = false;
+    bool exchange = tr.request.exchange && (op == CKPT_OP_CHECKPOINT || op == CKPT_OP_RESUME);
+    if (exchange) exchange_open(&result, op == CKPT_OP_CHECKPOINT);
+    if (exchange && result.error) {
+      /* nothing started: running or paused as before */
+    } else if (op == CKPT_OP_CHECKPOINT) {
       pthread_mutex_lock(&tr.lock);
       engine_lend(tr.engine, tr.loan_offset, tr.loan_length); /* for this checkpoint only */
       tr.loan_length = 0;
@@ -646,6 +742,7 @@ static void *run(void *unused) {
     else if (op == CKPT_OP_DRAIN) drain_held(&result, tr.request.hold_ms ? tr.request.hold_ms
                                                                          : DRAIN_MS_DEFAULT);
     else ckpt_rt.ops->gate_open(ckpt_rt.ctx); /* unhold */
+    if (tr.side.page) exchange_close(&result);
     result.total_seconds = ckpt_now() - requested_at;
     enum ckpt_state_id to = landed(&result);
     /* Free the request slot before the state changes: the moment state_finish returns, a

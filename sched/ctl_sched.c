@@ -159,6 +159,11 @@ static void print_json(const struct sched_snapshot *s)
          spill->spilled_bytes, spill->read_rate);
   free(dir_text);
   json_decref(dir);
+  const struct sched_exchange_info *x = &s->exchange;
+  printf(",\"exchanges\":{\"done\":%" PRIu64 ",\"failed\":%" PRIu64 ",\"out_bytes\":%" PRIu64
+         ",\"in_bytes\":%" PRIu64 ",\"peak_extra_bytes\":%" PRIu64 ",\"last_seconds\":%.3f"
+         ",\"active\":%s}", x->exchanges, x->failures, x->out_bytes, x->in_bytes,
+         x->peak_extra_bytes, x->last_seconds, x->active ? "true" : "false");
   printf(",\"users\":[");
   for (int i = 0; i < s->uids && i < SCHED_MAX_UIDS; i++) {
     const struct sched_uid_info *u = &s->uid[i];
@@ -230,6 +235,16 @@ static void print_text(const struct sched_snapshot *s)
   } else {
     printf("disk tier: none (cudawd --spill-dir)\n");
   }
+  const struct sched_exchange_info *x = &s->exchange;
+  ckpt_format_bytes(x->out_bytes, a, sizeof a);
+  ckpt_format_bytes(x->in_bytes, b, sizeof b);
+  printf("exchanges: %" PRIu64 " (%s out, %s in), %" PRIu64 " failed%s", x->exchanges, a, b,
+         x->failures, x->active ? ", one under way" : "");
+  if (x->exchanges || x->failures) {
+    ckpt_format_bytes(x->peak_extra_bytes, a, sizeof a);
+    printf("; peak extra host memory %s, the last took %.3f s", a, x->last_seconds);
+  }
+  printf("\n");
   if (s->uids > 0) {
     printf("%-8s %6s %8s %12s %8s %8s %9s %10s\n", "UID", "CONNS", "PROGRAMS", "CONNS_TOTAL",
            "REFUSED", "CLOSED", "PROTOCOL", "MESSAGES");

@@ -360,6 +360,9 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
                     (unsigned)p->uid, msg->value ? " (paused)" : "");
     sched_pool_offer(d, p);
     break;
+  case SCHED_CAN_EXCHANGE:
+    if (p->joined) p->piece_bytes = msg->bytes;
+    break;
   case SCHED_ON_DISK:
     /* Only right after a hello saying it is paused, before anything was asked of it. */
     if (!p->joined || p->state != SCHED_SWAPPED_OUT || p->pending_op || p->on_disk) {
@@ -451,6 +454,7 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
                        msg->seconds >= 0 && msg->seconds < 1e9 ? msg->seconds : 0);
       break;
     }
+    if (msg->value == 1 && msg->status == 0) p->reserve_image_bytes = msg->device_free;
     if (msg->value == 1 && msg->status == 0 && p->loan.length)
       d->pool.placed_bytes += msg->held < p->loan.length ? msg->held : p->loan.length;
     /* The range holds the image until the resume is done; a failed checkpoint, or one that put
@@ -461,6 +465,7 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
       sched_pool_take_back(d, p, "its image went elsewhere");
     sched_done(d, p, msg->value, msg->status > 0 ? -EINVAL : msg->status, msg->bytes,
                msg->seconds >= 0 && msg->seconds < 1e9 ? msg->seconds : 0);
+    sched_exchange_done(d, p, msg->status > 0 ? -EINVAL : msg->status);
     if (msg->value == 2 && msg->status == 0) /* after sched_done: its rate is the pool's */
       sched_pool_take_back(d, p, "resumed");
     if (msg->value == 2) /* after sched_done, which keeps a disk read out of the host's rates */

@@ -124,9 +124,22 @@ struct program {
   bool read_back_refused;  /* logged: no host room to read it back ahead */
   bool read_back_failed;   /* a read-back failed or went unanswered: its resume streams */
   double read_back_started;
+  uint64_t piece_bytes;    /* it can take part in an exchange, pieces of at most this (0: no) */
+  uint64_t reserve_image_bytes; /* its image's bytes in its own reserve (its last checkpoint) */
   struct program *next;
 };
 
+/* An exchange under way (exchange.c): two programs' transitions at once, one page. */
+struct exchange_page;
+struct exchange_state {
+  bool active;
+  struct program *out, *in;  /* NULL once that side answered (or is gone) */
+  pid_t out_pid, in_pid;
+  int out_status, in_status;
+  struct exchange_page *page; /* cudawd's mapping, for the figures */
+  uint64_t window, spare, out_bytes, in_bytes;
+  double started;
+};
 struct daemon {
   struct sched_config config;
   struct device device[SCHED_MAX_DEVICES];
@@ -161,6 +174,10 @@ struct daemon {
   struct program *reading_back; /* the one read-back ahead of a turn under way (NULL: none) */
   uint64_t read_backs;
   bool disk_short_logged;  /* said once that the spill directory's disk has no room */
+  struct exchange_state exchange;
+  uint64_t exchanges, exchange_failures, exchanged_out_bytes, exchanged_in_bytes;
+  uint64_t exchange_peak_bytes; /* the most extra host memory an exchange took */
+  double exchange_last_seconds;
   struct uid_account uids[SCHED_MAX_UIDS];
   int connections, joined;     /* open connections, joined programs */
 };
@@ -305,5 +322,23 @@ void sched_fill_snapshot(const struct daemon *d, struct sched_snapshot *out);
 /* The figures of one program, as the snapshot shows them. */
 void sched_program_info(const struct program *p, struct sched_program_info *info);
 int sched_write_metrics(const struct daemon *d, const char *path);
+
+/* exchange.c */
+/* Order an exchange: `out` (resident) gives the device to `in` (swapped out, image in private
+ * host memory) through a shared page, both orders at once. host_room: what the host can spare
+ * beyond its margin; spare: what the device has free for `in` ahead of out's releases. False
+ * (nothing sent) where an exchange does not apply: a program that cannot (an older one, or
+ * translate), an image in the pool or on disk, a window under a piece and a chunk, or A's
+ * image not fitting even once B's is gone. */
+bool sched_exchange_order(struct daemon *d, struct program *out, struct program *in,
+                          uint64_t host_room, uint64_t spare);
+/* p is one side of the exchange under way. */
+bool sched_exchange_member(const struct daemon *d, const struct program *p);
+/* p answered its side (status 0 or -errno), or is gone: when both are, the log line. */
+void sched_exchange_done(struct daemon *d, const struct program *p, int status);
+void sched_exchange_gone(struct daemon *d, const struct program *p);
+/* An exchange older than --swap-timeout no longer holds up the others. */
+void sched_exchange_check(struct daemon *d, double now);
+void sched_exchange_info(const struct daemon *d, struct sched_exchange_info *out);
 
 #endif

@@ -54,6 +54,7 @@ void sched_fill_snapshot(const struct daemon *d, struct sched_snapshot *out)
   out->idle_exit = d->config.idle_exit;
   out->idle_for = d->idle_since > 0 ? now - d->idle_since : 0;
   sched_spill_info(d, &out->spill);
+  sched_exchange_info(d, &out->exchange);
 }
 
 void sched_program_info(const struct program *p, struct sched_program_info *info)

@@ -24,7 +24,10 @@ enum sched_msg_type {
   SCHED_USAGE,       /* holds `bytes` on `device` now (after frees) */
   SCHED_DONE,        /* the checkpoint (value 1) or resume (value 2) asked for is done: status
                       * 0 or -errno, `bytes` copied, `seconds` it took; a checkpoint's `held`:
-                      * image bytes it put into the lent pool range (an older cudawd ignores it) */
+                      * image bytes it put into the lent pool range (an older cudawd ignores it);
+                      * a checkpoint's `device_free`: image bytes in the program's own
+                      * page-locked reserve, which its resume counts but does not free (0 from
+                      * an older program) */
   /* cudawd -> program */
   SCHED_GRANT,       /* answer to SCHED_ALLOC: status 0 (allocate) or -ENOMEM (never fits) */
   SCHED_CHECKPOINT,  /* pause and checkpoint now, answer SCHED_DONE. With a host-memory pool
@@ -67,6 +70,16 @@ enum sched_msg_type {
   SCHED_UNSPILL,     /* cudawd -> paused program whose image is on disk: read it back into host
                       * memory now (verified; stay paused), so that the resume on its turn copies
                       * from memory; answer SCHED_DONE value 4 (`bytes` read, `seconds`) */
+  /* Exchanges (docs/sharing.md), added within version 2: an older cudawd logs and ignores
+   * SCHED_CAN_EXCHANGE and so never sends SCHED_EXCHANGE; an older program never says it can. */
+  SCHED_CAN_EXCHANGE, /* program -> cudawd after its hello: its memory can move piece by piece
+                       * (remap), pieces of at most `bytes` */
+  SCHED_EXCHANGE,    /* cudawd -> program, with the exchange's page (SCM_RIGHTS, a memfd):
+                      * value 1: checkpoint giving memory back as it goes (the program going
+                      * out), 2: resume creating it as it goes (the one coming in); the other
+                      * program gets the other order with the same page at once. Answered with
+                      * SCHED_DONE value 1 or 2 (`held`: image bytes consumed or device bytes
+                      * released) */
 };
 
 struct sched_msg {
@@ -203,6 +216,17 @@ struct sched_uid_info {
   uint64_t messages;
 };
 
+struct sched_exchange_info {
+  uint64_t exchanges;        /* exchanges both sides finished since cudawd started */
+  uint64_t failures;         /* exchanges a side answered with an error (or left, or timed out) */
+  uint64_t out_bytes;        /* image bytes written by the programs going out */
+  uint64_t in_bytes;         /* image bytes consumed by the programs coming in */
+  uint64_t peak_extra_bytes; /* the most extra host memory one exchange took */
+  double last_seconds;       /* the last exchange's duration */
+  int32_t active;            /* 1: one is under way */
+  int32_t reserved;
+};
+
 struct sched_snapshot {
   uint32_t version;
   uint32_t type;          /* SCHED_STATUS */
@@ -230,6 +254,8 @@ struct sched_snapshot {
   /* Added after idle_for in the same way: the disk tier (--spill-dir). */
   struct sched_spill_info spill;
   struct sched_program_disk disk[SCHED_MAX_PROGRAMS + SCHED_MAX_EXITED]; /* per program[] */
+  /* Added after disk[] in the same way: exchanges. */
+  struct sched_exchange_info exchange;
 };
 
 /* A device key fit to print anywhere (terminal, JSON, metrics labels): letters, digits, '-', '.'

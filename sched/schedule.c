@@ -346,6 +346,7 @@ static int history_victim(const struct daemon *d)
 void sched_forget(struct daemon *d, struct program *p)
 {
   if (d->transition == p) d->transition = NULL;
+  sched_exchange_gone(d, p);
   if (!p->joined) return;
   sched_spill_forget(d, p);
   account_one(d, p, sched_now());
@@ -381,7 +382,9 @@ void sched_done(struct daemon *d, struct program *p, int op, int status, uint64_
   double now = sched_now();
   p->swap_seconds += seconds;
   /* A resume from disk runs at the disk's rate, not the host's (spill.c keeps that one). */
-  if (status == 0 && bytes >= SCHED_RATE_MIN_BYTES && seconds > 0 && !(op == 2 && p->on_disk)) {
+  /* Nor an exchange's: each side is paced by the other program. */
+  if (status == 0 && bytes >= SCHED_RATE_MIN_BYTES && seconds > 0 && !(op == 2 && p->on_disk) &&
+      !sched_exchange_member(d, p)) {
     /* The range lent for the image is taken back after this (cudawd.c), also after a resume. */
     int in_pool = p->loan.length > 0;
     if (op == 1) d->rate_out[in_pool] = (double)bytes / seconds;
@@ -671,6 +674,26 @@ static void probe(struct daemon *d, struct program **order, int count, double no
   }
 }
 
+static uint64_t available(const struct daemon *d, int slot);
+
+/* The host lacks room for the victim's image beside head's: exchange them where the victim alone
+ * covers head's deficit on one device (the spare is that device's free memory). */
+static bool exchange(struct daemon *d, struct program *head, double now, bool waiting_too)
+{
+  struct program *v = choose_victim(d, head, now, waiting_too, false);
+  if (!v || head->state != SCHED_SWAPPED_OUT || !d->host_total) return false;
+  int slot = -1;
+  for (int s = 0; s < SCHED_MAX_DEVICES; s++) {
+    if (!d->device[s].used || !(head->bytes[s] || v->bytes[s])) continue;
+    if (slot >= 0 || deficit(d, head, s) > v->bytes[s]) return false;
+    slot = s;
+  }
+  if (slot < 0) return false;
+  uint64_t margin = host_margin(d);
+  uint64_t room = d->host_available > margin ? d->host_available - margin : 0;
+  return sched_exchange_order(d, v, head, room, available(d, slot));
+}
+
 /* No victim could be found for head while the host lacks room for an image: say once which
  * program cannot be swapped out, and show head waiting for host memory. */
 static void note_host_short(struct daemon *d, struct program *head, double now, bool waiting_too)
@@ -711,9 +734,11 @@ void sched_step(struct daemon *d)
 {
   double now = sched_now();
   check_transition(d, now);
+  sched_exchange_check(d, now);
   /* What fits is granted even while a checkpoint or resume is under way: its program's memory
    * counts as resident until it answers, so nothing is granted twice; only the next swap waits. */
   grant_or_deny(d);
+  if (d->exchange.active) return; /* an exchange holds the host's memory and both programs */
   if (d->transition) { /* one checkpoint or resume at a time; a read-back may run beside it */
     sched_spill_read_ahead(d, now);
     return;
@@ -752,8 +777,10 @@ void sched_step(struct daemon *d)
     bool waiting_too = !others_running(d, head);
     if (can_make_room(d, head, now, waiting_too, true))
       victim = choose_victim(d, head, now, waiting_too, true);
-    else if (!d->host_blocked && can_make_room(d, head, now, waiting_too, false))
+    else if (!d->host_blocked && can_make_room(d, head, now, waiting_too, false)) {
+      if (exchange(d, head, now, waiting_too)) return;
       note_host_short(d, head, now, waiting_too);
+    }
   }
   if (!victim) {
     char why[160];

@@ -30,6 +30,7 @@ static void chunk_free_memory(struct chunk *c) {
     if (c->all_next) c->all_next->all_prev = c->all_prev;
   }
   if (c->is_arena) vmem_arena_fini(c);
+  free(c->pieces);
   free(c);
 }
 

@@ -15,6 +15,7 @@
 #define VMEM_KEPT_MAX 4
 #define VMEM_KEPT_MAX_BYTES (16ull << 20)
 #define SLAB_DEFAULT_MAX_BYTES (256ull << 20) /* a resume's slab, unless the config says */
+#define PIECE_DEFAULT_BYTES (1ull << 30) /* remap: a large chunk's pieces, unless the config says */
 #define VMEM_MIN_ALIGN 256u
 #define VMEM_UNIT 512u /* arenas hand out multiples of this (cudaMalloc's own rounding) */
 #define VMEM_NATIVE_ROUND 512u /* cudaMalloc's own rounding, used for translate's large chunks */
@@ -26,7 +27,13 @@ struct chunk {
   uint64_t backed;     /* device bytes held */
   uint64_t real;       /* 0 while released */
   uint64_t old_real;   /* translate: the real address before the last release (0: none) */
-  uint64_t handle;     /* remap: physical memory handle (0 while in a slab) */
+  uint64_t handle;     /* remap: physical memory handle (0 while in a slab or in pieces) */
+  /* remap, a chunk larger than vmem_space.piece_bytes: one physical allocation per piece of that
+   * size (the last one shorter), mapped one after another, so that an exchange (checkpoint's
+   * pace) can give back and re-create its memory piece by piece. handle 0 = piece not resident.
+   * resident is true only while every piece is; pieces_resident counts them. */
+  struct piece { uint64_t handle, stamp; } *pieces; /* stamp: vmem_space.piece_stamp at birth */
+  uint32_t piece_count, pieces_resident;
   struct slab *slab;   /* remap: the slab whose memory backs it, if any (slab.c) */
   uint64_t epoch;      /* recreate_all marks what it re-created */
   int device;
@@ -102,6 +109,8 @@ struct vmem_space {
   uint64_t mem_limit;
   uint64_t quota_refusals; /* chunks and charges mem_limit refused (vmem_quota_refusals) */
   uint64_t slab_max_bytes; /* see struct vmem_config */
+  uint64_t piece_bytes;    /* see struct vmem_config: granule multiple */
+  uint64_t piece_stamp;    /* bumped by every call that creates pieces, so that it can undo them */
   struct device_state *device;
   uint64_t epoch, released_chunks;
   uint64_t moved_bytes, moved_chunks; /* translate: what the last recreate could not put back */
@@ -157,6 +166,20 @@ void vmem_outside_fini(void);
 /* backing.c: device memory of one chunk under the current policy. */
 int vmem_backing_create(struct chunk *c);
 int vmem_backing_destroy(struct chunk *c);
+/* Pieces (remap): piece i of c, and whether c is backed in pieces at all. A chunk has device
+ * memory while it is resident or has a resident piece (vmem_backing_destroy gives it all back). */
+static inline bool vmem_pieced(const struct chunk *c) { return c->piece_count > 1; }
+static inline bool vmem_has_memory(const struct chunk *c) {
+  return c->resident || c->pieces_resident > 0;
+}
+/* Give piece i of c device memory (mapped, accessible, stamped `stamp`) or take it back: 0 or
+ * -errno, c's pieces unchanged on error. Neither touches the tables; c->resident and c->real
+ * follow the pieces. Lock held. */
+int vmem_piece_create(struct chunk *c, uint32_t i, uint64_t stamp);
+int vmem_piece_destroy(struct chunk *c, uint32_t i);
+void vmem_piece_span(const struct chunk *c, uint32_t i, uintptr_t *start, uint64_t *bytes);
+/* Give back every piece of c stamped `since` or later: what the calls since then created. */
+void vmem_pieces_undo(struct chunk *c, uint64_t since);
 /* The chunk's memory is no longer wanted (its allocation was freed, the device is idle there):
  * under translate kept for the next chunk of its size on its device when small enough and room
  * is left, else destroyed. Lock held. */

@@ -48,9 +48,11 @@ struct chunk_array {
   bool resident; /* which ones to gather */
 };
 
+/* resident: every chunk that holds device memory (a chunk in pieces may hold some); else every
+ * chunk that misses some. */
 static int gather(struct chunk *c, void *arg) {
   struct chunk_array *a = arg;
-  if (c->resident != a->resident) return 0;
+  if (a->resident ? !vmem_has_memory(c) : c->resident) return 0;
   if (a->count == a->capacity) {
     size_t capacity = a->capacity ? a->capacity * 2 : 256;
     struct chunk **items = realloc(a->items, capacity * sizeof *items);
@@ -63,13 +65,15 @@ static int gather(struct chunk *c, void *arg) {
 }
 
 /* The end of the run of mapped-adjacent chunks on one device that starts at items[first], none
- * in a slab, of at most max_members and max_bytes (the first chunk always counts): one unmap
- * covers such a run of separate mappings, one slab can back such a run of released chunks. */
+ * in a slab or in pieces, of at most max_members and max_bytes (the first chunk always counts):
+ * one unmap covers such a run of separate mappings, one slab can back such a run of released
+ * chunks. A chunk in pieces is a run of its own: its pieces must stay apart for exchanges. */
 static size_t run_end(struct chunk **items, size_t count, size_t first, size_t max_members,
                       uint64_t max_bytes) {
   size_t end = first + 1;
-  if (items[first]->slab) return end;
+  if (items[first]->slab || vmem_pieced(items[first])) return end;
   while (end < count && end - first < max_members && !items[end]->slab &&
+         !vmem_pieced(items[end]) &&
          items[end]->device == items[first]->device &&
          items[end - 1]->vaddr + items[end - 1]->backed == items[end]->vaddr &&
          items[end]->vaddr + items[end]->backed - items[first]->vaddr <= max_bytes)
@@ -103,9 +107,10 @@ static void release_run(struct chunk **items, size_t first, size_t end, int *fir
     return;
   }
   for (size_t i = first; i < end; i++) {
+    bool was_resident = items[i]->resident;
     int rc = vmem_backing_destroy(items[i]);
     if (rc) release_failed(items[i], rc, first_error);
-    else s->released_chunks++;
+    else if (was_resident) s->released_chunks++; /* else counted when it lost its first piece */
   }
 }
 
@@ -131,30 +136,47 @@ int vmem_release_all(void) {
 
 struct recreate_args {
   uint64_t epoch;
+  uint64_t piece_stamp; /* pieces stamped this or later were created by this recreate */
   uint64_t created_bytes;
   uint64_t need[VMEM_MAX_DEVICES];
 };
 
+static uint64_t missing_bytes(const struct chunk *c) {
+  if (c->resident) return 0;
+  uint64_t bytes = c->backed;
+  for (uint32_t i = 0; i < c->piece_count; i++) {
+    uintptr_t start;
+    uint64_t piece;
+    vmem_piece_span(c, i, &start, &piece);
+    if (c->pieces[i].handle) bytes -= piece;
+  }
+  return bytes;
+}
+
 static int count_need(struct chunk *c, void *arg) {
   struct recreate_args *a = arg;
-  if (!c->resident) a->need[c->device] += c->backed;
+  a->need[c->device] += missing_bytes(c);
   return 0;
 }
 
 /* Give a run of released chunks device memory again: one slab for two or more, the chunk's own
  * allocation for one. */
 static int recreate_run(struct chunk **items, size_t count, struct recreate_args *a) {
+  uint64_t missing = 0;
+  for (size_t i = 0; i < count; i++) missing += missing_bytes(items[i]);
   int rc = count > 1 ? vmem_slab_create(items, count) : vmem_backing_create(items[0]);
   if (rc) return rc;
-  for (size_t i = 0; i < count; i++) {
-    items[i]->epoch = a->epoch;
-    a->created_bytes += items[i]->backed;
-  }
+  for (size_t i = 0; i < count; i++) items[i]->epoch = a->epoch;
+  a->created_bytes += missing;
   return 0;
 }
 
 static int undo_one(struct chunk *c, void *arg) {
   struct recreate_args *a = arg;
+  if (vmem_pieced(c)) { /* its pieces made before this recreate may hold data: they stay */
+    if (c->epoch == a->epoch) vmem_pieces_undo(c, a->piece_stamp);
+    return 0;
+  }
   if (c->resident && c->epoch == a->epoch) {
     uint64_t old_real = c->old_real; /* the address to ask for again is the original one */
     vmem_backing_destroy(c);
@@ -197,7 +219,7 @@ static void count_moved(struct chunk **items, size_t count) {
 
 static int recreate_locked(uint64_t *shortfall) {
   struct vmem_space *s = &vmem_space;
-  struct recreate_args a = {.epoch = ++s->epoch};
+  struct recreate_args a = {.epoch = ++s->epoch, .piece_stamp = s->piece_stamp + 1};
   vmem_walk(count_need, &a);
   uint64_t total_need = 0, precheck_short = 0;
   for (int d = 0; d < s->devices; d++) {

@@ -149,6 +149,10 @@ static int init_locked(struct vmem_space *s, const struct vmem_config *config) {
   s->granules = s->size >> s->shift;
   s->mem_limit = config->mem_limit;
   s->slab_max_bytes = config->slab_max_bytes ? config->slab_max_bytes : SLAB_DEFAULT_MAX_BYTES;
+  s->piece_bytes = config->piece_bytes == VMEM_PIECE_NONE
+                       ? VMEM_PIECE_NONE
+                       : vmem_round_up(config->piece_bytes ? config->piece_bytes : PIECE_DEFAULT_BYTES,
+                                       s->granule);
   s->check = config->check != 0;
   s->identity = config->identity != 0 && s->policy == VMEM_TRANSLATE;
   s->in_place = s->policy == VMEM_TRANSLATE ? config->in_place : 0;

@@ -43,6 +43,10 @@ struct vmem_config {
                               * back (a chunk freed while its slab lives keeps its memory until
                               * the slab goes); 0: 256 MiB; 1: no slabs, every chunk its own.
                               * translate: the same bound on merging adjacent homes */
+  uint64_t piece_bytes;      /* remap: a chunk larger than this is backed by several physical
+                              * allocations of at most this many bytes (rounded up to the
+                              * granule), so that vmem_release_range and vmem_recreate_range can
+                              * move it piece by piece; 0: 1 GiB; VMEM_PIECE_NONE: never split */
   int in_place;              /* translate, devices with VMM: 1: a resume re-creates chunks at
                                 their old real addresses in reserved ranges (see
                                 vmem_recreate_all); 2: also, every chunk is born in a reserved
@@ -210,6 +214,26 @@ uint64_t vmem_held_bytes(void);
  * missing when it stopped (freeing that much device memory lets a retry succeed, fragmentation
  * aside). */
 int vmem_recreate_all(uint64_t *shortfall_bytes);
+
+/* Exchanges: device memory given back and re-created piece by piece while the program is paused,
+ * so that a copy can release what it has saved, or create just what it is about to fill. A piece
+ * is a whole chunk up to config.piece_bytes, else one piece of a larger chunk (remap only).
+ * vmem_release_range releases every resident piece lying wholly inside [start, start + bytes);
+ * vmem_recreate_range re-creates every released piece that overlaps it, all or none (on error
+ * what this call created is given back). *bytes_changed (may be NULL) receives the device bytes
+ * released or created. A chunk with some pieces released reads as released (vmem_for_each,
+ * vmem_translate) until all are back; vmem_release_all and vmem_recreate_all finish what the
+ * ranges began. -ENOSYS under translate (a cudaMalloc'd block cannot be split), -EINVAL before
+ * init, -ENOMEM or another device error from recreate. */
+int vmem_release_range(uintptr_t start, uint64_t bytes, uint64_t *bytes_changed);
+int vmem_recreate_range(uintptr_t start, uint64_t bytes, uint64_t *bytes_changed);
+/* The device bytes vmem_recreate_range would create for the same range now (*missing). */
+int vmem_range_missing(uintptr_t start, uint64_t bytes, uint64_t *missing);
+/* The piece size in force (remap), 0 under translate or before init. */
+uint64_t vmem_piece_bytes(void);
+
+/* struct vmem_config.piece_bytes: every chunk keeps one physical allocation. */
+#define VMEM_PIECE_NONE UINT64_MAX
 
 /* Peer access (cudaDeviceEnablePeerAccess / Disable with `device` current): under remap, physical
  * memory mapped with the VMM calls is accessible only to the devices cuMemSetAccess names (the

@@ -42,6 +42,11 @@ static const struct ckpt_option_info own[] = {
                           "at its old addresses with VMM and take the lowest free device address "
                           "of the current device first, so that memory comes back elsewhere (a "
                           "forced move) and graph updates can be tried on a GPU", BOOL},
+  {"CUDAW_VMEM_PIECE", "auto", "remap: back an allocation larger than this with several physical "
+                              "allocations of at most this size, which an exchange of two "
+                              "programs on one GPU (docs/sharing.md) gives back and re-creates "
+                              "one by one (auto: 1G under CUDAW_SHARE=1, else never split)",
+   CKPT_OPTION_SIZE, "auto", 2ull << 20, 1ull << 40, NULL},
   {"CUDAW_VA_SIZE", "auto", "size of the reserved virtual range (auto: 4 x the devices' memory)",
    CKPT_OPTION_SIZE, "auto", 1, 0, NULL},
   {"CUDAW_MEM_LIMIT", "", "device memory quota per device: bytes, K/M/G/T, or a percentage",

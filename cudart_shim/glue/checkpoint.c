@@ -481,6 +481,38 @@ static int recreate_all(void *ctx, uint64_t *shortfall)
   return rc;
 }
 
+/* Exchanges: vmem's memory piece by piece (remap only; vmem says -ENOSYS under translate). Memory
+ * the program maps itself and the stacks move with release_all / recreate_all as always. */
+static int release_range(void *ctx, uint64_t vaddr, uint64_t bytes, uint64_t *done)
+{
+  (void)ctx;
+  *done = 0;
+  if (!shim_vmem_running()) return -ENOSYS;
+  shim_depth++;
+  int rc = vmem_release_range((uintptr_t)vaddr, bytes, done);
+  shim_depth--;
+  return rc;
+}
+
+static int recreate_range(void *ctx, uint64_t vaddr, uint64_t bytes, uint64_t *done)
+{
+  (void)ctx;
+  *done = 0;
+  if (!shim_vmem_running()) return -ENOSYS;
+  shim_depth++;
+  int rc = vmem_recreate_range((uintptr_t)vaddr, bytes, done);
+  shim_depth--;
+  return rc;
+}
+
+static int range_missing(void *ctx, uint64_t vaddr, uint64_t bytes, uint64_t *missing)
+{
+  (void)ctx;
+  *missing = 0;
+  if (!shim_vmem_running()) return -ENOSYS;
+  return vmem_range_missing((uintptr_t)vaddr, bytes, missing);
+}
+
 /* vmem releases what it can and reports the first error; the contract here is all or nothing,
  * so on error re-create what was released (the module then restores it from the image). */
 static int release_all(void *ctx)
@@ -599,6 +631,12 @@ static void stream_destroy(void *ctx, void *stream)
 static int device_address(uint64_t vaddr, void **real)
 {
   *real = vmem_translate((const void *)(uintptr_t)vaddr);
+  /* An exchange copies chunks partly released or partly created (pieces): vmem translates only
+   * wholly resident ones, but under remap an address whose piece is there is its own real one. */
+  uint64_t missing = 1;
+  if (!*real && vmem_policy() == VMEM_REMAP &&
+      vmem_range_missing((uintptr_t)vaddr, 1, &missing) == 0 && missing == 0)
+    *real = (void *)(uintptr_t)vaddr;
   return *real ? 0 : -EFAULT;
 }
 
@@ -1107,6 +1145,9 @@ static const struct ckpt_host_ops host_ops = {
   .for_each_region = for_each_region,
   .release_all = release_all,
   .recreate_all = recreate_all,
+  .release_range = release_range,
+  .recreate_range = recreate_range,
+  .range_missing = range_missing,
   .device_count = device_count,
   .stream_create = stream_create,
   .stream_destroy = stream_destroy,

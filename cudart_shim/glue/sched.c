@@ -120,6 +120,11 @@ static void describe(int device)
   struct sched_msg msg = {.type = SCHED_DEVICE, .device = device, .bytes = client.total[device]};
   memcpy(msg.key, client.key[device], sizeof msg.key);
   send_msg(msg);
+  /* Exchanges need memory that moves piece by piece: remap with pieces (never translate). vmem
+   * runs by the time a device is described. */
+  uint64_t piece = vmem_piece_bytes();
+  if (piece && piece != VMEM_PIECE_NONE)
+    send_msg((struct sched_msg){.type = SCHED_CAN_EXCHANGE, .bytes = piece});
 }
 
 /* Connect, check that cudawd is ours (same user or root), say hello, describe our devices and
@@ -306,7 +311,38 @@ static void transition(int op, uint64_t loan_offset, uint64_t loan_length)
   ckpt_last_result(&result);
   send_msg((struct sched_msg){.type = SCHED_DONE, .value = op, .status = rc,
                               .bytes = result.bytes, .seconds = result.total_seconds,
-                              .held = op == 1 && rc == 0 ? result.pool_bytes : 0});
+                              .held = op == 1 && rc == 0 ? result.pool_bytes : 0,
+                              .device_free = op == 1 && rc == 0 ? result.reserve_bytes : 0});
+}
+
+/* One side of an exchange cudawd ordered (value 1: going out, 2: coming in), paced through the
+ * page it sent (page_fd, closed here); answered as a checkpoint or resume. */
+static void exchange(int value, int page_fd)
+{
+  bool out = value == 1;
+  struct ckpt_result result = {0};
+  int rc = value == 1 || value == 2 ? ckpt_request_exchange(page_fd, out, &result) : -EINVAL;
+  close(page_fd);
+  /* A checkpoint that failed after giving memory back leaves us paused with our image (see
+   * ckpt_request_exchange): swapped out as far as cudawd is concerned, resumed on our turn. */
+  if (rc && out && ckpt_state() == CKPT_PAUSED) {
+    shim_warn("sched: the exchange's checkpoint failed midway (%s); paused with our image, "
+              "resumed on our turn", result.reason);
+    rc = 0;
+  }
+  if (rc == 0) client.paused_by_sched = out;
+  if (rc)
+    shim_warn("sched: the exchange cudawd ordered (%s) failed: %s", out ? "going out"
+              : "coming in", result.reason[0] ? result.reason : strerror(-rc));
+  else
+    shim_info("sched: exchange %s: %llu bytes %s, %llu %s, %.3f s", out ? "out" : "in",
+              (unsigned long long)result.exchange_moved, out ? "into the image" : "created",
+              (unsigned long long)result.exchange_given, out ? "released" : "image bytes freed",
+              result.total_seconds);
+  send_msg((struct sched_msg){.type = SCHED_DONE, .value = out ? 1 : 2, .status = rc,
+                              .bytes = result.bytes, .seconds = result.total_seconds,
+                              .held = result.exchange_given,
+                              .device_free = out && rc == 0 ? result.reserve_bytes : 0});
 }
 
 /* cudawd sent its host-memory pool: map it and hand it to the checkpoint module, which
@@ -472,6 +508,10 @@ static void *run(void *unused)
         fd = -1;
       }
       if (msg.type == SCHED_SPILL && fd >= 0) spill(fd);
+      if (msg.type == SCHED_EXCHANGE && fd >= 0) {
+        exchange(msg.value, fd);
+        fd = -1;
+      }
       if (fd >= 0) close(fd); /* a descriptor with any other message is not ours to keep */
       if (msg.type == SCHED_GRANT) answer_waiter(msg.status);
       else if (msg.type == SCHED_CHECKPOINT) transition(1, msg.held, msg.bytes);

@@ -82,7 +82,18 @@ static int read_config(const struct vmem_prims *prims, void *ctx, struct vmem_co
   /* Sharing a GPU: memory a program frees must leave the device at once, or cudawd counts it as
    * held by someone else and nobody can give it back: no slabs at a resume (a freed chunk keeps
    * its slab's memory until the slab goes). A resume then maps every chunk on its own. */
-  if (strcmp(cudaw_option("CUDAW_SHARE"), "1") == 0) config->slab_max_bytes = 1;
+  bool share = strcmp(cudaw_option("CUDAW_SHARE"), "1") == 0;
+  if (share) config->slab_max_bytes = 1;
+  /* Pieces matter only where cudawd may order an exchange; elsewhere a program's memory is backed
+   * as before pieces existed (one physical allocation per chunk) until pieces have run on a real
+   * GPU. The option table checked the size already. */
+  const char *piece = cudaw_option("CUDAW_VMEM_PIECE");
+  if (strcmp(piece, "auto") == 0)
+    config->piece_bytes = share ? 0 : VMEM_PIECE_NONE;
+  else if (vmem_parse_size(piece, 0, &config->piece_bytes) != 0) {
+    shim_error("CUDAW_VMEM_PIECE=%s: expected a size such as 1G", cudaw_option("CUDAW_VMEM_PIECE"));
+    return -EINVAL;
+  }
   const char *va = cudaw_option("CUDAW_VA_SIZE");
   if (strcmp(va, "auto") != 0 && vmem_parse_size(va, 0, &config->va_size) != 0) {
     shim_error("CUDAW_VA_SIZE=%s: expected a size such as 256G", va);
@@ -216,9 +227,13 @@ static void start(void)
     shim_translate_end = base + size;
     shim_translate_outside = &vmem_fast.outside_irregular;
   }
-  shim_info("vmem: policy %s, virtual range %#lx..%#lx (%lu GiB), granule %lu KiB",
+  uint64_t piece = vmem_piece_bytes();
+  char pieces[32] = "none";
+  if (piece && piece != VMEM_PIECE_NONE)
+    snprintf(pieces, sizeof pieces, "%llu MiB", (unsigned long long)(piece >> 20));
+  shim_info("vmem: policy %s, virtual range %#lx..%#lx (%lu GiB), granule %lu KiB, pieces %s",
             policy_name(vmem_policy()), (unsigned long)base, (unsigned long)(base + size),
-            (unsigned long)(size >> 30), (unsigned long)(vmem_granule() >> 10));
+            (unsigned long)(size >> 30), (unsigned long)(vmem_granule() >> 10), pieces);
   vmem_status = 0;
   apply_peers();
   ckpt_prepare_early(); /* a context exists now: the checkpoint's staging can be pinned */

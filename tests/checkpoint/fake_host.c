@@ -59,6 +59,18 @@ static void violation(struct fake_host *host, const char *format, ...) {
   pthread_mutex_unlock(&host->lock);
 }
 
+/* Device memory came or went (host->lock held, or no copy thread running yet). */
+static void account(struct fake_host *host, int64_t bytes) {
+  host->device_used += (uint64_t)bytes;
+  if (host->device_used > host->device_peak) host->device_peak = host->device_used;
+  struct fake_device *d = host->device;
+  if (!d) return;
+  pthread_mutex_lock(&d->lock);
+  d->used += (uint64_t)bytes;
+  if (d->used > d->peak) d->peak = d->used;
+  pthread_mutex_unlock(&d->lock);
+}
+
 void fake_host_init(struct fake_host *host, int devices) {
   memset(host, 0, sizeof *host);
   pthread_mutex_init(&host->lock, NULL);
@@ -71,7 +83,10 @@ void fake_host_init(struct fake_host *host, int devices) {
 }
 
 void fake_host_free(struct fake_host *host) {
-  for (size_t i = 0; i < host->region_count; i++) free(host->regions[i].memory);
+  for (size_t i = 0; i < host->region_count; i++) {
+    free(host->regions[i].memory);
+    free(host->regions[i].piece_gone);
+  }
   free(host->regions);
   host->regions = NULL;
   host->region_count = 0;
@@ -86,8 +101,10 @@ size_t fake_host_add_region(struct fake_host *host, uint64_t size, int device, u
     vaddr = (prev->vaddr + prev->size + 0x10000) & ~0xffffull;
   }
   struct fake_region *r = &host->regions[host->region_count];
-  *r = (struct fake_region){1000 + host->region_count, vaddr, size, device, malloc(size), seed};
+  *r = (struct fake_region){1000 + host->region_count, vaddr, size, device, malloc(size), seed, NULL};
   for (uint64_t i = 0; i < size; i++) r->memory[i] = pattern_byte(seed, i);
+  if (host->piece_bytes) r->piece_gone = calloc(size / host->piece_bytes + 1, sizeof(bool));
+  account(host, (int64_t)size);
   size_t index = host->region_count++;
   pthread_mutex_unlock(&host->lock);
   return index;
@@ -222,7 +239,9 @@ static int release_all(void *ctx) {
     if (r->memory) memset(r->memory, 0xdd, r->size); /* stale data must not survive */
     free(r->memory);
     r->memory = NULL;
+    if (r->piece_gone) memset(r->piece_gone, 0, r->size / host->piece_bytes + 1);
   }
+  account(host, -(int64_t)host->device_used);
   host->released = true;
   pthread_mutex_unlock(&host->lock);
   return 0;
@@ -242,9 +261,19 @@ static int recreate_all(void *ctx, uint64_t *shortfall) {
   }
   for (size_t i = 0; i < host->region_count; i++) {
     struct fake_region *r = &host->regions[i];
-    if (r->memory) continue;
+    if (r->memory) {
+      for (uint64_t p = 0; r->piece_gone && p * host->piece_bytes < r->size; p++)
+        if (r->piece_gone[p]) { /* a piece an exchange released */
+          uint64_t n = r->size - p * host->piece_bytes;
+          n = n < host->piece_bytes ? n : host->piece_bytes;
+          r->piece_gone[p] = false;
+          account(host, (int64_t)n);
+        }
+      continue;
+    }
     r->memory = malloc(r->size);
     memset(r->memory, 0xa5, r->size); /* new memory holds garbage */
+    account(host, (int64_t)r->size);
   }
   host->released = false;
   pthread_mutex_unlock(&host->lock);
@@ -308,6 +337,95 @@ static void execute(struct fake_stream *s, const struct pending_copy *copy) {
   else memcpy(copy->host, device, copy->n);
 }
 
+/* Whether every piece under [vaddr, vaddr + n) of r is on the device. */
+static bool pieces_resident(const struct fake_host *host, const struct fake_region *r,
+                            uint64_t vaddr, size_t n) {
+  if (!r->piece_gone || n == 0) return true;
+  for (uint64_t p = (vaddr - r->vaddr) / host->piece_bytes;
+       p <= (vaddr + n - 1 - r->vaddr) / host->piece_bytes; p++)
+    if (r->piece_gone[p]) return false;
+  return true;
+}
+
+/* Exchanges: the pieces of each region inside (release) or overlapping (recreate, missing)
+ * [vaddr, vaddr + bytes). */
+enum range_op { RANGE_RELEASE, RANGE_RECREATE, RANGE_MISSING };
+
+/* Whether a release (or recreate) of [vaddr, end) would change any piece. */
+static bool changes(const struct fake_host *host, bool release, uint64_t vaddr, uint64_t end) {
+  for (size_t i = 0; i < host->region_count; i++) {
+    const struct fake_region *r = &host->regions[i];
+    if (!r->piece_gone || (!r->memory && release)) continue;
+    for (uint64_t p = 0; p * host->piece_bytes < r->size; p++) {
+      uint64_t start = r->vaddr + p * host->piece_bytes, n = r->size - p * host->piece_bytes;
+      n = n < host->piece_bytes ? n : host->piece_bytes;
+      bool gone = !r->memory || r->piece_gone[p];
+      if (release ? !gone && start >= vaddr && start + n <= end
+                  : gone && start < end && start + n > vaddr)
+        return true;
+    }
+  }
+  return false;
+}
+
+static int range_op(struct fake_host *host, enum range_op op, uint64_t vaddr, uint64_t bytes,
+                    uint64_t *done) {
+  *done = 0;
+  if (!host->piece_bytes) return -ENOSYS;
+  if (op != RANGE_MISSING && !host->gate_closed) violation(host, "range operation with the gate open");
+  pthread_mutex_lock(&host->lock);
+  host->range_calls++;
+  uint64_t end = vaddr + bytes;
+  /* Injected failures count the calls that would change something. */
+  int *fail = op == RANGE_RECREATE ? &host->range_fail_after
+              : op == RANGE_RELEASE ? &host->release_fail_after : NULL;
+  if (fail && *fail > 0 && changes(host, op == RANGE_RELEASE, vaddr, end) && --*fail == 0) {
+    pthread_mutex_unlock(&host->lock);
+    return op == RANGE_RECREATE ? -ENOMEM : -EIO;
+  }
+  for (size_t i = 0; i < host->region_count; i++) {
+    struct fake_region *r = &host->regions[i];
+    if (!r->piece_gone || (!r->memory && op == RANGE_RELEASE)) continue;
+    if (!r->memory && op == RANGE_RECREATE) { /* released whole (release_all): every piece gone */
+      r->memory = malloc(r->size);
+      memset(r->memory, 0xdd, r->size);
+      memset(r->piece_gone, 1, (r->size / host->piece_bytes + 1) * sizeof(bool));
+    }
+    for (uint64_t p = 0; p * host->piece_bytes < r->size; p++) {
+      uint64_t start = r->vaddr + p * host->piece_bytes, n = r->size - p * host->piece_bytes;
+      n = n < host->piece_bytes ? n : host->piece_bytes;
+      bool inside = start >= vaddr && start + n <= end, overlaps = start < end && start + n > vaddr;
+      if (op == RANGE_RELEASE && inside && !r->piece_gone[p]) {
+        memset(r->memory + (start - r->vaddr), 0xdd, n); /* stale data must not survive */
+        r->piece_gone[p] = true;
+        account(host, -(int64_t)n);
+        *done += n;
+      } else if (op != RANGE_RELEASE && overlaps && (!r->memory || r->piece_gone[p])) {
+        if (op == RANGE_RECREATE) {
+          memset(r->memory + (start - r->vaddr), 0xa5, n); /* new memory holds garbage */
+          r->piece_gone[p] = false;
+          account(host, (int64_t)n);
+        }
+        *done += n;
+      }
+    }
+  }
+  pthread_mutex_unlock(&host->lock);
+  return 0;
+}
+
+static int release_range(void *ctx, uint64_t vaddr, uint64_t bytes, uint64_t *done) {
+  return range_op(ctx, RANGE_RELEASE, vaddr, bytes, done);
+}
+
+static int recreate_range(void *ctx, uint64_t vaddr, uint64_t bytes, uint64_t *done) {
+  return range_op(ctx, RANGE_RECREATE, vaddr, bytes, done);
+}
+
+static int range_missing(void *ctx, uint64_t vaddr, uint64_t bytes, uint64_t *missing) {
+  return range_op(ctx, RANGE_MISSING, vaddr, bytes, missing);
+}
+
 static int queue_copy(struct fake_host *host, bool to_device, void *hostp, uint64_t vaddr, size_t n, void *stream) {
   struct fake_stream *s = stream;
   pthread_mutex_lock(&host->lock);
@@ -317,7 +435,10 @@ static int queue_copy(struct fake_host *host, bool to_device, void *hostp, uint6
   pthread_mutex_unlock(&host->lock);
   if (!closed) violation(host, "copy with the gate open");
   if (!r) { violation(host, "copy outside every region"); return -EFAULT; }
-  if (!r->memory) { violation(host, "copy into released region %llu", (unsigned long long)r->id); return -EFAULT; }
+  if (!r->memory || !pieces_resident(host, r, vaddr, n)) {
+    violation(host, "copy into released memory of region %llu", (unsigned long long)r->id);
+    return -EFAULT;
+  }
   if (r->device != s->device) { violation(host, "region on device %d copied on a stream of device %d", r->device, s->device); return -EINVAL; }
   if (!ok_pinned) { violation(host, "host side of a copy is not pinned staging"); return -EINVAL; }
   if (s->count == QUEUE_MAX) { /* the oldest copy completes */
@@ -515,6 +636,9 @@ const struct ckpt_host_ops fake_host_ops = {
     .for_each_region = for_each_region,
     .release_all = release_all,
     .recreate_all = recreate_all,
+    .release_range = release_range,
+    .recreate_range = recreate_range,
+    .range_missing = range_missing,
     .device_count = device_count,
     .stream_create = stream_create,
     .stream_destroy = stream_destroy,

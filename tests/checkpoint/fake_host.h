@@ -17,6 +17,13 @@ struct fake_region {
   int device;
   uint8_t *memory; /* NULL while released */
   uint32_t seed;
+  bool *piece_gone; /* exchanges: per piece of fake_host.piece_bytes, released on its own */
+};
+
+/* One device that several fake hosts (programs) share: what they hold together, and its peak. */
+struct fake_device {
+  pthread_mutex_t lock;
+  uint64_t used, peak;
 };
 
 struct fake_host {
@@ -42,6 +49,15 @@ struct fake_host {
   int pin_delay_us;            /* host_alloc_pinned takes this long (pinning is slow on GPUs) */
   int register_delay_us;       /* host_register takes up to this long (a random share) */
   int register_fail_after;     /* the Nth host_register from now fails with -EIO (0: none) */
+  /* Exchanges: with piece_bytes set, device memory moves in pieces of that size per region
+   * (release_range, recreate_range, range_missing; else they answer -ENOSYS). device_used and
+   * device_peak: resident bytes now and at most. */
+  uint64_t piece_bytes;
+  uint64_t device_used, device_peak;
+  struct fake_device *device;  /* optional: counts this host's memory too */
+  int range_fail_after;        /* the Nth recreate_range from now fails with -ENOMEM (0: none) */
+  int release_fail_after;      /* the Nth release_range from now fails with -EIO (0: none) */
+  int range_calls;
   /* what happened */
   int gate_closes, gate_opens, release_calls, recreate_calls, copies;
   int pinned_live, streams_live, registered_live;

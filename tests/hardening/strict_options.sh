@@ -30,6 +30,7 @@ invalid() {
     CUDAW_VMEM_IDENTITY) echo on ;;
     CUDAW_TEST_MOVE) echo 2 ;;
     CUDAW_VA_SIZE) echo lots ;;
+    CUDAW_VMEM_PIECE) echo "1M lots" ;;
     CUDAW_MEM_LIMIT) echo "lots 0 200%" ;;
     CUDAW_CHECK) echo true ;;
     CUDAW_SHARE) echo 2 ;;
@@ -59,6 +60,7 @@ invalid() {
     CUDAW_CKPT_RESERVE_THREADS) echo 0 ;;
     CUDAW_CKPT_LIVE) echo 2 ;;
     CUDAW_CKPT_PREFAULT) echo 2 ;;
+    CUDAW_TEST_EXCHANGE_DELAY_MS) echo 99999 ;;
     CUDAW_CRIU) echo /nonexistent/criu ;;
   esac
 }

@@ -5,6 +5,8 @@
 #define CUDAW_TESTS_SCHED_CLIENT_H
 
 #include <dirent.h>
+#include <limits.h>
+#include <signal.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
@@ -16,6 +18,7 @@
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -149,6 +152,61 @@ static inline bool client_file_has(const char *path, const char *text)
   while (f && !found && fgets(line, sizeof line, f)) found = strstr(line, text) != NULL;
   if (f) fclose(f);
   return found;
+}
+
+/* count sched_share_job processes of `bytes` each, `rounds` rounds of pieces, into jobs[];
+ * job i logs (both outputs) to <run_dir>/job<i>.log. */
+static inline void client_start_jobs(const char *job_path, const char *run_dir, pid_t *jobs,
+                                     int count, uint64_t bytes, const char *rounds)
+{
+  for (int i = 0; i < count; i++) {
+    char log[160], size[32];
+    snprintf(log, sizeof log, "%s/job%d.log", run_dir, i);
+    snprintf(size, sizeof size, "%llu", (unsigned long long)bytes);
+    const char *argv[] = {job_path, size, rounds, "pieces", NULL};
+    jobs[i] = client_spawn(argv, log, true);
+  }
+}
+
+/* Whether every job still in jobs[] (0: gone) has exited 0; a job that failed fails the test.
+ * Exited jobs are set to 0. */
+static inline bool client_jobs_done(pid_t *jobs, int count, const char *run_dir)
+{
+  bool all = true;
+  for (int i = 0; i < count; i++) {
+    if (!jobs[i]) continue;
+    int status;
+    if (waitpid(jobs[i], &status, WNOHANG) != jobs[i]) {
+      all = false;
+      continue;
+    }
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "job %d (pid %d) failed (status 0x%x): see %s/job%d.log", i, jobs[i], status, run_dir, i);
+    jobs[i] = 0;
+  }
+  return all;
+}
+
+/* A fake /proc/meminfo for cudawd (CUDAWD_MEMINFO) at path: MemTotal 8 GiB (cudawd keeps 1 GiB
+ * free) and MemAvailable `available` bytes, replaced at once (a reader never sees half a file). */
+static inline void client_write_meminfo(const char *path, uint64_t available)
+{
+  char tmp[PATH_MAX];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  CHECK(f != NULL);
+  fprintf(f, "MemTotal:       %llu kB\nMemAvailable:   %llu kB\n", 8ull << 20,
+          (unsigned long long)(available >> 10));
+  fclose(f);
+  CHECK(rename(tmp, path) == 0);
+}
+
+/* At exit: kill -9 the daemon and the jobs still there (0 or less: none). */
+static inline void client_kill_all(pid_t daemon, const pid_t *jobs, int count)
+{
+  if (daemon > 0) kill(daemon, SIGKILL);
+  for (int i = 0; i < count; i++)
+    if (jobs[i] > 0) kill(jobs[i], SIGKILL);
 }
 
 #endif

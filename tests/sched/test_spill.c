@@ -46,23 +46,14 @@ static pid_t cudawd_pid, jobs[JOBS];
 
 static void end_children(void)
 {
-  if (cudawd_pid > 0) kill(cudawd_pid, SIGKILL);
-  for (int i = 0; i < JOBS; i++)
-    if (jobs[i] > 0) kill(jobs[i], SIGKILL);
+  client_kill_all(cudawd_pid, jobs, JOBS);
 }
 
 /* MemTotal 8 GiB (cudawd keeps 1 GiB free and moves images to disk under twice that),
  * MemAvailable host_mib less 72 MiB per image in host memory. */
 static void write_meminfo(int images_in_host)
 {
-  char tmp[200];
-  snprintf(tmp, sizeof tmp, "%s.tmp", meminfo);
-  FILE *f = fopen(tmp, "w");
-  CHECK(f != NULL);
-  unsigned long long available = host_mib * MIB - (unsigned long long)images_in_host * JOB_BYTES;
-  fprintf(f, "MemTotal:       %llu kB\nMemAvailable:   %llu kB\n", 8ull << 20, available >> 10);
-  fclose(f);
-  CHECK(rename(tmp, meminfo) == 0);
+  client_write_meminfo(meminfo, host_mib * MIB - (uint64_t)images_in_host * JOB_BYTES);
 }
 
 static void start_cudawd(void)
@@ -140,31 +131,12 @@ static void watch_step(struct watch *w, const struct sched_snapshot *s)
 
 static void start_jobs(const char *rounds)
 {
-  for (int i = 0; i < JOBS; i++) {
-    char log[128], bytes[32];
-    snprintf(log, sizeof log, "%s/job%d.log", run_dir, i);
-    snprintf(bytes, sizeof bytes, "%llu", JOB_BYTES);
-    const char *argv[] = {job_path, bytes, rounds, "pieces", NULL};
-    jobs[i] = client_spawn(argv, log, true);
-  }
+  client_start_jobs(job_path, run_dir, jobs, JOBS, JOB_BYTES, rounds);
 }
 
-/* Whether every job has exited 0; a failed one fails the test. */
 static bool jobs_done(void)
 {
-  bool all = true;
-  for (int i = 0; i < JOBS; i++) {
-    if (!jobs[i]) continue;
-    int status;
-    if (waitpid(jobs[i], &status, WNOHANG) != jobs[i]) {
-      all = false;
-      continue;
-    }
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-          "job %d (pid %d) failed (status 0x%x): see %s/job%d.log", i, jobs[i], status, run_dir, i);
-    jobs[i] = 0;
-  }
-  return all;
+  return client_jobs_done(jobs, JOBS, run_dir);
 }
 
 static bool spill_dir_empty(void)

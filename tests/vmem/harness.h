@@ -22,6 +22,7 @@ struct setup {
   int identity;    /* vmem_config.identity */
   int vmm;         /* translate: the fake devices report VMM anyway (remap: always) */
   int in_place;    /* vmem_config.in_place */
+  uint64_t piece_bytes; /* vmem_config.piece_bytes */
 };
 
 static inline struct fake *start(struct setup s) {
@@ -37,7 +38,8 @@ static inline struct fake *start(struct setup s) {
                            .policy = s.policy,
                            .check = s.check,
                            .identity = s.identity,
-                           .in_place = s.in_place};
+                           .in_place = s.in_place,
+                           .piece_bytes = s.piece_bytes};
   int rc = vmem_init(&vc, fake_prims(), f);
   CHECK(rc == 0, "vmem_init: %d", rc);
   return f;

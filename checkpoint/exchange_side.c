@@ -1,0 +1,129 @@
+/* One program's side of an exchange: its copy's pace from the shared page (exchange_page.h).
+ * The program going out writes its image only up to what the other consumed plus the window;
+ * the one coming in creates device memory only up to what the other released plus the spare.
+ * A side whose peer died or finished goes on without a limit: a dead process's memory goes back
+ * to the kernel and the driver, and a finished one's is where it will stay. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "exchange_page.h"
+#include "internal.h"
+
+int exchange_page_create(pid_t out_pid, pid_t in_pid, uint64_t window, uint64_t spare, int *fd) {
+  int memfd = memfd_create("cudaw-exchange", MFD_CLOEXEC);
+  if (memfd < 0) return -errno;
+  void *p = ftruncate(memfd, 4096) == 0
+                ? mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0)
+                : MAP_FAILED;
+  if (p == MAP_FAILED) {
+    int rc = -errno;
+    close(memfd);
+    return rc;
+  }
+  struct exchange_page *page = p;
+  *page = (struct exchange_page){.magic = EXCHANGE_PAGE_MAGIC, .version = EXCHANGE_PAGE_VERSION,
+                                 .out_pid = out_pid, .in_pid = in_pid,
+                                 .window = window, .spare = spare};
+  munmap(page, 4096);
+  *fd = memfd;
+  return 0;
+}
+
+int exchange_page_map(int fd, struct exchange_page **out) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return -errno;
+  if (st.st_size < 4096) return -EINVAL;
+  void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return -errno;
+  struct exchange_page *page = p;
+  if (page->magic != EXCHANGE_PAGE_MAGIC || page->version != EXCHANGE_PAGE_VERSION) {
+    munmap(p, 4096);
+    return -EINVAL;
+  }
+  *out = page;
+  return 0;
+}
+
+void exchange_page_unmap(struct exchange_page *page) {
+  if (page) munmap(page, 4096);
+}
+
+/* Whether the peer still runs its copy: not finished, and its process not ended (a pidfd turns
+ * readable when the process exits, zombie or not; kill(pid, 0) where pidfds are missing). */
+static bool peer_going(const struct exchange_side *side) {
+  const struct exchange_page *page = side->page;
+  if (atomic_load(side->out ? &page->in_done : &page->out_done)) return false;
+  if (side->peer_pidfd >= 0) {
+    struct pollfd p = {.fd = side->peer_pidfd, .events = POLLIN};
+    return poll(&p, 1, 0) == 0;
+  }
+  pid_t peer = side->out ? page->in_pid : page->out_pid;
+  return kill(peer, 0) == 0 || errno == EPERM;
+}
+
+static uint64_t side_limit(void *arg) {
+  struct exchange_side *side = arg;
+  if (side->delay_ns) { /* tests: a copy slow enough to be interrupted midway */
+    struct timespec pause = {(time_t)(side->delay_ns / 1000000000u), (long)(side->delay_ns % 1000000000u)};
+    nanosleep(&pause, NULL);
+  }
+  if (!peer_going(side)) return UINT64_MAX;
+  const struct exchange_page *page = side->page;
+  uint64_t base = side->out ? atomic_load(&page->consumed) : atomic_load(&page->released);
+  uint64_t ahead = side->out ? page->window : page->spare;
+  return base + ahead < base ? UINT64_MAX : base + ahead;
+}
+
+static void side_progress(void *arg, uint64_t bytes) {
+  struct exchange_side *side = arg;
+  atomic_store(side->out ? &side->page->released : &side->page->consumed, bytes);
+}
+
+static void side_moved(void *arg, uint64_t bytes) {
+  struct exchange_side *side = arg;
+  struct exchange_page *page = side->page;
+  atomic_store(side->out ? &page->written : &page->created, bytes);
+  if (!side->out) return;
+  uint64_t consumed = atomic_load(&page->consumed);
+  uint64_t ahead = bytes > consumed ? bytes - consumed : 0, peak = atomic_load(&page->peak_ahead);
+  while (ahead > peak && !atomic_compare_exchange_weak(&page->peak_ahead, &peak, ahead)) {
+  }
+}
+
+int exchange_side_open(struct exchange_side *side, struct exchange_page *page, bool out) {
+  pid_t self = getpid(), me = out ? page->out_pid : page->in_pid;
+  if (me != self) return -EPERM; /* the orders were meant for another program */
+  *side = (struct exchange_side){.page = page, .out = out, .peer_pidfd = -1};
+  /* -1 where pidfds are missing or the peer is gone already: kill() answers then */
+  side->peer_pidfd = (int)syscall(SYS_pidfd_open, out ? page->in_pid : page->out_pid, 0);
+  if (side->peer_pidfd < 0) side->peer_pidfd = -1;
+  return 0;
+}
+
+void exchange_side_pace(struct exchange_side *side, struct engine_pace *pace) {
+  *pace = (struct engine_pace){side_limit, side_progress, side, side_moved};
+}
+
+void exchange_side_close(struct exchange_side *side) {
+  if (side->page) atomic_store(side->out ? &side->page->out_done : &side->page->in_done, 1);
+}
+
+int exchange_side_wait_peer(struct exchange_side *side, int timeout_ms) {
+  for (int waited = 0; side->page && peer_going(side); waited++) {
+    if (waited >= timeout_ms) return -ETIMEDOUT;
+    struct timespec pause = {0, 1000000};
+    nanosleep(&pause, NULL);
+  }
+  if (side->peer_pidfd >= 0) close(side->peer_pidfd);
+  side->peer_pidfd = -1;
+  return 0;
+}

@@ -1,0 +1,301 @@
+/* Description: cudawd's exchanges (issue 30 item 1) on the emulated device. Two jobs of 72 MiB
+ * (pieces of 2 MiB) take turns on a device that holds one (--device-memory 96M) and a host that
+ * holds one image plus the window but not two images: a fake /proc/meminfo (CUDAWD_MEMINFO)
+ * leaves 60 MiB beyond what cudawd keeps free once one image is in host memory. A plain swap
+ * would be refused ("would leave the host short"); cudawd exchanges instead.
+ *   rotate       exchanges happen (the snapshot counts them, the log says one line each with
+ *                the peak extra host memory, at most the window), no swap is refused, both
+ *                jobs verify their data after every turn and exit 0; cudaw-ctl sched (text
+ *                and --json) counts them
+ *   kill_out     the job going out is killed with -9 in the middle of an exchange (each step
+ *                slowed by CUDAW_TEST_EXCHANGE_DELAY_MS, a test-only option): the other
+ *                finishes its resume alone, verifies its data and exits 0
+ *   kill_in      the job coming in is killed in the middle: the one going out finishes its
+ *                checkpoint, is resumed and verifies its data
+ *   kill_cudawd  cudawd is killed in the middle: both finish the exchange on their own page; a
+ *                new cudawd resumes the one swapped out, and both verify their data
+ *   translate    the same under CUDAW_VMEM=translate, where memory cannot move piece by piece:
+ *                no exchange, the old refusal in the log, both jobs verified
+ *   usage: sched_test_exchange CUDAWD CUDAW_CTL JOB MODE */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "client.h"
+
+#define MIB (1024ull * 1024)
+#define JOB_BYTES (72 * MIB)
+#define JOBS 2
+/* Beyond cudawd's margin with one image in host memory: under a job's image (a plain swap is
+ * refused), but a job's image fits once the other's is gone, even one swapped out with only
+ * one of its four blocks allocated (72 <= 60 + 18). */
+#define ROOM (60 * MIB)
+
+static const char *cudawd_path, *job_path, *ctl_path;
+static char run_dir[64], meminfo[160];
+static pid_t cudawd_pid, jobs[JOBS];
+
+static void end_children(void)
+{
+  client_kill_all(cudawd_pid, jobs, JOBS);
+}
+
+/* MemAvailable: the margin, ROOM and one image, less one image per image in host memory: the
+ * first swap-out fits, the next ones do not beside the image already there. */
+static void write_meminfo(int images_in_host)
+{
+  uint64_t out = (uint64_t)images_in_host * JOB_BYTES;
+  client_write_meminfo(meminfo, 1024 * MIB + ROOM + JOB_BYTES - out);
+}
+
+static void start_cudawd(void)
+{
+  char log[128];
+  snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
+  const char *argv[] = {cudawd_path, "--device-memory", "96M", "--quantum", "0.5", "--min-run",
+                        "0.1", "--host-memory", "off", "--verbose", "--gpu-list", "none", NULL};
+  cudawd_pid = client_spawn(argv, log, false);
+  CHECK(client_wait_up(run_dir, 10), "cudawd did not answer on %s (see %s)", run_dir, log);
+}
+
+/* One look at cudawd: the fake host follows the images in host memory. With two jobs, once one
+ * was swapped out an image is in host memory for good (the one out, or the exchange's), so the
+ * count sticks at one: a look that comes late (a loaded machine) never shows a roomy host. */
+static int follow(struct sched_snapshot *s)
+{
+  static int sticky;
+  if (!client_snapshot(run_dir, s)) return 0;
+  int in_host = sticky;
+  for (int i = 0; i < s->programs; i++) {
+    int state = s->program[i].state;
+    if ((state == SCHED_SWAPPED_OUT || state == SCHED_SWAPPING_OUT) && s->program[i].bytes)
+      in_host++;
+  }
+  sticky = in_host > 0;
+  write_meminfo(sticky);
+  return s->programs;
+}
+
+static void start_jobs(const char *rounds)
+{
+  client_start_jobs(job_path, run_dir, jobs, JOBS, JOB_BYTES, rounds);
+}
+
+static bool jobs_done(void)
+{
+  return client_jobs_done(jobs, JOBS, run_dir);
+}
+
+static void wait_jobs(double seconds, const char *what)
+{
+  struct sched_snapshot *s = calloc(1, sizeof *s);
+  CHECK(s != NULL);
+  for (double end = client_now() + seconds; !jobs_done();) {
+    CHECK(client_now() < end, "the jobs did not finish within %.0f s %s (see %s)", seconds, what,
+          run_dir);
+    follow(s);
+    client_sleep_ms(40);
+  }
+  free(s);
+}
+
+static char *log_path(const char *name)
+{
+  static char path[160];
+  snprintf(path, sizeof path, "%s/%s", run_dir, name);
+  return path;
+}
+
+static void test_rotate(void)
+{
+  start_cudawd();
+  start_jobs("40");
+  wait_jobs(50, "");
+  struct sched_snapshot *s = calloc(1, sizeof *s);
+  CHECK(s != NULL && follow(s), "cudawd did not answer after the jobs");
+  const struct sched_exchange_info *x = &s->exchange;
+  const char *log = log_path("cudawd.log");
+  CHECK(x->exchanges >= 2, "%llu exchanges (%llu failed): the swaps did not exchange",
+        (unsigned long long)x->exchanges, (unsigned long long)x->failures);
+  CHECK(x->failures == 0, "%llu exchanges failed", (unsigned long long)x->failures);
+  /* A job swapped out before it allocated all of its blocks (the first swap) has a smaller
+   * image, and so does one that freed some at its end: allow one such exchange each way. */
+  CHECK(x->out_bytes >= (x->exchanges - 1) * JOB_BYTES &&
+        x->in_bytes >= (x->exchanges - 1) * JOB_BYTES,
+        "%llu exchanges moved %llu bytes out and %llu in: less than the jobs' memory",
+        (unsigned long long)x->exchanges, (unsigned long long)x->out_bytes,
+        (unsigned long long)x->in_bytes);
+  /* At most the window while both copy; once B is in, A's image may exceed B's whole image by
+   * what the host can spare (a job swapped out before it allocated everything is smaller). */
+  CHECK(x->peak_extra_bytes > 0 && x->peak_extra_bytes <= ROOM,
+        "peak extra host memory %llu bytes: expected some, at most what the host can spare (%llu)",
+        (unsigned long long)x->peak_extra_bytes, ROOM);
+  CHECK(client_file_has(log, "(window 24.0 MiB)"), "the window is not 4 pieces + 16 MiB");
+  CHECK(client_file_has(log, "exchange done: pid"), "no exchange line in the log");
+  CHECK(client_file_has(log, "peak extra host memory"), "the exchange line has no peak");
+  CHECK(!client_file_has(log, "would leave the host short"), "a swap was refused for host "
+        "memory although an exchange applied");
+  CHECK(client_file_has(log_path("job0.log"), "sched: exchange") &&
+        client_file_has(log_path("job1.log"), "sched: exchange"), "a job's log has no exchange");
+  /* What a user sees: cudaw-ctl sched, as text and as JSON. */
+  char command[300], line[512] = "";
+  snprintf(command, sizeof command, "'%s' sched --json", ctl_path);
+  FILE *json = popen(command, "r");
+  CHECK(json != NULL);
+  char expect[96];
+  snprintf(expect, sizeof expect, "\"exchanges\":{\"done\":%llu,\"failed\":0,",
+           (unsigned long long)x->exchanges);
+  bool found = false;
+  while (fgets(line, sizeof line, json)) found |= strstr(line, expect) != NULL;
+  CHECK(pclose(json) == 0 && found, "cudaw-ctl sched --json does not say %s", expect);
+  snprintf(command, sizeof command, "'%s' sched", ctl_path);
+  FILE *text = popen(command, "r");
+  CHECK(text != NULL);
+  snprintf(expect, sizeof expect, "exchanges: %llu (", (unsigned long long)x->exchanges);
+  found = false;
+  while (fgets(line, sizeof line, text)) found |= strncmp(line, expect, strlen(expect)) == 0;
+  CHECK(pclose(text) == 0 && found, "cudaw-ctl sched does not say '%s'", expect);
+  printf("rotate: %llu exchanges (%llu bytes out, %llu in), peak extra host memory %llu bytes, "
+         "swaps %llu; both jobs verified their data\n", (unsigned long long)x->exchanges,
+         (unsigned long long)x->out_bytes, (unsigned long long)x->in_bytes,
+         (unsigned long long)x->peak_extra_bytes, (unsigned long long)s->device[0].swaps);
+  free(s);
+}
+
+static void test_translate(void)
+{
+  start_cudawd();
+  start_jobs("40");
+  wait_jobs(50, "");
+  struct sched_snapshot *s = calloc(1, sizeof *s);
+  CHECK(s != NULL && follow(s), "cudawd did not answer after the jobs");
+  CHECK(s->exchange.exchanges == 0 && s->exchange.failures == 0, "%llu exchanges under translate",
+        (unsigned long long)(s->exchange.exchanges + s->exchange.failures));
+  CHECK(client_file_has(log_path("cudawd.log"), "would leave the host short"),
+        "no refusal for host memory in the log: the host was never short");
+  printf("translate: no exchange, the swap refused for host memory as before; both jobs "
+         "verified their data\n");
+  free(s);
+}
+
+/* Wait until an exchange is under way and both sides have begun moving; its pids into out/in. */
+static void wait_middle(pid_t *out, pid_t *in)
+{
+  struct sched_snapshot *s = calloc(1, sizeof *s);
+  CHECK(s != NULL);
+  for (double end = client_now() + 30;;) {
+    CHECK(client_now() < end, "no exchange began within 30 s (see %s)", run_dir);
+    CHECK(!jobs_done(), "the jobs finished before any exchange");
+    if (follow(s) && s->exchange.active) {
+      *out = *in = 0;
+      for (int i = 0; i < s->programs; i++) {
+        if (s->program[i].state == SCHED_SWAPPING_OUT) *out = s->program[i].pid;
+        if (s->program[i].state == SCHED_SWAPPING_IN) *in = s->program[i].pid;
+      }
+      if (*out && *in) break;
+    }
+    client_sleep_ms(10);
+  }
+  free(s);
+  /* A few chunks moved each way (each step waits 50 ms), far fewer than the window and the
+   * spare would let the survivor finish without knowing that its peer died. */
+  client_sleep_ms(150);
+}
+
+static void kill_job(pid_t victim)
+{
+  for (int i = 0; i < JOBS; i++)
+    if (jobs[i] == victim) {
+      CHECK_EQ(kill(victim, SIGKILL), 0);
+      CHECK(waitpid(victim, NULL, 0) == victim);
+      jobs[i] = 0;
+      return;
+    }
+  test_fail("pid %d is none of the jobs", victim);
+}
+
+static void test_kill_job(bool out_side)
+{
+  start_cudawd();
+  start_jobs("30");
+  pid_t out, in;
+  wait_middle(&out, &in);
+  pid_t victim = out_side ? out : in, survivor = out_side ? in : out;
+  kill_job(victim);
+  wait_jobs(40, "after the kill");
+  struct sched_snapshot *s = calloc(1, sizeof *s);
+  CHECK(s != NULL && follow(s), "cudawd did not answer after the jobs");
+  CHECK(s->exchange.failures >= 1, "the interrupted exchange was not counted as failed");
+  CHECK(client_file_has(log_path("cudawd.log"), "exchange FAILED"), "no failed exchange line");
+  printf("%s: pid %d killed -9 in the middle of the exchange, pid %d finished and verified its "
+         "data\n", out_side ? "kill_out" : "kill_in", victim, survivor);
+  free(s);
+}
+
+static void test_kill_cudawd(void)
+{
+  start_cudawd();
+  start_jobs("30");
+  pid_t out, in;
+  wait_middle(&out, &in);
+  CHECK_EQ(kill(cudawd_pid, SIGKILL), 0);
+  CHECK(waitpid(cudawd_pid, NULL, 0) == cudawd_pid);
+  cudawd_pid = 0;
+  /* Both sides finish on the page alone: out's log says its exchange went out. */
+  char out_log[32];
+  snprintf(out_log, sizeof out_log, "job%d.log", jobs[0] == out ? 0 : 1);
+  for (double end = client_now() + 20; !client_file_has(log_path(out_log), "sched: exchange out");)
+  {
+    CHECK(client_now() < end, "pid %d did not finish its side within 20 s of cudawd's death",
+          out);
+    client_sleep_ms(20);
+  }
+  write_meminfo(1);
+  start_cudawd();
+  wait_jobs(50, "after a new cudawd started");
+  char rejoined[96];
+  snprintf(rejoined, sizeof rejoined, "pid %d (uid %u) joined (paused)", out, (unsigned)getuid());
+  CHECK(client_file_has(log_path("cudawd.log"), rejoined), "pid %d never re-joined as paused",
+        out);
+  printf("kill_cudawd: cudawd killed -9 in the middle of the exchange of pid %d (out) and pid %d "
+         "(in); both finished it, a new cudawd resumed pid %d, both verified their data\n", out,
+         in, out);
+}
+
+int main(int argc, char **argv)
+{
+  setpgid(0, 0);
+  atexit(end_children);
+  CHECK(argc == 5, "usage: %s CUDAWD CUDAW_CTL JOB rotate|kill_out|kill_in|kill_cudawd|translate",
+        argv[0]);
+  cudawd_path = argv[1];
+  ctl_path = argv[2];
+  job_path = argv[3];
+  argv[3] = argv[4];
+  snprintf(run_dir, sizeof run_dir, "/tmp/cudaw-exchange-XXXXXX");
+  CHECK(mkdtemp(run_dir) != NULL, "mkdtemp: %s", strerror(errno));
+  snprintf(meminfo, sizeof meminfo, "%s/meminfo", run_dir);
+  write_meminfo(0);
+  setenv("CUDAWD_MEMINFO", meminfo, 1);
+  setenv("CUDAW_RUN_DIR", run_dir, 1);
+  setenv("CUDAW_SHARE", "1", 1);
+  setenv("CUDAW_LOG", "info", 1);
+  setenv("CUDAW_VMEM", strcmp(argv[3], "translate") ? "remap" : "translate", 1);
+  setenv("CUDAW_VMEM_PIECE", "2M", 1);
+  setenv("CUDAW_CKPT_RESERVE", "off", 1); /* the image in private memory, freed as consumed */
+  if (strcmp(argv[3], "rotate") != 0) setenv("CUDAW_TEST_EXCHANGE_DELAY_MS", "50", 1);
+  if (!strcmp(argv[3], "rotate")) test_rotate();
+  else if (!strcmp(argv[3], "kill_out")) test_kill_job(true);
+  else if (!strcmp(argv[3], "kill_in")) test_kill_job(false);
+  else if (!strcmp(argv[3], "kill_cudawd")) test_kill_cudawd();
+  else if (!strcmp(argv[3], "translate")) test_translate();
+  else test_fail("unknown mode %s", argv[3]);
+  if (cudawd_pid > 0) kill(cudawd_pid, SIGTERM);
+  if (cudawd_pid > 0) waitpid(cudawd_pid, NULL, 0);
+  cudawd_pid = 0;
+  char command[200];
+  snprintf(command, sizeof command, "rm -rf '%s'", run_dir);
+  if (!getenv("KEEP") && system(command) != 0) fprintf(stderr, "could not remove %s\n", run_dir);
+  printf("ok\n");
+  return 0;
+}

@@ -20,28 +20,26 @@
  *   disk_full   the spill directory's disk has 1 MiB free (CUDAWD_TEST_DISK_FREE, test-only):
  *               no spill is ordered, cudawd says why exactly once, the jobs finish verified
  *   write_fails a chunk file of each job's image is in the way (a directory of that name): its
- *               spills fail part way, as on a full disk; cudawd notes each failure, the image stays in
- *               host memory (the job resumes from it and verifies its data) and the failed write
- *               leaves no chunk file on the disk
+ *               spills fail part way, as on a full disk; cudawd notes each failure, the image
+ *               stays in host memory (the job resumes from it and verifies its data) and the
+ *               failed write leaves no chunk file on the disk
  *   cleanup     a job is killed with -9 while its image is on disk: cudawd removes its directory
  *               (cudaw-<uid>-<pid>, which cudawd's order made) and logs it
  *   usage: sched_test_spill CUDAWD CUDAW_CTL JOB SPILL_BASE MODE
  * (SPILL_BASE: a directory on a disk, not tmpfs, for the spill directory; 77 if it is tmpfs.) */
 #define _GNU_SOURCE
-#include <linux/magic.h>
 #include <signal.h>
-#include <sys/vfs.h>
 #include <sys/wait.h>
 
-#include "client.h"
+#include "tier.h"
 
 #define MIB (1024ull * 1024)
 #define JOB_BYTES (72 * MIB)
 #define JOBS 3
 
 static const char *cudawd_path, *job_path;
-static unsigned long long host_mib = 2048 + 70; /* MemAvailable with no image in host memory */
-static char run_dir[64], spill_dir[512], meminfo[160];
+static uint64_t host_mib = 2048 + 70; /* MemAvailable with no image in host memory */
+static struct tier tier;
 static pid_t cudawd_pid, jobs[JOBS];
 
 static void end_children(void)
@@ -49,29 +47,23 @@ static void end_children(void)
   client_kill_all(cudawd_pid, jobs, JOBS);
 }
 
-/* MemTotal 8 GiB (cudawd keeps 1 GiB free and moves images to disk under twice that),
- * MemAvailable host_mib less 72 MiB per image in host memory. */
-static void write_meminfo(int images_in_host)
+/* MemAvailable host_mib less 72 MiB per image in host memory (the header says which host each
+ * mode has). */
+static uint64_t available(int images_in_host)
 {
-  client_write_meminfo(meminfo, host_mib * MIB - (uint64_t)images_in_host * JOB_BYTES);
+  return host_mib * MIB - (uint64_t)images_in_host * JOB_BYTES;
 }
 
 static void start_cudawd(void)
 {
-  char log[128];
-  snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
-  const char *argv[] = {cudawd_path, "--device-memory", "96M", "--quantum", "0.5", "--min-run",
-                        "0.1", "--host-memory", "off", "--spill-dir", spill_dir, "--verbose",
-                        "--gpu-list", "none", NULL};
-  cudawd_pid = client_spawn(argv, log, false);
-  CHECK(client_wait_up(run_dir, 10), "cudawd did not answer on %s (see %s)", run_dir, log);
+  cudawd_pid = tier_start_cudawd(&tier, cudawd_path);
 }
 
 /* One look at cudawd: the fake host follows the images in host memory. Returns the snapshot's
  * program count (0 if cudawd did not answer). */
 static int follow(struct sched_snapshot *s)
 {
-  if (!client_snapshot(run_dir, s)) return 0;
+  if (!client_snapshot(tier.run_dir, s)) return 0;
   int in_host = 0;
   for (int i = 0; i < s->programs; i++) {
     int state = s->program[i].state;
@@ -79,7 +71,7 @@ static int follow(struct sched_snapshot *s)
         s->program[i].bytes)
       in_host++;
   }
-  write_meminfo(in_host);
+  tier_write_meminfo(&tier, available(in_host));
   return s->programs;
 }
 
@@ -131,17 +123,17 @@ static void watch_step(struct watch *w, const struct sched_snapshot *s)
 
 static void start_jobs(const char *rounds)
 {
-  client_start_jobs(job_path, run_dir, jobs, JOBS, JOB_BYTES, rounds);
+  client_start_jobs(job_path, tier.run_dir, jobs, JOBS, JOB_BYTES, rounds);
 }
 
 static bool jobs_done(void)
 {
-  return client_jobs_done(jobs, JOBS, run_dir);
+  return client_jobs_done(jobs, JOBS, tier.run_dir);
 }
 
 static bool spill_dir_empty(void)
 {
-  DIR *d = opendir(spill_dir);
+  DIR *d = opendir(tier.spill_dir);
   CHECK(d != NULL);
   int entries = 0;
   for (struct dirent *e; (e = readdir(d));)
@@ -159,7 +151,7 @@ static void test_rotate(void)
   CHECK(s != NULL);
   bool disk_seen = false;
   for (double end = client_now() + 110; !jobs_done();) {
-    CHECK(client_now() < end, "the jobs did not finish within 110 s (see %s)", run_dir);
+    CHECK(client_now() < end, "the jobs did not finish within 110 s (see %s)", tier.run_dir);
     if (follow(s)) {
       watch_step(&w, s);
       disk_seen |= s->spill.enabled && s->spill.on_disk > 0 && s->spill.disk_bytes > 0;
@@ -175,7 +167,7 @@ static void test_rotate(void)
   CHECK(s->spill.spill_failures == 0, "%llu spills failed",
         (unsigned long long)s->spill.spill_failures);
   char log[128];
-  snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
+  snprintf(log, sizeof log, "%s/cudawd.log", tier.run_dir);
   CHECK(client_file_has(log, "it is the coldest swapped-out image"),
         "the log does not say why a spill was chosen");
   CHECK(client_file_has(log, "swapped in from disk"), "no resume from disk in the log");
@@ -183,12 +175,12 @@ static void test_rotate(void)
    * memory (checkpoint/disk_stream.c says what it held beyond them). */
   bool streamed = false;
   for (int i = 0; i < JOBS && !streamed; i++) {
-    snprintf(log, sizeof log, "%s/job%d.log", run_dir, i);
+    snprintf(log, sizeof log, "%s/job%d.log", tier.run_dir, i);
     streamed = client_file_has(log, "resume streamed from disk") &&
                client_file_has(log, "beyond the 2 staging buffers: at most 0 bytes");
   }
   CHECK(streamed, "no job's resume says it streamed from disk through its staging buffers");
-  CHECK(spill_dir_empty(), "images left in %s after every job resumed", spill_dir);
+  CHECK(spill_dir_empty(), "images left in %s after every job resumed", tier.spill_dir);
   printf("rotate: %llu spills, %llu swaps, every job verified its data\n",
          (unsigned long long)s->spill.spills, (unsigned long long)s->device[0].swaps);
   free(s);
@@ -203,7 +195,7 @@ static pid_t start_until_on_disk(void)
   struct sched_snapshot *s = calloc(1, sizeof *s);
   CHECK(s != NULL);
   for (double end = client_now() + 30; !w.on_disk;) {
-    CHECK(client_now() < end, "no image went to disk within 30 s (see %s)", run_dir);
+    CHECK(client_now() < end, "no image went to disk within 30 s (see %s)", tier.run_dir);
     CHECK(!jobs_done(), "the jobs finished before any image went to disk");
     if (follow(s)) watch_step(&w, s);
     client_sleep_ms(20);
@@ -235,14 +227,14 @@ static void test_kill(void)
   }
   for (double end = client_now() + 100; !jobs_done();) {
     CHECK(client_now() < end, "the jobs did not finish within 100 s of the new cudawd (see %s)",
-          run_dir);
+          tier.run_dir);
     follow(s);
     client_sleep_ms(40);
   }
   char log[160];
-  snprintf(log, sizeof log, "%s/job%d.log", run_dir, spilled_job);
+  snprintf(log, sizeof log, "%s/job%d.log", tier.run_dir, spilled_job);
   CHECK(client_file_has(log, "from disk"), "pid %d's log says no resume from disk", spilled);
-  CHECK(spill_dir_empty(), "images left in %s after every job resumed", spill_dir);
+  CHECK(spill_dir_empty(), "images left in %s after every job resumed", tier.spill_dir);
   printf("kill: pid %d re-joined the new cudawd with its image on disk, resumed from it and "
          "verified its data\n", spilled);
   free(s);
@@ -298,7 +290,8 @@ static void run_jobs(double seconds, struct watch *w, void (*each)(void))
   struct sched_snapshot *s = calloc(1, sizeof *s);
   CHECK(s != NULL);
   for (double end = client_now() + seconds; !jobs_done();) {
-    CHECK(client_now() < end, "the jobs did not finish within %.0f s (see %s)", seconds, run_dir);
+    CHECK(client_now() < end, "the jobs did not finish within %.0f s (see %s)", seconds,
+          tier.run_dir);
     if (follow(s) && w) watch_step(w, s);
     if (each) each();
     client_sleep_ms(40);
@@ -315,15 +308,15 @@ static void test_readback(void)
   struct watch w = {0};
   run_jobs(100, &w, NULL);
   char log[128];
-  snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
+  snprintf(log, sizeof log, "%s/cudawd.log", tier.run_dir);
   pid_t pid = read_back_then_resumed(log, pids);
   CHECK(pid, "no job was read back from disk ahead of its turn and then resumed from host memory "
         "(see %s)", log);
-  snprintf(log, sizeof log, "%s/job%d.log", run_dir, job_index_of(pids, pid));
+  snprintf(log, sizeof log, "%s/job%d.log", tier.run_dir, job_index_of(pids, pid));
   CHECK(client_file_has(log, "read back from disk ahead of our turn"),
         "pid %d's log does not say its image was read back ahead of its turn", pid);
-  CHECK(spill_dir_empty(), "images left in %s after every job resumed", spill_dir);
-  snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
+  CHECK(spill_dir_empty(), "images left in %s after every job resumed", tier.spill_dir);
+  snprintf(log, sizeof log, "%s/cudawd.log", tier.run_dir);
   printf("readback: %d read-backs ahead of a turn, %d spills; pid %d read back, then resumed "
          "from host memory\n", count_lines(log, "read back from disk ahead of its turn"),
          count_lines(log, "spilled:"), pid);
@@ -337,7 +330,7 @@ static void test_disk_full(void)
   start_jobs("30");
   run_jobs(100, NULL, NULL);
   char log[128];
-  snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
+  snprintf(log, sizeof log, "%s/cudawd.log", tier.run_dir);
   int said = count_lines(log, "not spilling pid");
   CHECK(count_lines(log, "host memory runs short") > 0 || said > 0,
         "the host never ran short: the test proves nothing (see %s)", log);
@@ -353,13 +346,14 @@ static char failed_seen[JOBS];
 static void check_failed_writes(void)
 {
   char log[128];
-  snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
+  snprintf(log, sizeof log, "%s/cudawd.log", tier.run_dir);
   for (int i = 0; i < JOBS; i++) {
     char text[64], dir[600];
     snprintf(text, sizeof text, "spill of pid %ld failed", (long)jobs[i]);
     if (!jobs[i] || failed_seen[i] || !client_file_has(log, text)) continue;
     failed_seen[i] = 1;
-    snprintf(dir, sizeof dir, "%s/cudaw-%u-%ld", spill_dir, (unsigned)getuid(), (long)jobs[i]);
+    snprintf(dir, sizeof dir, "%s/cudaw-%u-%ld", tier.spill_dir, (unsigned)getuid(),
+             (long)jobs[i]);
     DIR *d = opendir(dir);
     for (struct dirent *e; d && (e = readdir(d));)
       CHECK(strncmp(e->d_name, "region-", 7) != 0 || e->d_type == DT_DIR,
@@ -376,14 +370,15 @@ static void test_write_fails(void)
    * write fails part way (EISDIR), after the first region's file was written. */
   for (int i = 0; i < JOBS; i++) {
     char dir[600];
-    snprintf(dir, sizeof dir, "%s/cudaw-%u-%ld", spill_dir, (unsigned)getuid(), (long)jobs[i]);
+    snprintf(dir, sizeof dir, "%s/cudaw-%u-%ld", tier.spill_dir, (unsigned)getuid(),
+             (long)jobs[i]);
     CHECK(mkdir(dir, 0700) == 0, "%s: %s", dir, strerror(errno));
     strcat(dir, "/region-1-0.bin");
     CHECK(mkdir(dir, 0700) == 0, "%s: %s", dir, strerror(errno));
   }
   run_jobs(100, NULL, check_failed_writes);
   char log[128];
-  snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
+  snprintf(log, sizeof log, "%s/cudawd.log", tier.run_dir);
   int failed = count_lines(log, "): its image stays in host memory");
   CHECK(failed >= 1, "no failed spill noted (see %s)", log);
   struct sched_snapshot *s = calloc(1, sizeof *s);
@@ -399,12 +394,12 @@ static void test_cleanup(void)
 {
   pid_t victim = start_until_on_disk();
   char dir[600], log[128], text[64];
-  snprintf(dir, sizeof dir, "%s/cudaw-%u-%ld", spill_dir, (unsigned)getuid(), (long)victim);
+  snprintf(dir, sizeof dir, "%s/cudaw-%u-%ld", tier.spill_dir, (unsigned)getuid(), (long)victim);
   CHECK(access(dir, F_OK) == 0, "pid %d's image is on disk, but %s is missing", victim, dir);
   CHECK_EQ(kill(victim, SIGKILL), 0);
   CHECK(waitpid(victim, NULL, 0) == victim);
   jobs[job_index(victim)] = 0;
-  snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
+  snprintf(log, sizeof log, "%s/cudawd.log", tier.run_dir);
   snprintf(text, sizeof text, "pid %ld died with its image on disk: removed", (long)victim);
   for (double end = client_now() + 10; access(dir, F_OK) == 0 || !client_file_has(log, text);) {
     CHECK(client_now() < end, "%s still there (or not logged) 10 s after pid %d died", dir,
@@ -412,7 +407,7 @@ static void test_cleanup(void)
     client_sleep_ms(40);
   }
   run_jobs(100, NULL, NULL);
-  CHECK(spill_dir_empty(), "images left in %s", spill_dir);
+  CHECK(spill_dir_empty(), "images left in %s", tier.spill_dir);
   printf("cleanup: pid %d killed with its image on disk; cudawd removed %s\n", victim, dir);
 }
 
@@ -420,26 +415,12 @@ int main(int argc, char **argv)
 {
   setpgid(0, 0);
   atexit(end_children);
-  CHECK(argc == 6, "usage: %s CUDAWD CUDAW_CTL JOB SPILL_BASE rotate|kill|readback|disk_full|write_fails|cleanup", argv[0]);
+  CHECK(argc == 6, "usage: %s CUDAWD CUDAW_CTL JOB SPILL_BASE "
+        "rotate|kill|readback|disk_full|write_fails|cleanup", argv[0]);
   cudawd_path = argv[1];
   job_path = argv[3];
-  struct statfs fs;
-  CHECK(statfs(argv[4], &fs) == 0, "%s: %s", argv[4], strerror(errno));
-  if (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC) {
-    printf("SKIP: %s is memory-backed: no disk tier to test there\n", argv[4]);
-    return 77;
-  }
-  snprintf(run_dir, sizeof run_dir, "/tmp/cudaw-spill-XXXXXX");
-  CHECK(mkdtemp(run_dir) != NULL, "mkdtemp: %s", strerror(errno));
-  snprintf(spill_dir, sizeof spill_dir, "%s/spill-XXXXXX", argv[4]);
-  CHECK(mkdtemp(spill_dir) != NULL, "mkdtemp %s: %s", spill_dir, strerror(errno));
-  snprintf(meminfo, sizeof meminfo, "%s/meminfo", run_dir);
   if (!strcmp(argv[5], "readback")) host_mib = 2048 + 150;
-  write_meminfo(0);
-  setenv("CUDAWD_MEMINFO", meminfo, 1);
-  setenv("CUDAW_RUN_DIR", run_dir, 1);
-  setenv("CUDAW_SHARE", "1", 1);
-  setenv("CUDAW_LOG", "info", 1);
+  if (tier_setup(&tier, argv[4], "spill", available(0)) != 0) return 77;
   if (!strcmp(argv[5], "rotate")) test_rotate();
   else if (!strcmp(argv[5], "kill")) test_kill();
   else if (!strcmp(argv[5], "readback")) test_readback();
@@ -447,12 +428,8 @@ int main(int argc, char **argv)
   else if (!strcmp(argv[5], "write_fails")) test_write_fails();
   else if (!strcmp(argv[5], "cleanup")) test_cleanup();
   else test_fail("unknown mode %s", argv[5]);
-  if (cudawd_pid > 0) kill(cudawd_pid, SIGTERM);
-  waitpid(cudawd_pid, NULL, 0);
+  tier_finish(&tier, cudawd_pid);
   cudawd_pid = 0;
-  char command[700];
-  snprintf(command, sizeof command, "rm -rf '%s' '%s'", run_dir, spill_dir);
-  if (!getenv("KEEP") && system(command) != 0) fprintf(stderr, "could not remove %s\n", run_dir);
   printf("ok\n");
   return 0;
 }

@@ -312,6 +312,7 @@ struct ckpt_result {
   uint64_t reserve_bytes;     /* checkpoint: image bytes copied straight into the reserve */
   uint64_t pool_bytes;        /* checkpoint: image bytes copied straight into cudawd's pool */
   uint64_t staged_bytes;      /* bytes that went through staging buffers */
+  uint64_t released_early_bytes; /* checkpoint: device memory given back while the rest was saved */
   double memory_seconds;  /* release_all (checkpoint) or recreate_all (resume) */
   double total_seconds;   /* request -> paused or running */
   uint64_t disk_bytes;    /* image bytes written to / read from disk (0: host memory only) */

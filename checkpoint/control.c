@@ -114,13 +114,14 @@ int control_format_result(const struct ckpt_result *r, char *buf, size_t len) {
          "\"memcpy_ms\":%.3f,\"hash_ms\":%.3f,\"fault_ms\":%.3f,\"device_hash_ms\":%.3f,"
          "\"unchanged_bytes\":%" PRIu64 ",\"filled_bytes\":%" PRIu64
          ",\"issue_ms\":%.3f,\"image_ms\":%.3f,\"reserve_bytes\":%" PRIu64
-         ",\"staged_bytes\":%" PRIu64 ",\"pool_bytes\":%" PRIu64,
+         ",\"staged_bytes\":%" PRIu64 ",\"pool_bytes\":%" PRIu64
+         ",\"released_early_bytes\":%" PRIu64,
          r->bytes, r->regions, r->total_seconds, rate, r->gate_seconds * 1e3,
          r->drain_seconds * 1e3, r->setup_seconds * 1e3, r->copy_seconds, r->memory_seconds * 1e3,
          r->shortfall, r->copy_threads, r->dma_wait_seconds * 1e3, r->host_copy_seconds * 1e3,
          r->hash_seconds * 1e3, r->fault_seconds * 1e3, r->device_hash_seconds * 1e3,
          r->unchanged_bytes, r->filled_bytes, r->issue_seconds * 1e3, r->image_seconds * 1e3,
-         r->reserve_bytes, r->staged_bytes, r->pool_bytes);
+         r->reserve_bytes, r->staged_bytes, r->pool_bytes, r->released_early_bytes);
   append(buf, len, &used,
          ",\"stall_ms\":%.3f,\"live\":%s,\"precopy_bytes\":%" PRIu64 ",\"precopy_seconds\":%.6f"
          ",\"recopy_bytes\":%" PRIu64,

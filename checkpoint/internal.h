@@ -123,6 +123,8 @@ struct engine_stats {
   uint64_t staged_bytes;  /* bytes that went through a staging buffer */
   uint64_t exchange_moved; /* an exchange: image bytes written (save) or device bytes created */
   uint64_t exchange_given; /* ... device bytes released (save) or image bytes consumed */
+  uint64_t released_early; /* save: device bytes given back while copying (engine_release_as_saved) */
+  uint64_t given_back; /* a failed save: of those, what could not be put back (the image holds it) */
 };
 struct engine *engine_new(const struct ckpt_host_ops *ops, void *ctx, const struct ckpt_options *options);
 /* Learn the device count, size the stream table and pin the staging buffers still missing (in
@@ -133,6 +135,12 @@ int engine_prepare(struct engine *engine);
  * one it is pinning) and returns -ECANCELED; the buffers pinned so far are kept. Any thread. */
 void engine_cancel_pinning(struct engine *engine, bool cancel);
 /* Enumerate the regions and copy them into the image. Precondition: gate closed, drained. */
+/* With engine_release_as_saved on, each region's device memory goes back (ops->release_range)
+ * as soon as all of it is saved, beside the copy of the rest, instead of all at once afterwards
+ * (thousands of allocations take the driver ~45 us each to unmap and release). A save that fails
+ * then re-creates what went back and copies it back from the image, so that the program continues
+ * as before; if even that fails, stats->given_back says how much the image alone holds (the image
+ * is kept, its chunk map says what it holds, and the program must stay paused). */
 int engine_save(struct engine *engine, struct engine_stats *stats, char *reason, size_t reason_len);
 /* Live checkpoint, gate open and the program running: list the regions the host lets us copy now
  * (live_begin: their releases are held from then on), build the image for them and copy them all
@@ -144,6 +152,10 @@ int engine_save(struct engine *engine, struct engine_stats *stats, char *reason,
 int engine_precopy(struct engine *engine, struct engine_stats *stats, char *reason, size_t reason_len);
 /* With cancel, a pre-copy under way stops (its copies in flight finish) and returns -ECANCELED. */
 void engine_cancel_precopy(struct engine *engine, bool cancel);
+/* Give device memory back during the next saves (see engine_save): only for a stop-the-world
+ * checkpoint whose next step releases everything anyway; no-op where memory cannot be released
+ * piece by piece (translate). Transition thread. */
+void engine_release_as_saved(struct engine *engine, bool on);
 /* Copy the image back, verifying every chunk's checksum before it is sent; a mismatch is
  * -EBADMSG with the region and offset in `reason`. Precondition: regions recreated. */
 int engine_restore(struct engine *engine, struct engine_stats *stats, char *reason, size_t reason_len);

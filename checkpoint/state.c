@@ -97,6 +97,12 @@ static void log_result(const struct ckpt_result *r, int from, int to) {
     ckpt_format_bytes(r->pool_bytes, in, sizeof in);
     snprintf(reserve, sizeof reserve, ", %s straight into cudawd's pool", in);
   }
+  char early[64] = "";
+  if (r->released_early_bytes) {
+    char went[32];
+    ckpt_format_bytes(r->released_early_bytes, went, sizeof went);
+    snprintf(early, sizeof early, " (%s of it while saving)", went);
+  }
   char live[160] = "";
   if (r->live) {
     char pre[32], re[32];
@@ -119,11 +125,11 @@ static void log_result(const struct ckpt_result *r, int from, int to) {
     ckpt_logf(CKPT_LOG_INFO,
               "checkpoint: %s -> %s in %.3f s: gate closed %.3f ms after the request, drain "
               "%.3f ms, setup %.3f ms, saved %s of %llu regions in %.3f s (%.2f GB/s), "
-              "release %.3f ms%s; stall %.3f ms%s",
+              "release %.3f ms%s%s; stall %.3f ms%s",
               state_names[from], state_names[to], r->total_seconds, r->gate_seconds * 1e3,
               r->drain_seconds * 1e3, r->setup_seconds * 1e3, bytes,
               (unsigned long long)r->regions, r->copy_seconds, rate, r->memory_seconds * 1e3,
-              reserve, r->stall_seconds * 1e3, live);
+              early, reserve, r->stall_seconds * 1e3, live);
   } else {
     ckpt_logf(CKPT_LOG_INFO,
               "resume: %s -> %s in %.3f s: recreate %.3f ms, restored and verified %s of %llu "

@@ -118,6 +118,7 @@ static void result_from_stats(struct ckpt_result *r, const struct engine_stats *
   r->reserve_bytes = stats->reserve_bytes;
   r->pool_bytes = stats->pool_bytes;
   r->staged_bytes = stats->staged_bytes;
+  r->released_early_bytes = stats->released_early;
   r->exchange_moved = stats->exchange_moved;
   r->exchange_given = stats->exchange_given;
 }
@@ -231,6 +232,11 @@ static void pause_program(struct ckpt_result *r, double requested_at) {
     goto reopen;
   }
   struct engine_stats stats;
+  /* Where everything is released right after the save anyway, each region goes back as soon as
+   * it is saved, beside the copy of the rest (not before an image goes to disk, which may fail and
+   * leave the program running; the driver's checkpoint and a live pause's held memory aside). */
+  engine_release_as_saved(tr.engine, !held && !tr.side.page && !tr.request.to_dir[0] &&
+                                         !tr.request.release_all);
   rc = tr.side.page ? engine_save_releasing(tr.engine, &tr.pace, &stats, reason, sizeof reason)
                     : engine_save(tr.engine, &stats, reason, sizeof reason);
   /* The memory freed during the pre-copy is not read again: give it back before the rest. */
@@ -241,11 +247,12 @@ static void pause_program(struct ckpt_result *r, double requested_at) {
   result_from_stats(r, &stats);
   r->recopy_bytes = stats.bytes - stats.unchanged_bytes;
   t = ckpt_now();
-  if (rc && tr.side.page && stats.exchange_given) {
+  if (rc && ((tr.side.page && stats.exchange_given) || stats.given_back)) {
     /* Memory given back lives only in the image now: paused, a resume brings it back. */
-    fail(r, rc, "an exchange's checkpoint failed after giving %" PRIu64 " bytes of device memory "
-         "back: %s; the program stays paused with its image (a resume brings it back)",
-         stats.exchange_given, reason);
+    fail(r, rc, "%s failed after giving %" PRIu64 " bytes of device memory back: %s; the "
+         "program stays paused with its image (a resume brings it back)",
+         tr.side.page ? "an exchange's checkpoint" : "the checkpoint",
+         tr.side.page ? stats.exchange_given : stats.given_back, reason);
     tr.stay_paused = true;
     pthread_mutex_lock(&tr.lock);
     tr.other = (struct ckpt_other_memory){0};
@@ -276,8 +283,15 @@ static void pause_program(struct ckpt_result *r, double requested_at) {
   }
   struct ckpt_other_memory other = {0};
   if (ops->park_other && (rc = ops->park_other(ctx, &other)) != 0) {
+    /* What went back while saving comes back from the image before the program runs on. */
+    uint64_t shortfall = 0;
+    int undone = stats.released_early ? ops->recreate_all(ctx, &shortfall) : 0;
+    struct engine_stats again;
+    if (stats.released_early && !undone)
+      undone = engine_restore(tr.engine, &again, reason, sizeof reason);
     engine_drop_image(tr.engine);
-    fail(r, rc, "moving managed memory off the device failed: %s", strerror(-rc));
+    fail(r, rc, "moving managed memory off the device failed: %s%s", strerror(-rc),
+         undone ? "; and putting back the memory given back while saving failed too" : "");
     goto reopen;
   }
   rc = ops->release_all(ctx);

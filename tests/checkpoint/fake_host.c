@@ -332,6 +332,7 @@ static void execute(struct fake_stream *s, const struct pending_copy *copy) {
     s->error = -EFAULT;
     return;
   }
+  if (host->copy_delay_us) usleep((useconds_t)host->copy_delay_us);
   uint8_t *device = r->memory + (copy->vaddr - r->vaddr);
   if (copy->to_device) memcpy(device, copy->host, copy->n);
   else memcpy(copy->host, device, copy->n);
@@ -430,6 +431,10 @@ static int queue_copy(struct fake_host *host, bool to_device, void *hostp, uint6
   struct fake_stream *s = stream;
   pthread_mutex_lock(&host->lock);
   host->copies++;
+  if (host->copy_fail_after > 0 && --host->copy_fail_after == 0) {
+    pthread_mutex_unlock(&host->lock);
+    return -EIO;
+  }
   struct fake_region *r = find_region(host, vaddr, n);
   bool closed = host->gate_closed, ok_pinned = is_pinned(hostp, n);
   pthread_mutex_unlock(&host->lock);

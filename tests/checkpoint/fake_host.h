@@ -57,6 +57,8 @@ struct fake_host {
   struct fake_device *device;  /* optional: counts this host's memory too */
   int range_fail_after;        /* the Nth recreate_range from now fails with -ENOMEM (0: none) */
   int release_fail_after;      /* the Nth release_range from now fails with -EIO (0: none) */
+  int copy_fail_after;         /* the Nth copy queued from now fails with -EIO (0: none) */
+  int copy_delay_us;           /* each copy takes this long when it runs (at stream_sync) */
   int range_calls;
   /* what happened */
   int gate_closes, gate_opens, release_calls, recreate_calls, copies;

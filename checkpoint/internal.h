@@ -125,6 +125,8 @@ struct engine_stats {
   uint64_t exchange_given; /* ... device bytes released (save) or image bytes consumed */
   uint64_t released_early; /* save: device bytes given back while copying (engine_release_as_saved) */
   uint64_t given_back; /* a failed save: of those, what could not be put back (the image holds it) */
+  uint64_t verified_in_flight; /* restore: bytes checked on the device while the copy went on */
+  double verify_tail_seconds;  /* restore: what the check added after the last copy */
 };
 struct engine *engine_new(const struct ckpt_host_ops *ops, void *ctx, const struct ckpt_options *options);
 /* Learn the device count, size the stream table and pin the staging buffers still missing (in

@@ -563,10 +563,24 @@ struct glue_stream {
 static int stream_create(void *ctx, int device, void **out);
 
 /* A live checkpoint copies while the program runs: not on the legacy stream, which waits for the
- * program's blocking streams and makes them wait. One non-blocking stream per device, created at
- * the first live checkpoint and kept (its device memory stays in the context anyway, see above). */
+ * program's blocking streams and makes them wait; and a resume checks what landed on the device
+ * beside the copies still on the legacy stream. One non-blocking stream per device for both,
+ * created when first needed and kept (its device memory stays in the context anyway, see above). */
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static cudaStream_t live_streams[64];
+
+/* The device's non-blocking stream (device current). */
+static int side_stream(int device, cudaStream_t *out)
+{
+  if (device < 0 || device >= 64) return -ENODEV;
+  int rc = 0;
+  pthread_mutex_lock(&live_lock);
+  if (!live_streams[device])
+    rc = REAL_CALL(cudaStreamCreateWithFlags, &live_streams[device], cudaStreamNonBlocking);
+  *out = live_streams[device];
+  pthread_mutex_unlock(&live_lock);
+  return rc;
+}
 
 void shim_ckpt_device_reset(int device)
 {
@@ -580,11 +594,8 @@ static int live_stream_create(void *ctx, int device, void **out)
 {
   if (device < 0 || device >= 64) return -ENODEV;
   int rc = use_device(device);
-  pthread_mutex_lock(&live_lock);
-  if (rc == 0 && !live_streams[device])
-    rc = REAL_CALL(cudaStreamCreateWithFlags, &live_streams[device], cudaStreamNonBlocking);
-  cudaStream_t stream = live_streams[device];
-  pthread_mutex_unlock(&live_lock);
+  cudaStream_t stream = NULL;
+  if (rc == 0) rc = side_stream(device, &stream);
   if (rc == 0) rc = stream_create(ctx, device, out);
   if (rc == 0) ((struct glue_stream *)*out)->stream = stream;
   return rc;
@@ -825,6 +836,8 @@ static int device_hash(void *ctx, int device, const struct ckpt_delta_piece *pie
     return -ENOSYS;
   if (count == 0) return 0;
   int rc = use_device(device);
+  cudaStream_t stream = NULL;
+  if (rc == 0) rc = side_stream(device, &stream);
   struct ckpt_delta_piece *table = NULL;
   void *table_device = NULL, *sums_device = NULL;
   size_t table_bytes = count * sizeof *table;
@@ -851,10 +864,10 @@ static int device_hash(void *ctx, int device, const struct ckpt_delta_piece *pie
     unsigned long long pieces_count = count;
     void *params[] = {&table_device, &pieces_count, &sums_device};
     unsigned blocks = count < (1u << 20) ? (unsigned)count : 1u << 20;
-    rc = from_driver(kernel_api.launch(function, blocks, 1, 1, 256, 1, 1, 0, CU_STREAM_LEGACY,
+    rc = from_driver(kernel_api.launch(function, blocks, 1, 1, 256, 1, 1, 0, (CUstream)stream,
                                        params, NULL), "cuLaunchKernel");
   }
-  if (rc == 0) rc = from_driver(kernel_api.synchronize(CU_STREAM_LEGACY), "cuStreamSynchronize");
+  if (rc == 0) rc = from_driver(kernel_api.synchronize((CUstream)stream), "cuStreamSynchronize");
   if (module) kernel_api.unload(module);
   shim_depth--;
   if (rc == 0) memcpy(sums, found, count * sizeof *sums);

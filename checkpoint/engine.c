@@ -126,7 +126,8 @@ struct job {
   bool saved_last; /* no region will be queued any more */
   pthread_cond_t saved_cond;
   pthread_t releaser;
-  uint64_t released_bytes;
+  uint64_t released_bytes, released_regions;
+  double release_seconds; /* the releasing thread's time in release_range */
   int release_error;
   /* A restore checked on the device as it goes (engine_restore): the chunks that landed, in the
    * order they did (under lock), checked in batches by one thread beside the copy. */
@@ -980,10 +981,13 @@ static void *release_saved(void *arg) {
     struct image_region *r = &e->image[job->saved[job->saved_head++]];
     pthread_mutex_unlock(&job->lock);
     uint64_t done = 0;
+    double t0 = ckpt_now();
     int rc = e->ops->release_range(e->ctx, r->region.vaddr, r->region.size, &done);
     pthread_mutex_lock(&job->lock);
+    job->release_seconds += ckpt_now() - t0;
     if (done || rc == 0) r->released = true; /* a region released in part counts as released */
     job->released_bytes += done;
+    job->released_regions += done ? 1 : 0;
     if (rc) { /* the rest goes at the end, with everything else (release_all) */
       job->release_error = rc;
       break;
@@ -1020,6 +1024,7 @@ static void start_releasing(struct job *job) {
 
 static void stop_releasing(struct job *job, struct engine_stats *stats) {
   if (!job->release) return;
+  double copied = ckpt_now();
   pthread_mutex_lock(&job->lock);
   job->saved_last = true;
   pthread_cond_signal(&job->saved_cond);
@@ -1030,6 +1035,11 @@ static void stop_releasing(struct job *job, struct engine_stats *stats) {
   job->saved = NULL;
   job->release = false;
   stats->released_early = job->released_bytes;
+  char bytes[32];
+  ckpt_format_bytes(job->released_bytes, bytes, sizeof bytes);
+  ckpt_logf(CKPT_LOG_DEBUG, "checkpoint: %" PRIu64 " regions (%s) given back while saving: the "
+            "releasing thread spent %.1f ms in the driver and ended %.1f ms after the last copy",
+            job->released_regions, bytes, job->release_seconds * 1e3, (ckpt_now() - copied) * 1e3);
   if (job->release_error)
     ckpt_logf(CKPT_LOG_DEBUG, "checkpoint: giving device memory back while saving stopped (%s); "
               "the rest goes back at the end", strerror(-job->release_error));

@@ -569,6 +569,8 @@ static int stream_create(void *ctx, int device, void **out);
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static cudaStream_t live_streams[64];
 
+static void forget_hash_state(int device); /* below, with the checksums */
+
 /* The device's non-blocking stream (device current). */
 static int side_stream(int device, cudaStream_t *out)
 {
@@ -588,6 +590,7 @@ void shim_ckpt_device_reset(int device)
   pthread_mutex_lock(&live_lock);
   live_streams[device] = NULL;
   pthread_mutex_unlock(&live_lock);
+  forget_hash_state(device);
 }
 
 static int live_stream_create(void *ctx, int device, void **out)
@@ -784,8 +787,7 @@ static void host_free_pinned(void *ctx, void *host)
 /* The kernel (checkpoint/delta_kernel.cu) ships as a fatbinary (cubins and PTX) and is loaded with
  * cuModuleLoadData from
  * the driver functions the real runtime hands out, so it needs nothing from the program. The
- * module is loaded for one pass and unloaded after it, so that nothing of cudaw's stays on the
- * device while the program is paused. The piece table and the sums live in page-locked host
+ * module stays loaded once loaded (below). The piece table and the sums live in page-locked host
  * memory that the kernel reads and writes directly (mapped, unified addresses). */
 static struct {
   pthread_once_t once;
@@ -826,6 +828,46 @@ static int from_driver(CUresult result, const char *what)
   return result == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
 }
 
+/* Kept between passes: a resume checks what landed in batches beside its copy (engine.c), and
+ * loading the module, pinning the table and freeing it for each batch held the copy threads up
+ * in the driver (cudaFreeHost and cuModuleUnload wait for the device: 0.3 s of a 32 GiB resume
+ * went to queueing copies, H100 2026-11-27). The module's code memory stayed in the context
+ * after an unload anyway (~4 MiB, measured on the H100). Under the lock: one pass at a time. */
+static struct {
+  pthread_mutex_t lock;
+  CUmodule module[64];
+  CUfunction function[64];
+  struct ckpt_delta_piece *table; /* mapped, page-locked: pieces, then as many sums */
+  size_t capacity;                /* pieces */
+} hash_kept = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* A device reset destroys the context that loaded the module (and may free the table with it:
+ * forgotten, not freed). */
+static void forget_hash_state(int device)
+{
+  pthread_mutex_lock(&hash_kept.lock);
+  hash_kept.module[device] = NULL;
+  hash_kept.table = NULL;
+  hash_kept.capacity = 0;
+  pthread_mutex_unlock(&hash_kept.lock);
+}
+
+static int hash_table(size_t count)
+{
+  if (count <= hash_kept.capacity) return 0;
+  size_t capacity = count > 2 * hash_kept.capacity ? count : 2 * hash_kept.capacity;
+  if (capacity < 16384) capacity = 16384; /* a 64 GiB image in 4 MiB chunks */
+  struct ckpt_delta_piece *table = NULL;
+  int rc = REAL_CALL(cudaHostAlloc, (void **)&table,
+                     capacity * (sizeof *table + sizeof(uint64_t)),
+                     cudaHostAllocPortable | cudaHostAllocMapped);
+  if (rc) return rc;
+  if (hash_kept.table) (void)REAL_CALL(cudaFreeHost, hash_kept.table);
+  hash_kept.table = table;
+  hash_kept.capacity = capacity;
+  return 0;
+}
+
 static int device_hash(void *ctx, int device, const struct ckpt_delta_piece *pieces, size_t count,
                        uint64_t *sums)
 {
@@ -835,43 +877,45 @@ static int device_hash(void *ctx, int device, const struct ckpt_delta_piece *pie
       !kernel_api.synchronize)
     return -ENOSYS;
   if (count == 0) return 0;
+  if (device < 0 || device >= 64) return -ENODEV;
   int rc = use_device(device);
   cudaStream_t stream = NULL;
   if (rc == 0) rc = side_stream(device, &stream);
-  struct ckpt_delta_piece *table = NULL;
-  void *table_device = NULL, *sums_device = NULL;
-  size_t table_bytes = count * sizeof *table;
-  if (rc == 0)
-    rc = REAL_CALL(cudaHostAlloc, (void **)&table, table_bytes + count * sizeof *sums,
-                   cudaHostAllocPortable | cudaHostAllocMapped);
   if (rc) return rc;
-  uint64_t *found = (uint64_t *)(table + count);
+  pthread_mutex_lock(&hash_kept.lock);
+  rc = hash_table(count);
+  struct ckpt_delta_piece *table = hash_kept.table;
+  uint64_t *found = (uint64_t *)(table + hash_kept.capacity);
   for (size_t i = 0; i < count && rc == 0; i++) {
     void *real;
     rc = device_address(pieces[i].address, &real);
     table[i] = (struct ckpt_delta_piece){(uint64_t)(uintptr_t)real, pieces[i].bytes};
   }
+  void *table_device = NULL, *sums_device = NULL;
   if (rc == 0) rc = REAL_CALL(cudaHostGetDevicePointer, &table_device, table, 0);
   if (rc == 0) rc = REAL_CALL(cudaHostGetDevicePointer, &sums_device, found, 0);
-  CUmodule module = NULL;
-  CUfunction function;
   shim_depth++;
-  if (rc == 0) rc = from_driver(kernel_api.load(&module, ckpt_delta_kernel_image), "cuModuleLoadData");
-  if (rc == 0)
-    rc = from_driver(kernel_api.get_function(&function, module, "cudaw_delta_hash"),
-                     "cuModuleGetFunction");
+  if (rc == 0 && !hash_kept.module[device]) {
+    rc = from_driver(kernel_api.load(&hash_kept.module[device], ckpt_delta_kernel_image),
+                     "cuModuleLoadData");
+    if (rc == 0)
+      rc = from_driver(kernel_api.get_function(&hash_kept.function[device],
+                                               hash_kept.module[device], "cudaw_delta_hash"),
+                       "cuModuleGetFunction");
+    if (rc && hash_kept.module[device]) kernel_api.unload(hash_kept.module[device]);
+    if (rc) hash_kept.module[device] = NULL;
+  }
   if (rc == 0) {
     unsigned long long pieces_count = count;
     void *params[] = {&table_device, &pieces_count, &sums_device};
     unsigned blocks = count < (1u << 20) ? (unsigned)count : 1u << 20;
-    rc = from_driver(kernel_api.launch(function, blocks, 1, 1, 256, 1, 1, 0, (CUstream)stream,
-                                       params, NULL), "cuLaunchKernel");
+    rc = from_driver(kernel_api.launch(hash_kept.function[device], blocks, 1, 1, 256, 1, 1, 0,
+                                       (CUstream)stream, params, NULL), "cuLaunchKernel");
   }
   if (rc == 0) rc = from_driver(kernel_api.synchronize((CUstream)stream), "cuStreamSynchronize");
-  if (module) kernel_api.unload(module);
   shim_depth--;
   if (rc == 0) memcpy(sums, found, count * sizeof *sums);
-  (void)REAL_CALL(cudaFreeHost, table);
+  pthread_mutex_unlock(&hash_kept.lock);
   return rc;
 }
 

@@ -338,11 +338,13 @@ int sched_write_metrics(const struct daemon *d, const char *path);
 
 /* exchange.c */
 /* Order an exchange: `out` (resident) gives the device to `in` (swapped out, image in private
- * host memory) through a shared page, both orders at once. host_room: what the host can spare
- * beyond its margin; spare: what the device has free for `in` ahead of out's releases. False
- * (nothing sent) where an exchange does not apply: a program that cannot (an older one, or
- * translate), an image in the pool or on disk, a window under a piece and a chunk, or A's
- * image not fitting even once B's is gone. */
+ * host memory, or in the pool: a handover, out's image going into a range lent over in's)
+ * through a shared page, both orders at once. host_room: what the host can spare beyond its
+ * margin; spare: what the device has free for `in` ahead of out's releases. False (nothing
+ * sent) where an exchange does not apply: a program that cannot (an older one, or translate),
+ * an image in its own reserve or on disk, a window under a piece and a chunk, A's image not
+ * fitting even once B's is gone; for a handover, a program that does not pace one, no range
+ * for A over B's, or run-ahead and spare under the window. */
 bool sched_exchange_order(struct daemon *d, struct program *out, struct program *in,
                           uint64_t host_room, uint64_t spare);
 /* p is one side of the exchange under way. */

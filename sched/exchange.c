@@ -3,7 +3,9 @@
  * image beside B's, both get their orders at once with one shared page (a memfd): A's checkpoint
  * gives its memory back piece by piece while B's resume creates its own and frees its image, so
  * that the host never holds more than one image plus the window and the device never more than
- * A's memory plus the spare. The page alone paces them: cudawd's death changes nothing. */
+ * A's memory plus the spare. With B's image in the pool (a handover) A's image goes into a
+ * range lent over B's, written only where B is done. The page alone paces them: cudawd's death
+ * changes nothing. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdatomic.h>

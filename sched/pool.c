@@ -359,12 +359,13 @@ int pool_lend_over(struct host_pool *pool, uint64_t bytes, uint64_t limit, uint6
                    struct pool_loan *out)
 {
   struct pool_loan old;
+  if (pool_can_lend(pool, bytes, limit)) return -EEXIST; /* room without it: lend plainly */
   int was = remove_loan(pool, over, &old);
   if (was < 0) return -ENOENT;
   uint64_t need = round_up(bytes), at = 0, cap = lend_limit(pool, limit);
   int i = !bytes || need < bytes ? -1 : find_gap(pool, need, cap, &at);
   int rc = i < 0 ? -ENOSPC : 0;
-  /* The first fit lies over the old range, or the pool had room without it (lend plainly). */
+  /* The first fit lies in the gap the old range leaves: it contains the old range whole. */
   if (rc == 0 && (at >= old.offset + old.length || at + need <= old.offset)) rc = -EEXIST;
   if (rc == 0) {
     /* Cover the old range to its end: its borrower reads all of it until done, and a range free

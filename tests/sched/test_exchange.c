@@ -236,10 +236,17 @@ static void test_pool_rotate(void)
   struct sched_snapshot *s = calloc(1, sizeof *s);
   CHECK(s != NULL && follow(s), "cudawd did not answer after the jobs");
   const struct sched_exchange_info *x = &s->exchange;
-  const char *log = log_path("cudawd.log");
+  char log[160]; /* log_path's buffer is reused for the jobs' logs below */
+  snprintf(log, sizeof log, "%s", log_path("cudawd.log"));
   CHECK(x->exchanges >= 2, "%llu exchanges (%llu failed): the pooled swaps did not exchange",
         (unsigned long long)x->exchanges, (unsigned long long)x->failures);
-  CHECK(x->failures == 0, "%llu exchanges failed", (unsigned long long)x->failures);
+  /* A handover ordered while the job going out was still page-locking a window cudawd had just
+   * grown fails at its first chunk (documented: it runs on, and is tried again later); no
+   * other failure is allowed. */
+  int not_ready = count_lines(log_path("job0.log"), "has no place in cudawd's pool") +
+                  count_lines(log_path("job1.log"), "has no place in cudawd's pool");
+  CHECK(x->failures <= (uint64_t)not_ready / 2, "%llu exchanges failed (%d for a range not "
+        "page-locked yet)", (unsigned long long)x->failures, not_ready / 2);
   CHECK(x->out_bytes >= (x->exchanges - 1) * JOB_BYTES &&
         x->in_bytes >= (x->exchanges - 1) * JOB_BYTES,
         "%llu exchanges moved %llu bytes out and %llu in: less than the jobs' memory",

@@ -1138,8 +1138,9 @@ static int admit(struct worker *w, struct slot *slots, int count, uint64_t index
   const struct image_region *r = &e->image[ref.region];
   uint64_t offset = (uint64_t)ref.chunk * e->chunk_bytes, n = chunk_length(e, ref);
   /* Where a save's chunk goes in cudawd's pool: a handover writes only where the other program
-   * is done (a staged chunk's bytes land in the pool too, but it would be admitted first, ahead
-   * of the direct ones: not in the pool for a handover's order). */
+   * is done. A staged chunk (its range not page-locked yet) counts as outside the pool: staged
+   * chunks are admitted before the direct ones, out of the pool's order, and would wait on the
+   * other program's last bytes first. */
   uint64_t pool_at = job->save && r->in_pool && direct(r, offset, (size_t)n)
                          ? (uint64_t)(r->data + offset - reserve_base(e->pool))
                          : UINT64_MAX;

@@ -364,6 +364,10 @@ static void test_kill_cudawd(void)
   snprintf(rejoined, sizeof rejoined, "pid %d (uid %u) joined (paused)", out, (unsigned)getuid());
   CHECK(client_file_has(log_path("cudawd.log"), rejoined), "pid %d never re-joined as paused",
         out);
+  char handover[96];
+  snprintf(handover, sizeof handover, "pid %d's image goes into range", out);
+  CHECK(!pooled || client_file_has(log_path("cudawd.log"), handover), "the exchange cudawd died "
+        "in was no handover");
   printf("%skill_cudawd: cudawd killed -9 in the middle of the exchange of pid %d (out) and pid "
          "%d (in); both finished it, a new cudawd resumed pid %d, both verified their data\n",
          pooled ? "pool_" : "", out, in, out);

@@ -923,6 +923,24 @@ static void set_holds(struct image_region *r, uint64_t k, bool on) {
   else r->holds[k / 8] &= (uint8_t)~(1u << (k % 8));
 }
 
+/* A resume under way (the job's lock held): the lowest offset of cudawd's pool whose bytes the
+ * image still needs, UINT64_MAX when none. Each pool region's held_prefix skips the chunks
+ * already on the device, so that a handover (docs/sharing.md) learns exactly where the other
+ * program may write. */
+static uint64_t pool_needed_from(struct engine *e) {
+  uint64_t lowest = UINT64_MAX;
+  const uint8_t *base = reserve_base(e->pool);
+  for (size_t i = 0; base && i < e->image_count; i++) {
+    struct image_region *r = &e->image[i];
+    if (!r->in_pool || !r->holds) continue;
+    while (r->held_prefix < r->chunks && !holds(r, r->held_prefix)) r->held_prefix++;
+    if (r->held_prefix == r->chunks) continue;
+    uint64_t at = (uint64_t)(r->data - base) + r->held_prefix * e->chunk_bytes;
+    if (at < lowest) lowest = at;
+  }
+  return lowest;
+}
+
 /* An exchange's chunk is done. A save: the chunks hold; the pieces of the region's prefix that
  * holds go back to the device. A resume: the chunks are on the device and leave the image. */
 static int exchange_done(struct job *job, struct chunk_ref ref) {
@@ -932,9 +950,10 @@ static int exchange_done(struct job *job, struct chunk_ref ref) {
   if (!job->save) {
     pthread_mutex_lock(&job->lock);
     for (uint64_t k = ref.chunk; k < ref.chunk + count; k++) set_holds(r, k, false);
+    uint64_t pool_from = pool_needed_from(e);
     pthread_mutex_unlock(&job->lock);
     exchange_consumed(job->exchange, r->data + offset, chunk_length(e, ref),
-                      !r->in_reserve && r->registered == 0);
+                      !r->in_reserve && r->registered == 0, pool_from);
     return 0;
   }
   pthread_mutex_lock(&job->lock);
@@ -1335,14 +1354,25 @@ static int admit(struct worker *w, struct slot *slots, int count, uint64_t index
   struct chunk_ref ref = job->chunks[index];
   const struct image_region *r = &e->image[ref.region];
   uint64_t offset = (uint64_t)ref.chunk * e->chunk_bytes, n = chunk_length(e, ref);
+  /* Where a save's chunk goes in cudawd's pool: a handover writes only where the other program
+   * is done. A staged chunk (its range not page-locked yet) counts as outside the pool: staged
+   * chunks are admitted before the direct ones, out of the pool's order, and would wait on the
+   * other program's last bytes first. */
+  uint64_t pool_at = job->save && r->in_pool && direct(r, offset, (size_t)n)
+                         ? (uint64_t)(r->data + offset - reserve_base(e->pool))
+                         : UINT64_MAX;
   for (;;) {
     int rc = atomic_load(&job->admitted) != index
                  ? -EAGAIN
-                 : exchange_admit(job->exchange, r->region.vaddr + offset, n);
+                 : exchange_admit(job->exchange, r->region.vaddr + offset, n, pool_at);
     if (rc == 0) atomic_store(&job->admitted, index + 1);
     if (rc != -EAGAIN) {
-      if (rc) job_fail(job, rc, "exchange: making device memory for region %" PRIu64 " failed (%s)",
-                       r->region.id, strerror(-rc));
+      if (rc && job->save)
+        job_fail(job, rc, "exchange: region %" PRIu64 "'s image has no place in cudawd's pool "
+                 "that the other program is done with (%s)", r->region.id, strerror(-rc));
+      else if (rc)
+        job_fail(job, rc, "exchange: making device memory for region %" PRIu64 " failed (%s)",
+                 r->region.id, strerror(-rc));
       return rc;
     }
     for (int i = 0; i < count; i++)
@@ -1498,7 +1528,7 @@ static int prepare_holds(struct engine *e, bool save, const struct chunk_ref *ch
     bool fresh = !r->holds;
     if (fresh && !(r->holds = malloc(r->chunks / 8 + 1))) return -ENOMEM;
     if (save || fresh) memset(r->holds, 0xff, r->chunks / 8 + 1);
-    if (save) r->held_prefix = 0;
+    r->held_prefix = 0; /* a resume: the chunks from the start already on the device */
   }
   for (uint64_t k = 0; save && k < count; k++)
     for (uint32_t c = 0; c < (chunks[k].count > 1 ? chunks[k].count : 1); c++)

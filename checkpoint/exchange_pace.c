@@ -42,10 +42,12 @@ static void report(struct exchange_run *run, uint64_t given) {
   if (run->pace.progress) run->pace.progress(run->pace.arg, given);
 }
 
-int exchange_admit(struct exchange_run *run, uint64_t vaddr, uint64_t n) {
+int exchange_admit(struct exchange_run *run, uint64_t vaddr, uint64_t n, uint64_t pool_at) {
   pthread_mutex_lock(&run->lock);
   uint64_t need = n, allowed = limit(run);
-  int rc = run->save ? 0 : run->ops->range_missing(run->ctx, vaddr, n, &need);
+  /* A handover: the chunk's place in the pool must be one the other program no longer needs. */
+  int rc = run->save && run->pace.place ? run->pace.place(run->pace.arg, pool_at, n) : 0;
+  if (rc == 0 && !run->save) rc = run->ops->range_missing(run->ctx, vaddr, n, &need);
   if (rc == 0 && allowed != UINT64_MAX && (run->moved + need > allowed || run->moved + need < need))
     rc = -EAGAIN;
   uint64_t created = 0;
@@ -67,7 +69,8 @@ int exchange_release(struct exchange_run *run, uint64_t vaddr, uint64_t n) {
   return rc;
 }
 
-void exchange_consumed(struct exchange_run *run, uint8_t *data, uint64_t n, bool free_pages) {
+void exchange_consumed(struct exchange_run *run, uint8_t *data, uint64_t n, bool free_pages,
+                       uint64_t pool_from) {
   if (free_pages) { /* the whole pages inside; the chunk's neighbours may share the ends */
     uintptr_t page = 4096, start = ((uintptr_t)data + page - 1) & ~(page - 1);
     uintptr_t end = ((uintptr_t)data + n) & ~(page - 1);
@@ -77,6 +80,8 @@ void exchange_consumed(struct exchange_run *run, uint8_t *data, uint64_t n, bool
   run->given += n;
   uint64_t given = run->given;
   pthread_mutex_unlock(&run->lock);
+  /* Before the count: a reader of both never sees the count ahead of what is free in the pool. */
+  if (run->pace.needed) run->pace.needed(run->pace.arg, pool_from);
   report(run, given);
 }
 

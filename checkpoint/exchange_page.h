@@ -23,6 +23,16 @@ struct exchange_page {
   _Atomic uint64_t created;  /* B: device bytes created so far */
   _Atomic uint64_t peak_ahead; /* the most A's image ran ahead of B's consumption: the extra host
                                 * memory the exchange took at its peak (chunks in flight aside) */
+  /* A handover (docs/sharing.md): B's image lies in [in_from, in_end) of cudawd's pool, and A's
+   * image goes into the range cudawd lent A over it. A writes a chunk there only where B needs
+   * nothing any more: below needed_from, or past in_end. Appended within version 1: cudawd
+   * orders a handover only to programs that said they pace by it (SCHED_CAN_EXCHANGE value 1),
+   * and a page without one reads 0 here. */
+  uint32_t handover;
+  uint32_t pad;
+  uint64_t in_from, in_end;
+  _Atomic uint64_t needed_from; /* B: the lowest pool offset its image still needs (UINT64_MAX:
+                                 * none); only grows */
 };
 
 /* A new page for an exchange between out_pid and in_pid: *fd is a memfd (close-on-exec) of one

@@ -57,17 +57,47 @@ void exchange_page_unmap(struct exchange_page *page) {
   if (page) munmap(page, 4096);
 }
 
-/* Whether the peer still runs its copy: not finished, and its process not ended (a pidfd turns
- * readable when the process exits, zombie or not; kill(pid, 0) where pidfds are missing). */
-static bool peer_going(const struct exchange_side *side) {
+/* Whether the peer's process still lives (a pidfd turns readable when the process exits, zombie
+ * or not; kill(pid, 0) where pidfds are missing). */
+static bool peer_alive(const struct exchange_side *side) {
   const struct exchange_page *page = side->page;
-  if (atomic_load(side->out ? &page->in_done : &page->out_done)) return false;
   if (side->peer_pidfd >= 0) {
     struct pollfd p = {.fd = side->peer_pidfd, .events = POLLIN};
     return poll(&p, 1, 0) == 0;
   }
   pid_t peer = side->out ? page->in_pid : page->out_pid;
   return kill(peer, 0) == 0 || errno == EPERM;
+}
+
+/* Whether the peer still runs its copy: not finished, and its process alive. */
+static bool peer_going(const struct exchange_side *side) {
+  const struct exchange_page *page = side->page;
+  if (atomic_load(side->out ? &page->in_done : &page->out_done)) return false;
+  return peer_alive(side);
+}
+
+/* A handover's place for A's chunk: below what B still needs, or past B's range. B finished
+ * (failed midway: the rest of its image stays where it is, needed for its next resume) is no
+ * licence to write there, only B's death is; a chunk that would have to go there fails the
+ * checkpoint (it stays paused with what its image holds), as does one outside the pool's
+ * page-locked part, which would make the image private memory beside B's in the pool. */
+static int side_place(void *arg, uint64_t pool_at, uint64_t n) {
+  struct exchange_side *side = arg;
+  const struct exchange_page *page = side->page;
+  if (!page->handover) return 0;
+  if (pool_at == UINT64_MAX || pool_at + n < pool_at) return -ENOSPC;
+  if (pool_at >= page->in_end || pool_at + n <= atomic_load(&page->needed_from)) return 0;
+  if (!peer_alive(side)) return 0; /* its pool pages are no one's now */
+  if (atomic_load(&page->in_done)) return -ENOSPC;
+  return -EAGAIN;
+}
+
+static void side_needed(void *arg, uint64_t pool_from) {
+  struct exchange_side *side = arg;
+  struct exchange_page *page = side->page;
+  uint64_t now = atomic_load(&page->needed_from); /* only grows: a late caller's value is older */
+  while (pool_from > now && !atomic_compare_exchange_weak(&page->needed_from, &now, pool_from)) {
+  }
 }
 
 static uint64_t side_limit(void *arg) {
@@ -92,7 +122,7 @@ static void side_moved(void *arg, uint64_t bytes) {
   struct exchange_side *side = arg;
   struct exchange_page *page = side->page;
   atomic_store(side->out ? &page->written : &page->created, bytes);
-  if (!side->out) return;
+  if (!side->out || page->handover) return; /* a handover's image goes into pool memory */
   uint64_t consumed = atomic_load(&page->consumed);
   uint64_t ahead = bytes > consumed ? bytes - consumed : 0, peak = atomic_load(&page->peak_ahead);
   while (ahead > peak && !atomic_compare_exchange_weak(&page->peak_ahead, &peak, ahead)) {
@@ -110,7 +140,8 @@ int exchange_side_open(struct exchange_side *side, struct exchange_page *page, b
 }
 
 void exchange_side_pace(struct exchange_side *side, struct engine_pace *pace) {
-  *pace = (struct engine_pace){side_limit, side_progress, side, side_moved};
+  *pace = (struct engine_pace){side_limit, side_progress, side, side_moved,
+                               side->out ? side_place : NULL, side->out ? NULL : side_needed};
 }
 
 void exchange_side_close(struct exchange_side *side) {

@@ -238,6 +238,13 @@ struct engine_pace {
   void *arg;
   /* May be NULL: what this side has moved so far (the limit's measure), after each admission. */
   void (*moved)(void *arg, uint64_t bytes);
+  /* May be NULL. A save: may a chunk's image bytes go to [pool_at, pool_at + n) of cudawd's pool
+   * (UINT64_MAX: the chunk is not in the pool's page-locked part)? 0, -EAGAIN (not yet), or
+   * -errno (never: the save fails). */
+  int (*place)(void *arg, uint64_t pool_at, uint64_t n);
+  /* May be NULL. A resume: the lowest offset of cudawd's pool its image still needs (UINT64_MAX:
+   * none), after each chunk. */
+  void (*needed)(void *arg, uint64_t pool_from);
 };
 /* engine_save, releasing every piece (ops->release_range) whose chunks are all in the image as
  * the copy goes. On success the caller still calls ops->release_all for what is left. On an
@@ -267,6 +274,8 @@ struct exchange_side {
   bool out;          /* the program going out (its save releases), else coming in */
   int peer_pidfd;    /* -1: none (kill(pid, 0) instead) */
   uint64_t delay_ns; /* tests: each pace check waits this long, to reach the middle surely */
+  uint64_t seen_needed, seen_consumed; /* a handover's side going out: the peer's progress as */
+  double seen_at;                      /* last seen changing (a stall ends the wait) */
 };
 /* The side of `page` this process is (out: the one going out): -EPERM when the page names
  * another pid for it. */
@@ -286,15 +295,18 @@ struct exchange_run;
 struct exchange_run *exchange_run_new(const struct ckpt_host_ops *ops, void *ctx,
                                       const struct engine_pace *pace, bool save);
 void exchange_run_free(struct exchange_run *run);
-/* May the copy of [vaddr, vaddr + n) start? A save counts its image bytes, a resume first
- * creates the device memory (all of it or none). 0, -EAGAIN while the limit forbids (the caller
- * finishes its copies in flight and asks again), or the range operation's -errno. */
-int exchange_admit(struct exchange_run *run, uint64_t vaddr, uint64_t n);
+/* May the copy of [vaddr, vaddr + n) start? A save counts its image bytes (pool_at: where they
+ * go in cudawd's pool, UINT64_MAX: not there), a resume first creates the device memory (all of
+ * it or none). 0, -EAGAIN while the limit forbids (the caller finishes its copies in flight and
+ * asks again), or the pace's or the range operation's -errno. */
+int exchange_admit(struct exchange_run *run, uint64_t vaddr, uint64_t n, uint64_t pool_at);
 /* A save: [vaddr, vaddr + n) is all in the image: give its pieces back. */
 int exchange_release(struct exchange_run *run, uint64_t vaddr, uint64_t n);
 /* A resume: the chunk at data (n bytes) is on the device; free_pages: give its whole pages
- * back to the kernel (a private image), else only count it. */
-void exchange_consumed(struct exchange_run *run, uint8_t *data, uint64_t n, bool free_pages);
+ * back to the kernel (a private image), else only count it. pool_from: the lowest offset of
+ * cudawd's pool the image still needs (UINT64_MAX: none). */
+void exchange_consumed(struct exchange_run *run, uint8_t *data, uint64_t n, bool free_pages,
+                       uint64_t pool_from);
 /* What this run moved and gave so far (for the stats). */
 void exchange_totals(struct exchange_run *run, uint64_t *moved, uint64_t *given);
 

@@ -362,6 +362,7 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
     break;
   case SCHED_CAN_EXCHANGE:
     if (p->joined) p->piece_bytes = msg->bytes;
+    if (p->joined) p->handover = msg->value == SCHED_EXCHANGE_HANDOVER;
     break;
   case SCHED_ON_DISK:
     /* Only right after a hello saying it is paused, before anything was asked of it. */

@@ -101,6 +101,8 @@ struct program {
                             * lent ranges below this only */
   bool pool_cramped;       /* a checkpoint found no room below pool_acked, but in the window */
   struct pool_loan loan;   /* the range lent for its image (length 0: none) */
+  pid_t loan_heir;         /* a handover: this program's image still lies in part of `loan`;
+                            * the range goes to it when taken back from this one */
   bool gpu_idle;           /* it said it makes no CUDA call (SCHED_GPU_IDLE): may be swapped out at
                             * once its idleness has cost what a swap costs; swapped out, it is
                             * not brought back until it calls again */
@@ -125,6 +127,7 @@ struct program {
   bool read_back_failed;   /* a read-back failed or went unanswered: its resume streams */
   double read_back_started;
   uint64_t piece_bytes;    /* it can take part in an exchange, pieces of at most this (0: no) */
+  bool handover;           /* ... also in a handover (SCHED_EXCHANGE_HANDOVER) */
   uint64_t reserve_image_bytes; /* its image's bytes in its own reserve (its last checkpoint) */
   struct program *next;
 };
@@ -138,6 +141,8 @@ struct exchange_state {
   int out_status, in_status;
   struct exchange_page *page; /* cudawd's mapping, for the figures */
   uint64_t window, spare, out_bytes, in_bytes;
+  bool handover;              /* in's image lies in the pool: out's goes over it */
+  uint64_t run_ahead;         /* a handover: the free pool bytes out's range has before in's */
   double started;
 };
 struct daemon {
@@ -267,8 +272,16 @@ void sched_pool_follow(struct daemon *d);
 void sched_pool_lend(struct daemon *d, struct program *p, struct sched_msg *msg);
 /* Whether p's next checkpoint would be lent a range (its image then needs no other host memory). */
 bool sched_pool_would_lend(const struct daemon *d, const struct program *p);
-/* Take p's range back (resume done, checkpoint failed, gone). */
+/* Take p's range back (resume done, checkpoint failed, gone). A range whose heir (loan_heir)
+ * still has image bytes in it goes to the heir instead. */
 void sched_pool_take_back(struct daemon *d, struct program *p, const char *why);
+/* An exchange's handover: lend `out` a range for its image over `in`'s, which `in` reads until
+ * its resume is done (in's loan moves into out's, in becomes its heir). 0 with *range, or -errno
+ * (nothing changed). sched_pool_handover_undo puts in's loan back (the orders were not sent). */
+int sched_pool_handover(struct daemon *d, struct program *out, struct program *in,
+                        struct pool_loan *range);
+void sched_pool_handover_undo(struct daemon *d, struct program *out, struct program *in,
+                              struct pool_loan in_loan);
 void sched_pool_info(const struct daemon *d, struct sched_pool_info *out);
 
 /* Whether p wants to run (its memory, or more of it) and which of two wanting programs goes
@@ -325,11 +338,13 @@ int sched_write_metrics(const struct daemon *d, const char *path);
 
 /* exchange.c */
 /* Order an exchange: `out` (resident) gives the device to `in` (swapped out, image in private
- * host memory) through a shared page, both orders at once. host_room: what the host can spare
- * beyond its margin; spare: what the device has free for `in` ahead of out's releases. False
- * (nothing sent) where an exchange does not apply: a program that cannot (an older one, or
- * translate), an image in the pool or on disk, a window under a piece and a chunk, or A's
- * image not fitting even once B's is gone. */
+ * host memory, or in the pool: a handover, out's image going into a range lent over in's)
+ * through a shared page, both orders at once. host_room: what the host can spare beyond its
+ * margin; spare: what the device has free for `in` ahead of out's releases. False (nothing
+ * sent) where an exchange does not apply: a program that cannot (an older one, or translate),
+ * an image in its own reserve or on disk, a window under a piece and a chunk, A's image not
+ * fitting even once B's is gone; for a handover, a program that does not pace one, no range
+ * for A over B's, or run-ahead and spare under the window. */
 bool sched_exchange_order(struct daemon *d, struct program *out, struct program *in,
                           uint64_t host_room, uint64_t spare);
 /* p is one side of the exchange under way. */

@@ -3,9 +3,12 @@
  * image beside B's, both get their orders at once with one shared page (a memfd): A's checkpoint
  * gives its memory back piece by piece while B's resume creates its own and frees its image, so
  * that the host never holds more than one image plus the window and the device never more than
- * A's memory plus the spare. The page alone paces them: cudawd's death changes nothing. */
+ * A's memory plus the spare. With B's image in the pool (a handover) A's image goes into a
+ * range lent over B's, written only where B is done. The page alone paces them: cudawd's death
+ * changes nothing. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -31,23 +34,51 @@ bool sched_exchange_member(const struct daemon *d, const struct program *p)
   return member(d, p);
 }
 
+/* An exchange whose incoming image lies in the pool (a handover): out is lent a range over in's
+ * (pool_lend_over), and out's image goes there only where in is done. Progress needs the
+ * free pool bytes ahead of in's range (out's run-ahead) and the device's spare together to
+ * hold the window a private exchange would have: out's pieces go back only once written. */
+static bool handover_ready(struct daemon *d, struct program *out, struct program *in,
+                           uint64_t piece, uint64_t spare, struct pool_loan *in_loan,
+                           uint64_t *run_ahead)
+{
+  *in_loan = in->loan;
+  struct pool_loan range;
+  if (!out->handover || !in->handover || sched_pool_handover(d, out, in, &range) != 0)
+    return false;
+  *run_ahead = in_loan->offset - range.offset;
+  if (*run_ahead + spare >= piece * WINDOW_PIECES + CHUNK_SLACK) return true;
+  sched_pool_handover_undo(d, out, in, *in_loan);
+  return false;
+}
+
 bool sched_exchange_order(struct daemon *d, struct program *out, struct program *in,
                           uint64_t host_room, uint64_t spare)
 {
   if (d->exchange.active || !out->piece_bytes || !in->piece_bytes) return false;
-  /* B's image must lie in private host memory, which its resume frees as it goes: one in the
-   * pool or in its own reserve is only counted (their pages stay), one on disk is not in host
-   * memory at all. */
-  if (in->state != SCHED_SWAPPED_OUT || in->on_disk || in->loan.length ||
-      in->reserve_image_bytes || in->pending_op || out->pending_op || out->loan.length)
+  /* B's image must lie in private host memory, which its resume frees as it goes, or in the
+   * pool, where A's image takes its place (a handover); one in its own reserve is only counted
+   * (its pages stay), one on disk is not in host memory at all. */
+  if (in->state != SCHED_SWAPPED_OUT || in->on_disk || in->reserve_image_bytes ||
+      in->pending_op || out->pending_op || out->loan.length)
     return false;
   uint64_t piece = out->piece_bytes > in->piece_bytes ? out->piece_bytes : in->piece_bytes;
-  uint64_t window = piece * WINDOW_PIECES + CHUNK_SLACK;
-  if (window > host_room) window = host_room;
-  /* Progress needs a whole piece and a chunk ahead (docs/sharing.md), and A's image must fit
-   * once B's is gone. */
-  if (window < piece + CHUNK_SLACK || sched_image_bytes(out) > host_room + sched_image_bytes(in))
-    return false;
+  bool handover = in->loan.length > 0;
+  struct pool_loan in_loan = {0};
+  uint64_t window, run_ahead = 0;
+  if (handover) {
+    /* The pool's pages are page-locked by every program that maps them: none goes back to the
+     * kernel during an exchange, so A's image must go where B's was, never beside it. */
+    if (!handover_ready(d, out, in, piece, spare, &in_loan, &run_ahead)) return false;
+    window = UINT64_MAX; /* no bound in bytes: the place of each chunk is (exchange_page.h) */
+  } else {
+    window = piece * WINDOW_PIECES + CHUNK_SLACK;
+    if (window > host_room) window = host_room;
+    /* Progress needs a whole piece and a chunk ahead (docs/sharing.md), and A's image must fit
+     * once B's is gone. */
+    if (window < piece + CHUNK_SLACK || sched_image_bytes(out) > host_room + sched_image_bytes(in))
+      return false;
+  }
   int fd = -1;
   int rc = exchange_page_create(out->pid, in->pid, window, spare, &fd);
   struct exchange_page *page = NULL;
@@ -56,10 +87,18 @@ bool sched_exchange_order(struct daemon *d, struct program *out, struct program 
     fprintf(stderr, "cudawd: cannot create an exchange's page: %s; swapping the old way\n",
             strerror(-rc));
     if (fd >= 0) close(fd);
+    if (handover) sched_pool_handover_undo(d, out, in, in_loan);
     return false;
   }
+  if (handover) { /* before the orders: the page is all the programs go by */
+    page->handover = 1;
+    page->in_from = in_loan.offset;
+    page->in_end = in_loan.offset + in_loan.length;
+    atomic_store(&page->needed_from, in_loan.offset);
+  }
   struct sched_msg go_out = {.version = SCHED_PROTO_VERSION, .type = SCHED_EXCHANGE,
-                             .pid = out->pid, .value = 1};
+                             .pid = out->pid, .value = 1, .held = out->loan.offset,
+                             .bytes = out->loan.length};
   struct sched_msg come_in = {.version = SCHED_PROTO_VERSION, .type = SCHED_EXCHANGE,
                               .pid = in->pid, .value = 2};
   /* B first: if A cannot be told, B's side is ended on the page, so that B goes on alone (its
@@ -70,6 +109,7 @@ bool sched_exchange_order(struct daemon *d, struct program *out, struct program 
   if (sent_in || sent_out) {
     fprintf(stderr, "cudawd: sending the exchange of pid %ld and pid %ld failed: %s\n",
             (long)out->pid, (long)in->pid, strerror(-(sent_in ? sent_in : sent_out)));
+    if (handover) sched_pool_handover_undo(d, out, in, in_loan); /* A writes nothing there */
     if (sent_in == 0) {
       atomic_store(&page->out_done, 1);
       in->pending_op = 2;
@@ -87,15 +127,26 @@ bool sched_exchange_order(struct daemon *d, struct program *out, struct program 
   d->exchange = (struct exchange_state){.active = true, .out = out, .in = in,
                                         .out_pid = out->pid, .in_pid = in->pid,
                                         .page = page, .window = window, .spare = spare,
+                                        .handover = handover, .run_ahead = run_ahead,
                                         .started = sched_now(),
                                         .out_bytes = sched_image_bytes(out),
                                         .in_bytes = sched_image_bytes(in)};
-  fprintf(stderr, "cudawd: exchanging pid %ld (out, %.2f GiB) and pid %ld (in, %.2f GiB): the "
-          "host has %.2f GiB to spare, not enough for both images; window %.0f MiB, spare "
-          "%.0f MiB\n", (long)out->pid, (double)d->exchange.out_bytes / (1u << 30),
-          (long)in->pid, (double)d->exchange.in_bytes / (1u << 30),
-          (double)host_room / (1u << 30), (double)window / (1u << 20),
-          (double)spare / (1u << 20));
+  if (handover)
+    fprintf(stderr, "cudawd: exchanging pid %ld (out, %.2f GiB) and pid %ld (in, %.2f GiB): the "
+            "host has %.2f GiB to spare, not enough for both images; handover in the host-memory "
+            "pool: pid %ld's image goes into range %llu+%llu over pid %ld's (%.0f MiB ahead of "
+            "it), spare %.0f MiB\n", (long)out->pid, (double)d->exchange.out_bytes / (1u << 30),
+            (long)in->pid, (double)d->exchange.in_bytes / (1u << 30),
+            (double)host_room / (1u << 30), (long)out->pid,
+            (unsigned long long)out->loan.offset, (unsigned long long)out->loan.length,
+            (long)in->pid, (double)run_ahead / (1u << 20), (double)spare / (1u << 20));
+  else
+    fprintf(stderr, "cudawd: exchanging pid %ld (out, %.2f GiB) and pid %ld (in, %.2f GiB): the "
+            "host has %.2f GiB to spare, not enough for both images; window %.0f MiB, spare "
+            "%.0f MiB\n", (long)out->pid, (double)d->exchange.out_bytes / (1u << 30),
+            (long)in->pid, (double)d->exchange.in_bytes / (1u << 30),
+            (double)host_room / (1u << 30), (double)window / (1u << 20),
+            (double)spare / (1u << 20));
   return true;
 }
 
@@ -116,12 +167,17 @@ static void finish(struct daemon *d)
   }
   if (peak > d->exchange_peak_bytes) d->exchange_peak_bytes = peak;
   d->exchange_last_seconds = seconds;
+  char window[64];
+  if (x->handover) /* A's image went into pool pages B was done with: no extra host memory */
+    snprintf(window, sizeof window, "handover in the host-memory pool");
+  else
+    snprintf(window, sizeof window, "window %.1f MiB", (double)x->window / (1u << 20));
   fprintf(stderr, "cudawd: exchange %s: pid %ld out %.3f GiB (%s), pid %ld in %.3f GiB (%s) in "
-          "%.3f s; peak extra host memory %.1f MiB (window %.1f MiB)\n", ok ? "done" : "FAILED",
+          "%.3f s; peak extra host memory %.1f MiB (%s)\n", ok ? "done" : "FAILED",
           (long)x->out_pid, (double)written / (1u << 30),
           x->out_status ? strerror(-x->out_status) : "swapped out", (long)x->in_pid,
           (double)consumed / (1u << 30), x->in_status ? strerror(-x->in_status) : "resumed",
-          seconds, (double)peak / (1u << 20), (double)x->window / (1u << 20));
+          seconds, (double)peak / (1u << 20), window);
   exchange_page_unmap(x->page);
   *x = (struct exchange_state){0};
 }
@@ -129,6 +185,10 @@ static void finish(struct daemon *d)
 static void answered(struct daemon *d, const struct program *p, int status)
 {
   struct exchange_state *x = &d->exchange;
+  /* B resumed: nothing of its image is left in A's range. */
+  if (x->handover && x->in == p && status == 0)
+    for (struct program *q = d->programs; q; q = q->next)
+      if (q->loan_heir == p->pid) q->loan_heir = 0;
   if (x->out == p) {
     x->out = NULL;
     x->out_status = status;

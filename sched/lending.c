@@ -126,14 +126,56 @@ void sched_pool_lend(struct daemon *d, struct program *p, struct sched_msg *msg)
             (unsigned long long)p->loan.offset, (unsigned long long)p->loan.length);
 }
 
+/* The program p's range goes to when taken back: its heir, while that one's image may still
+ * lie in it (swapped out or coming in, with no range of its own). */
+static struct program *heir_of(struct daemon *d, struct program *p)
+{
+  for (struct program *q = d->programs; p->loan_heir && q; q = q->next)
+    if (q != p && q->pid == p->loan_heir && q->joined && !q->loan.length &&
+        (q->state == SCHED_SWAPPED_OUT || q->state == SCHED_SWAPPING_IN))
+      return q;
+  return NULL;
+}
+
 void sched_pool_take_back(struct daemon *d, struct program *p, const char *why)
 {
   if (!p->loan.length) return;
+  struct program *heir = heir_of(d, p);
+  p->loan_heir = 0;
+  if (heir) {
+    heir->loan = p->loan;
+    p->loan = (struct pool_loan){0};
+    fprintf(stderr, "cudawd: pid %ld: pool range %llu+%llu goes to pid %ld (%s), whose image "
+            "still lies in it\n", (long)p->pid, (unsigned long long)heir->loan.offset,
+            (unsigned long long)heir->loan.length, (long)heir->pid, why);
+    return;
+  }
   pool_return(&d->pool, p->loan.offset);
   if (d->config.verbose)
     fprintf(stderr, "cudawd: pid %ld: pool range %llu+%llu back (%s)\n", (long)p->pid,
             (unsigned long long)p->loan.offset, (unsigned long long)p->loan.length, why);
   p->loan = (struct pool_loan){0};
+}
+
+int sched_pool_handover(struct daemon *d, struct program *out, struct program *in,
+                        struct pool_loan *range)
+{
+  if (!d->pool.size || !out->pool_acked || out->loan.length || !in->loan.length) return -ENOENT;
+  int rc = pool_lend_over(&d->pool, image_estimate(out), out->pool_acked, in->loan.offset, range);
+  if (rc) return rc;
+  out->loan = *range;
+  out->loan_heir = in->pid;
+  in->loan = (struct pool_loan){0};
+  return 0;
+}
+
+void sched_pool_handover_undo(struct daemon *d, struct program *out, struct program *in,
+                              struct pool_loan in_loan)
+{
+  pool_undo_over(&d->pool, out->loan.offset, in_loan);
+  out->loan = (struct pool_loan){0};
+  out->loan_heir = 0;
+  in->loan = in_loan;
 }
 
 /* What the pool is for now: the images of this user's programs (a program alone too, so that

@@ -317,6 +317,30 @@ bool pool_can_lend(const struct host_pool *pool, uint64_t bytes, uint64_t limit)
          find_gap(pool, need, lend_limit(pool, limit), &at) >= 0;
 }
 
+/* Record loan at index i (the loans stay sorted by offset). */
+static void insert_loan(struct host_pool *pool, int i, struct pool_loan loan)
+{
+  memmove(&pool->loan[i + 1], &pool->loan[i], (size_t)(pool->count - i) * sizeof pool->loan[0]);
+  pool->loan[i] = loan;
+  pool->count++;
+  pool->lent += loan.length;
+}
+
+/* Remove the loan at `offset`: its index, or -1 when there is none. */
+static int remove_loan(struct host_pool *pool, uint64_t offset, struct pool_loan *removed)
+{
+  for (int i = 0; i < pool->count; i++)
+    if (pool->loan[i].offset == offset) {
+      *removed = pool->loan[i];
+      pool->lent -= pool->loan[i].length;
+      memmove(&pool->loan[i], &pool->loan[i + 1],
+              (size_t)(pool->count - i - 1) * sizeof pool->loan[0]);
+      pool->count--;
+      return i;
+    }
+  return -1;
+}
+
 int pool_lend(struct host_pool *pool, uint64_t bytes, uint64_t limit, struct pool_loan *out)
 {
   if (!pool->size || !bytes || pool->count == POOL_MAX_LOANS) return -ENOSPC;
@@ -325,25 +349,55 @@ int pool_lend(struct host_pool *pool, uint64_t bytes, uint64_t limit, struct poo
   uint64_t at = 0;
   int i = find_gap(pool, need, lend_limit(pool, limit), &at);
   if (i < 0) return -ENOSPC;
-  memmove(&pool->loan[i + 1], &pool->loan[i], (size_t)(pool->count - i) * sizeof pool->loan[0]);
-  pool->loan[i] = (struct pool_loan){at, need};
-  pool->count++;
-  pool->lent += need;
+  insert_loan(pool, i, (struct pool_loan){at, need});
   pool->loans_total++;
   *out = pool->loan[i];
   return 0;
 }
 
+int pool_lend_over(struct host_pool *pool, uint64_t bytes, uint64_t limit, uint64_t over,
+                   struct pool_loan *out)
+{
+  struct pool_loan old;
+  if (pool_can_lend(pool, bytes, limit)) return -EEXIST; /* room without it: lend plainly */
+  int was = remove_loan(pool, over, &old);
+  if (was < 0) return -ENOENT;
+  uint64_t need = round_up(bytes), at = 0, cap = lend_limit(pool, limit);
+  int i = !bytes || need < bytes ? -1 : find_gap(pool, need, cap, &at);
+  int rc = i < 0 ? -ENOSPC : 0;
+  /* The first fit lies in the gap the old range leaves: it contains the old range whole. */
+  if (rc == 0 && (at >= old.offset + old.length || at + need <= old.offset)) rc = -EEXIST;
+  if (rc == 0) {
+    /* Cover the old range to its end: its borrower reads all of it until done, and a range free
+     * in the books could be lent or given back to the kernel meanwhile. */
+    uint64_t gap_end = i < pool->count && pool->loan[i].offset < cap ? pool->loan[i].offset : cap;
+    if (old.offset + old.length - at > need) need = old.offset + old.length - at;
+    if (at + need > gap_end) rc = -ENOSPC;
+  }
+  if (rc) {
+    insert_loan(pool, was, old); /* the loans are as they were without it */
+    return rc;
+  }
+  insert_loan(pool, i, (struct pool_loan){at, need});
+  pool->loans_total++;
+  *out = pool->loan[i];
+  return 0;
+}
+
+void pool_undo_over(struct host_pool *pool, uint64_t offset, struct pool_loan old)
+{
+  struct pool_loan removed;
+  if (remove_loan(pool, offset, &removed) < 0) return;
+  pool->loans_total--;
+  int i = 0;
+  while (i < pool->count && pool->loan[i].offset < old.offset) i++;
+  insert_loan(pool, i, old);
+}
+
 void pool_return(struct host_pool *pool, uint64_t offset)
 {
-  for (int i = 0; i < pool->count; i++)
-    if (pool->loan[i].offset == offset) {
-      pool->lent -= pool->loan[i].length;
-      memmove(&pool->loan[i], &pool->loan[i + 1],
-              (size_t)(pool->count - i - 1) * sizeof pool->loan[0]);
-      pool->count--;
-      return;
-    }
+  struct pool_loan removed;
+  remove_loan(pool, offset, &removed);
 }
 
 uint64_t pool_free_bytes(const struct host_pool *pool)

@@ -108,6 +108,15 @@ uint64_t pool_resident(const struct host_pool *pool);
 /* First fit: a range of at least `bytes` (rounded up to POOL_ALIGN) below the window and below
  * `limit` (what the borrower has mapped). 0 with *out, or -ENOSPC. */
 int pool_lend(struct host_pool *pool, uint64_t bytes, uint64_t limit, struct pool_loan *out);
+/* An exchange's handover: lend a range of at least `bytes` as pool_lend does, as if the range
+ * lent at `over` were free, starting at or before it and covering it to its end; the loan at
+ * `over` is gone then (its borrower still reads it: the caller paces the two). -ENOENT: no loan
+ * at `over`; -EEXIST: a range not overlapping it was free (lend plainly); -ENOSPC. The loans
+ * are unchanged on error. */
+int pool_lend_over(struct host_pool *pool, uint64_t bytes, uint64_t limit, uint64_t over,
+                   struct pool_loan *out);
+/* Undo pool_lend_over: the range lent at `offset` goes, `old` is lent again. */
+void pool_undo_over(struct host_pool *pool, uint64_t offset, struct pool_loan old);
 /* Whether pool_lend(bytes, limit) would find a range now. */
 bool pool_can_lend(const struct host_pool *pool, uint64_t bytes, uint64_t limit);
 /* Take back the range lent at `offset` (no-op if none). */

@@ -73,7 +73,8 @@ enum sched_msg_type {
   /* Exchanges (docs/sharing.md), added within version 2: an older cudawd logs and ignores
    * SCHED_CAN_EXCHANGE and so never sends SCHED_EXCHANGE; an older program never says it can. */
   SCHED_CAN_EXCHANGE, /* program -> cudawd after its hello: its memory can move piece by piece
-                       * (remap), pieces of at most `bytes` */
+                       * (remap), pieces of at most `bytes`; `value` SCHED_EXCHANGE_HANDOVER: it
+                       * paces a handover by the page (0 from an older program: never one) */
   SCHED_EXCHANGE,    /* cudawd -> program, with the exchange's page (SCM_RIGHTS, a memfd):
                       * value 1: checkpoint giving memory back as it goes (the program going
                       * out), 2: resume creating it as it goes (the one coming in); the other
@@ -81,6 +82,11 @@ enum sched_msg_type {
                       * SCHED_DONE value 1 or 2 (`held`: image bytes consumed or device bytes
                       * released) */
 };
+
+/* SCHED_CAN_EXCHANGE's value: the program takes part in a handover, an exchange whose incoming
+ * image lies in cudawd's pool (the page's handover fields; SCHED_EXCHANGE value 1 then carries
+ * the range lent for the outgoing image in `held` (offset) and `bytes` (length)). */
+#define SCHED_EXCHANGE_HANDOVER 1
 
 struct sched_msg {
   uint32_t version;  /* SCHED_PROTO_VERSION */

@@ -124,7 +124,8 @@ static void describe(int device)
    * runs by the time a device is described. */
   uint64_t piece = vmem_piece_bytes();
   if (piece && piece != VMEM_PIECE_NONE)
-    send_msg((struct sched_msg){.type = SCHED_CAN_EXCHANGE, .bytes = piece});
+    send_msg((struct sched_msg){.type = SCHED_CAN_EXCHANGE, .bytes = piece,
+                                .value = SCHED_EXCHANGE_HANDOVER});
 }
 
 /* Connect, check that cudawd is ours (same user or root), say hello, describe our devices and
@@ -316,12 +317,22 @@ static void transition(int op, uint64_t loan_offset, uint64_t loan_length)
 }
 
 /* One side of an exchange cudawd ordered (value 1: going out, 2: coming in), paced through the
- * page it sent (page_fd, closed here); answered as a checkpoint or resume. */
-static void exchange(int value, int page_fd)
+ * page it sent (page_fd, closed here); answered as a checkpoint or resume. A handover lends the
+ * side going out a range of the pool (loan_offset, loan_length) for its image, as a checkpoint
+ * order does. */
+static void exchange(int value, int page_fd, uint64_t loan_offset, uint64_t loan_length)
 {
   bool out = value == 1;
+  bool lent = out && loan_length && client.pool_size && loan_offset <= client.pool_size &&
+              loan_length <= client.pool_size - loan_offset;
+  if (out && loan_length && !lent)
+    shim_warn("sched: cudawd lent a range (%llu+%llu) outside the pool we have (%llu bytes) for "
+              "an exchange: not used", (unsigned long long)loan_offset,
+              (unsigned long long)loan_length, (unsigned long long)client.pool_size);
+  if (lent) ckpt_pool_lend(loan_offset, loan_length);
   struct ckpt_result result = {0};
   int rc = value == 1 || value == 2 ? ckpt_request_exchange(page_fd, out, &result) : -EINVAL;
+  if (lent) ckpt_pool_lend(0, 0); /* only for this checkpoint */
   close(page_fd);
   /* A checkpoint that failed after giving memory back leaves us paused with our image (see
    * ckpt_request_exchange): swapped out as far as cudawd is concerned, resumed on our turn. */
@@ -509,7 +520,7 @@ static void *run(void *unused)
       }
       if (msg.type == SCHED_SPILL && fd >= 0) spill(fd);
       if (msg.type == SCHED_EXCHANGE && fd >= 0) {
-        exchange(msg.value, fd);
+        exchange(msg.value, fd, msg.held, msg.bytes);
         fd = -1;
       }
       if (fd >= 0) close(fd); /* a descriptor with any other message is not ours to keep */

@@ -177,7 +177,7 @@ static void resume_fails(bool device_hash) {
   uint8_t *image = engine_image_data(e, 0, &size);
   CHECK_EQ(resident_pages(image, size), size / 4096);
   b.range_fail_after = 6; /* the sixth chunk's creation fails: five chunks made */
-  struct engine_pace unpaced = {NULL, NULL, NULL, NULL};
+  struct engine_pace unpaced = {0};
   CHECK_EQ(engine_restore_creating(e, &unpaced, &stats, reason, sizeof reason), -ENOMEM);
   printf("resume stopped: %s; %" PRIu64 " bytes consumed\n", reason, stats.exchange_given);
   CHECK(stats.exchange_given > 0 && stats.exchange_given < size, "consumed %" PRIu64,
@@ -201,7 +201,7 @@ static void checkpoint_fails(bool device_hash) {
   struct engine_stats stats;
   char reason[512] = "";
   a.release_fail_after = 3; /* two pieces go back, the third release fails */
-  struct engine_pace unpaced = {NULL, NULL, NULL, NULL};
+  struct engine_pace unpaced = {0};
   int rc = engine_save_releasing(e, &unpaced, &stats, reason, sizeof reason);
   if (rc != -EIO)
     test_fail("the releasing checkpoint returned %d (%s), gave back %" PRIu64 ", %d range calls", rc,
@@ -233,7 +233,7 @@ static void refused(void) {
   struct engine *e = new_engine(&a, 1);
   struct engine_stats stats;
   char reason[512] = "";
-  struct engine_pace unpaced = {NULL, NULL, NULL, NULL};
+  struct engine_pace unpaced = {0};
   CHECK_EQ(engine_save_releasing(e, &unpaced, &stats, reason, sizeof reason), -ENOSYS);
   printf("refused: %s\n", reason);
   CHECK_EQ(engine_image_bytes(e), 0);

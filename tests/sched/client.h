@@ -154,6 +154,17 @@ static inline bool client_file_has(const char *path, const char *text)
   return found;
 }
 
+/* Lines of path that hold text (0 when it cannot be read). */
+static inline int client_count_lines(const char *path, const char *text)
+{
+  FILE *f = fopen(path, "r");
+  char line[1024];
+  int count = 0;
+  while (f && fgets(line, sizeof line, f)) count += strstr(line, text) != NULL;
+  if (f) fclose(f);
+  return count;
+}
+
 /* count sched_share_job processes of `bytes` each, `rounds` rounds of pieces, into jobs[];
  * job i logs (both outputs) to <run_dir>/job<i>.log. */
 static inline void client_start_jobs(const char *job_path, const char *run_dir, pid_t *jobs,

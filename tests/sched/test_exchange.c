@@ -16,6 +16,17 @@
  *                new cudawd resumes the one swapped out, and both verify their data
  *   translate    the same under CUDAW_VMEM=translate, where memory cannot move piece by piece:
  *                no exchange, the old refusal in the log, both jobs verified
+ * The pool_ modes run the same with cudawd's host-memory pool on (the default under cudaw run
+ * --share), sized for one image and not two (128 MiB: a 72 MiB job is lent 90 MiB), and the
+ * host without room for a private image beside it: the image swapped out lies in the pool, and
+ * cudawd hands its range over to the job going out (a handover: its image goes where the other
+ * one's was, written only where that one is done; device 100M, so that the spare covers the
+ * window):
+ *   pool_rotate  exchanges happen, each a handover (the log says so, no swap refused), the
+ *                image going out lies whole in the pool (its job's log), no range is lent once
+ *                the jobs are gone, both jobs verify their data
+ *   pool_kill_out, pool_kill_in, pool_kill_cudawd  as above, with the pool; after kill_out the
+ *                range goes to the job coming in until its resume is done
  *   usage: sched_test_exchange CUDAWD CUDAW_CTL JOB MODE */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -31,7 +42,11 @@
  * one of its four blocks allocated (72 <= 60 + 18). */
 #define ROOM (60 * MIB)
 
+/* The pool modes: cudawd's pool holds one image (90 MiB lent for a 72 MiB job) but not two. */
+#define POOL_SIZE "128M"
+
 static const char *cudawd_path, *job_path, *ctl_path;
+static bool pooled;
 static char run_dir[64], meminfo[160];
 static pid_t cudawd_pid, jobs[JOBS];
 
@@ -44,7 +59,9 @@ static void end_children(void)
  * first swap-out fits, the next ones do not beside the image already there. */
 static void write_meminfo(int images_in_host)
 {
-  uint64_t out = (uint64_t)images_in_host * JOB_BYTES;
+  /* With the pool the images lie in memory the host had given it: ROOM alone is left, under a
+   * private image, so a swap needs the pool. */
+  uint64_t out = pooled ? JOB_BYTES : (uint64_t)images_in_host * JOB_BYTES;
   client_write_meminfo(meminfo, 1024 * MIB + ROOM + JOB_BYTES - out);
 }
 
@@ -52,8 +69,9 @@ static void start_cudawd(void)
 {
   char log[128];
   snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
-  const char *argv[] = {cudawd_path, "--device-memory", "96M", "--quantum", "0.5", "--min-run",
-                        "0.1", "--host-memory", "off", "--verbose", "--gpu-list", "none", NULL};
+  const char *argv[] = {cudawd_path, "--device-memory", pooled ? "100M" : "96M", "--quantum",
+                        "0.5", "--min-run", "0.1", "--host-memory", pooled ? POOL_SIZE : "off",
+                        "--verbose", "--gpu-list", "none", NULL};
   cudawd_pid = client_spawn(argv, log, false);
   CHECK(client_wait_up(run_dir, 10), "cudawd did not answer on %s (see %s)", run_dir, log);
 }
@@ -106,7 +124,9 @@ static char *log_path(const char *name)
   return path;
 }
 
-static void test_rotate(void)
+/* Two jobs of 40 rounds each under the mode's cudawd, then its snapshot: they exchanged at least
+ * twice and moved about their memory each time. */
+static struct sched_snapshot *rotate(void)
 {
   start_cudawd();
   start_jobs("40");
@@ -114,10 +134,8 @@ static void test_rotate(void)
   struct sched_snapshot *s = calloc(1, sizeof *s);
   CHECK(s != NULL && follow(s), "cudawd did not answer after the jobs");
   const struct sched_exchange_info *x = &s->exchange;
-  const char *log = log_path("cudawd.log");
   CHECK(x->exchanges >= 2, "%llu exchanges (%llu failed): the swaps did not exchange",
         (unsigned long long)x->exchanges, (unsigned long long)x->failures);
-  CHECK(x->failures == 0, "%llu exchanges failed", (unsigned long long)x->failures);
   /* A job swapped out before it allocated all of its blocks (the first swap) has a smaller
    * image, and so does one that freed some at its end: allow one such exchange each way. */
   CHECK(x->out_bytes >= (x->exchanges - 1) * JOB_BYTES &&
@@ -125,6 +143,15 @@ static void test_rotate(void)
         "%llu exchanges moved %llu bytes out and %llu in: less than the jobs' memory",
         (unsigned long long)x->exchanges, (unsigned long long)x->out_bytes,
         (unsigned long long)x->in_bytes);
+  return s;
+}
+
+static void test_rotate(void)
+{
+  struct sched_snapshot *s = rotate();
+  const struct sched_exchange_info *x = &s->exchange;
+  const char *log = log_path("cudawd.log");
+  CHECK(x->failures == 0, "%llu exchanges failed", (unsigned long long)x->failures);
   /* At most the window while both copy; once B is in, A's image may exceed B's whole image by
    * what the host can spare (a job swapped out before it allocated everything is smaller). */
   CHECK(x->peak_extra_bytes > 0 && x->peak_extra_bytes <= ROOM,
@@ -160,6 +187,77 @@ static void test_rotate(void)
          (unsigned long long)x->out_bytes, (unsigned long long)x->in_bytes,
          (unsigned long long)x->peak_extra_bytes, (unsigned long long)s->device[0].swaps);
   free(s);
+}
+
+/* A job's exchanges out whose checkpoint put the whole image into cudawd's pool: its result
+ * line says so (or that the job, ending, held nothing), and no line of that checkpoint says the
+ * pool was not used. */
+static int pooled_outs(const char *path)
+{
+  FILE *f = fopen(path, "r");
+  char line[1024];
+  bool missed = false, pooled_image = false;
+  int count = 0;
+  while (f && fgets(line, sizeof line, f)) {
+    if (strstr(line, "checkpoint: running -> pausing")) missed = pooled_image = false;
+    else if (strstr(line, "pool not used")) missed = true;
+    else if (strstr(line, "checkpoint: pausing -> paused"))
+      pooled_image = strstr(line, "straight into cudawd's pool") || /* or nothing left */
+                     strstr(line, "saved 0 B of 0 regions");
+    else if (strstr(line, "sched: exchange out:")) count += pooled_image && !missed;
+  }
+  if (f) fclose(f);
+  return count;
+}
+
+/* Every range of the pool came back once the jobs are gone (a handover's range, passed on from
+ * the job going out to the one coming in where needed, included). */
+static void check_pool_back(void)
+{
+  struct sched_snapshot *s = calloc(1, sizeof *s);
+  CHECK(s != NULL);
+  /* The jobs have exited: their hang-ups reach cudawd within a moment. */
+  for (double end = client_now() + 2; client_now() < end; client_sleep_ms(50)) {
+    CHECK(client_snapshot(run_dir, s), "cudawd did not answer after the jobs");
+    if (s->pool.lent == 0 && s->pool.loans == 0) break;
+  }
+  CHECK(s->pool.enabled, "no host-memory pool: the pool modes need one");
+  CHECK(s->pool.lent == 0 && s->pool.loans == 0, "%llu bytes of the pool still lent (%d ranges) "
+        "with no job left", (unsigned long long)s->pool.lent, s->pool.loans);
+  free(s);
+}
+
+static void test_pool_rotate(void)
+{
+  struct sched_snapshot *s = rotate();
+  const struct sched_exchange_info *x = &s->exchange;
+  char log[160]; /* log_path's buffer is reused for the jobs' logs below */
+  snprintf(log, sizeof log, "%s", log_path("cudawd.log"));
+  /* A handover ordered while the job going out was still page-locking a window cudawd had just
+   * grown fails at its first chunk (documented: it runs on, and is tried again later); no
+   * other failure is allowed. */
+  int not_ready = client_count_lines(log_path("job0.log"), "has no place in cudawd's pool") +
+                  client_count_lines(log_path("job1.log"), "has no place in cudawd's pool");
+  CHECK(x->failures <= (uint64_t)not_ready / 2, "%llu exchanges failed (%d for a range not "
+        "page-locked yet)", (unsigned long long)x->failures, not_ready / 2);
+  /* A job swapped out before its pool window was page-locked has its image in private memory
+   * (the pool's fallback), and its next exchange is a private one: the handovers are most. */
+  int handovers = client_count_lines(log, "(handover in the host-memory pool)");
+  CHECK(handovers >= 2 && (uint64_t)handovers * 2 >= x->exchanges, "%d of %llu exchanges were "
+        "handovers", handovers, (unsigned long long)x->exchanges);
+  CHECK(!client_file_has(log, "would leave the host short"), "a swap was refused for host "
+        "memory although a handover applied");
+  /* The job going out wrote its whole image into the range handed over, never into private
+   * memory beside the image in the pool. */
+  int into_pool = pooled_outs(log_path("job0.log")) + pooled_outs(log_path("job1.log"));
+  CHECK(into_pool >= handovers, "%d exchanges out put the whole image into the pool, fewer than "
+        "the %d handovers", into_pool, handovers);
+  printf("pool_rotate: %llu exchanges, %d of them handovers (%llu bytes out, %llu in), no swap "
+         "refused; both jobs verified their data\n", (unsigned long long)x->exchanges, handovers,
+         (unsigned long long)x->out_bytes, (unsigned long long)x->in_bytes);
+  free(s);
+  check_pool_back();
+  printf("pool_rotate: no range left lent\n");
 }
 
 static void test_translate(void)
@@ -227,9 +325,18 @@ static void test_kill_job(bool out_side)
   CHECK(s != NULL && follow(s), "cudawd did not answer after the jobs");
   CHECK(s->exchange.failures >= 1, "the interrupted exchange was not counted as failed");
   CHECK(client_file_has(log_path("cudawd.log"), "exchange FAILED"), "no failed exchange line");
-  printf("%s: pid %d killed -9 in the middle of the exchange, pid %d finished and verified its "
-         "data\n", out_side ? "kill_out" : "kill_in", victim, survivor);
+  if (pooled) {
+    CHECK(client_file_has(log_path("cudawd.log"), "(handover in the host-memory pool)"),
+          "the interrupted exchange was no handover");
+    char heir[96];
+    snprintf(heir, sizeof heir, "goes to pid %d (gone)", survivor);
+    CHECK(!out_side || client_file_has(log_path("cudawd.log"), heir), "the range of pid %d "
+          "(killed) did not go to pid %d, whose image still lay in it", victim, survivor);
+  }
+  printf("%s%s: pid %d killed -9 in the middle of the exchange, pid %d finished and verified its "
+         "data\n", pooled ? "pool_" : "", out_side ? "kill_out" : "kill_in", victim, survivor);
   free(s);
+  if (pooled) check_pool_back();
 }
 
 static void test_kill_cudawd(void)
@@ -257,21 +364,29 @@ static void test_kill_cudawd(void)
   snprintf(rejoined, sizeof rejoined, "pid %d (uid %u) joined (paused)", out, (unsigned)getuid());
   CHECK(client_file_has(log_path("cudawd.log"), rejoined), "pid %d never re-joined as paused",
         out);
-  printf("kill_cudawd: cudawd killed -9 in the middle of the exchange of pid %d (out) and pid %d "
-         "(in); both finished it, a new cudawd resumed pid %d, both verified their data\n", out,
-         in, out);
+  char handover[96];
+  snprintf(handover, sizeof handover, "pid %d's image goes into range", out);
+  CHECK(!pooled || client_file_has(log_path("cudawd.log"), handover), "the exchange cudawd died "
+        "in was no handover");
+  printf("%skill_cudawd: cudawd killed -9 in the middle of the exchange of pid %d (out) and pid "
+         "%d (in); both finished it, a new cudawd resumed pid %d, both verified their data\n",
+         pooled ? "pool_" : "", out, in, out);
 }
 
 int main(int argc, char **argv)
 {
   setpgid(0, 0);
   atexit(end_children);
-  CHECK(argc == 5, "usage: %s CUDAWD CUDAW_CTL JOB rotate|kill_out|kill_in|kill_cudawd|translate",
-        argv[0]);
+  CHECK(argc == 5, "usage: %s CUDAWD CUDAW_CTL JOB [pool_]rotate|kill_out|kill_in|kill_cudawd "
+        "or translate", argv[0]);
   cudawd_path = argv[1];
   ctl_path = argv[2];
   job_path = argv[3];
   argv[3] = argv[4];
+  if (!strncmp(argv[3], "pool_", 5)) {
+    pooled = true;
+    argv[3] += 5;
+  }
   snprintf(run_dir, sizeof run_dir, "/tmp/cudaw-exchange-XXXXXX");
   CHECK(mkdtemp(run_dir) != NULL, "mkdtemp: %s", strerror(errno));
   snprintf(meminfo, sizeof meminfo, "%s/meminfo", run_dir);
@@ -284,7 +399,7 @@ int main(int argc, char **argv)
   setenv("CUDAW_VMEM_PIECE", "2M", 1);
   setenv("CUDAW_CKPT_RESERVE", "off", 1); /* the image in private memory, freed as consumed */
   if (strcmp(argv[3], "rotate") != 0) setenv("CUDAW_TEST_EXCHANGE_DELAY_MS", "50", 1);
-  if (!strcmp(argv[3], "rotate")) test_rotate();
+  if (!strcmp(argv[3], "rotate")) pooled ? test_pool_rotate() : test_rotate();
   else if (!strcmp(argv[3], "kill_out")) test_kill_job(true);
   else if (!strcmp(argv[3], "kill_in")) test_kill_job(false);
   else if (!strcmp(argv[3], "kill_cudawd")) test_kill_cudawd();

@@ -247,17 +247,6 @@ static void test_kill(void)
   free(s);
 }
 
-/* Lines of path that hold text. */
-static int count_lines(const char *path, const char *text)
-{
-  FILE *f = fopen(path, "r");
-  char line[1024];
-  int count = 0;
-  while (f && fgets(line, sizeof line, f)) count += strstr(line, text) != NULL;
-  if (f) fclose(f);
-  return count;
-}
-
 static bool line_has_pid(const char *line, const char *format, pid_t pid)
 {
   char text[96];
@@ -325,8 +314,8 @@ static void test_readback(void)
   CHECK(spill_dir_empty(), "images left in %s after every job resumed", tier.spill_dir);
   snprintf(log, sizeof log, "%s/cudawd.log", tier.run_dir);
   printf("readback: %d read-backs ahead of a turn, %d spills; pid %d read back, then resumed "
-         "from host memory\n", count_lines(log, "read back from disk ahead of its turn"),
-         count_lines(log, "spilled:"), pid);
+         "from host memory\n", client_count_lines(log, "read back from disk ahead of its turn"),
+         client_count_lines(log, "spilled:"), pid);
 }
 
 static void test_disk_full(void)
@@ -338,10 +327,10 @@ static void test_disk_full(void)
   run_jobs(100, NULL, NULL);
   char log[128];
   snprintf(log, sizeof log, "%s/cudawd.log", tier.run_dir);
-  int said = count_lines(log, "not spilling pid");
-  CHECK(count_lines(log, "host memory runs short") > 0 || said > 0,
+  int said = client_count_lines(log, "not spilling pid");
+  CHECK(client_count_lines(log, "host memory runs short") > 0 || said > 0,
         "the host never ran short: the test proves nothing (see %s)", log);
-  CHECK(count_lines(log, "spilling pid") == said, "a spill was ordered to a full disk");
+  CHECK(client_count_lines(log, "spilling pid") == said, "a spill was ordered to a full disk");
   CHECK(said == 1, "cudawd said %d times that the disk has no room (expected once)", said);
   printf("disk_full: no spill ordered, said once\n");
 }
@@ -386,7 +375,7 @@ static void test_write_fails(void)
   run_jobs(100, NULL, check_failed_writes);
   char log[128];
   snprintf(log, sizeof log, "%s/cudawd.log", tier.run_dir);
-  int failed = count_lines(log, "): its image stays in host memory");
+  int failed = client_count_lines(log, "): its image stays in host memory");
   CHECK(failed >= 1, "no failed spill noted (see %s)", log);
   struct sched_snapshot *s = calloc(1, sizeof *s);
   CHECK(s != NULL && follow(s), "cudawd did not answer after the jobs");

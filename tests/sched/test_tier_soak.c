@@ -7,7 +7,9 @@
  *   swap      the same while a checkpoint or resume is under way
  *   job       one job is killed -9 in the middle of its checkpoint or of its spill
  *   exchange  (only with a cudawd that orders exchanges) cudawd or one of the two programs is
- *             killed -9 while an exchange streams one out as the other comes in
+ *             killed -9 while an exchange streams one out as the other comes in (the jobs run
+ *             with pieces and private images; the host is squeezed while it is awaited); a
+ *             side killed must leave the exchange counted as failed
  * At the end every surviving job has verified all its data (its own pattern, every round, exit
  * 0), no killed job is left in cudawd's report as anything but exited, a living job's image on
  * disk never went missing, and the images killed jobs left on disk are listed.
@@ -21,7 +23,7 @@
 #include "tier.h"
 
 #define MIB (1024ull * 1024)
-#define JOBS 5
+#define JOBS 6 /* two may be killed (a job event, a side of an exchange): 3 or more rotate on */
 #define SOAK_SECONDS 100 /* the whole run, at the most (ctest's timeout is above it) */
 
 enum job_state { JOB_RUNNING, JOB_PASSED, JOB_KILLED };
@@ -50,6 +52,10 @@ static struct job jobs[JOBS];
 static unsigned seed, draws; /* draws: rand_r's state, from the seed */
 static double t0;
 static int cudawd_restarts;
+/* The exchange event: while it is awaited the fake host is tight (squeeze); what was seen. */
+static bool squeeze;
+static int exchanges_seen, exchange_kills;
+static pid_t exchange_last[2]; /* the pair last seen exchanging, counted once */
 
 static void end_children(void)
 {
@@ -86,9 +92,18 @@ static bool cudawd_orders_exchanges(void)
 }
 
 /* MemAvailable 2 GiB + 80 MiB less the bytes of the images in host memory: about one image fits
- * (one of 72 MiB, or two small ones) before cudawd moves images to disk (under 2 GiB). */
+ * (one of 72 MiB, or two small ones) before cudawd moves images to disk (under 2 GiB). While the
+ * exchange event is awaited (squeeze), the host holds one image of any size beyond cudawd's
+ * margin (1 GiB), and beside one only 39 MiB: no second image fits (40 MiB and up: the
+ * checkpoint is refused for host memory), but the window (one piece of 2 MiB + 16 MiB) does, and
+ * so does any job's image once another's is gone (they differ by 32 MiB at most): cudawd
+ * exchanges them (docs/sharing.md, "Exchanges"). Images on disk and those of other jobs are
+ * spilled meanwhile (under twice the margin), as before. The squeeze lets go one second in four:
+ * a host that short also refuses the checkpoint a running job's growth needs (not an exchange:
+ * the job that waits is not swapped out), and the jobs must not wait on each other for good. */
 static uint64_t available(uint64_t image_bytes_in_host)
 {
+  if (squeeze) return (1024 + (image_bytes_in_host ? 39 : 80)) * MIB;
   uint64_t room = (2048 + 80) * MIB;
   return room > image_bytes_in_host ? room - image_bytes_in_host : 0;
 }
@@ -277,13 +292,33 @@ static int job_in_state(const struct sched_snapshot *s, int which)
   return -1;
 }
 
-/* An exchange under way: one job streams out while another comes in, at the same time (an
- * ordinary swap finishes the checkpoint before the resume starts). Sets *out and *in. */
+/* An exchange under way (cudawd says one is active): one job streams out while another comes
+ * in, at the same time (an ordinary swap finishes the checkpoint before the resume starts).
+ * Sets *out and *in; counts each pair once in exchanges_seen. */
 static bool exchange_in_progress(const struct sched_snapshot *s, int *out, int *in)
 {
   *out = job_in_state(s, SCHED_SWAPPING_OUT);
   *in = job_in_state(s, SCHED_SWAPPING_IN);
-  return *out >= 0 && *in >= 0;
+  if (!s->exchange.active || *out < 0 || *in < 0) return false;
+  if (exchange_last[0] != jobs[*out].pid || exchange_last[1] != jobs[*in].pid) {
+    exchanges_seen++;
+    exchange_last[0] = jobs[*out].pid;
+    exchange_last[1] = jobs[*in].pid;
+  }
+  return true;
+}
+
+/* After a side of an exchange was killed: cudawd counts that exchange as failed (its side
+ * answered -ESRCH), within a few seconds. */
+static void check_exchange_failed(struct sched_snapshot *s)
+{
+  for (double end = client_now() + 5;;) {
+    if (look(s) && s->exchange.failures >= 1) return;
+    CHECK(client_now() < end, "seed %u: a side of an exchange was killed and cudawd does not "
+          "count a failed exchange (see %s)", seed, tier.run_dir);
+    reap();
+    client_sleep_ms(20);
+  }
 }
 
 /* Wait for the window of event e, no sooner than a moment drawn from the seed, and kill in it
@@ -305,6 +340,7 @@ static bool provoke(enum event e, struct sched_snapshot *s, double seconds)
       continue;
     }
     if (reap() < 2) return false; /* one job alone does not rotate */
+    squeeze = e == KILL_IN_EXCHANGE && (long)((elapsed() - not_before) * 1000) % 4000 < 3000;
     if (!look(s)) {
       client_sleep_ms(5);
       continue;
@@ -334,17 +370,23 @@ static bool provoke(enum event e, struct sched_snapshot *s, double seconds)
     }
     if (e == KILL_IN_EXCHANGE && exchange_in_progress(s, &i, &other)) {
       client_sleep_ms(delay_ms);
+      squeeze = false; /* the next look gives the host its room back */
+      exchange_kills++;
       if (take_cudawd) {
         snprintf(where, sizeof where, "in the middle of an exchange (job %d out, job %d in)", i,
                  other);
         kill_cudawd(where, s);
       } else {
-        kill_job(draw(2) ? i : other, "in the middle of an exchange");
+        bool out_side = draw(2);
+        kill_job(out_side ? i : other, out_side ? "in the middle of an exchange (going out)"
+                                                : "in the middle of an exchange (coming in)");
+        check_exchange_failed(s);
       }
       return true;
     }
     client_sleep_ms(5);
   }
+  squeeze = false;
   return false;
 }
 
@@ -371,6 +413,19 @@ static int report_leftovers(void)
   }
   closedir(d);
   return left;
+}
+
+/* How many lines of cudawd's log (appended across its restarts) hold `what`. */
+static int log_lines_with(const char *what)
+{
+  char path[128], line[1024];
+  snprintf(path, sizeof path, "%s/cudawd.log", tier.run_dir);
+  FILE *f = fopen(path, "r");
+  CHECK(f != NULL, "%s: %s", path, strerror(errno));
+  int count = 0;
+  while (fgets(line, sizeof line, f)) count += strstr(line, what) != NULL;
+  fclose(f);
+  return count;
 }
 
 static void start_jobs(void)
@@ -400,6 +455,14 @@ static void soak(void)
   if (!exchanges)
     printf("this cudawd orders no exchanges (its --help names none): the exchange kill is left "
            "out, the rest runs\n");
+  /* What an exchange needs of the programs (docs/sharing.md, "Exchanges"): remap with pieces
+   * (2 MiB: every job's memory is split), images in private memory (no reserve; cudawd has no
+   * pool here), and each step slowed (test-only) so that the middle lasts long enough to kill
+   * in. Only exchanges are slowed; the other events are as before. */
+  setenv("CUDAW_VMEM", "remap", 1);
+  setenv("CUDAW_VMEM_PIECE", "2M", 1);
+  setenv("CUDAW_CKPT_RESERVE", "off", 1);
+  setenv("CUDAW_TEST_EXCHANGE_DELAY_MS", "20", 1);
   /* The events in an order drawn from the seed. */
   enum event order[EVENTS];
   int events = 0;
@@ -440,6 +503,9 @@ static void soak(void)
     killed += jobs[i].state == JOB_KILLED;
   }
   CHECK(passed >= 1, "seed %u: no job survived", seed);
+  CHECK(!exchanges || exchange_kills == 1, "seed %u: %d kills in the middle of an exchange "
+        "(%d exchanges seen): expected one", seed, exchange_kills, exchanges_seen);
+  int ordered = log_lines_with("cudawd: exchanging pid");
   /* The disk tier was used: some survivor came back from disk. */
   int from_disk = 0;
   for (int i = 0; i < JOBS; i++)
@@ -449,8 +515,9 @@ static void soak(void)
         "exercised (see %s)", seed, tier.run_dir);
   printf("seed %u: %d jobs verified all their data (%d resumed from disk), %d killed (%d images "
          "left on disk by them), cudawd killed %d times, %llu spills since its last start, "
-         "%.1f s\n", seed, passed, from_disk, killed, left, cudawd_restarts,
-         (unsigned long long)spills, elapsed());
+         "%d exchanges ordered (%d seen under way, %d killed in the middle), %.1f s\n", seed,
+         passed, from_disk, killed, left, cudawd_restarts, (unsigned long long)spills, ordered,
+         exchanges_seen, exchange_kills, elapsed());
   free(s);
 }
 

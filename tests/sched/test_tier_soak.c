@@ -8,8 +8,12 @@
  *   job       one job is killed -9 in the middle of its checkpoint or of its spill
  *   exchange  (only with a cudawd that orders exchanges) cudawd or one of the two programs is
  *             killed -9 while an exchange streams one out as the other comes in (the jobs run
- *             with pieces and private images; the host is squeezed while it is awaited); a
- *             side killed must leave the exchange counted as failed
+ *             with pieces and private images); a side killed must leave the exchange counted
+ *             as failed
+ * Each event waits for the state it needs, read from cudawd's report: the fake host is squeezed
+ * (too tight for a second image) while the program whose turn is next has its image in host
+ * memory (exchange), or while another's is there (spill), so that cudawd acts at once instead
+ * of when it has nothing else to do.
  * At the end every surviving job has verified all its data (its own pattern, every round, exit
  * 0), no killed job is left in cudawd's report as anything but exited, a living job's image on
  * disk never went missing, and the images killed jobs left on disk are listed.
@@ -52,8 +56,13 @@ static struct job jobs[JOBS];
 static unsigned seed, draws; /* draws: rand_r's state, from the seed */
 static double t0;
 static int cudawd_restarts;
-/* The exchange event: while it is awaited the fake host is tight (squeeze); what was seen. */
-static bool squeeze;
+/* What the event awaited needs of the fake host (see available()): a host too tight for a second
+ * image while the program whose turn is next has its image in host memory (exchange), or while
+ * an image of another is there (spill). The squeeze follows cudawd's report at every look, and
+ * lets go one second in four (let_go). */
+enum squeeze_for { SQUEEZE_NONE, SQUEEZE_FOR_EXCHANGE, SQUEEZE_FOR_SPILL };
+static enum squeeze_for awaiting;
+static bool squeeze, let_go;
 static int exchanges_seen, exchange_kills;
 static pid_t exchange_last[2]; /* the pair last seen exchanging, counted once */
 
@@ -92,15 +101,16 @@ static bool cudawd_orders_exchanges(void)
 }
 
 /* MemAvailable 2 GiB + 80 MiB less the bytes of the images in host memory: about one image fits
- * (one of 72 MiB, or two small ones) before cudawd moves images to disk (under 2 GiB). While the
- * exchange event is awaited (squeeze), the host holds one image of any size beyond cudawd's
- * margin (1 GiB), and beside one only 39 MiB: no second image fits (40 MiB and up: the
- * checkpoint is refused for host memory), but the window (one piece of 2 MiB + 16 MiB) does, and
- * so does any job's image once another's is gone (they differ by 32 MiB at most): cudawd
- * exchanges them (docs/sharing.md, "Exchanges"). Images on disk and those of other jobs are
- * spilled meanwhile (under twice the margin), as before. The squeeze lets go one second in four:
- * a host that short also refuses the checkpoint a running job's growth needs (not an exchange:
- * the job that waits is not swapped out), and the jobs must not wait on each other for good. */
+ * (one of 72 MiB, or two small ones) before cudawd moves images to disk (under 2 GiB), when it
+ * has nothing else to do. Squeezed, the host holds one image of any size beyond cudawd's margin
+ * (1 GiB), and beside one only 39 MiB: no second image fits (40 MiB and up: the checkpoint is
+ * refused for host memory), but the window (one piece of 2 MiB + 16 MiB) does, and so does any
+ * job's image once another's is gone (they differ by 32 MiB at most). A refused checkpoint
+ * makes cudawd act at once (docs/sharing.md): it exchanges the two where the program whose turn
+ * is next has its image in host memory ("Exchanges"), else it spills the coldest image there
+ * that is not needed soon (the disk tier). The squeeze lets go one second in four: a host that
+ * short also refuses the checkpoint a running job's growth needs (not an exchange: the job that
+ * waits is not swapped out), and the jobs must not wait on each other for good. */
 static uint64_t available(uint64_t image_bytes_in_host)
 {
   if (squeeze) return (1024 + (image_bytes_in_host ? 39 : 80)) * MIB;
@@ -189,17 +199,29 @@ static void check_images_kept(const struct sched_snapshot *s)
   }
 }
 
-/* One look at cudawd: the fake host follows the image bytes in host memory; a living job's
- * image on disk is checked. False if cudawd did not answer. */
+/* One look at cudawd: the fake host follows the image bytes in host memory and, while an event
+ * is awaited, squeezes when cudawd's state is the one the event needs; a living job's image on
+ * disk is checked. False if cudawd did not answer. */
 static bool look(struct sched_snapshot *s)
 {
   if (!client_snapshot(tier.run_dir, s)) return false;
   uint64_t in_host = 0;
+  bool next_in_host = false, other_in_host = false;
   for (int k = 0; k < s->programs; k++) {
     int state = s->program[k].state;
-    if ((state == SCHED_SWAPPED_OUT || state == SCHED_SWAPPING_OUT) && !s->disk[k].on_disk)
-      in_host += s->program[k].bytes;
+    if ((state != SCHED_SWAPPED_OUT && state != SCHED_SWAPPING_OUT) || s->disk[k].on_disk)
+      continue;
+    in_host += s->program[k].bytes;
+    /* Its turn is next: it waits for memory with nobody ahead of it (not QUEUED). */
+    int why = s->detail[k].wait_reason;
+    bool next = why == SCHED_WAIT_MEMORY || why == SCHED_WAIT_HOST_MEMORY;
+    if (state == SCHED_SWAPPED_OUT) {
+      next_in_host |= next;
+      other_in_host |= !next;
+    }
   }
+  squeeze = !let_go && ((awaiting == SQUEEZE_FOR_EXCHANGE && next_in_host) ||
+                        (awaiting == SQUEEZE_FOR_SPILL && other_in_host));
   tier_write_meminfo(&tier, available(in_host));
   check_images_kept(s);
   return true;
@@ -329,7 +351,7 @@ static bool provoke(enum event e, struct sched_snapshot *s, double seconds)
   long delay_ms = (long)draw(e == KILL_CUDAWD_IN_SPILL ? 20 : 5);
   bool take_cudawd = draw(2) == 0; /* exchange: cudawd, or one of the two programs */
   bool in_spill = draw(2) == 0;    /* job: in its spill, or in its checkpoint */
-  double not_before = elapsed() + 0.5 + (double)draw(2000) / 1000;
+  double not_before = elapsed() + 0.3 + (double)draw(1200) / 1000;
   printf("%6.2f s  waiting for: %s, not before %.2f s, then %ld ms into it\n", elapsed(),
          event_names[e], not_before, delay_ms);
   for (double end = client_now() + seconds; client_now() < end;) {
@@ -339,8 +361,11 @@ static bool provoke(enum event e, struct sched_snapshot *s, double seconds)
       client_sleep_ms(20);
       continue;
     }
-    if (reap() < 2) return false; /* one job alone does not rotate */
-    squeeze = e == KILL_IN_EXCHANGE && (long)((elapsed() - not_before) * 1000) % 4000 < 3000;
+    if (reap() < 2) break; /* one job alone does not rotate */
+    awaiting = e == KILL_IN_EXCHANGE ? SQUEEZE_FOR_EXCHANGE
+               : e == KILL_CUDAWD_IN_SPILL || (e == KILL_JOB_IN_CHECKPOINT && in_spill)
+                   ? SQUEEZE_FOR_SPILL : SQUEEZE_NONE;
+    let_go = (long)((elapsed() - not_before) * 1000) % 4000 >= 3000;
     if (!look(s)) {
       client_sleep_ms(5);
       continue;
@@ -348,6 +373,7 @@ static bool provoke(enum event e, struct sched_snapshot *s, double seconds)
     int i = -1, other = -1;
     char where[160];
     if (e == KILL_CUDAWD_IN_SPILL && (i = job_in_spill(s)) >= 0) {
+      awaiting = SQUEEZE_NONE; /* from the next look on, the host has its room back */
       client_sleep_ms(delay_ms);
       snprintf(where, sizeof where, "while job %d (pid %d) writes its image to disk (image "
                "finished at the kill: %s)", i, jobs[i].pid, image_state(i) == 1 ? "yes" : "no");
@@ -364,13 +390,14 @@ static bool provoke(enum event e, struct sched_snapshot *s, double seconds)
     }
     if (e == KILL_JOB_IN_CHECKPOINT &&
         (i = in_spill ? job_in_spill(s) : job_in_state(s, SCHED_SWAPPING_OUT)) >= 0) {
+      awaiting = SQUEEZE_NONE;
       client_sleep_ms(delay_ms);
       kill_job(i, in_spill ? "in the middle of its spill" : "in the middle of its checkpoint");
       return true;
     }
     if (e == KILL_IN_EXCHANGE && exchange_in_progress(s, &i, &other)) {
+      awaiting = SQUEEZE_NONE;
       client_sleep_ms(delay_ms);
-      squeeze = false; /* the next look gives the host its room back */
       exchange_kills++;
       if (take_cudawd) {
         snprintf(where, sizeof where, "in the middle of an exchange (job %d out, job %d in)", i,
@@ -386,7 +413,7 @@ static bool provoke(enum event e, struct sched_snapshot *s, double seconds)
     }
     client_sleep_ms(5);
   }
-  squeeze = false;
+  awaiting = SQUEEZE_NONE;
   return false;
 }
 
@@ -435,7 +462,7 @@ static void start_jobs(void)
     struct job *j = &jobs[i];
     /* 40-72 MiB: the device (96 MiB) holds one large or two small ones. */
     j->bytes = (40 + 8 * (uint64_t)draw(5)) * MIB;
-    j->rounds = 50 + (int)draw(31);
+    j->rounds = 30 + (int)draw(31);
     j->mode = modes[draw(2)];
     j->state = JOB_RUNNING;
     snprintf(j->log, sizeof j->log, "%s/job%d.log", tier.run_dir, i);

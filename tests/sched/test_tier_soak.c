@@ -100,6 +100,20 @@ static bool cudawd_orders_exchanges(void)
   return found;
 }
 
+/* Whether a job not killed has resumed from disk (its log says so), looked at once a second. */
+static bool disk_resume_seen(void)
+{
+  static double looked_at;
+  static bool seen;
+  if (client_now() - looked_at < 1) return seen;
+  looked_at = client_now();
+  seen = false; /* the one that did may have been killed since */
+  for (int i = 0; i < JOBS && !seen; i++)
+    seen = jobs[i].state != JOB_KILLED && jobs[i].log[0] &&
+           client_file_has(jobs[i].log, "resume streamed from disk");
+  return seen;
+}
+
 /* MemAvailable 2 GiB + 80 MiB less the bytes of the images in host memory: about one image fits
  * (one of 72 MiB, or two small ones) before cudawd moves images to disk (under 2 GiB), when it
  * has nothing else to do. Squeezed, the host holds one image of any size beyond cudawd's margin
@@ -115,7 +129,12 @@ static uint64_t available(uint64_t image_bytes_in_host)
 {
   if (squeeze) return (1024 + (image_bytes_in_host ? 39 : 80)) * MIB;
   uint64_t room = (2048 + 80) * MIB;
-  return room > image_bytes_in_host ? room - image_bytes_in_host : 0;
+  uint64_t left = room > image_bytes_in_host ? room - image_bytes_in_host : 0;
+  /* Until a job that may survive has resumed from disk (the soak requires one): under twice
+   * the margin plus the smallest image, so that cudawd reads no image back ahead of its turn
+   * and resumes stream from disk, yet at twice the margin or more (no more spills than before). */
+  uint64_t no_read_back = (2048 + 39) * MIB;
+  return !disk_resume_seen() && left > no_read_back ? no_read_back : left;
 }
 
 static void start_cudawd(void)

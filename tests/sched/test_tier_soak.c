@@ -1,7 +1,9 @@
 /* Description: the tier soak (issue 30's CI item): jobs of random sizes and phases rotate through
  * cudawd on an emulated device that holds one or two of them (--device-memory 96M), on a fake
  * host (CUDAWD_MEMINFO) with room for about one swapped-out image, with a disk tier
- * (--spill-dir, on disk) for the rest. During the run, in an order drawn from the seed:
+ * (--spill-dir, on disk) for the rest. Six jobs start; while events remain, one that ends is
+ * replaced so that four rotate (how soon jobs end depends on the machine's load). During the
+ * run, in an order drawn from the seed:
  *   spill     cudawd is killed -9 while a job's image is being written to disk, and restarted
  *             on the same run dir: every living job re-joins
  *   swap      the same while a checkpoint or resume is under way
@@ -27,7 +29,11 @@
 #include "tier.h"
 
 #define MIB (1024ull * 1024)
-#define JOBS 6 /* two may be killed (a job event, a side of an exchange): 3 or more rotate on */
+#define JOBS_AT_START 6 /* two may be killed (a job event, a side of an exchange) */
+/* While events remain, a job that ends is replaced so that this many rotate on: how fast jobs
+ * finish depends on the machine's load, the events must not run out of jobs. */
+#define JOBS_ROTATING 4
+#define MAX_JOBS 32
 #define SOAK_SECONDS 100 /* the whole run, at the most (ctest's timeout is above it) */
 
 enum job_state { JOB_RUNNING, JOB_PASSED, JOB_KILLED };
@@ -52,7 +58,9 @@ static const char *const event_names[] = {"kill -9 of cudawd in the middle of a 
 static const char *cudawd_path, *job_path;
 static struct tier tier;
 static pid_t cudawd_pid;
-static struct job jobs[JOBS];
+static struct job jobs[MAX_JOBS];
+static int job_count;
+static bool topping_up; /* while events remain */
 static unsigned seed, draws; /* draws: rand_r's state, from the seed */
 static double t0;
 static int cudawd_restarts;
@@ -69,7 +77,7 @@ static pid_t exchange_last[2]; /* the pair last seen exchanging, counted once */
 static void end_children(void)
 {
   if (cudawd_pid > 0) kill(cudawd_pid, SIGKILL);
-  for (int i = 0; i < JOBS; i++)
+  for (int i = 0; i < job_count; i++)
     if (jobs[i].pid > 0 && jobs[i].state == JOB_RUNNING) kill(jobs[i].pid, SIGKILL);
 }
 
@@ -108,7 +116,7 @@ static bool disk_resume_seen(void)
   if (client_now() - looked_at < 1) return seen;
   looked_at = client_now();
   seen = false; /* the one that did may have been killed since */
-  for (int i = 0; i < JOBS && !seen; i++)
+  for (int i = 0; i < job_count && !seen; i++)
     seen = jobs[i].state != JOB_KILLED && jobs[i].log[0] &&
            client_file_has(jobs[i].log, "resume streamed from disk");
   return seen;
@@ -144,7 +152,7 @@ static void start_cudawd(void)
 
 static int job_of(pid_t pid)
 {
-  for (int i = 0; i < JOBS; i++)
+  for (int i = 0; i < job_count; i++)
     if (jobs[i].pid == pid) return i;
   return -1;
 }
@@ -166,12 +174,15 @@ static int image_state(int i)
   return access(dir, F_OK) == 0 ? 0 : -1;
 }
 
+static void start_job(void);
+
 /* Reap the jobs that ended: a job that was not killed must have exited 0 (it verified all its
- * data). Returns how many still run. */
+ * data); while events remain, start others to keep JOBS_ROTATING running. Returns how many
+ * run. */
 static int reap(void)
 {
   int running = 0;
-  for (int i = 0; i < JOBS; i++) {
+  for (int i = 0; i < job_count; i++) {
     if (jobs[i].state != JOB_RUNNING) continue;
     int status;
     if (waitpid(jobs[i].pid, &status, WNOHANG) != jobs[i].pid) {
@@ -191,6 +202,8 @@ static int reap(void)
     printf("%6.2f s  job %d (pid %d) verified all its data and exited\n", elapsed(), i,
            jobs[i].pid);
   }
+  for (; topping_up && running < JOBS_ROTATING && job_count < MAX_JOBS; running++)
+    start_job();
   return running;
 }
 
@@ -295,7 +308,7 @@ static void kill_cudawd(const char *why, struct sched_snapshot *s)
     int missing = -1;
     bool seen = look(s);
     reap();
-    for (int i = 0; i < JOBS && missing < 0; i++) {
+    for (int i = 0; i < job_count && missing < 0; i++) {
       bool listed = false;
       for (int k = 0; seen && k < s->programs; k++)
         listed |= s->program[k].pid == jobs[i].pid && s->program[k].state != SCHED_EXITED;
@@ -474,25 +487,25 @@ static int log_lines_with(const char *what)
   return count;
 }
 
-static void start_jobs(void)
+/* One more job, its size, rounds and mode drawn from the seed. */
+static void start_job(void)
 {
   static const char *const modes[] = {"pieces", "phases"};
-  for (int i = 0; i < JOBS; i++) {
-    struct job *j = &jobs[i];
-    /* 40-72 MiB: the device (96 MiB) holds one large or two small ones. */
-    j->bytes = (40 + 8 * (uint64_t)draw(5)) * MIB;
-    j->rounds = 30 + (int)draw(31);
-    j->mode = modes[draw(2)];
-    j->state = JOB_RUNNING;
-    snprintf(j->log, sizeof j->log, "%s/job%d.log", tier.run_dir, i);
-    char bytes[32], rounds[16];
-    snprintf(bytes, sizeof bytes, "%llu", (unsigned long long)j->bytes);
-    snprintf(rounds, sizeof rounds, "%d", j->rounds);
-    const char *argv[] = {job_path, bytes, rounds, j->mode, NULL};
-    j->pid = client_spawn(argv, j->log, true);
-    printf("job %d: pid %d, %llu MiB, %d rounds, %s\n", i, j->pid,
-           (unsigned long long)(j->bytes / MIB), j->rounds, j->mode);
-  }
+  int i = job_count++;
+  struct job *j = &jobs[i];
+  /* 40-72 MiB: the device (96 MiB) holds one large or two small ones. */
+  j->bytes = (40 + 8 * (uint64_t)draw(5)) * MIB;
+  j->rounds = 20 + (int)draw(21);
+  j->mode = modes[draw(2)];
+  j->state = JOB_RUNNING;
+  snprintf(j->log, sizeof j->log, "%s/job%d.log", tier.run_dir, i);
+  char bytes[32], rounds[16];
+  snprintf(bytes, sizeof bytes, "%llu", (unsigned long long)j->bytes);
+  snprintf(rounds, sizeof rounds, "%d", j->rounds);
+  const char *argv[] = {job_path, bytes, rounds, j->mode, NULL};
+  j->pid = client_spawn(argv, j->log, true);
+  printf("%6.2f s  job %d: pid %d, %llu MiB, %d rounds, %s\n", elapsed(), i, j->pid,
+         (unsigned long long)(j->bytes / MIB), j->rounds, j->mode);
 }
 
 static void soak(void)
@@ -525,14 +538,16 @@ static void soak(void)
   printf("\n");
   t0 = client_now();
   start_cudawd();
-  start_jobs();
+  for (int i = 0; i < JOBS_AT_START; i++) start_job();
   struct sched_snapshot *s = calloc(1, sizeof *s);
   CHECK(s != NULL);
+  topping_up = true;
   for (int k = 0; k < events; k++) {
     CHECK(provoke(order[k], s, 25), "seed %u: no window for '%s' within 25 s of waiting (at "
           "%.1f s): the soak did not test it (see %s)", seed, event_names[order[k]], elapsed(),
           tier.run_dir);
   }
+  topping_up = false; /* the jobs left finish their rounds */
   while (reap() > 0) {
     CHECK(elapsed() < SOAK_SECONDS, "seed %u: the jobs did not finish within %d s (see %s)",
           seed, SOAK_SECONDS, tier.run_dir);
@@ -544,7 +559,7 @@ static void soak(void)
   uint64_t spills = s->spill.spills;
   int left = report_leftovers();
   int passed = 0, killed = 0;
-  for (int i = 0; i < JOBS; i++) {
+  for (int i = 0; i < job_count; i++) {
     passed += jobs[i].state == JOB_PASSED;
     killed += jobs[i].state == JOB_KILLED;
   }
@@ -554,7 +569,7 @@ static void soak(void)
   int ordered = log_lines_with("cudawd: exchanging pid");
   /* The disk tier was used: some survivor came back from disk. */
   int from_disk = 0;
-  for (int i = 0; i < JOBS; i++)
+  for (int i = 0; i < job_count; i++)
     from_disk += jobs[i].state == JOB_PASSED &&
                  client_file_has(jobs[i].log, "resume streamed from disk");
   CHECK(from_disk > 0, "seed %u: no surviving job resumed from disk: the disk tier was not "

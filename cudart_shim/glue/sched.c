@@ -212,18 +212,23 @@ static void refused(int status)
   sleep(1);
 }
 
-/* Resume; once running, remove the image cudawd had us spill (it was read back, nobody reads
- * it again). */
+/* Running again: remove the image cudawd had us spill (read back, nobody reads it again).
+ * Every way back to running calls it: a resume, and the coming-in side of an exchange (cudawd
+ * may order one for an image read back ahead of its turn, whose files stay until then). */
+static void remove_spilled(void)
+{
+  if (!client.spilled[0]) return;
+  int removed = ckpt_remove_image(client.spilled);
+  if (removed)
+    shim_warn("sched: cannot remove the spilled image in %s after resuming from it: %s",
+              client.spilled, strerror(-removed));
+  client.spilled[0] = '\0';
+}
+
 static int resume(void)
 {
   int rc = ckpt_request_resume();
-  if (rc == 0 && client.spilled[0]) {
-    int removed = ckpt_remove_image(client.spilled);
-    if (removed)
-      shim_warn("sched: cannot remove the spilled image in %s after resuming from it: %s",
-                client.spilled, strerror(-removed));
-    client.spilled[0] = '\0';
-  }
+  if (rc == 0) remove_spilled();
   return rc;
 }
 
@@ -342,6 +347,7 @@ static void exchange(int value, int page_fd, uint64_t loan_offset, uint64_t loan
     rc = 0;
   }
   if (rc == 0) client.paused_by_sched = out;
+  if (rc == 0 && !out) remove_spilled();
   if (rc)
     shim_warn("sched: the exchange cudawd ordered (%s) failed: %s", out ? "going out"
               : "coming in", result.reason[0] ? result.reason : strerror(-rc));

@@ -103,6 +103,15 @@ struct chunk_ref {
   uint32_t count; /* 0 or 1: that chunk; more: as many consecutive direct chunks, one copy */
 };
 
+/* A thread beside a job's copy threads that they feed (under the job's lock): it waits on `cond`
+ * and ends once `last` is set and its work is done. */
+struct helper {
+  bool running;
+  bool last;
+  pthread_cond_t cond;
+  pthread_t thread;
+};
+
 /* A save or restore run, shared by its threads. */
 struct job {
   struct engine *engine;
@@ -121,22 +130,16 @@ struct job {
   char reason[256];
   /* A save giving memory back as it goes: the regions wholly saved, in a queue (under lock) that
    * one thread empties, so that the copy threads never wait for the driver's release. */
-  bool release;
+  struct helper releaser;
   size_t *saved, saved_head, saved_tail;
-  bool saved_last; /* no region will be queued any more */
-  pthread_cond_t saved_cond;
-  pthread_t releaser;
   uint64_t released_bytes, released_regions;
   double release_seconds; /* the releasing thread's time in release_range */
   int release_error;
   /* A restore checked on the device as it goes (engine_restore): the chunks that landed, in the
    * order they did (under lock), checked in batches by one thread beside the copy. */
-  bool verify;
+  struct helper verifier;
   struct chunk_ref *landed;
   uint64_t landed_count, checked_count, landed_pending; /* pending: bytes landed, not checked */
-  bool landed_last;
-  pthread_cond_t landed_cond;
-  pthread_t verifier;
   uint64_t verified_bytes;
 };
 
@@ -975,10 +978,33 @@ static int exchange_done(struct job *job, struct chunk_ref ref) {
  * behind the DMA (2048 allocations of 4 MiB: copy and release 0.189 s against 0.265 s one after
  * the other, the copy itself at the same 51.8 GB/s; H100 2026-11-27). */
 
+static bool helper_start(struct helper *h, void *(*run)(void *), void *arg) {
+  *h = (struct helper){0};
+  pthread_cond_init(&h->cond, NULL);
+  if (pthread_create(&h->thread, NULL, run, arg) != 0) {
+    pthread_cond_destroy(&h->cond);
+    return false;
+  }
+  return h->running = true;
+}
+
+/* No more work will come: let it finish what it has, and wait for it. */
+static bool helper_stop(struct helper *h, pthread_mutex_t *lock) {
+  if (!h->running) return false;
+  pthread_mutex_lock(lock);
+  h->last = true;
+  pthread_cond_signal(&h->cond);
+  pthread_mutex_unlock(lock);
+  pthread_join(h->thread, NULL);
+  pthread_cond_destroy(&h->cond);
+  h->running = false;
+  return true;
+}
+
 static void queue_saved(struct job *job, size_t region) {
   pthread_mutex_lock(&job->lock);
   job->saved[job->saved_tail++] = region;
-  pthread_cond_signal(&job->saved_cond);
+  pthread_cond_signal(&job->releaser.cond);
   pthread_mutex_unlock(&job->lock);
 }
 
@@ -993,8 +1019,8 @@ static void *release_saved(void *arg) {
   struct engine *e = job->engine;
   pthread_mutex_lock(&job->lock);
   for (;;) {
-    while (job->saved_head == job->saved_tail && !job->saved_last)
-      pthread_cond_wait(&job->saved_cond, &job->lock);
+    while (job->saved_head == job->saved_tail && !job->releaser.last)
+      pthread_cond_wait(&job->releaser.cond, &job->lock);
     /* After a failure nothing more goes: what went comes back (put_back_released). */
     if (job->saved_head == job->saved_tail || atomic_load(&job->failed)) break;
     struct image_region *r = &e->image[job->saved[job->saved_head++]];
@@ -1020,7 +1046,6 @@ static void *release_saved(void *arg) {
  * (unchanged since the kept image) queued at once, the releasing thread started. Off on error. */
 static void start_releasing(struct job *job) {
   struct engine *e = job->engine;
-  job->release = false;
   if (!(job->saved = malloc((e->image_count ? e->image_count : 1) * sizeof *job->saved))) return;
   for (size_t i = 0; i < e->image_count; i++) {
     atomic_store(&e->image[i].left, 0);
@@ -1031,28 +1056,17 @@ static void start_releasing(struct job *job) {
                      job->chunks[k].count > 1 ? job->chunks[k].count : 1);
   for (size_t i = 0; i < e->image_count; i++)
     if (atomic_load(&e->image[i].left) == 0) job->saved[job->saved_tail++] = i;
-  pthread_cond_init(&job->saved_cond, NULL);
-  if (pthread_create(&job->releaser, NULL, release_saved, job) != 0) {
-    pthread_cond_destroy(&job->saved_cond);
+  if (!helper_start(&job->releaser, release_saved, job)) {
     free(job->saved);
     job->saved = NULL;
-    return;
   }
-  job->release = true;
 }
 
 static void stop_releasing(struct job *job, struct engine_stats *stats) {
-  if (!job->release) return;
   double copied = ckpt_now();
-  pthread_mutex_lock(&job->lock);
-  job->saved_last = true;
-  pthread_cond_signal(&job->saved_cond);
-  pthread_mutex_unlock(&job->lock);
-  pthread_join(job->releaser, NULL);
-  pthread_cond_destroy(&job->saved_cond);
+  if (!helper_stop(&job->releaser, &job->lock)) return;
   free(job->saved);
   job->saved = NULL;
-  job->release = false;
   stats->released_early = job->released_bytes;
   char bytes[32];
   ckpt_format_bytes(job->released_bytes, bytes, sizeof bytes);
@@ -1084,7 +1098,7 @@ static void note_landed(struct job *job, struct chunk_ref ref) {
   pthread_mutex_lock(&job->lock);
   job->landed[job->landed_count++] = ref;
   job->landed_pending += chunk_length(job->engine, ref);
-  if (job->landed_pending >= verify_batch(job->engine)) pthread_cond_signal(&job->landed_cond);
+  if (job->landed_pending >= verify_batch(job->engine)) pthread_cond_signal(&job->verifier.cond);
   pthread_mutex_unlock(&job->lock);
 }
 
@@ -1105,8 +1119,8 @@ static void *verify_landed(void *arg) {
   int rc = batch ? 0 : -ENOMEM;
   pthread_mutex_lock(&job->lock);
   while (rc == 0) {
-    while (!job->landed_last && job->landed_pending < verify_batch(e))
-      pthread_cond_wait(&job->landed_cond, &job->lock);
+    while (!job->verifier.last && job->landed_pending < verify_batch(e))
+      pthread_cond_wait(&job->verifier.cond, &job->lock);
     if (atomic_load(&job->failed) || job->checked_count == job->landed_count) break;
     uint64_t n = 0; /* merged copies checked chunk by chunk: each has its own sum */
     for (; job->checked_count < job->landed_count; job->checked_count++) {
@@ -1127,34 +1141,22 @@ static void *verify_landed(void *arg) {
 }
 
 static void start_verifying(struct job *job, struct verifier_args *args) {
-  job->verify = false;
   bool on_device = false; /* else each chunk was checked on the host before it went */
   for (size_t i = 0; i < job->engine->image_count; i++) on_device |= job->engine->image[i].device_sums;
   if (!on_device) return;
   if (!(job->landed = malloc((job->chunk_count ? job->chunk_count : 1) * sizeof *job->landed)))
     return;
-  pthread_cond_init(&job->landed_cond, NULL);
-  if (pthread_create(&job->verifier, NULL, verify_landed, args) != 0) {
-    pthread_cond_destroy(&job->landed_cond);
+  if (!helper_start(&job->verifier, verify_landed, args)) {
     free(job->landed);
     job->landed = NULL;
-    return;
   }
-  job->verify = true;
 }
 
 /* After the copy threads: the last batch checked (or, after a failure, the thread stopped). */
 static void stop_verifying(struct job *job, struct engine_stats *stats) {
-  if (!job->verify) return;
-  pthread_mutex_lock(&job->lock);
-  job->landed_last = true;
-  pthread_cond_signal(&job->landed_cond);
-  pthread_mutex_unlock(&job->lock);
-  pthread_join(job->verifier, NULL);
-  pthread_cond_destroy(&job->landed_cond);
+  if (!helper_stop(&job->verifier, &job->lock)) return;
   free(job->landed);
   job->landed = NULL;
-  job->verify = false;
   stats->verified_in_flight = job->verified_bytes;
 }
 
@@ -1200,8 +1202,8 @@ static int complete_slot(struct worker *w, struct slot *slot, XXH3_state_t *stat
       w->times.hash += ckpt_now() - t;
     }
   }
-  if (job->release && !atomic_load(&job->failed)) note_saved(job, ref);
-  if (job->verify && !atomic_load(&job->failed)) note_landed(job, ref);
+  if (job->releaser.running && !atomic_load(&job->failed)) note_saved(job, ref);
+  if (job->verifier.running && !atomic_load(&job->failed)) note_landed(job, ref);
   if (job->exchange && !atomic_load(&job->failed) && (rc = exchange_done(job, ref)) != 0) {
     job_fail(job, rc, "exchange: giving back region %" PRIu64 "'s memory failed (%s)",
              r->region.id, strerror(-rc));

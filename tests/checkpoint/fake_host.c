@@ -82,6 +82,17 @@ void fake_host_init(struct fake_host *host, int devices) {
   host->devices = devices;
 }
 
+struct ckpt_options fake_host_options(uint64_t chunk, uint32_t threads, uint32_t streams) {
+  struct ckpt_options options;
+  ckpt_options_from_env(&options, NULL, 0);
+  options.staging_bytes = chunk;
+  options.threads = threads;
+  options.streams = streams;
+  options.reserve_auto = 0;
+  options.reserve_bytes = 0;
+  return options;
+}
+
 void fake_host_free(struct fake_host *host) {
   for (size_t i = 0; i < host->region_count; i++) {
     free(host->regions[i].memory);

@@ -74,6 +74,10 @@ struct fake_host {
 
 extern const struct ckpt_host_ops fake_host_ops;
 
+/* The options of the environment with chunks of `chunk` bytes, `threads` copy threads, `streams`
+ * slots and no image reserve (images in private memory). */
+struct ckpt_options fake_host_options(uint64_t chunk, uint32_t threads, uint32_t streams);
+
 void fake_host_init(struct fake_host *host, int devices);
 void fake_host_free(struct fake_host *host);
 /* Add a region filled with a pattern from `seed`; returns its index. */

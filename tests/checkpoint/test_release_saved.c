@@ -38,13 +38,7 @@ static void program(struct fake_host *h, bool device_hash, bool pieces) {
 }
 
 static struct engine *engine_for(struct fake_host *h, bool keep) {
-  struct ckpt_options options;
-  ckpt_options_from_env(&options, NULL, 0);
-  options.staging_bytes = CHUNK;
-  options.streams = 4;
-  options.threads = 2;
-  options.reserve_auto = 0;
-  options.reserve_bytes = 0;
+  struct ckpt_options options = fake_host_options(CHUNK, 2, 4);
   options.keep_image = keep;
   struct engine *e = engine_new(&fake_host_ops, h, &options);
   CHECK(e != NULL, "engine_new");

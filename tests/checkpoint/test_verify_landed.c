@@ -22,13 +22,7 @@ static struct engine *saved(struct fake_host *h, bool device_hash) {
   h->device_hash = device_hash;
   for (size_t i = 0; i < REGIONS; i++) fake_host_add_region(h, sizes[i], 0, 70 + (uint32_t)i);
   h->gate_closed = true;
-  struct ckpt_options options;
-  ckpt_options_from_env(&options, NULL, 0);
-  options.staging_bytes = CHUNK;
-  options.streams = 4;
-  options.threads = 2;
-  options.reserve_auto = 0;
-  options.reserve_bytes = 0;
+  struct ckpt_options options = fake_host_options(CHUNK, 2, 4);
   struct engine *e = engine_new(&fake_host_ops, h, &options);
   CHECK(e != NULL, "engine_new");
   struct engine_stats stats;

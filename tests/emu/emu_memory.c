@@ -366,8 +366,17 @@ int emu_memory_copy2d(void *dst, size_t dpitch, enum emu_side dst_side, const vo
   int err = check_side(dst, extent_2d(dpitch, width, height), dst_side, device, false);
   if (!err) err = check_side(src, extent_2d(spitch, width, height), src_side, device, false);
   if (!err && width && height) {
-    for (size_t row = 0; row < height; row++)
-      memmove((char *)dst + row * dpitch, (const char *)src + row * spitch, width);
+    /* memcpy unless the ranges overlap: a sanitizer's memmove is a byte loop (memcpy its libc's),
+     * which made every test's copies through the emulated device several times slower there. */
+    uintptr_t to = (uintptr_t)dst, from = (uintptr_t)src;
+    bool apart = to + extent_2d(dpitch, width, height) <= from ||
+                 from + extent_2d(spitch, width, height) <= to;
+    for (size_t row = 0; row < height; row++) {
+      char *row_dst = (char *)dst + row * dpitch;
+      const char *row_src = (const char *)src + row * spitch;
+      if (apart) memcpy(row_dst, row_src, width);
+      else memmove(row_dst, row_src, width);
+    }
   }
   pthread_mutex_unlock(&lock);
   return err;

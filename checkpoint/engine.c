@@ -1130,9 +1130,11 @@ static void *verify_landed(void *arg) {
     }
     job->landed_pending = 0;
     pthread_mutex_unlock(&job->lock);
+    uint64_t bytes = 0; /* counted first: verify_chunks reorders the batch in place */
+    for (uint64_t k = 0; k < n; k++) bytes += chunk_length(e, batch[k]);
     rc = verify_chunks(e, batch, n, va->stats, reason, sizeof reason);
     pthread_mutex_lock(&job->lock);
-    for (uint64_t k = 0; rc == 0 && k < n; k++) job->verified_bytes += chunk_length(e, batch[k]);
+    if (rc == 0) job->verified_bytes += bytes;
   }
   pthread_mutex_unlock(&job->lock);
   free(batch);

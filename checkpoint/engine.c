@@ -484,23 +484,6 @@ static int collect_region(void *arg, const struct ckpt_region *region) {
   return 0;
 }
 
-/* MemAvailable from /proc/meminfo, or UINT64_MAX when unknown. */
-static uint64_t host_memory_available(void) {
-  FILE *f = fopen("/proc/meminfo", "re");
-  if (!f) return UINT64_MAX;
-  char line[128];
-  unsigned long long kib = 0;
-  uint64_t result = UINT64_MAX;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
-      result = (uint64_t)kib << 10;
-      break;
-    }
-  fclose(f);
-  return result;
-}
-
-
 /* How much of a region's image bytes the copies reach directly (registered, page-locked). */
 static uint64_t direct_bytes(const struct image_region *r) {
   return r->registered < r->region.size ? r->registered : r->region.size;
@@ -724,7 +707,15 @@ static int build_image(struct engine *e, struct region_list *list, bool fill, ch
     if (!image[i].data) needed += image_span(image[i].region.size);
     else if (image[i].fresh && image[i].in_reserve) needed += image[i].mapped - image[i].registered;
 
-  uint64_t available = host_memory_available();
+  /* An exchange's save writes its image only as far as its pace allows, which the other
+   * program raises by freeing its own image's pages: up front, only that first stretch must fit
+   * (the whole image never lies beside the other one: that is what the exchange is for). */
+  if (e->pace && e->pace->limit) {
+    bool final = false;
+    uint64_t first = e->pace->limit(e->pace->arg, &final);
+    if (first < needed) needed = first;
+  }
+  uint64_t available = ckpt_meminfo("MemAvailable");
   if (needed > available) {
     char need[32], have[32];
     ckpt_format_bytes(needed, need, sizeof need);
@@ -1371,7 +1362,11 @@ static int admit(struct worker *w, struct slot *slots, int count, uint64_t index
                  : exchange_admit(job->exchange, r->region.vaddr + offset, n, pool_at);
     if (rc == 0) atomic_store(&job->admitted, index + 1);
     if (rc != -EAGAIN) {
-      if (rc && job->save)
+      if (rc == -EPIPE)
+        job_fail(job, rc, "exchange: the other program's %s failed, so the %s this one still "
+                 "needs stays in use", job->save ? "resume" : "checkpoint",
+                 job->save ? "host memory of its image" : "device memory");
+      else if (rc && job->save)
         job_fail(job, rc, "exchange: region %" PRIu64 "'s image has no place in cudawd's pool "
                  "that the other program is done with (%s)", r->region.id, strerror(-rc));
       else if (rc)

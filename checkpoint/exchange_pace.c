@@ -34,8 +34,9 @@ void exchange_run_free(struct exchange_run *run) {
   free(run);
 }
 
-static uint64_t limit(const struct exchange_run *run) {
-  return run->pace.limit ? run->pace.limit(run->pace.arg) : UINT64_MAX;
+static uint64_t limit(const struct exchange_run *run, bool *final) {
+  *final = false;
+  return run->pace.limit ? run->pace.limit(run->pace.arg, final) : UINT64_MAX;
 }
 
 static void report(struct exchange_run *run, uint64_t given) {
@@ -44,12 +45,13 @@ static void report(struct exchange_run *run, uint64_t given) {
 
 int exchange_admit(struct exchange_run *run, uint64_t vaddr, uint64_t n, uint64_t pool_at) {
   pthread_mutex_lock(&run->lock);
-  uint64_t need = n, allowed = limit(run);
+  bool final;
+  uint64_t need = n, allowed = limit(run, &final);
   /* A handover: the chunk's place in the pool must be one the other program no longer needs. */
   int rc = run->save && run->pace.place ? run->pace.place(run->pace.arg, pool_at, n) : 0;
   if (rc == 0 && !run->save) rc = run->ops->range_missing(run->ctx, vaddr, n, &need);
   if (rc == 0 && allowed != UINT64_MAX && (run->moved + need > allowed || run->moved + need < need))
-    rc = -EAGAIN;
+    rc = final ? -EPIPE : -EAGAIN; /* the other side failed: its part stays where it is */
   uint64_t created = 0;
   if (rc == 0 && !run->save && need) rc = run->ops->recreate_range(run->ctx, vaddr, n, &created);
   if (rc == 0) run->moved += run->save ? n : created;

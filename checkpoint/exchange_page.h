@@ -33,6 +33,10 @@ struct exchange_page {
   uint64_t in_from, in_end;
   _Atomic uint64_t needed_from; /* B: the lowest pool offset its image still needs (UINT64_MAX:
                                  * none); only grows */
+  /* 1: that side's copy ended in failure (set before its *_done): what it did not move stays
+   * where it is (A's device memory not released, B's image not consumed), so the other side
+   * stops instead of going on without a limit. Appended within version 1: 0 from older pages. */
+  _Atomic uint32_t out_failed, in_failed;
 };
 
 /* A new page for an exchange between out_pid and in_pid: *fd is a memfd (close-on-exec) of one

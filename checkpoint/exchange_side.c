@@ -2,7 +2,8 @@
  * The program going out writes its image only up to what the other consumed plus the window;
  * the one coming in creates device memory only up to what the other released plus the spare.
  * A side whose peer died or finished goes on without a limit: a dead process's memory goes back
- * to the kernel and the driver, and a finished one's is where it will stay. */
+ * to the kernel and the driver, and a finished one's is where it will stay. A side whose peer
+ * failed stops: the peer's memory stays the peer's. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -100,14 +101,19 @@ static void side_needed(void *arg, uint64_t pool_from) {
   }
 }
 
-static uint64_t side_limit(void *arg) {
+static uint64_t side_limit(void *arg, bool *final) {
   struct exchange_side *side = arg;
   if (side->delay_ns) { /* tests: a copy slow enough to be interrupted midway */
     struct timespec pause = {(time_t)(side->delay_ns / 1000000000u), (long)(side->delay_ns % 1000000000u)};
     nanosleep(&pause, NULL);
   }
-  if (!peer_going(side)) return UINT64_MAX;
   const struct exchange_page *page = side->page;
+  if (!peer_alive(side)) return UINT64_MAX;
+  if (atomic_load(side->out ? &page->in_done : &page->out_done)) {
+    if (!atomic_load(side->out ? &page->in_failed : &page->out_failed)) return UINT64_MAX;
+    *final = true; /* stop at the next step: nothing the peer holds will come free */
+    return 0;
+  }
   uint64_t base = side->out ? atomic_load(&page->consumed) : atomic_load(&page->released);
   uint64_t ahead = side->out ? page->window : page->spare;
   return base + ahead < base ? UINT64_MAX : base + ahead;
@@ -144,8 +150,10 @@ void exchange_side_pace(struct exchange_side *side, struct engine_pace *pace) {
                                side->out ? side_place : NULL, side->out ? NULL : side_needed};
 }
 
-void exchange_side_close(struct exchange_side *side) {
-  if (side->page) atomic_store(side->out ? &side->page->out_done : &side->page->in_done, 1);
+void exchange_side_close(struct exchange_side *side, bool failed) {
+  if (!side->page) return;
+  if (failed) atomic_store(side->out ? &side->page->out_failed : &side->page->in_failed, 1);
+  atomic_store(side->out ? &side->page->out_done : &side->page->in_done, 1);
 }
 
 int exchange_side_wait_peer(struct exchange_side *side, int timeout_ms) {

@@ -20,6 +20,9 @@ extern struct ckpt_runtime ckpt_rt;
 /* log.c */
 void ckpt_logf(int level, const char *format, ...) __attribute__((format(printf, 2, 3)));
 double ckpt_now(void); /* CLOCK_MONOTONIC seconds */
+/* A /proc/meminfo figure in bytes ("MemAvailable", "MemTotal"), UINT64_MAX when unknown.
+ * CUDAW_MEMINFO names another file to read (tests: a host short of memory). */
+uint64_t ckpt_meminfo(const char *key);
 
 /* state.c: the state machine. state_begin moves running -> pausing, paused -> resuming or
  * running/held -> holding atomically, or says why not (-EBUSY: a transition runs; -EALREADY:
@@ -228,12 +231,13 @@ int engine_restore_from(struct engine *engine, const struct ckpt_region *regions
 /* Exchanges: one program's checkpoint gives its device memory back piece by piece as its bytes
  * reach the image while another's resume creates device memory piece by piece and frees the host
  * bytes it consumed, each paced by a limit the other side's progress raises (docs/sharing.md).
- * limit(arg): the most bytes this side may have moved so far (a save: image bytes written; a
- * resume: device bytes created), polled while the next step would pass it; UINT64_MAX (or a
- * NULL limit): none. progress(arg, bytes), may be NULL: what this side has given the other so
+ * limit(arg, &final): the most bytes this side may have moved so far (a save: image bytes
+ * written; a resume: device bytes created), polled while the next step would pass it; UINT64_MAX
+ * (or a NULL limit): none. final is set when the limit will not rise again (the other side's
+ * copy failed): a step past it then fails the copy instead of waiting. progress(arg, bytes), may be NULL: what this side has given the other so
  * far (a save: device bytes released; a resume: image bytes consumed), after each change. */
 struct engine_pace {
-  uint64_t (*limit)(void *arg);
+  uint64_t (*limit)(void *arg, bool *final);
   void (*progress)(void *arg, uint64_t bytes);
   void *arg;
   /* May be NULL: what this side has moved so far (the limit's measure), after each admission. */
@@ -282,10 +286,11 @@ struct exchange_side {
 int exchange_side_open(struct exchange_side *side, struct exchange_page *page, bool out);
 /* The pace for engine_save_releasing (out) or engine_restore_creating (in); valid until close. */
 void exchange_side_pace(struct exchange_side *side, struct engine_pace *pace);
-/* This side's copy ended, either way: the peer goes on without its limit. The side going out
+/* This side's copy ended. Succeeded: the peer goes on without its limit; the side going out
  * must have released all its memory first (ops->release_all), or the peer could overfill the
- * device. The page stays mapped. */
-void exchange_side_close(struct exchange_side *side);
+ * device. Failed: the peer stops at its next step (what this side did not move stays here).
+ * The page stays mapped. */
+void exchange_side_close(struct exchange_side *side, bool failed);
 /* Wait up to timeout_ms for the peer's copy to end (finished or its process gone): the side
  * going out resumes only after the one coming in is done. 0, or -ETIMEDOUT. */
 int exchange_side_wait_peer(struct exchange_side *side, int timeout_ms);
@@ -298,7 +303,8 @@ void exchange_run_free(struct exchange_run *run);
 /* May the copy of [vaddr, vaddr + n) start? A save counts its image bytes (pool_at: where they
  * go in cudawd's pool, UINT64_MAX: not there), a resume first creates the device memory (all of
  * it or none). 0, -EAGAIN while the limit forbids (the caller finishes its copies in flight and
- * asks again), or the pace's or the range operation's -errno. */
+ * asks again), -EPIPE when it forbids for good (the other side failed), or the pace's or the
+ * range operation's -errno. */
 int exchange_admit(struct exchange_run *run, uint64_t vaddr, uint64_t n, uint64_t pool_at);
 /* A save: [vaddr, vaddr + n) is all in the image: give its pieces back. */
 int exchange_release(struct exchange_run *run, uint64_t vaddr, uint64_t n);

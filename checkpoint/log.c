@@ -1,7 +1,9 @@
-/* Logging and clocks for the checkpoint module: every message goes through the shim's log
- * callback when it set one, else to stderr, one line each. */
-#define _POSIX_C_SOURCE 200809L
+/* Logging, clocks and the host's memory figures for the checkpoint module: every message goes
+ * through the shim's log callback when it set one, else to stderr, one line each. */
+#define _GNU_SOURCE
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "internal.h"
@@ -39,4 +41,20 @@ void ckpt_format_bytes(uint64_t bytes, char *buf, size_t len) {
     snprintf(buf, len, "%llu B", (unsigned long long)bytes);
   else
     snprintf(buf, len, "%.2f %s", value, units[unit]);
+}
+
+uint64_t ckpt_meminfo(const char *key) {
+  const char *path = secure_getenv("CUDAW_MEMINFO");
+  FILE *f = fopen(path && *path ? path : "/proc/meminfo", "re");
+  if (!f) return UINT64_MAX;
+  char line[128], name[64];
+  unsigned long long kib;
+  uint64_t result = UINT64_MAX;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "%63[^:]: %llu kB", name, &kib) == 2 && strcmp(name, key) == 0) {
+      result = (uint64_t)kib << 10;
+      break;
+    }
+  fclose(f);
+  return result;
 }

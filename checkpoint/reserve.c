@@ -73,21 +73,6 @@ static double now_seconds(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static uint64_t meminfo(const char *key) {
-  FILE *f = fopen("/proc/meminfo", "re");
-  if (!f) return UINT64_MAX;
-  char line[128], name[64];
-  unsigned long long kib;
-  uint64_t result = UINT64_MAX;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "%63[^:]: %llu kB", name, &kib) == 2 && strcmp(name, key) == 0) {
-      result = (uint64_t)kib << 10;
-      break;
-    }
-  fclose(f);
-  return result;
-}
-
 /* What the next checkpoint's image needs: the size asked for, or (auto) the program's device
  * memory with each region's start rounded up to `align`. */
 static uint64_t wanted(struct reserve *rs) {
@@ -234,7 +219,7 @@ static void *grow(void *arg) {
     bool running = may_register();
     if (!rs->refused && want > rs->claimed && running && !rs->unregistering &&
         (rs->claimed - rs->ready) / rs->piece < WINDOW) {
-      uint64_t available = rs->shared ? UINT64_MAX : meminfo("MemAvailable");
+      uint64_t available = rs->shared ? UINT64_MAX : ckpt_meminfo("MemAvailable");
       /* The budget is a share of the memory available to the reserve: what it holds already
        * (pieces under way, an image's pages) and what is available beside it. A share of
        * MemAvailable alone shrank as the reserve grew (it refused 59.5 GiB at 50% on a host
@@ -333,13 +318,13 @@ struct reserve *reserve_new(const struct ckpt_host_ops *ops, void *ctx,
   if (rs->fixed && rs->fixed < rs->piece) /* a small reserve is one piece of its own size */
     rs->piece = (rs->fixed + rs->align - 1) / rs->align * rs->align;
   /* At most the machine's memory, reserved as address space only until faulted in. */
-  uint64_t total = meminfo("MemTotal");
+  uint64_t total = ckpt_meminfo("MemTotal");
   rs->capacity = total == UINT64_MAX ? (64ull << 30) : total / rs->piece * rs->piece;
   if (rs->fixed && rs->fixed < rs->capacity)
     rs->capacity = (rs->fixed + rs->piece - 1) / rs->piece * rs->piece;
   if (rs->fixed && rs->fixed > rs->capacity) { /* more than the machine: up to the budget */
     rs->over_budget = true;
-    refuse(rs, rs->fixed, 0, meminfo("MemAvailable"));
+    refuse(rs, rs->fixed, 0, ckpt_meminfo("MemAvailable"));
   }
   /* At a huge-page boundary, so that every piece is whole huge pages: the kernel (before 6.7)
    * aligns a large mapping only to pages, and a piece's first and last huge page would then be

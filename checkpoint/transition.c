@@ -163,9 +163,9 @@ static void exchange_open(struct ckpt_result *r, bool out) {
   exchange_side_pace(&tr.side, &tr.pace);
 }
 
-/* This side's copy ended, either way: the peer goes on without its limit. */
+/* This side's copy ended: the peer goes on without its limit, or, if this side failed, stops. */
 static void exchange_close(struct ckpt_result *r) {
-  exchange_side_close(&tr.side);
+  exchange_side_close(&tr.side, r->error != 0);
   r->exchange = true;
   if (tr.side.peer_pidfd >= 0) close(tr.side.peer_pidfd);
   tr.side = (struct exchange_side){.peer_pidfd = -1};

@@ -29,12 +29,14 @@ static struct fake_device device = {.lock = PTHREAD_MUTEX_INITIALIZER};
 static _Atomic uint64_t a_released, b_consumed;
 static _Atomic bool a_finished, b_finished; /* a side that stopped no longer holds the other */
 
-static uint64_t a_limit(void *arg) {
+static uint64_t a_limit(void *arg, bool *final) {
   (void)arg;
+  (void)final;
   return atomic_load(&b_finished) ? UINT64_MAX : atomic_load(&b_consumed) + WINDOW;
 }
-static uint64_t b_limit(void *arg) {
+static uint64_t b_limit(void *arg, bool *final) {
   (void)arg;
+  (void)final;
   return atomic_load(&a_finished) ? UINT64_MAX : atomic_load(&a_released) + SPARE;
 }
 static void a_progress(void *arg, uint64_t bytes) { (void)arg; atomic_store(&a_released, bytes); }

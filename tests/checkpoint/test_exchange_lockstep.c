@@ -3,12 +3,17 @@
  * own fake host over one fake device in shared memory. Both finish byte-exact and the device
  * never holds more than A's memory plus the spare. Then, with each pace check slowed down so
  * that the middle is reached surely: A killed -9 midway (B goes on without the limit and ends
- * byte-exact), B killed -9 midway (A's checkpoint ends and A resumes byte-exact), and the page's
- * creator (cudawd's part) unmapping and closing it midway (nothing changes for the two). */
+ * byte-exact), B killed -9 midway (A's checkpoint ends and A resumes byte-exact), the page's
+ * creator (cudawd's part) unmapping and closing it midway (nothing changes for the two), and A's
+ * copy failing midway (B stops at its next step instead of creating memory A still holds; both
+ * then resume byte-exact). A's host reports less memory available than its image (CUDAW_MEMINFO):
+ * an exchange needs only its window up front. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -29,6 +34,10 @@ static const uint64_t a_sizes[] = {1u << 20, 300u << 10, 70000};
 static const uint64_t b_sizes[] = {800u << 10, 500u << 10, 12345};
 static struct fake_device *device; /* in shared memory */
 static uint64_t *exchange_peak;     /* ... the device's peak when A's resume begins */
+static _Atomic int *peak_taken;     /* ... set once A has read it */
+static char meminfo[] = "/tmp/cudaw-lockstep-meminfo-XXXXXX"; /* A's host, short of memory */
+
+enum stop { NOTHING, KILL_OUT, KILL_IN, DROP_PAGE, FAIL_OUT };
 
 static struct engine *program(struct fake_host *h, uint32_t seed, const uint64_t *sizes) {
   fake_host_init(h, 1);
@@ -56,9 +65,10 @@ static void verify(struct fake_host *h, const char *who) {
 
 /* A child: B swaps itself out first (so that it starts with its image on the host), then both
  * wait for `go`, run their side and check their data. Exit 0 when every byte is back. */
-static void child(bool out, int page_fd, int ready, int go, uint64_t delay_ns) {
+static void child(bool out, int page_fd, int ready, int go, uint64_t delay_ns, enum stop stop) {
   struct fake_host h;
   struct engine *e = program(&h, out ? 100 : 500, out ? a_sizes : b_sizes);
+  if (out && stop == FAIL_OUT) h.copy_fail_after = 30; /* of ~90 chunks */
   struct engine_stats stats;
   char reason[512] = "";
   if (!out) {
@@ -75,18 +85,31 @@ static void child(bool out, int page_fd, int ready, int go, uint64_t delay_ns) {
   side.delay_ns = delay_ns;
   struct engine_pace pace;
   exchange_side_pace(&side, &pace);
+  if (out) setenv("CUDAW_MEMINFO", meminfo, 1);
   int rc = out ? engine_save_releasing(e, &pace, &stats, reason, sizeof reason)
                : engine_restore_creating(e, &pace, &stats, reason, sizeof reason);
   if (out && rc == 0) rc = fake_host_ops.release_all(&h); /* before B may go unlimited */
-  exchange_side_close(&side);
-  CHECK(rc == 0, "%s: %s", out ? "A's releasing checkpoint" : "B's creating resume", reason);
+  exchange_side_close(&side, rc != 0);
+  if (stop == FAIL_OUT) { /* A fails midway; B stops for it, keeping what it created */
+    CHECK(rc != 0, "%s should have failed", out ? "A's checkpoint" : "B's resume");
+    if (!out) {
+      CHECK(rc == -EPIPE && strstr(reason, "other program's checkpoint failed"),
+            "B stops for A's failure: %d %s", rc, reason);
+      while (!atomic_load(peak_taken)) usleep(200); /* B's own resume after A's figure */
+    }
+  } else {
+    CHECK(rc == 0, "%s: %s", out ? "A's releasing checkpoint" : "B's creating resume", reason);
+  }
   if (out) { /* A's turn comes after B's copy */
     CHECK_EQ(exchange_side_wait_peer(&side, 20000), 0);
     *exchange_peak = device->peak;
+    atomic_store(peak_taken, 1);
     CHECK_EQ(fake_host_ops.recreate_all(&h, &(uint64_t){0}), 0);
     CHECK(engine_restore(e, &stats, reason, sizeof reason) == 0, "A's resume: %s", reason);
   } else {
     CHECK_EQ(fake_host_ops.recreate_all(&h, &(uint64_t){0}), 0);
+    if (stop == FAIL_OUT) /* the rest of its image, the way a later resume brings it */
+      CHECK(engine_restore(e, &stats, reason, sizeof reason) == 0, "B's resume: %s", reason);
   }
   verify(&h, out ? "A" : "B");
   engine_free(e);
@@ -95,8 +118,6 @@ static void child(bool out, int page_fd, int ready, int go, uint64_t delay_ns) {
   exit(0);
 }
 
-enum stop { NOTHING, KILL_OUT, KILL_IN, DROP_PAGE };
-
 static double now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -104,9 +125,11 @@ static double now(void) {
 }
 
 static void run(enum stop stop) {
-  static const char *names[] = {"undisturbed", "A killed", "B killed", "page dropped"};
+  static const char *names[] = {"undisturbed", "A killed", "B killed", "page dropped",
+                                "A failed"};
   *device = (struct fake_device){0};
   *exchange_peak = 0;
+  atomic_store(peak_taken, 0);
   pthread_mutexattr_t attr;
   pthread_mutexattr_init(&attr);
   pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
@@ -119,9 +142,9 @@ static void run(enum stop stop) {
   uint64_t delay = stop == NOTHING ? 0 : 3000000; /* 3 ms a chunk: ~0.3 s each side */
   fflush(stdout); /* or the children print it again */
   pid_t a = fork();
-  if (a == 0) child(true, fd, ready[1], go[0], delay);
+  if (a == 0) child(true, fd, ready[1], go[0], delay, stop);
   pid_t b = fork();
-  if (b == 0) child(false, fd, ready[1], go[0], delay);
+  if (b == 0) child(false, fd, ready[1], go[0], delay, stop);
   struct exchange_page *page;
   CHECK_EQ(exchange_page_map(fd, &page), 0);
   page->out_pid = a;
@@ -167,7 +190,7 @@ static void run(enum stop stop) {
   if (stop != KILL_OUT) CHECK(a_ok, "A survives with all its data");
   if (stop != KILL_IN) CHECK(b_ok, "B survives with all its data");
   /* Until A's resume, after B's copy; a killed peer's memory is the kernel's at once. */
-  if (stop == NOTHING || stop == DROP_PAGE)
+  if (stop == NOTHING || stop == DROP_PAGE || stop == FAIL_OUT)
     CHECK(*exchange_peak <= 1425776 + SPARE, "the device held %" PRIu64, *exchange_peak);
   exchange_page_unmap(page);
   if (fd >= 0) close(fd);
@@ -182,10 +205,17 @@ int main(void) {
   CHECK(shared != MAP_FAILED, "shared device");
   device = (struct fake_device *)shared;
   exchange_peak = (uint64_t *)(shared + 2048);
+  peak_taken = (_Atomic int *)(shared + 2056);
+  /* Less available than A's image (1425776 bytes), more than the window. */
+  int mfd = mkstemp(meminfo);
+  CHECK(mfd >= 0 && dprintf(mfd, "MemTotal: 1048576 kB\nMemAvailable: 1024 kB\n") > 0, "meminfo");
+  close(mfd);
   run(NOTHING);
   run(KILL_OUT);
   run(KILL_IN);
   run(DROP_PAGE);
+  run(FAIL_OUT);
+  unlink(meminfo);
   printf("exchange lockstep: ok\n");
   return 0;
 }

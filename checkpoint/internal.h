@@ -21,7 +21,7 @@ extern struct ckpt_runtime ckpt_rt;
 void ckpt_logf(int level, const char *format, ...) __attribute__((format(printf, 2, 3)));
 double ckpt_now(void); /* CLOCK_MONOTONIC seconds */
 /* A /proc/meminfo figure in bytes ("MemAvailable", "MemTotal"), UINT64_MAX when unknown.
- * CUDAW_MEMINFO names another file to read (tests: a host short of memory). */
+ * CUDAW_TEST_MEMINFO names another file to read (tests: a host short of memory). */
 uint64_t ckpt_meminfo(const char *key);
 
 /* state.c: the state machine. state_begin moves running -> pausing, paused -> resuming or

@@ -126,6 +126,10 @@ static const struct ckpt_option_info table[] = {
      "test-only: each step of an exchange's copy (docs/sharing.md) waits this long, so that a "
      "test can stop a program or cudawd in the middle of it; never set it in production",
      NUMBER(0, 10000, "milliseconds")},
+    {"CUDAW_TEST_MEMINFO", "/proc/meminfo",
+     "test-only: a file read instead of /proc/meminfo for the host's available memory (a host "
+     "short of memory for a checkpoint's image); never set it in production",
+     CKPT_OPTION_FILE, NULL, 0, 0, NULL},
     {"CUDAW_CRIU", "criu (on PATH)",
      "the criu program that cudaw-ctl checkpoint --criu and restore run", CKPT_OPTION_PROGRAM,
      NULL, 0, 0, NULL},

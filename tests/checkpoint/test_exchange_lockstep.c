@@ -6,7 +6,7 @@
  * byte-exact), B killed -9 midway (A's checkpoint ends and A resumes byte-exact), the page's
  * creator (cudawd's part) unmapping and closing it midway (nothing changes for the two), and A's
  * copy failing midway (B stops at its next step instead of creating memory A still holds; both
- * then resume byte-exact). A's host reports less memory available than its image (CUDAW_MEMINFO):
+ * then resume byte-exact). A's host reports less memory available than its image (CUDAW_TEST_MEMINFO):
  * an exchange needs only its window up front. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -85,7 +85,7 @@ static void child(bool out, int page_fd, int ready, int go, uint64_t delay_ns, e
   side.delay_ns = delay_ns;
   struct engine_pace pace;
   exchange_side_pace(&side, &pace);
-  if (out) setenv("CUDAW_MEMINFO", meminfo, 1);
+  if (out) setenv("CUDAW_TEST_MEMINFO", meminfo, 1);
   int rc = out ? engine_save_releasing(e, &pace, &stats, reason, sizeof reason)
                : engine_restore_creating(e, &pace, &stats, reason, sizeof reason);
   if (out && rc == 0) rc = fake_host_ops.release_all(&h); /* before B may go unlimited */

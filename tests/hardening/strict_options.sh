@@ -61,6 +61,7 @@ invalid() {
     CUDAW_CKPT_LIVE) echo 2 ;;
     CUDAW_CKPT_PREFAULT) echo 2 ;;
     CUDAW_TEST_EXCHANGE_DELAY_MS) echo 99999 ;;
+    CUDAW_TEST_MEMINFO) echo /nonexistent/meminfo ;;
     CUDAW_CRIU) echo /nonexistent/criu ;;
   esac
 }

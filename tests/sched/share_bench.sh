@@ -26,6 +26,8 @@ PHASES=${HOST_PHASES:-3}
 export CUDAW_RUN_DIR="$OUT/run"
 calc() { awk "BEGIN { printf \"%.2f\", $1 }"; }
 t_now() { date +%s.%N; }
+# cudawd's lines with the wall clock in front, to lay beside the jobs' "AT <time> gpu|host N".
+stamp() { while IFS= read -r line; do printf '%s %s\n' "${EPOCHREALTIME:-$(t_now)}" "$line"; done; }
 
 ceil=$("$JOB" --ceiling 4 2>&1)
 rc=$?
@@ -50,7 +52,7 @@ run_scenario() { # name phases kernels_per_phase host_ms
   done
   serial=$(calc "$(t_now) - $t0")
   rm -rf "$CUDAW_RUN_DIR"; mkdir -p "$CUDAW_RUN_DIR"
-  "$B/bin/cudawd" --quantum "$Q" ${CUDAWD_ARGS:-} > "$OUT/${name}_cudawd.log" 2>&1 &
+  "$B/bin/cudawd" --quantum "$Q" ${CUDAWD_ARGS:-} > >(stamp > "$OUT/${name}_cudawd.log") 2>&1 &
   local daemon=$!
   sleep 0.5
   t0=$(t_now)
@@ -78,16 +80,45 @@ run_scenario() { # name phases kernels_per_phase host_ms
   kill "$daemon"; wait "$daemon" 2>/dev/null
   echo "$name: one after another natively $serial s; at once under cudawd $shared s;" \
        "shared / serial $(calc "$shared / $serial"), speed-up $(calc "$serial / $shared")x"
-  grep -E "swapped (out|in)|not swapping|failed" "$OUT/${name}_cudawd.log" | sed 's/^/  /' | head -20
-  # Each swap out and the next swap in of the same pid, against the ceilings.
+  grep -E "swapped (out|in)|not swapping|failed|exchange (done|FAILED)" "$OUT/${name}_cudawd.log" |
+    sed 's/^/  /' | head -24
+  # Each swap out and the next swap in of the same pid, against the ceilings; an exchange (one
+  # program out while the other comes in, at once) is one swap: its time against the out
+  # program's size / D2H + the in program's size / H2D. Fields: the time stamp, then cudawd's line.
   awk -v d2h="$d2h" -v h2d="$h2d" '
-    /swapped out:/ { pid = $3; out_gib[pid] = $6; out_s[pid] = $9 }
-    /swapped in:/ { pid = $3; if (pid in out_s) {
-        gb = out_gib[pid] * 1.073741824; ideal = gb / d2h + gb / h2d; got = out_s[pid] + $9
+    function after(text, re,   rest, f) { rest = text; if (!sub(re, "", rest)) return -1
+                                          split(rest, f, " "); return f[1] }
+    /exchanging pid/ { inside = 1 }
+    /exchange (done|FAILED):/ { inside = 0
+        o = after($0, ".*pid [0-9]+ out "); i = after($0, ".*pid [0-9]+ in "); t = after($0, ".*[)] in ")
+        if (o < 0 || i < 0 || t < 0) next
+        ideal = o * 1.073741824 / d2h + i * 1.073741824 / h2d
+        if (ideal <= 0) next
+        printf "  exchange: %.2f GiB out, %.2f GiB in, at once in %.3f s; at the ceilings %.3f s: %.2fx (target <= 1.2x)\n",
+               o, i, t, ideal, t / ideal
+        if (t / ideal > 1.2 || /FAILED/) missed = 1; next }
+    inside { next }
+    /swapped out:/ { pid = $4; out_gib[pid] = $7; out_s[pid] = $10 }
+    /swapped in:/ { pid = $4; if (pid in out_s) {
+        gb = out_gib[pid] * 1.073741824; ideal = gb / d2h + gb / h2d; got = out_s[pid] + $10
         printf "  swap of pid %s: %.2f GiB out %.3f s + in %.3f s = %.3f s; at the ceilings %.3f s: %.2fx (target <= 1.2x)\n",
-               pid, out_gib[pid], out_s[pid], $9, got, ideal, got / ideal
+               pid, out_gib[pid], out_s[pid], $10, got, ideal, got / ideal
         if (got / ideal > 1.2) missed = 1; delete out_s[pid] } }
     END { exit missed }' "$OUT/${name}_cudawd.log" || { echo "  MISSED: a swap above 1.2x"; fail=1; }
+  # Where each job's time went: its GPU phases shared against the same phases natively (the
+  # difference is waiting for the GPU: its turn, a swap), from the jobs' "AT" lines.
+  for j in 1 2 3; do
+    awk -v j="$j" '
+      FNR == 1 { file++ }
+      /^AT / { if ($3 == "gpu") begin[file, $4] = $2
+               if ($3 == "host" && ((file, $4) in begin)) took[file, $4] = $2 - begin[file, $4]
+               if ($3 == "host" && $4 + 1 > n) n = $4 + 1 }
+      END { if (!n) exit
+            printf "  job %d: GPU phases natively", j; for (p = 0; p < n; p++) printf " %.2f", took[1, p]
+            printf " s, shared"; for (p = 0; p < n; p++) { printf " %.2f", took[2, p]; w += took[2, p] - took[1, p] }
+            printf " s: %.2f s waiting for the GPU\n", w }' \
+      "$OUT/${name}_native$j.log" "$OUT/${name}_shared$j.log"
+  done
   tr '{' '\n' < "$OUT/${name}_snap.json" | grep -o '"pid":[0-9]*\|"gpu_seconds":[0-9.]*' |
     paste - - | awk -F'[:\t]' '{ printf "%s %s\n", $2, $4 }' > "$OUT/${name}_gpu_s.txt"
   awk '{ s[NR] = $2 } END {

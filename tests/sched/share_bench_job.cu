@@ -34,6 +34,15 @@ static double now(void)
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* "AT <wall clock> <what>": when each phase began and ended, to lay beside cudawd's log. */
+static void mark(const char *what, long phase)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  printf("AT %ld.%06ld %s %ld\n", (long)ts.tv_sec, ts.tv_nsec / 1000, what, phase);
+  fflush(stdout);
+}
+
 __device__ static uint32_t pattern(uint64_t i) { return (uint32_t)(i * 2654435761u) ^ 0x5a5a1234u; }
 
 __global__ void fill(uint32_t *m, uint64_t words)
@@ -148,16 +157,19 @@ int main(int argc, char **argv)
   fill<<<blocks, threads>>>(m, words);
   CHECK_CUDA(cudaDeviceSynchronize());
   for (long phase = 0; phase < phases; phase++) {
+    mark("gpu", phase);
     for (long k = 0; k < kernels; k++) {
       burn<<<blocks, threads>>>(out, iters);
       if (k % 16 == 15) CHECK_CUDA(cudaDeviceSynchronize());
     }
     bump<<<blocks, threads>>>(m, words);
     CHECK_CUDA(cudaDeviceSynchronize());
+    mark("host", phase);
     double until = now() + host_s;
     volatile unsigned long spin = 0;
     while (now() < until) spin++;
   }
+  mark("end", phases);
   CHECK_CUDA(cudaMemset(bad, 0, sizeof *bad));
   verify<<<blocks, threads>>>(m, words, (uint32_t)phases, bad);
   unsigned long long wrong = 0;

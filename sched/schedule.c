@@ -11,7 +11,10 @@
  * priority, then the longest waiting). So priority N gets N times the GPU time, and a program that
  * kept the GPU past its turn (its swap refused for host memory) waits until the others caught up.
  * A newcomer starts level with the least clock present; one idle and swapped out keeps at most
- * FAIR_LAG_TURNS turns of credit, so a long idle phase does not buy a long monopoly later. */
+ * FAIR_LAG_TURNS turns of credit, so a long idle phase does not buy a long monopoly later.
+ * The first wanting program that swaps could make room for is first in line: nobody behind it on
+ * its devices is resumed, or has room made, until it is in (a large program among small ones
+ * would otherwise wait for ever while they take turns in the memory freed for it). */
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <dirent.h>
@@ -424,17 +427,24 @@ static uint64_t extra(const struct program *p, int slot)
   return p->state == SCHED_SWAPPED_OUT ? mine : mine - p->bytes[slot];
 }
 
-/* What p lacks on `slot`: against what cudawd may hand out, and against what the device really
- * has once the memory outside its books (contexts, other processes) is counted. Grants in flight
- * count through the books (their bytes are booked when granted). */
-static uint64_t deficit(const struct daemon *d, const struct program *p, int slot)
+/* What p lacks on `slot` with `more` bytes resident there besides (a program coming in): against
+ * what cudawd may hand out, and against what the device really has once the memory outside its
+ * books (contexts, other processes) is counted. Grants in flight count through the books (their
+ * bytes are booked when granted). */
+static uint64_t deficit_with(const struct daemon *d, const struct program *p, int slot,
+                             uint64_t more)
 {
   const struct device *dev = &d->device[slot];
-  uint64_t need = sched_resident(d, slot) + extra(p, slot);
+  uint64_t need = sched_resident(d, slot) + more + extra(p, slot);
   uint64_t lack = need > dev->capacity ? need - dev->capacity : 0;
   uint64_t real = need + dev->outside;
   if (dev->total && real > dev->total && real - dev->total > lack) lack = real - dev->total;
   return lack;
+}
+
+static uint64_t deficit(const struct daemon *d, const struct program *p, int slot)
+{
+  return deficit_with(d, p, slot, 0);
 }
 
 void sched_observe_free(struct daemon *d, const struct program *reporter, int slot, uint64_t held,
@@ -508,6 +518,58 @@ static struct program *next_wanting(struct daemon *d, double now, bool resumable
     if (!best || sched_before(p, best)) best = p;
   }
   return best;
+}
+
+/* Whether a and b use a device in common: what one holds or wants there is in the other's way. */
+static bool share_device(const struct program *a, const struct program *b)
+{
+  for (int s = 0; s < SCHED_MAX_DEVICES; s++) {
+    bool in_a = a->bytes[s] || (a->wants && a->want_slot == s);
+    bool in_b = b->bytes[s] || (b->wants && b->want_slot == s);
+    if (in_a && in_b) return true;
+  }
+  return false;
+}
+
+/* Whether swapping resident programs out could make room for p once their turns are over, with
+ * `newcomer` (may be NULL) come in and staying: on every device it lacks room on, the others
+ * resident there (not the newcomer) hold at least what it lacks. */
+static bool room_later(const struct daemon *d, const struct program *p,
+                       const struct program *newcomer)
+{
+  for (int s = 0; s < SCHED_MAX_DEVICES; s++) {
+    if (!d->device[s].used) continue;
+    uint64_t missing = deficit_with(d, p, s, newcomer ? extra(newcomer, s) : 0), held = 0;
+    if (!missing) continue;
+    for (const struct program *v = d->programs; v; v = v->next)
+      if (v != p && v != newcomer && v->joined && is_resident(v->state)) held += v->bytes[s];
+    if (held < missing) return false;
+  }
+  return true;
+}
+
+/* The program the others wait behind: the first wanting one (in the order of `sched_before`)
+ * that fits, or that swapping resident programs out could make room for once their turns are
+ * over. Memory freed for it must not go to one behind it on a device they share: programs small
+ * enough to fit in part of it would take turns in it, their turns would never all end at once,
+ * and a large program would wait for ever. NULL: none (the others go in their order, as each
+ * can). */
+static struct program *first_in_line(const struct daemon *d)
+{
+  struct program *first = NULL;
+  for (struct program *p = d->programs; p; p = p->next)
+    if (sched_wanting(p) && !never_fits(d, p) && (fits(d, p) || room_later(d, p, NULL)) &&
+        (!first || sched_before(p, first)))
+      first = p;
+  return first;
+}
+
+/* Whether p must wait for `first` (first_in_line) before it may take memory: it may go ahead
+ * only where first's room, once the turns of those resident now are over, would not need what
+ * p takes (p's own turn would end after theirs). */
+static bool behind(const struct daemon *d, const struct program *p, const struct program *first)
+{
+  return first && p != first && share_device(p, first) && !room_later(d, first, p);
 }
 
 static void grant(struct daemon *d, struct program *p)
@@ -748,8 +810,9 @@ void sched_step(struct daemon *d)
 
   /* A cudawd just started lets the programs of an earlier one re-join (they try every second)
    * before it resumes any: their memory is not in its books until then. */
+  struct program *first = first_in_line(d);
   struct program *back = now - d->started >= REJOIN_GRACE ? next_wanting(d, now, true) : NULL;
-  if (back) {
+  if (back && !behind(d, back, first)) {
     send_simple(back, SCHED_RESUME, 0);
     back->pending_op = 2;
     sched_set_state(d, back, SCHED_SWAPPING_IN);
@@ -773,6 +836,7 @@ void sched_step(struct daemon *d)
     struct program *head = order[best];
     order[best] = order[tried];
     order[tried] = head;
+    if (behind(d, head, first)) continue; /* room made for it now would be taken from `first` */
     if (fits(d, head)) return; /* granted or resumed at the next step */
     bool waiting_too = !others_running(d, head);
     if (can_make_room(d, head, now, waiting_too, true))

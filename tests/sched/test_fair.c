@@ -7,7 +7,11 @@
  * 40 s after all four joined, cudawd's GPU seconds of A, B and C must be within 10% of each
  * other ((max - min) / min) and D's about twice their mean (1.6-2.4x); cudawd's log must show
  * A's swap refused.
- *   usage: sched_test_fair CUDAWD CTL JOB */
+ * With "sizes": a large job L (88 MiB, alone on the device) and three small ones (40 MiB, two fit
+ * together), none idle. Memory a swap frees for L must not go to a small one that fits in it
+ * (they would take turns and L would wait for ever): over 20 s L's GPU seconds must be within
+ * 25% of the small ones' mean (each small one accrues while another runs beside it).
+ *   usage: sched_test_fair CUDAWD CTL JOB [sizes] */
 #define _GNU_SOURCE
 #include <signal.h>
 #include <sys/wait.h>
@@ -67,9 +71,59 @@ static void all_alive(const pid_t *jobs, const char *log)
   }
 }
 
+static void end_and_clean(struct sched_snapshot *s)
+{
+  end_all();
+  for (int i = 0; i <= JOBS; i++) {
+    waitpid(cleanup[i], NULL, 0);
+    cleanup[i] = 0;
+  }
+  free(s);
+  char command[128];
+  snprintf(command, sizeof command, "rm -rf '%s'", run_dir);
+  if (system(command) != 0) fprintf(stderr, "could not remove %s\n", run_dir);
+  printf("ok\n");
+}
+
+/* The large job and the small ones: L's GPU time against theirs. */
+static int sizes(const char *job, const char *log, struct sched_snapshot *s)
+{
+  pid_t jobs[JOBS];
+  static const char *const bytes[JOBS] = {"92274688", "41943040", "41943040", "41943040"};
+  for (int i = 0; i < JOBS; i++) jobs[i] = cleanup[i] = start_job(job, bytes[i], "0", log);
+  for (double end = client_now() + 20;; client_sleep_ms(20)) {
+    CHECK(client_now() < end, "the jobs did not all join; see %s", log);
+    snapshot(s);
+    int joined = 0;
+    for (int i = 0; i < JOBS; i++) joined += find(s, jobs[i]) != NULL;
+    if (joined == JOBS) break;
+  }
+  double base[JOBS];
+  for (int i = 0; i < JOBS; i++) base[i] = find(s, jobs[i])->gpu_seconds;
+  client_sleep_ms(20000);
+  snapshot(s);
+  all_alive(jobs, log);
+  double gpu[JOBS], small = 0;
+  for (int i = 0; i < JOBS; i++) {
+    const struct sched_program_info *p = find(s, jobs[i]);
+    CHECK(p != NULL, "job %d is not listed", jobs[i]);
+    gpu[i] = p->gpu_seconds - base[i];
+    if (i) small += gpu[i] / 3;
+  }
+  printf("GPU seconds over 20 s: L (88 MiB) %.2f, the small ones (40 MiB) %.2f %.2f %.2f "
+         "(mean %.2f); %llu swaps\n", gpu[0], gpu[1], gpu[2], gpu[3], small,
+         (unsigned long long)s->device[0].swaps);
+  CHECK(small > 1, "the small jobs hardly ran: the test measures nothing");
+  CHECK(gpu[0] >= 0.75 * small && gpu[0] <= 1.25 * small,
+        "the large job got %.2fx the small ones' GPU time, not within 25%%", gpu[0] / small);
+  end_and_clean(s);
+  return 0;
+}
+
 int main(int argc, char **argv)
 {
-  CHECK(argc == 4, "usage: %s CUDAWD CTL JOB", argv[0]);
+  CHECK(argc == 4 || (argc == 5 && !strcmp(argv[4], "sizes")),
+        "usage: %s CUDAWD CTL JOB [sizes]", argv[0]);
   atexit(end_all);
   snprintf(run_dir, sizeof run_dir, "/tmp/cudaw-fair-XXXXXX");
   CHECK(mkdtemp(run_dir) != NULL, "mkdtemp: %s", strerror(errno));
@@ -82,7 +136,7 @@ int main(int argc, char **argv)
   setenv("CUDAW_SHARE_IDLE_MS", "100", 1);
 
   /* Room for a 72 MiB image beside the 1 GiB kept free, not for an 88 MiB one. */
-  write_meminfo((1ull << 30) + 80 * MIB);
+  write_meminfo(argc == 5 ? 20ull << 30 : (1ull << 30) + 80 * MIB);
   setenv("CUDAWD_MEMINFO", meminfo, 1); /* cudawd's only: the jobs check the real host */
   const char *daemon_argv[] = {argv[1], "--device-memory", "96M", "--quantum", "0.25",
                                "--min-run", "0.1", "--host-memory", "off", "--verbose", NULL};
@@ -92,6 +146,7 @@ int main(int argc, char **argv)
 
   struct sched_snapshot *s = calloc(1, sizeof *s);
   CHECK(s != NULL);
+  if (argc == 5) return sizes(argv[3], log, s);
   pid_t jobs[JOBS];
   jobs[0] = cleanup[0] = start_job(argv[3], "92274688", "0", log);
   for (double end = client_now() + 20;; client_sleep_ms(20)) { /* until A holds its memory */
@@ -154,15 +209,6 @@ int main(int argc, char **argv)
   CHECK(spread <= 0.10, "equal priorities got GPU time %.1f%% apart (> 10%%)", 100 * spread);
   CHECK(gpu[3] >= 1.6 * mean && gpu[3] <= 2.4 * mean,
         "priority 2 got %.2fx the GPU time of priority 1, not about 2x", gpu[3] / mean);
-  end_all();
-  for (int i = 0; i <= JOBS; i++) {
-    waitpid(cleanup[i], NULL, 0);
-    cleanup[i] = 0;
-  }
-  free(s);
-  char command[128];
-  snprintf(command, sizeof command, "rm -rf '%s'", run_dir);
-  if (system(command) != 0) fprintf(stderr, "could not remove %s\n", run_dir);
-  printf("ok\n");
+  end_and_clean(s);
   return 0;
 }

@@ -209,9 +209,17 @@ void sched_spill_done(struct daemon *d, struct program *p, int status, uint64_t 
 
 void sched_spill_rejoined(struct daemon *d, struct program *p, uint64_t bytes)
 {
-  (void)d;
   p->on_disk = true;
   p->disk_bytes = bytes;
+  /* An earlier cudawd's order put it in cudaw-<uid>-<pid> under this spill directory: ours to
+   * clean up when the program ends, as if this cudawd had ordered it (a directory of the
+   * program's uid, not a link; one a user named with cudaw-ctl spill is elsewhere). */
+  char name[64];
+  struct stat st;
+  snprintf(name, sizeof name, "cudaw-%u-%ld", (unsigned)p->uid, (long)p->pid);
+  if (d->spill_fd >= 0 && fstatat(d->spill_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+      S_ISDIR(st.st_mode) && st.st_uid == p->uid)
+    p->spill_ordered = true;
   fprintf(stderr, "cudawd: pid %ld re-joined with its image on disk (%.3f GiB)\n", (long)p->pid,
           (double)bytes / (1u << 30));
 }

@@ -439,6 +439,9 @@ int ckpt_namespaced_socket(pid_t pid, char *path, size_t len);
 size_t ckpt_container_pids(const char *dir, pid_t *pids, size_t max);
 /* A byte count for people: "1.50 GiB". */
 void ckpt_format_bytes(uint64_t bytes, char *buf, size_t len);
+/* A figure of a /proc/meminfo-format file (NULL or "": /proc/meminfo) in bytes ("MemAvailable",
+ * "MemTotal"), UINT64_MAX when the file or the figure is missing. */
+uint64_t ckpt_meminfo_at(const char *path, const char *key);
 
 #ifdef __cplusplus
 }

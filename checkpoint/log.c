@@ -44,7 +44,10 @@ void ckpt_format_bytes(uint64_t bytes, char *buf, size_t len) {
 }
 
 uint64_t ckpt_meminfo(const char *key) {
-  const char *path = secure_getenv("CUDAW_TEST_MEMINFO");
+  return ckpt_meminfo_at(secure_getenv("CUDAW_TEST_MEMINFO"), key);
+}
+
+uint64_t ckpt_meminfo_at(const char *path, const char *key) {
   FILE *f = fopen(path && *path ? path : "/proc/meminfo", "re");
   if (!f) return UINT64_MAX;
   char line[128], name[64];

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt.h"
 #include "pool.h"
 #include "vmem.h"
 
@@ -30,19 +31,8 @@
 
 uint64_t host_meminfo(const char *key)
 {
-  const char *path = getenv("CUDAWD_MEMINFO");
-  FILE *f = fopen(path && *path ? path : "/proc/meminfo", "re");
-  if (!f) return 0;
-  char line[128], name[64];
-  unsigned long long kib;
-  uint64_t result = 0;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "%63[^:]: %llu kB", name, &kib) == 2 && strcmp(name, key) == 0) {
-      result = (uint64_t)kib << 10;
-      break;
-    }
-  fclose(f);
-  return result;
+  uint64_t bytes = ckpt_meminfo_at(getenv("CUDAWD_MEMINFO"), key);
+  return bytes == UINT64_MAX ? 0 : bytes;
 }
 
 static uint64_t round_up(uint64_t n) { return (n + POOL_ALIGN - 1) / POOL_ALIGN * POOL_ALIGN; }

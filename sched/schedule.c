@@ -706,10 +706,12 @@ static void check_transition(struct daemon *d, double now)
  * capacity and waits only for memory estimated outside the books long ago, let it try (grant or
  * resume). Its allocation fails if the memory is really taken, and the retry brings a fresh
  * figure; one try per OUTSIDE_STALE. Without this a stale estimate stops every grant for good. */
-static void probe(struct daemon *d, struct program **order, int count, double now)
+static void probe(struct daemon *d, struct program **order, int count, double now,
+                  const struct program *first)
 {
   for (int i = 0; i < count; i++) {
     struct program *p = order[i];
+    if (behind(d, p, first)) continue; /* the memory it would try for is first's */
     bool only_outside = true;
     for (int s = 0; s < SCHED_MAX_DEVICES && only_outside; s++) {
       const struct device *dev = &d->device[s];
@@ -850,7 +852,7 @@ void sched_step(struct daemon *d)
     char why[160];
     if (host_short(d, why, sizeof why) && sched_spill_coldest(d, count ? order[0] : NULL, now, why))
       return;
-    probe(d, order, count, now);
+    probe(d, order, count, now, first);
     return;
   }
   d->host_blocked = d->host_blocked_for = 0;

@@ -6,8 +6,9 @@
  * hex digits, one size while used, the driver's GPU list); what the snapshot says of a waiting
  * program; a checkpoint never answered stops holding up the others after swap_timeout; one that
  * no victim can help does not hold up the next; a stale estimate of the memory outside the books
- * does not block for good. The messages cudawd would send are recorded by
- * the sched_send below. */
+ * does not block for good; the first in line keeps the memory freed for it, and a program out of
+ * its way is resumed beside it. The messages cudawd would send are recorded by the sched_send
+ * below. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -282,6 +283,56 @@ int main(void)
   CHECK_EQ(snapshot.programs, SCHED_MAX_EXITED);
   CHECK(root_kept, "uid 65534's rows pushed root's program out of the history");
   CHECK(!hello_only_listed, "programs that never sent work are in the history");
+
+  /* First in line (issue 30): the memory swaps free for the program with the least GPU time is
+   * not handed to one behind it that fits in part of it (the small ones would take turns and the
+   * large one wait for ever), unless the first still fits beside it once the turns are over. */
+  static struct daemon line;
+  line.config = hol.config;
+  int ls = sched_device_slot(&line, zero, 1000);
+  struct program *large = join(&line, 0, ls, 90), *s1 = join(&line, 1, ls, 40);
+  struct program *s2 = join(&line, 2, ls, 40), *s3 = join(&line, 3, ls, 40);
+  large->state = s3->state = SCHED_SWAPPED_OUT;
+  s1->share_seconds = s2->share_seconds = s3->share_seconds = 1; /* large: 0, first */
+  s1->resident_since = past; /* s1's turn is over, s2's has just begun */
+  sched_step(&line);
+  CHECK_EQ(last_sent(&pid, &status), 0); /* before: s1 out, then s3 in */
+  s2->resident_since = past;
+  sched_step(&line);
+  CHECK(last_sent(&pid, &status) == SCHED_CHECKPOINT && (pid == s1->pid || pid == s2->pid));
+  struct program *out = pid == s1->pid ? s1 : s2, *other = out == s1 ? s2 : s1;
+  sched_done(&line, out, 1, 0, 40, 0.1);
+  sched_step(&line); /* out and s3 fit beside the other, the large one does not yet */
+  CHECK(last_sent(&pid, &status) == SCHED_CHECKPOINT && pid == other->pid,
+        "room for the large one was taken (sent %d to %d)", (int)status, pid);
+  sched_done(&line, other, 1, 0, 40, 0.1);
+  sched_step(&line);
+  CHECK(last_sent(&pid, &status) == SCHED_RESUME && pid == large->pid, "resumed %d", pid);
+  sched_done(&line, large, 2, 0, 90, 0.2);
+  /* Behind the first and in its way, though it fits now: held back (also by the probe for
+   * memory outside the books, which lets a waiting program try when nothing else can go). */
+  static struct daemon held;
+  held.config = hol.config;
+  int hs = sched_device_slot(&held, zero, 1000);
+  struct program *big2 = join(&held, 0, hs, 90), *u = join(&held, 1, hs, 40);
+  struct program *v = join(&held, 2, hs, 40);
+  big2->state = v->state = SCHED_SWAPPED_OUT;
+  u->share_seconds = v->share_seconds = 1; /* u's turn has just begun */
+  sched_step(&held);
+  CHECK(last_sent(&pid, &status) == 0, "the program in the first one's way was let in (sent %d "
+        "to %d)", (int)status, pid);
+  /* Behind the first but out of its way: resumed beside it. The large one (60 now) waits for
+   * rr's turn; t (10) fits beside rr, and the large one still fits beside t once rr is out. */
+  static struct daemon side;
+  side.config = hol.config;
+  int ss2 = sched_device_slot(&side, zero, 1000);
+  struct program *l2 = join(&side, 4, ss2, 60), *rr = join(&side, 5, ss2, 50);
+  struct program *t = join(&side, 6, ss2, 10);
+  l2->state = t->state = SCHED_SWAPPED_OUT;
+  rr->share_seconds = t->share_seconds = 1;
+  sched_step(&side);
+  CHECK(last_sent(&pid, &status) == SCHED_RESUME && pid == t->pid,
+        "a program out of the first one's way was held back (sent %d to %d)", (int)status, pid);
   printf("ok\n");
   return 0;
 }

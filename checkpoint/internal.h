@@ -234,8 +234,9 @@ int engine_restore_from(struct engine *engine, const struct ckpt_region *regions
  * limit(arg, &final): the most bytes this side may have moved so far (a save: image bytes
  * written; a resume: device bytes created), polled while the next step would pass it; UINT64_MAX
  * (or a NULL limit): none. final is set when the limit will not rise again (the other side's
- * copy failed): a step past it then fails the copy instead of waiting. progress(arg, bytes), may be NULL: what this side has given the other so
- * far (a save: device bytes released; a resume: image bytes consumed), after each change. */
+ * copy failed): a step past it then fails the copy instead of waiting. progress(arg, bytes), may
+ * be NULL: what this side has given the other so far (a save: device bytes released; a resume:
+ * image bytes consumed), after each change. */
 struct engine_pace {
   uint64_t (*limit)(void *arg, bool *final);
   void (*progress)(void *arg, uint64_t bytes);

@@ -213,17 +213,19 @@ static void refused(int status)
 }
 
 /* client.spilled, between this thread and the exit handler below; the process it is ours in (a
- * child forked meanwhile inherits the name, never the image). */
+ * child forked meanwhile inherits the name, never the image, and never takes the lock: it may
+ * have been forked while this thread held it). */
 static pthread_mutex_t spilled_lock = PTHREAD_MUTEX_INITIALIZER;
-static pid_t spilled_by;
+static _Atomic pid_t spilled_by;
 
 /* Running again: remove the image cudawd had us spill (read back, nobody reads it again).
  * Every way back to running calls it: a resume, and the coming-in side of an exchange (cudawd
  * may order one for an image read back ahead of its turn, whose files stay until then). */
 static void remove_spilled(void)
 {
+  if (atomic_load(&spilled_by) != getpid()) return;
   pthread_mutex_lock(&spilled_lock);
-  if (client.spilled[0] && spilled_by == getpid()) {
+  if (client.spilled[0]) {
     int removed = ckpt_remove_image(client.spilled);
     if (removed)
       shim_warn("sched: cannot remove the spilled image in %s after resuming from it: %s",
@@ -282,8 +284,10 @@ static void spill(int dir_fd)
   }
   if (rc == 0) {
     pthread_mutex_lock(&spilled_lock);
-    if (ours) snprintf(client.spilled, sizeof client.spilled, "%s", dir);
-    spilled_by = getpid();
+    if (ours) {
+      snprintf(client.spilled, sizeof client.spilled, "%s", dir);
+      atomic_store(&spilled_by, getpid());
+    }
     pthread_mutex_unlock(&spilled_lock);
     shim_info("sched: cudawd moved our image to disk: %s (%llu bytes, %.3f s)", dir,
               (unsigned long long)disk_bytes, result.disk_seconds);

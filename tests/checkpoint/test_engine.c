@@ -21,11 +21,7 @@ static void engine_alone(void) {
   fake_host_init(&h, 1);
   const uint64_t chunk = 4096;
   for (int i = 0; i < 10; i++) fake_host_add_region(&h, 3 * chunk + 100 * i, 0, 77 + i);
-  struct ckpt_options options;
-  ckpt_options_from_env(&options, NULL, 0);
-  options.staging_bytes = chunk;
-  options.streams = 2;
-  options.threads = 1;
+  struct ckpt_options options = fake_host_options(chunk, 1, 2);
   struct engine *e = engine_new(&fake_host_ops, &h, &options);
   CHECK_EQ(engine_prepare(e), 0);
   h.gate_closed = true; /* the fake checks copies happen with the gate closed */
@@ -79,11 +75,8 @@ static void fill_ways(void) {
       fake_host_add_region(&h, size, 0, 200 + (uint32_t)i);
       total += size;
     }
-    struct ckpt_options options;
-    ckpt_options_from_env(&options, NULL, 0);
-    options.staging_bytes = chunk;
-    options.streams = 4;
-    options.threads = 2;
+    /* No reserve: one that grew in time took the image (nothing filled, no padding). */
+    struct ckpt_options options = fake_host_options(chunk, 2, 4);
     options.fill_kernel = kernel;
     struct engine *e = engine_new(&fake_host_ops, &h, &options);
     CHECK_EQ(engine_prepare(e), 0);

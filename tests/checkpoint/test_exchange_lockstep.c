@@ -46,11 +46,8 @@ static struct engine *program(struct fake_host *h, uint32_t seed, const uint64_t
   h->device_hash = true;
   for (int i = 0; i < 3; i++) fake_host_add_region(h, sizes[i], 0, seed + (uint32_t)i);
   h->gate_closed = true;
-  struct ckpt_options options;
-  ckpt_options_from_env(&options, NULL, 0);
-  options.staging_bytes = CHUNK;
-  options.streams = 2;
-  options.threads = 2;
+  /* No reserve: the images in private memory, whose pages B's resume frees as it goes. */
+  struct ckpt_options options = fake_host_options(CHUNK, 2, 2);
   struct engine *e = engine_new(&fake_host_ops, h, &options);
   CHECK(e != NULL && engine_prepare(e) == 0, "engine");
   return e;

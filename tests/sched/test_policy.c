@@ -72,6 +72,21 @@ static void want(struct program *p, int slot, uint64_t bytes)
   p->wanting_since = sched_now();
 }
 
+/* First in line on one device of d (configured as `config`): a swapped-out program of `first`
+ * bytes with the least GPU time, one of `resident` bytes whose turn has just begun, and a
+ * swapped-out one of `behind` bytes, returned (programs index, index + 1, index + 2). */
+static struct program *line_up(struct daemon *d, const struct sched_config *config, int index,
+                               uint64_t first, uint64_t resident, uint64_t behind)
+{
+  d->config = *config;
+  int slot = sched_device_slot(d, "00112233445566778899aabbccddeeff", 1000);
+  struct program *f = join(d, index, slot, first), *r = join(d, index + 1, slot, resident);
+  struct program *b = join(d, index + 2, slot, behind);
+  f->state = b->state = SCHED_SWAPPED_OUT;
+  r->share_seconds = b->share_seconds = 1;
+  return b;
+}
+
 int main(void)
 {
   static struct daemon d;
@@ -312,24 +327,15 @@ int main(void)
   /* Behind the first and in its way, though it fits now: held back (also by the probe for
    * memory outside the books, which lets a waiting program try when nothing else can go). */
   static struct daemon held;
-  held.config = hol.config;
-  int hs = sched_device_slot(&held, zero, 1000);
-  struct program *big2 = join(&held, 0, hs, 90), *u = join(&held, 1, hs, 40);
-  struct program *v = join(&held, 2, hs, 40);
-  big2->state = v->state = SCHED_SWAPPED_OUT;
-  u->share_seconds = v->share_seconds = 1; /* u's turn has just begun */
+  line_up(&held, &hol.config, 0, 90, 40, 40);
   sched_step(&held);
   CHECK(last_sent(&pid, &status) == 0, "the program in the first one's way was let in (sent %d "
         "to %d)", (int)status, pid);
   /* Behind the first but out of its way: resumed beside it. The large one (60 now) waits for
-   * rr's turn; t (10) fits beside rr, and the large one still fits beside t once rr is out. */
+   * the resident one's turn; t (10) fits beside it, and the large one still fits beside t once
+   * the resident one is out. */
   static struct daemon side;
-  side.config = hol.config;
-  int ss2 = sched_device_slot(&side, zero, 1000);
-  struct program *l2 = join(&side, 4, ss2, 60), *rr = join(&side, 5, ss2, 50);
-  struct program *t = join(&side, 6, ss2, 10);
-  l2->state = t->state = SCHED_SWAPPED_OUT;
-  rr->share_seconds = t->share_seconds = 1;
+  struct program *t = line_up(&side, &hol.config, 4, 60, 50, 10);
   sched_step(&side);
   CHECK(last_sent(&pid, &status) == SCHED_RESUME && pid == t->pid,
         "a program out of the first one's way was held back (sent %d to %d)", (int)status, pid);

@@ -206,6 +206,10 @@ void sched_program_detail(const struct daemon *d, const struct program *p,
                           struct sched_program_detail *out);
 /* Seconds a swap out and back in of p is expected to take, at the rates seen so far. */
 double sched_swap_cost(const struct daemon *d, const struct program *p);
+/* The same for swapping v out to make room for head (NULL: none in particular): a handover into
+ * the pool over head's image is costed at the pool's rates. */
+double sched_preempt_cost(const struct daemon *d, const struct program *v,
+                          const struct program *head);
 /* The program said it is idle on the GPU (host work), or that it calls again. */
 void sched_idle_hint(struct daemon *d, struct program *p, bool idle);
 /* The program is gone (exit, kill, closed socket): its share is free at once. */
@@ -282,6 +286,10 @@ int sched_pool_handover(struct daemon *d, struct program *out, struct program *i
                         struct pool_loan *range);
 void sched_pool_handover_undo(struct daemon *d, struct program *out, struct program *in,
                               struct pool_loan in_loan);
+/* Whether an exchange of `out` for `in` could be a handover now (in's image in the pool, out able
+ * to write there, no loan of its own): out's image would then go into page-locked pool memory. */
+bool sched_pool_could_hand_over(const struct daemon *d, const struct program *out,
+                                const struct program *in);
 void sched_pool_info(const struct daemon *d, struct sched_pool_info *out);
 
 /* Whether p wants to run (its memory, or more of it) and which of two wanting programs goes

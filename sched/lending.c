@@ -169,6 +169,13 @@ int sched_pool_handover(struct daemon *d, struct program *out, struct program *i
   return 0;
 }
 
+bool sched_pool_could_hand_over(const struct daemon *d, const struct program *out,
+                                const struct program *in)
+{
+  return d->pool.size && out->pool_acked && !out->loan.length && in->loan.length &&
+         out->handover && in->handover && image_estimate(out) <= out->pool_acked;
+}
+
 void sched_pool_handover_undo(struct daemon *d, struct program *out, struct program *in,
                               struct pool_loan in_loan)
 {

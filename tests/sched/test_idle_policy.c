@@ -181,6 +181,30 @@ static void pool_rates(void)
   a->loan.length = 41ull << 30;
   CHECK(near(sched_swap_cost(&d, a), 2 * 40 * gib / 50e9), "pooled again %.3f s",
         sched_swap_cost(&d, a));
+  /* The pool has no room for a's image (its window is 0), but w's image lies in it: swapping a
+   * out for w is a handover, a's image going over w's, at the pool's rates. For anyone else, or
+   * where a handover cannot be, a's swap goes to memory of its own. */
+  struct program *w = join(&d, 3, dev, 0);
+  a->loan.length = 0;
+  a->pool_acked = 50ull << 30;
+  d.pool.size = 100ull << 30;
+  d.pool.window = 0;
+  w->loan.length = 41ull << 30;
+  a->handover = w->handover = true;
+  const double out_plain = 40 * gib / 5e9 + 40 * gib / 20e9;
+  CHECK(near(sched_swap_cost(&d, a), out_plain), "no room %.3f s", sched_swap_cost(&d, a));
+  CHECK(near(sched_preempt_cost(&d, a, NULL), out_plain), "for nobody %.3f s",
+        sched_preempt_cost(&d, a, NULL));
+  CHECK(near(sched_preempt_cost(&d, a, w), 2 * 40 * gib / 50e9), "handover %.3f s",
+        sched_preempt_cost(&d, a, w));
+  w->handover = false; /* a program too old to pace a handover */
+  CHECK(near(sched_preempt_cost(&d, a, w), out_plain), "no handover %.3f s",
+        sched_preempt_cost(&d, a, w));
+  w->handover = true;
+  w->loan.length = 0; /* w's image is not in the pool */
+  CHECK(near(sched_preempt_cost(&d, a, w), out_plain), "w not pooled %.3f s",
+        sched_preempt_cost(&d, a, w));
+  d.pool.size = 0;
 }
 
 int main(void)

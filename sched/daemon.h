@@ -99,7 +99,8 @@ struct program {
   uint64_t pool_window;    /* the window last sent to it (0: none yet) */
   uint64_t pool_acked;     /* the window it said it mapped, at most the one last sent: it is
                             * lent ranges below this only */
-  bool pool_cramped;       /* a checkpoint found no room below pool_acked, but in the window */
+  bool pool_cramped;       /* a checkpoint or handover found no room below pool_acked; the
+                            * window may have it: send it */
   struct pool_loan loan;   /* the range lent for its image (length 0: none) */
   pid_t loan_heir;         /* a handover: this program's image still lies in part of `loan`;
                             * the range goes to it when taken back from this one */

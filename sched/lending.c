@@ -162,6 +162,10 @@ int sched_pool_handover(struct daemon *d, struct program *out, struct program *i
 {
   if (!d->pool.size || !out->pool_acked || out->loan.length || !in->loan.length) return -ENOENT;
   int rc = pool_lend_over(&d->pool, image_estimate(out), out->pool_acked, in->loan.offset, range);
+  /* out mapped an older, smaller window (the first program's covers its own image only), and in's
+   * range lies past it: send out the whole window, or every handover to in's range fails the
+   * same way (H100, share_bench host: a 45 GiB program kept the GPU idle for 20 s). */
+  if (rc == -ENOSPC && out->pool_acked < d->pool.window) out->pool_cramped = true;
   if (rc) return rc;
   out->loan = *range;
   out->loan_heir = in->pid;

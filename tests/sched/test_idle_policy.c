@@ -6,12 +6,15 @@
  * as its swap out and back in takes at the rates seen, and not at all while the host (a fake
  * /proc/meminfo, CUDAWD_MEMINFO) has no room for its image, which the waiting program's wait
  * reason says; and a program whose last idle phase outlasted its swap goes at once. The rates
- * are kept apart for images in the pool and elsewhere. */
+ * are kept apart for images in the pool and elsewhere; a swap that would be a handover into the
+ * pool is costed at the pool's rates; a handover that fails for the window the program mapped
+ * sends it the whole window. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -207,6 +210,42 @@ static void pool_rates(void)
   d.pool.size = 0;
 }
 
+/* A handover needs out's image to fit in the window out has mapped. The first program maps a
+ * window for its own image only; when the incoming image's range lies past it, the handover
+ * fails, and out is sent the whole window so that the next one can go there. */
+static void handover_window(void)
+{
+  static struct daemon d;
+  const uint64_t gib = 1ull << 30;
+  char why[256] = "";
+  CHECK(pool_open(&d.pool, 200 * gib, why, sizeof why) == 0, "pool_open: %s", why);
+  d.pool.window = 200 * gib; /* in the books only: no page is touched */
+  int dev = sched_device_slot(&d, "00112233445566778899aabbccddeeff", 80 * gib);
+  struct program *out = join(&d, 0, dev, 40 * gib), *in = join(&d, 1, dev, 40 * gib);
+  struct program *c = join(&d, 2, dev, 40 * gib);
+  int pair[2];
+  CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, pair) == 0);
+  out->fd = pair[0];
+  out->uid = geteuid();
+  out->pool_sent = true;
+  out->pool_window = out->pool_acked = 45 * gib; /* its own image's window */
+  in->pool_acked = c->pool_acked = 200 * gib;
+  out->handover = in->handover = true;
+  CHECK_EQ(pool_lend(&d.pool, 41 * gib, 200 * gib, &c->loan), 0); /* c's image at 0 */
+  CHECK_EQ(pool_lend(&d.pool, 41 * gib, 200 * gib, &in->loan), 0); /* in's past out's window */
+  CHECK(in->loan.offset >= 41 * gib);
+  struct pool_loan range;
+  CHECK_EQ(sched_pool_handover(&d, out, in, &range), -ENOSPC);
+  CHECK(out->pool_cramped, "a handover that failed for out's window did not ask for the window");
+  CHECK_EQ(out->loan.length, 0);
+  CHECK_EQ(in->loan.length, 41 * gib); /* nothing changed */
+  sched_pool_offer(&d, out);
+  CHECK_EQ(out->pool_window, 200 * gib);
+  close(pair[0]);
+  close(pair[1]);
+  pool_close(&d.pool);
+}
+
 int main(void)
 {
   static struct daemon d;
@@ -246,6 +285,7 @@ int main(void)
   CHECK(step(&d, &pid) == SCHED_CHECKPOINT && pid == a->pid, "checkpoint to %d", pid);
   cost_and_host();
   pool_rates();
+  handover_window();
   printf("ok\n");
   return 0;
 }

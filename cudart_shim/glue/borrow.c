@@ -151,15 +151,15 @@ static void take_pool(int fd, uint64_t size)
   }
   if (borrow.retry_fd == fd) borrow.retry_fd = -1;
   close(fd); /* the mapping keeps the memory */
-  if (rc) {
-    shim_info("borrow: cannot use cudawd's host-memory pool: %s", why);
-  } else {
-    borrow.pool_size = size;
-    borrow.detach = false;
+  if (rc) { /* it would fail again: leave, so that cudawd keeps no room for our image */
+    shim_info("borrow: cannot use cudawd's host-memory pool (%s): not borrowing it", why);
+    leave(NULL, REFUSED_RETRY);
+    return;
   }
-  send_msg((struct sched_msg){.type = SCHED_POOL_MAPPED, .value = rc ? 0 : 1, .bytes = size});
-  apply_loan(rc ? "cudawd's host-memory pool cannot be used" : NULL); /* attaching put the
-                                                                       * reserve on standby */
+  borrow.pool_size = size;
+  borrow.detach = false;
+  send_msg((struct sched_msg){.type = SCHED_POOL_MAPPED, .value = 1, .bytes = size});
+  apply_loan(NULL); /* attaching put the reserve on standby */
 }
 
 static void take_loan(const struct sched_msg *msg)
@@ -195,7 +195,7 @@ static bool receive(void)
   }
   if (msg.type == SCHED_POOL && fd >= 0) {
     take_pool(fd, msg.bytes);
-    return true;
+    return borrow.fd >= 0;
   }
   if (fd >= 0) close(fd); /* a descriptor with any other message is not ours to keep */
   if (msg.type == SCHED_REPLY && !borrow.accepted) {
@@ -221,6 +221,7 @@ static void follow_image(void)
 {
   if (ckpt_state() != CKPT_RUNNING) return;
   if (borrow.retry_fd >= 0) take_pool(borrow.retry_fd, borrow.retry_size);
+  if (borrow.fd < 0) return; /* that pool could not be used: left */
   uint64_t image = image_now();
   bool outgrown = borrow.loan_length && image > borrow.loan_length;
   if (outgrown && !borrow.loan_asked && ckpt_pool_unlend() == 0) {
@@ -257,6 +258,14 @@ static void *run(void *unused)
   return NULL;
 }
 
+/* A child forked from the program has no borrowing thread, and its copy of the connection
+ * would keep our loan from cudawd after we exit. */
+static void forget_in_child(void)
+{
+  if (borrow.fd >= 0) close(borrow.fd);
+  borrow.fd = -1;
+}
+
 static void start_borrow(void)
 {
   if (strcmp(cudaw_option("CUDAW_SHARE"), "1") == 0 ||
@@ -266,6 +275,7 @@ static void start_borrow(void)
   ckpt_options_from_env(&options, NULL, 0);
   if (!options.sched_socket[0]) return; /* a run dir too long for a socket: nobody listens */
   snprintf(borrow.path, sizeof borrow.path, "%s", options.sched_socket);
+  pthread_atfork(NULL, NULL, forget_in_child);
   join();
   pthread_t thread;
   pthread_attr_t attr;

@@ -14,6 +14,9 @@
  *            runs beside them: the sharing jobs swap, the borrower is never paused by cudawd,
  *            never in its program table nor in its device books (max resident <= capacity)
  *   off      CUDAW_BORROW_POOL=off with a cudawd running: the program never connects
+ *   old      a cudawd of before borrowing closes the connection at the borrower's hello: the
+ *            program runs on as without a cudawd (its reserve takes the image), asks once in
+ *            the test's seconds, and says nothing above debug
  *   usage: sched_test_borrow CUDAWD CUDAW_CTL JOB MODE */
 #define _GNU_SOURCE
 #include "client.h"
@@ -273,6 +276,58 @@ static void test_off(void)
   wait_job(&job, "off", 30);
 }
 
+/* A cudawd of before borrowing: it closes the connection at a hello whose value it does not know
+ * (a malformed hello), as cudawd.c did. Each hello it closes so is counted in <run dir>/old.log. */
+static pid_t start_old_cudawd(void)
+{
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  snprintf(addr.sun_path, sizeof addr.sun_path, "%s/%s", run_dir, SCHED_SOCKET_NAME);
+  int listener = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  CHECK(listener >= 0 && bind(listener, (struct sockaddr *)&addr, sizeof addr) == 0 &&
+        listen(listener, 8) == 0, "listening on %s: %s", addr.sun_path, strerror(errno));
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid > 0) {
+    close(listener);
+    if (child_count < 8) children[child_count++] = pid;
+    return pid;
+  }
+  char log[160];
+  snprintf(log, sizeof log, "%s/old.log", run_dir);
+  for (;;) {
+    int fd = accept(listener, NULL, NULL);
+    if (fd < 0) continue;
+    struct sched_msg msg;
+    if (recv(fd, &msg, sizeof msg, 0) == (ssize_t)sizeof msg && msg.type == SCHED_HELLO &&
+        msg.value != 0 && msg.value != 1) {
+      FILE *f = fopen(log, "a");
+      if (f) fprintf(f, "closed a hello of value %d\n", msg.value);
+      if (f) fclose(f);
+    }
+    close(fd);
+  }
+}
+
+static void test_old(void)
+{
+  start_old_cudawd();
+  pid_t job = start_job("old", "60");
+  client_sleep_ms(2500);
+  unsigned long long bytes, pool, reserve;
+  checkpoint(job, &bytes, &pool, &reserve);
+  CHECK(pool == 0 && reserve > 0, "beside an older cudawd: %llu bytes into a pool, %llu into "
+        "the program's own reserve", pool, reserve);
+  resume(job);
+  wait_job(&job, "old", 30);
+  char path[160];
+  snprintf(path, sizeof path, "%s/old.log", run_dir);
+  CHECK(client_count_lines(path, "closed a hello of value 2") == 1, "the program said hello as "
+        "a borrower %d times in 5 s (once, then again after %d s)",
+        client_count_lines(path, "closed a hello"), 60);
+  CHECK(!job_log_has("old", "borrow:") && !job_log_has("old", "warn"), "the program said "
+        "something about an older cudawd refusing it");
+}
+
 static void wait_all(pid_t *jobs, int count)
 {
   for (int i = 0; i < count; i++)
@@ -283,7 +338,7 @@ int main(int argc, char **argv)
 {
   setpgid(0, 0);
   atexit(end_children);
-  CHECK(argc == 5, "usage: %s CUDAWD CUDAW_CTL JOB used|alone|kill|beside|off", argv[0]);
+  CHECK(argc == 5, "usage: %s CUDAWD CUDAW_CTL JOB used|alone|kill|beside|off|old", argv[0]);
   cudawd_path = argv[1];
   ctl_path = argv[2];
   job_path = argv[3];
@@ -298,6 +353,7 @@ int main(int argc, char **argv)
   else if (!strcmp(argv[4], "kill")) test_kill();
   else if (!strcmp(argv[4], "beside")) test_beside();
   else if (!strcmp(argv[4], "off")) test_off();
+  else if (!strcmp(argv[4], "old")) test_old();
   else test_fail("unknown mode %s", argv[4]);
   end_children();
   wait_all(children, child_count);

@@ -3,8 +3,8 @@
  * Each job is sched_share_job (72 MiB, every byte verified every round, so an image that comes
  * back wrong fails it) paused and resumed with cudaw-ctl:
  *   used     with a cudawd (pool 256M): cudaw-ctl sched lists it as a borrower with a standing
- *            loan of at least its image; its checkpoint puts the whole image into the pool
- *            (pool_bytes == bytes); resume, data verified; the loan comes back when it exits
+ *            loan of at least its image; each of two checkpoints puts the whole image into the
+ *            pool (pool_bytes == bytes); resumes, data verified; the loan comes back at its exit
  *   alone    no cudawd: the same checkpoint puts nothing into a pool and the image goes into
  *            the program's own reserve (reserve_bytes > 0); no line about borrowing
  *   kill     cudawd killed -9 while the borrower is paused with its image in the pool: resume
@@ -175,11 +175,15 @@ static void test_used(void)
   struct sched_snapshot s;
   must_snapshot(&s);
   CHECK_EQ(s.programs, 0); /* a borrower is never scheduled */
-  unsigned long long bytes, pool, reserve;
-  checkpoint(job, &bytes, &pool, &reserve);
-  CHECK(bytes >= JOB_BYTES && pool == bytes, "%llu of the image's %llu bytes went into the pool",
-        pool, bytes);
-  resume(job);
+  /* Twice: the loan stands for every checkpoint, not only the next one. */
+  for (int round = 0; round < 2; round++) {
+    unsigned long long bytes, pool, reserve;
+    checkpoint(job, &bytes, &pool, &reserve);
+    CHECK(bytes >= JOB_BYTES && pool == bytes, "checkpoint %d: %llu of the image's %llu bytes "
+          "went into the pool", round + 1, pool, bytes);
+    resume(job);
+    client_sleep_ms(200);
+  }
   wait_job(&job, "borrower", 30);
   for (double deadline = client_now() + 3;; client_sleep_ms(50)) {
     must_snapshot(&s);

@@ -211,6 +211,11 @@ static bool receive(void)
     }
   } else if (msg.type == SCHED_LOAN && borrow.accepted) {
     take_loan(&msg);
+  } else if (msg.type == SCHED_CHECKPOINT || msg.type == SCHED_RESUME ||
+             msg.type == SCHED_EXCHANGE || msg.type == SCHED_SPILL) {
+    /* Not ours to obey: we do not share, and cudawd knows it (a bug, or a cudawd that is not) */
+    shim_warn("borrow: cudawd sent an order (message %u) to a program that does not share: "
+              "ignored", msg.type);
   }
   return true;
 }

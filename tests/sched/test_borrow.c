@@ -232,7 +232,7 @@ static void test_beside(void)
   start_cudawd();
   pid_t shared[2] = {start_job("shared0", "30"), start_job("shared1", "30")};
   unsetenv("CUDAW_SHARE");
-  pid_t job = start_job("borrower", "60");
+  pid_t job = start_job("borrower", "60"), borrower_pid = job;
   struct sched_snapshot s;
   bool lent = false;
   double deadline = client_now() + 60;
@@ -256,6 +256,11 @@ static void test_beside(void)
         "on a device of %llu", (unsigned long long)s.device[0].max_resident,
         (unsigned long long)s.device[0].capacity);
   CHECK(!job_log_has("borrower", "running -> pausing"), "the borrower was paused");
+  CHECK(!job_log_has("borrower", "sent an order"), "cudawd sent the borrower an order");
+  char path[160], line[64];
+  snprintf(path, sizeof path, "%s/cudawd.log", run_dir);
+  snprintf(line, sizeof line, "pid %d: running -> ", (int)borrower_pid);
+  CHECK(!client_file_has(path, line), "cudawd changed the borrower's state (%s)", line);
   printf("beside: %llu swaps of the sharing jobs, the borrower never paused\n",
          (unsigned long long)s.device[0].swaps);
 }

@@ -286,7 +286,8 @@ static void test_off(void)
 }
 
 /* A cudawd of before borrowing: it closes the connection at a hello whose value it does not know
- * (a malformed hello), as cudawd.c did. Each hello it closes so is counted in <run dir>/old.log. */
+ * (a malformed hello), as cudawd.c did. Each hello it closes so is counted in
+ * <run dir>/older-cudawd.log. */
 static pid_t start_old_cudawd(void)
 {
   struct sockaddr_un addr = {.sun_family = AF_UNIX};
@@ -302,7 +303,7 @@ static pid_t start_old_cudawd(void)
     return pid;
   }
   char log[160];
-  snprintf(log, sizeof log, "%s/old.log", run_dir);
+  snprintf(log, sizeof log, "%s/older-cudawd.log", run_dir);
   for (;;) {
     int fd = accept(listener, NULL, NULL);
     if (fd < 0) continue;
@@ -329,7 +330,7 @@ static void test_old(void)
   resume(job);
   wait_job(&job, "old", 30);
   char path[160];
-  snprintf(path, sizeof path, "%s/old.log", run_dir);
+  snprintf(path, sizeof path, "%s/older-cudawd.log", run_dir);
   CHECK(client_count_lines(path, "closed a hello of value 2") == 1, "the program said hello as "
         "a borrower %d times in 5 s (once, then again after %d s)",
         client_count_lines(path, "closed a hello"), 60);

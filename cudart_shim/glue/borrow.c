@@ -132,10 +132,8 @@ static void join(void)
     return;
   }
   borrow.fd = fd;
-  borrow.image = image_now();
-  if (send_msg((struct sched_msg){.type = SCHED_HELLO, .value = SCHED_HELLO_BORROWER}) != 0 ||
-      send_msg((struct sched_msg){.type = SCHED_BORROW, .bytes = borrow.image}) != 0)
-    leave(NULL, BORROW_RETRY);
+  if (send_msg((struct sched_msg){.type = SCHED_HELLO, .value = SCHED_HELLO_BORROWER}) != 0)
+    leave(NULL, BORROW_RETRY); /* an older cudawd answers by closing: receive() sees that */
 }
 
 /* cudawd sent its pool (again: a window of another size). */
@@ -201,6 +199,8 @@ static bool receive(void)
   if (msg.type == SCHED_REPLY && !borrow.accepted) {
     if (msg.status == 0) {
       borrow.accepted = true;
+      borrow.image = image_now();
+      send_msg((struct sched_msg){.type = SCHED_BORROW, .bytes = borrow.image});
       shim_info("borrow: borrowing the host-memory pool of the cudawd on %s for our checkpoint "
                 "images (not sharing: cudawd never schedules us)", borrow.path);
     } else {

@@ -282,12 +282,7 @@ static void start_borrow(void)
   snprintf(borrow.path, sizeof borrow.path, "%s", options.sched_socket);
   pthread_atfork(NULL, NULL, forget_in_child);
   join();
-  pthread_t thread;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  int rc = pthread_create(&thread, &attr, run, NULL);
-  pthread_attr_destroy(&attr);
+  int rc = shim_sched_start_thread(run);
   if (rc) {
     shim_debug("borrow: cannot start its thread (%s): not borrowing", strerror(rc));
     if (borrow.fd >= 0) close(borrow.fd);

@@ -552,12 +552,7 @@ static void start_sched(void)
   int joined = join();
   pthread_mutex_unlock(&client.lease_lock);
   if (joined == 0) shim_info("sched: joined cudawd on %s", client.path);
-  pthread_t thread;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  int rc = pthread_create(&thread, &attr, run, NULL);
-  pthread_attr_destroy(&attr);
+  int rc = shim_sched_start_thread(run);
   if (rc) {
     shim_warn("sched: cannot start its thread (%s): not sharing", strerror(rc));
     return;

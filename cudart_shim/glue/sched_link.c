@@ -2,6 +2,7 @@
  * them (shim_sched_link.h). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -68,5 +69,16 @@ int shim_sched_attach_pool(int fd, uint64_t size, const char **why)
   int rc = ckpt_pool_attach(base, size);
   if (rc) munmap(base, (size_t)size);
   *why = rc == -ENOSYS ? "this runtime cannot page-lock host memory" : strerror(-rc);
+  return rc;
+}
+
+int shim_sched_start_thread(void *(*run)(void *))
+{
+  pthread_t thread;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int rc = pthread_create(&thread, &attr, run, NULL);
+  pthread_attr_destroy(&attr);
   return rc;
 }

@@ -26,4 +26,7 @@ ssize_t shim_sched_receive(int fd, struct sched_msg *msg, int *passed_fd);
  * for a retry or closes it: the mapping keeps the memory). */
 int shim_sched_attach_pool(int fd, uint64_t size, const char **why);
 
+/* Start the client's thread, detached (it runs for the program's life). 0 or an errno number. */
+int shim_sched_start_thread(void *(*run)(void *));
+
 #endif

@@ -307,7 +307,9 @@ static void send_loan(struct program *p, int status)
 
 void sched_pool_borrow(struct daemon *d, struct program *p, uint64_t bytes, bool give_back)
 {
-  p->borrow_bytes = bytes;
+  /* Its word, like a sharing program's usage: an image larger than the pool never fits anyway,
+   * and no figure may make the window's arithmetic wrap. */
+  p->borrow_bytes = bytes < d->pool.size ? bytes : d->pool.size;
   if (give_back && p->loan.length) {
     sched_pool_take_back(d, p, "its image outgrew it");
     p->loan_wanted = true;

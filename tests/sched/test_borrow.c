@@ -111,6 +111,20 @@ static void checkpoint(pid_t pid, unsigned long long *bytes, unsigned long long 
          *pool, *reserve);
 }
 
+/* The program's own reserve holds its 72 MiB page-locked (cudaw-ctl status) within `seconds`. */
+static void wait_for_reserve(pid_t pid, double seconds)
+{
+  char args[64], out[4096];
+  snprintf(args, sizeof args, "status %d", (int)pid);
+  for (double deadline = client_now() + seconds;; client_sleep_ms(100)) {
+    CHECK(client_now() < deadline, "pid %d's reserve was not ready within %.0f s: %s", (int)pid,
+          seconds, out);
+    if (ctl(args, out, sizeof out) == 0 && strstr(out, "\"reserve_bytes\":") &&
+        json_number(out, "reserve_bytes") >= JOB_BYTES)
+      return;
+  }
+}
+
 static void resume(pid_t pid)
 {
   char args[64], out[4096];
@@ -171,7 +185,7 @@ static void test_used(void)
 {
   start_cudawd();
   pid_t job = start_job("borrower", "60");
-  wait_for_loan(job, 10);
+  wait_for_loan(job, 15);
   struct sched_snapshot s;
   must_snapshot(&s);
   CHECK_EQ(s.programs, 0); /* a borrower is never scheduled */
@@ -198,7 +212,7 @@ static void test_used(void)
 static void test_alone(void)
 {
   pid_t job = start_job("alone", "60");
-  client_sleep_ms(2500); /* the reserve grows with the job's memory */
+  wait_for_reserve(job, 15);
   unsigned long long bytes, pool, reserve;
   checkpoint(job, &bytes, &pool, &reserve);
   CHECK(bytes >= JOB_BYTES, "saved %llu bytes", bytes);
@@ -213,7 +227,7 @@ static void test_kill(void)
 {
   start_cudawd();
   pid_t job = start_job("borrower", "60");
-  wait_for_loan(job, 10);
+  wait_for_loan(job, 15);
   unsigned long long bytes, pool, reserve;
   checkpoint(job, &bytes, &pool, &reserve);
   CHECK(pool == bytes && bytes >= JOB_BYTES, "%llu of %llu bytes in the pool", pool, bytes);
@@ -322,7 +336,7 @@ static void test_old(void)
 {
   start_old_cudawd();
   pid_t job = start_job("old", "60");
-  client_sleep_ms(2500);
+  wait_for_reserve(job, 15);
   unsigned long long bytes, pool, reserve;
   checkpoint(job, &bytes, &pool, &reserve);
   CHECK(pool == 0 && reserve > 0, "beside an older cudawd: %llu bytes into a pool, %llu into "

@@ -184,7 +184,7 @@ static void wait_for_loan(pid_t job, double seconds)
 static void test_used(void)
 {
   start_cudawd();
-  pid_t job = start_job("borrower", "60");
+  pid_t job = start_job("borrower", "120");
   wait_for_loan(job, 15);
   struct sched_snapshot s;
   must_snapshot(&s);
@@ -211,7 +211,7 @@ static void test_used(void)
 
 static void test_alone(void)
 {
-  pid_t job = start_job("alone", "60");
+  pid_t job = start_job("alone", "120");
   wait_for_reserve(job, 15);
   unsigned long long bytes, pool, reserve;
   checkpoint(job, &bytes, &pool, &reserve);
@@ -226,7 +226,7 @@ static void test_alone(void)
 static void test_kill(void)
 {
   start_cudawd();
-  pid_t job = start_job("borrower", "60");
+  pid_t job = start_job("borrower", "120");
   wait_for_loan(job, 15);
   unsigned long long bytes, pool, reserve;
   checkpoint(job, &bytes, &pool, &reserve);
@@ -283,7 +283,7 @@ static void test_off(void)
 {
   setenv("CUDAW_BORROW_POOL", "off", 1);
   start_cudawd();
-  pid_t job = start_job("off", "40");
+  pid_t job = start_job("off", "120");
   client_sleep_ms(1500);
   struct sched_snapshot s;
   must_snapshot(&s);
@@ -335,7 +335,7 @@ static pid_t start_old_cudawd(void)
 static void test_old(void)
 {
   start_old_cudawd();
-  pid_t job = start_job("old", "60");
+  pid_t job = start_job("old", "120");
   wait_for_reserve(job, 15);
   unsigned long long bytes, pool, reserve;
   checkpoint(job, &bytes, &pool, &reserve);

@@ -389,12 +389,26 @@ int ckpt_remove_image_at(int parent_fd, const char *name, uid_t owner);
  * the module owns the mapping (unmaps it when replaced or at shutdown) and page-locks it with a
  * thread of its own once the program holds device memory, never on the program's threads.
  * -EBUSY while an image lies in the pool attached before (keep that one; the caller unmaps
- * base), -ENOTCONN before ckpt_init, -ENOSYS where the host cannot page-lock memory. */
+ * base), -ENOTCONN before ckpt_init, -ENOSYS where the host cannot page-lock memory.
+ * (NULL, 0) lets go of the pool (its cudawd went away): -EBUSY while an image lies in it. */
 int ckpt_pool_attach(void *base, uint64_t size);
 /* The next checkpoint may put its image in [offset, offset + length) of the pool (length 0: no
  * loan). Call right before ckpt_request_checkpoint, and with 0 after it. The image in the range
  * is dropped after the resume: cudawd lends the range again. */
 void ckpt_pool_lend(uint64_t offset, uint64_t length);
+/* A standing loan, for a program not under sharing that borrows the pool (glue/borrow.c):
+ * every checkpoint from now on, whoever asks for it (signal, cudaw-ctl, Slurm), may put its image
+ * in [offset, offset + length) of the pool, until ckpt_pool_unlend (length 0: none). The image
+ * there is dropped after each resume as with ckpt_pool_lend; the loan stays. The image reserve
+ * (CUDAW_CKPT_RESERVE=auto) stands by while `covers` (the caller found the range large enough
+ * for the image a checkpoint would take now) and grows as without a pool otherwise, so that the
+ * image finds page-locked memory either way. Call after ckpt_pool_attach (which puts the reserve
+ * on standby) whenever either changes. */
+void ckpt_pool_lend_standing(uint64_t offset, uint64_t length, bool covers);
+/* End the standing loan so that its range can go back to cudawd: 0 when no checkpoint uses the
+ * range now or can from now on (none under way, no image in the pool); -EBUSY otherwise (the
+ * loan stays: try again once running). */
+int ckpt_pool_unlend(void);
 
 /* The program reset the device (cudaDeviceReset): the page-locked staging buffers the module
  * allocated through host_alloc_pinned were destroyed with the context. Forget them (the next

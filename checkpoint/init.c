@@ -170,3 +170,7 @@ int ckpt_remove_image_at(int parent_fd, const char *name, uid_t owner) {
 }
 int ckpt_pool_attach(void *base, uint64_t size) { return transition_pool_attach(base, size); }
 void ckpt_pool_lend(uint64_t offset, uint64_t length) { transition_pool_lend(offset, length); }
+void ckpt_pool_lend_standing(uint64_t offset, uint64_t length, bool covers) {
+  transition_pool_lend_standing(offset, length, covers);
+}
+int ckpt_pool_unlend(void) { return transition_pool_unlend(); }

@@ -37,6 +37,7 @@ static struct {
   size_t disk_region_count;
   bool drop_image;                /* after this transition: free the image */
   uint64_t loan_offset, loan_length; /* cudawd's pool range for the next checkpoint's image */
+  bool loan_standing;             /* ... and every one after it (a borrower's standing loan) */
   bool prepare;                   /* ckpt_prepare_early asked for the staging buffers */
   bool preparing;                 /* ... which are being pinned (not inside the gate) */
   bool dropping;                  /* ... which is under way */
@@ -744,7 +745,7 @@ static void *run(void *unused) {
     } else if (op == CKPT_OP_CHECKPOINT) {
       pthread_mutex_lock(&tr.lock);
       engine_lend(tr.engine, tr.loan_offset, tr.loan_length); /* for this checkpoint only */
-      tr.loan_length = 0;
+      if (!tr.loan_standing) tr.loan_length = 0;
       pthread_mutex_unlock(&tr.lock);
       pause_program(&result, requested_at);
       if (!engine_image_in_pool(tr.engine)) engine_lend(tr.engine, 0, 0);
@@ -922,7 +923,7 @@ int transition_pool_attach(void *base, uint64_t size) {
   if (!tr.started || !tr.engine) rc = -ENOTCONN;
   else if (tr.pending || tr.dropping || engine_image_in_pool(tr.engine)) rc = -EBUSY;
   struct reserve *pool = NULL;
-  if (!rc && !(pool = reserve_new_shared(ckpt_rt.ops, ckpt_rt.ctx, base, size,
+  if (!rc && size && !(pool = reserve_new_shared(ckpt_rt.ops, ckpt_rt.ctx, base, size,
                                          ckpt_rt.options.reserve_piece,
                                          ckpt_rt.options.reserve_threads)))
     rc = -ENOSYS;
@@ -935,7 +936,31 @@ void transition_pool_lend(uint64_t offset, uint64_t length) {
   pthread_mutex_lock(&tr.lock);
   tr.loan_offset = offset;
   tr.loan_length = length;
+  tr.loan_standing = false;
   pthread_mutex_unlock(&tr.lock);
+}
+
+void transition_pool_lend_standing(uint64_t offset, uint64_t length, bool covers) {
+  pthread_mutex_lock(&tr.lock);
+  tr.loan_offset = offset;
+  tr.loan_length = length;
+  tr.loan_standing = length > 0;
+  if (tr.engine) reserve_standby(engine_reserve(tr.engine), covers && length > 0);
+  pthread_mutex_unlock(&tr.lock);
+}
+
+int transition_pool_unlend(void) {
+  pthread_mutex_lock(&tr.lock);
+  /* A checkpoint takes the loan under this lock when it starts (tr.pending is set from its
+   * request to its end); its image keeps the range until the drop after its resume. */
+  int rc = tr.pending || tr.dropping || (tr.engine && engine_image_in_pool(tr.engine)) ? -EBUSY
+                                                                                       : 0;
+  if (!rc) {
+    tr.loan_length = 0;
+    tr.loan_standing = false;
+  }
+  pthread_mutex_unlock(&tr.lock);
+  return rc;
 }
 
 void transition_reserve(struct reserve_info *out) {

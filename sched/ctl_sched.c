@@ -164,6 +164,14 @@ static void print_json(const struct sched_snapshot *s)
          ",\"in_bytes\":%" PRIu64 ",\"peak_extra_bytes\":%" PRIu64 ",\"last_seconds\":%.3f"
          ",\"active\":%s}", x->exchanges, x->failures, x->out_bytes, x->in_bytes,
          x->peak_extra_bytes, x->last_seconds, x->active ? "true" : "false");
+  printf(",\"borrowers\":[");
+  for (int i = 0; i < s->borrowers && i < SCHED_MAX_PROGRAMS; i++) {
+    const struct sched_borrower_info *w = &s->borrower[i];
+    printf("%s{\"pid\":%d,\"uid\":%u,\"image_bytes\":%" PRIu64 ",\"lent\":%" PRIu64
+           ",\"loan_offset\":%" PRIu64 "}", i ? "," : "", w->pid, w->uid, w->bytes, w->lent,
+           w->loan_offset);
+  }
+  printf("]");
   printf(",\"users\":[");
   for (int i = 0; i < s->uids && i < SCHED_MAX_UIDS; i++) {
     const struct sched_uid_info *u = &s->uid[i];
@@ -269,6 +277,18 @@ static void print_text(const struct sched_snapshot *s)
            p->gpu_seconds, p->swaps, p->swap_seconds, p->wait_seconds, w->retries, w->failed,
            k->spills, grant_text(w, grant, sizeof grant), wait_text(w, why, sizeof why),
            k->on_disk ? "; image on disk under " : "", k->on_disk ? spill->dir : "");
+  }
+  /* Programs not under sharing that borrow the pool for their checkpoint images: never
+   * scheduled, so apart from the table above. */
+  if (s->borrowers > 0)
+    printf("%-8s %-8s %12s %12s  %s\n", "BORROWER", "UID", "IMAGE", "LENT", "POOL RANGE");
+  for (int i = 0; i < s->borrowers && i < SCHED_MAX_PROGRAMS; i++) {
+    const struct sched_borrower_info *w = &s->borrower[i];
+    ckpt_format_bytes(w->bytes, a, sizeof a);
+    ckpt_format_bytes(w->lent, b, sizeof b);
+    char range[64] = "- (none lent)";
+    if (w->lent) snprintf(range, sizeof range, "%" PRIu64 "+%" PRIu64, w->loan_offset, w->lent);
+    printf("%-8d %-8u %12s %12s  %s\n", w->pid, w->uid, a, b, range);
   }
 }
 

@@ -305,7 +305,7 @@ static void accept_some(struct daemon *d, int listen_fd)
 static struct program *find_pid(struct daemon *d, pid_t pid)
 {
   for (struct program *p = d->programs; p; p = p->next)
-    if (p->joined && !p->retired && p->pid == pid) return p;
+    if (p->joined && !p->retired && !p->borrower && p->pid == pid) return p;
   return NULL;
 }
 
@@ -334,7 +334,8 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
             (unsigned long long)msg->held, msg->status, msg->value);
   bool program_message = msg->type == SCHED_DEVICE || msg->type == SCHED_ALLOC ||
                          msg->type == SCHED_USAGE || msg->type == SCHED_DONE ||
-                         msg->type == SCHED_FAILED || msg->type == SCHED_POOL_MAPPED;
+                         msg->type == SCHED_FAILED || msg->type == SCHED_POOL_MAPPED ||
+                         msg->type == SCHED_BORROW;
   if (program_message && !p->joined) {
     sched_peer_count(d, p, true);
     sched_log_noisy(SCHED_NOISE_PROTOCOL, "cudawd: pid %ld: message %u before its hello: "
@@ -347,9 +348,20 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
    * that only said hello may be a squatter: it is closed first when room is needed. */
   if (program_message && msg->type != SCHED_POOL_MAPPED) p->worked = true;
   if (msg->type == SCHED_GPU_IDLE && p->joined) p->worked = true;
+  /* A borrower is never scheduled: what a sharing program says about its devices, memory and
+   * transitions means nothing from it (and SCHED_BORROW nothing from a sharing program). */
+  bool scheduling = program_message && msg->type != SCHED_POOL_MAPPED && msg->type != SCHED_BORROW;
+  if (p->joined && (p->borrower ? scheduling || msg->type == SCHED_GPU_IDLE ||
+                                      msg->type == SCHED_CAN_EXCHANGE ||
+                                      msg->type == SCHED_ON_DISK
+                                : msg->type == SCHED_BORROW)) {
+    sched_log_noisy(SCHED_NOISE_IGNORED, "cudawd: pid %ld: message %u is not for %s: ignored\n",
+                    (long)p->pid, msg->type, p->borrower ? "a borrower" : "a sharing program");
+    return true;
+  }
   switch (msg->type) {
   case SCHED_HELLO:
-    if (p->joined || (msg->value != 0 && msg->value != 1)) {
+    if (p->joined || msg->value < 0 || msg->value > SCHED_HELLO_BORROWER) {
       sched_peer_count(d, p, true);
       sched_log_noisy(SCHED_NOISE_PROTOCOL, "cudawd: pid %ld: %s hello: closing\n",
                       (long)p->pid, p->joined ? "a second" : "a malformed");
@@ -357,6 +369,7 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
     }
     if (!sched_peer_join(d, p)) return false;
     p->joined = true;
+    if (msg->value == SCHED_HELLO_BORROWER) return sched_pool_borrower_join(d, p);
     p->state = msg->value ? SCHED_SWAPPED_OUT : SCHED_RUNNING;
     p->state_since = p->accounted_at = p->resident_since = p->wanting_since = now;
     sched_log_noisy(SCHED_NOISE_JOINED, "cudawd: pid %ld (uid %u) joined%s\n", (long)p->pid,
@@ -476,6 +489,9 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
       sched_spill_resumed(d, p, msg->status, msg->bytes,
                           msg->seconds >= 0 && msg->seconds < 1e9 ? msg->seconds : 0);
     break;
+  case SCHED_BORROW:
+    sched_pool_borrow(d, p, msg->bytes, msg->value == 1);
+    break;
   case SCHED_FAILED:
     p->failed++;
     sched_log_noisy(SCHED_NOISE_IGNORED, "cudawd: pid %ld: an allocation of %llu bytes on device "
@@ -521,10 +537,14 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
   case SCHED_STOP: {
     /* Its owner or root only (a system cudawd serves every user: root only). Not while programs
      * are joined unless forced: they would run unshared from then on. */
+    /* Borrowers do not count: without cudawd they use their own reserves. */
+    int scheduled = 0;
+    for (const struct program *q = d->programs; q; q = q->next)
+      scheduled += q->joined && !q->retired && !q->borrower;
     struct sched_msg answer = {.version = SCHED_PROTO_VERSION, .type = SCHED_REPLY,
-                               .value = d->joined};
+                               .value = scheduled};
     if (p->uid != geteuid() && p->uid != 0) answer.status = -EPERM;
-    else if (d->joined > 0 && msg->value != 1) answer.status = -EBUSY;
+    else if (scheduled > 0 && msg->value != 1) answer.status = -EBUSY;
     sched_send(p, &answer);
     if (answer.status) { /* any user of a system cudawd may ask: rate-limited */
       sched_log_noisy(SCHED_NOISE_REFUSED, "cudawd: uid %u (pid %ld) asked it to stop: refused, "

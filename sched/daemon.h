@@ -130,6 +130,13 @@ struct program {
   uint64_t piece_bytes;    /* it can take part in an exchange, pieces of at most this (0: no) */
   bool handover;           /* ... also in a handover (SCHED_EXCHANGE_HANDOVER) */
   uint64_t reserve_image_bytes; /* its image's bytes in its own reserve (its last checkpoint) */
+  /* A borrower (SCHED_HELLO_BORROWER, lending.c): a program not under sharing that only borrows
+   * the pool. It is never scheduled (no device, no state but running, never a victim); `loan` is
+   * its standing loan, which only it gives back (or its leaving). */
+  bool borrower;
+  uint64_t borrow_bytes;   /* the image it said it would take */
+  bool loan_wanted;        /* it holds no loan: lend one once it mapped the pool and has memory */
+  bool loan_refused;       /* told that the pool has no room for it (once per want) */
   struct program *next;
 };
 
@@ -292,6 +299,13 @@ void sched_pool_handover_undo(struct daemon *d, struct program *out, struct prog
 bool sched_pool_could_hand_over(const struct daemon *d, const struct program *out,
                                 const struct program *in);
 void sched_pool_info(const struct daemon *d, struct sched_pool_info *out);
+/* p said hello as a borrower: answer it (SCHED_REPLY 0 and the pool), or refuse it where cudawd
+ * has no pool for its user (false: close the connection). */
+bool sched_pool_borrower_join(struct daemon *d, struct program *p);
+/* Borrower p's SCHED_BORROW: its image takes `bytes` now; give_back: its loan comes back. */
+void sched_pool_borrow(struct daemon *d, struct program *p, uint64_t bytes, bool give_back);
+/* The snapshot's borrowers. */
+void sched_pool_borrowers(const struct daemon *d, struct sched_snapshot *out);
 
 /* Whether p wants to run (its memory, or more of it) and which of two wanting programs goes
  * first: the policy's queue (schedule.c). */

@@ -62,10 +62,11 @@ static bool pool_peer(const struct program *p)
   return p->joined && !p->retired && p->fd >= 0;
 }
 
-/* A margin over the resident bytes: each image region starts on a page. */
+/* A margin over the resident bytes (a borrower's: what it said its image takes): each image
+ * region starts on a page. */
 static uint64_t image_estimate(const struct program *p)
 {
-  uint64_t bytes = 0;
+  uint64_t bytes = p->borrower ? p->borrow_bytes : 0;
   for (int s = 0; s < SCHED_MAX_DEVICES; s++) bytes += p->bytes[s];
   return bytes ? bytes + bytes / 64 + (16ull << 20) : 0;
 }
@@ -285,12 +286,101 @@ static void follow_demand(struct daemon *d)
           (double)(pool->released - released) / gib);
 }
 
+/* ---- borrowers: programs not under sharing with a standing loan ---------------------------- */
+
+bool sched_pool_borrower_join(struct daemon *d, struct program *p)
+{
+  p->borrower = true;
+  p->state = SCHED_RUNNING;
+  bool pool = d->pool.size && p->uid == geteuid();
+  struct sched_msg answer = {.version = SCHED_PROTO_VERSION, .type = SCHED_REPLY, .pid = p->pid,
+                             .status = pool ? 0 : -EOPNOTSUPP};
+  sched_send(p, &answer);
+  if (!pool) {
+    sched_log_noisy(SCHED_NOISE_REFUSED, "cudawd: pid %ld (uid %u) asked to borrow the "
+                    "host-memory pool: %s\n", (long)p->pid, (unsigned)p->uid, d->pool.size
+                    ? "it is lent only to this cudawd's own user's programs" : "there is none");
+    return false;
+  }
+  p->loan_wanted = true;
+  sched_log_noisy(SCHED_NOISE_JOINED, "cudawd: pid %ld (uid %u) borrows the host-memory pool\n",
+                  (long)p->pid, (unsigned)p->uid);
+  sched_pool_offer(d, p);
+  return true;
+}
+
+static void send_loan(struct program *p, int status)
+{
+  struct sched_msg msg = {.version = SCHED_PROTO_VERSION, .type = SCHED_LOAN, .pid = p->pid,
+                          .status = status, .held = p->loan.offset, .bytes = p->loan.length};
+  sched_send(p, &msg);
+}
+
+void sched_pool_borrow(struct daemon *d, struct program *p, uint64_t bytes, bool give_back)
+{
+  /* Its word, like a sharing program's usage: an image larger than the pool never fits anyway,
+   * and no figure may make the window's arithmetic wrap. */
+  p->borrow_bytes = bytes < d->pool.size ? bytes : d->pool.size;
+  if (give_back && p->loan.length) {
+    sched_pool_take_back(d, p, "its image outgrew it");
+    p->loan_wanted = true;
+    p->loan_refused = false;
+  }
+}
+
+/* A standing loan for each borrower that wants one, once it mapped a window and holds memory:
+ * first fit below what it mapped. A pool without room says so once per want; the borrower's
+ * own reserve then takes its images until a loan comes (the window may grow meanwhile). */
+static void lend_standing(struct daemon *d)
+{
+  for (struct program *p = d->programs; p; p = p->next) {
+    if (!p->borrower || !pool_peer(p) || !p->loan_wanted || !p->pool_acked || !p->borrow_bytes)
+      continue;
+    uint64_t want = image_estimate(p);
+    if (pool_lend(&d->pool, want, p->pool_acked, &p->loan) == 0) {
+      p->loan_wanted = p->loan_refused = false;
+      send_loan(p, 0);
+      if (d->config.verbose)
+        fprintf(stderr, "cudawd: pid %ld (borrower): lent pool range %llu+%llu\n", (long)p->pid,
+                (unsigned long long)p->loan.offset, (unsigned long long)p->loan.length);
+      continue;
+    }
+    p->loan = (struct pool_loan){0};
+    /* Room in a window it has not mapped yet (sent again where needs_window says so), or a
+     * window still growing towards the images: the loan comes then, no refusal meanwhile. */
+    if (pool_can_lend(&d->pool, want, d->pool.window)) {
+      p->pool_cramped = true;
+      continue;
+    }
+    if (pool_target(d) > d->pool.window && !d->pool_short_said) continue;
+    if (p->loan_refused) continue;
+    p->loan_refused = true;
+    send_loan(p, -ENOSPC);
+    sched_log_noisy(SCHED_NOISE_IGNORED, "cudawd: pid %ld (borrower): no room in the "
+                    "host-memory pool for its %.3f GiB image (%.3f GiB lent of %.3f GiB offered, "
+                    "%.3f GiB mapped by it): it uses its own reserve\n", (long)p->pid,
+                    (double)want / (1u << 30), (double)d->pool.lent / (1u << 30),
+                    (double)d->pool.window / (1u << 30), (double)p->pool_acked / (1u << 30));
+  }
+}
+
+void sched_pool_borrowers(const struct daemon *d, struct sched_snapshot *out)
+{
+  for (const struct program *p = d->programs; p && out->borrowers < SCHED_MAX_PROGRAMS;
+       p = p->next)
+    if (p->borrower && p->joined && !p->retired)
+      out->borrower[out->borrowers++] = (struct sched_borrower_info){
+          .pid = p->pid, .uid = p->uid, .bytes = p->borrow_bytes, .loan_offset = p->loan.offset,
+          .lent = p->loan.length};
+}
+
 void sched_pool_follow(struct daemon *d)
 {
   if (!d->pool.size) return;
   pool_tick(&d->pool);
   follow_demand(d);
   offer_all(d); /* the programs whose window no longer serves them (needs_window) */
+  lend_standing(d);
 }
 
 void sched_pool_info(const struct daemon *d, struct sched_pool_info *out)

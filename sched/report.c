@@ -33,7 +33,7 @@ void sched_fill_snapshot(const struct daemon *d, struct sched_snapshot *out)
     }
   }
   for (const struct program *p = d->programs; p && out->programs < SCHED_MAX_PROGRAMS; p = p->next)
-    if (p->joined) {
+    if (p->joined && !p->borrower) {
       out->disk[out->programs] = (struct sched_program_disk){
           .on_disk = p->on_disk, .bytes = p->on_disk ? p->disk_bytes : 0, .spills = p->spills};
       sched_program_detail(d, p, &out->detail[out->programs]);
@@ -55,6 +55,7 @@ void sched_fill_snapshot(const struct daemon *d, struct sched_snapshot *out)
   out->idle_for = d->idle_since > 0 ? now - d->idle_since : 0;
   sched_spill_info(d, &out->spill);
   sched_exchange_info(d, &out->exchange);
+  sched_pool_borrowers(d, out);
 }
 
 void sched_program_info(const struct program *p, struct sched_program_info *info)

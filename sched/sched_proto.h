@@ -16,7 +16,9 @@
 
 enum sched_msg_type {
   /* program -> cudawd */
-  SCHED_HELLO = 1,   /* join; value: 1 if the program is paused (re-joining a new cudawd) */
+  SCHED_HELLO = 1,   /* join; value: 1 if the program is paused (re-joining a new cudawd),
+                      * SCHED_HELLO_BORROWER: a program not under sharing that only borrows the
+                      * host-memory pool (below) */
   SCHED_DEVICE,      /* ordinal `device` is the device `key`, `bytes` of memory in all */
   SCHED_ALLOC,       /* wants to hold `bytes` in all on `device` (it holds `held` now); waits
                       * for SCHED_GRANT. value: SCHED_ALLOC_* bits; device_free: what
@@ -81,7 +83,21 @@ enum sched_msg_type {
                       * program gets the other order with the same page at once. Answered with
                       * SCHED_DONE value 1 or 2 (`held`: image bytes consumed or device bytes
                       * released) */
+  /* Borrowing the pool (docs/sharing.md), added within version 2. A program not under sharing
+   * says hello with value SCHED_HELLO_BORROWER; cudawd answers SCHED_REPLY (0: it borrows, and
+   * the pool follows as SCHED_POOL; -EOPNOTSUPP: no pool for it, and the connection closes). An
+   * older cudawd closes the connection at such a hello (a malformed one), so the program runs as
+   * if there were no cudawd. A borrower sends no SCHED_DEVICE, ALLOC or USAGE: cudawd never
+   * schedules it, counts it on a device, or orders it anything. */
+  SCHED_BORROW,      /* borrower -> cudawd: `bytes` its image would take now (its device memory,
+                      * each region's start rounded up to a page); value 1: it gives its standing
+                      * loan back (no checkpoint uses that range, and none will) */
+  SCHED_LOAN,        /* cudawd -> borrower: its standing loan, [held, held + bytes) of the pool,
+                      * for every checkpoint until it gives the range back (a resume does not end
+                      * it); bytes 0: none, status -ENOSPC: the pool has no room for the image */
 };
+
+#define SCHED_HELLO_BORROWER 2
 
 /* SCHED_CAN_EXCHANGE's value: the program takes part in a handover, an exchange whose incoming
  * image lies in cudawd's pool (the page's handover fields; SCHED_EXCHANGE value 1 then carries
@@ -233,6 +249,15 @@ struct sched_exchange_info {
   int32_t reserved;
 };
 
+/* A program not under sharing that borrows the pool (struct sched_snapshot.borrower). */
+struct sched_borrower_info {
+  int32_t pid;
+  uint32_t uid;
+  uint64_t bytes;          /* the image it said it would take */
+  uint64_t loan_offset;    /* its standing loan: [loan_offset, loan_offset + lent) of the pool */
+  uint64_t lent;           /* 0: none (no room, or not asked yet) */
+};
+
 struct sched_snapshot {
   uint32_t version;
   uint32_t type;          /* SCHED_STATUS */
@@ -262,6 +287,11 @@ struct sched_snapshot {
   struct sched_program_disk disk[SCHED_MAX_PROGRAMS + SCHED_MAX_EXITED]; /* per program[] */
   /* Added after disk[] in the same way: exchanges. */
   struct sched_exchange_info exchange;
+  /* Added after exchange in the same way: the programs that borrow the pool (never scheduled,
+   * so not in program[]). */
+  int32_t borrowers;
+  int32_t reserved_borrowers;
+  struct sched_borrower_info borrower[SCHED_MAX_PROGRAMS];
 };
 
 /* A device key fit to print anywhere (terminal, JSON, metrics labels): letters, digits, '-', '.'

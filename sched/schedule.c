@@ -205,14 +205,14 @@ static void level_shares(struct daemon *d)
 {
   double least_all = -1, least_competing = -1;
   for (const struct program *p = d->programs; p; p = p->next) {
-    if (!p->joined || !p->share_started) continue;
+    if (!p->joined || p->borrower || !p->share_started) continue;
     if (least_all < 0 || p->share_seconds < least_all) least_all = p->share_seconds;
     bool competing = p->state != SCHED_SWAPPED_OUT || sched_wanting(p);
     if (competing && (least_competing < 0 || p->share_seconds < least_competing))
       least_competing = p->share_seconds;
   }
   for (struct program *p = d->programs; p; p = p->next) {
-    if (!p->joined) continue;
+    if (!p->joined || p->borrower) continue;
     if (!p->share_started) {
       p->share_seconds = least_all > 0 ? least_all : 0;
       p->share_started = true;
@@ -227,7 +227,7 @@ void sched_account(struct daemon *d)
 {
   double now = sched_now();
   for (struct program *p = d->programs; p; p = p->next)
-    if (p->joined) account_one(d, p, now);
+    if (p->joined && !p->borrower) account_one(d, p, now); /* a borrower has no GPU time here */
   level_shares(d);
 }
 
@@ -368,6 +368,10 @@ void sched_forget(struct daemon *d, struct program *p)
   if (d->transition == p) d->transition = NULL;
   sched_exchange_gone(d, p);
   if (!p->joined) return;
+  if (p->borrower) { /* never scheduled: no history row */
+    p->joined = false;
+    return;
+  }
   sched_spill_forget(d, p);
   account_one(d, p, sched_now());
   if (!p->worked) { /* said hello and nothing else: no history worth a row */
@@ -519,7 +523,7 @@ bool sched_before(const struct program *a, const struct program *b)
 
 bool sched_wanting(const struct program *p)
 {
-  return p->joined && ((p->state == SCHED_SWAPPED_OUT && (!p->gpu_idle || p->wants)) ||
+  return p->joined && !p->borrower && ((p->state == SCHED_SWAPPED_OUT && (!p->gpu_idle || p->wants)) ||
                        p->state == SCHED_WAITING || (p->state == SCHED_RUNNING && p->wants));
 }
 
@@ -630,7 +634,7 @@ static void grant_or_deny(struct daemon *d)
 static bool may_preempt(const struct daemon *d, const struct program *v, const struct program *head,
                         double now, bool waiting_too, bool mind_host)
 {
-  if (v == head || !v->joined || v->skip_until > now) return false;
+  if (v == head || !v->joined || v->borrower || v->skip_until > now) return false;
   if (v->state != SCHED_RUNNING && !(waiting_too && v->state == SCHED_WAITING)) return false;
   if (mind_host && !host_room(d, v)) return false;
   double turn = now - v->resident_since;
@@ -683,7 +687,7 @@ static struct program *choose_victim(struct daemon *d, const struct program *hea
 static bool others_running(const struct daemon *d, const struct program *head)
 {
   for (const struct program *v = d->programs; v; v = v->next)
-    if (v != head && v->joined && v->state == SCHED_RUNNING) return true;
+    if (v != head && v->joined && !v->borrower && v->state == SCHED_RUNNING) return true;
   return false;
 }
 

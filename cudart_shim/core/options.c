@@ -59,6 +59,11 @@ static const struct ckpt_option_info own[] = {
                               "program tells cudawd it is idle, which may then swap it out for "
                               "a waiting program (0: never)",
    CKPT_OPTION_NUMBER, NULL, 0, 3600000, "milliseconds"},
+  {"CUDAW_BORROW_POOL", "auto", "not sharing (CUDAW_SHARE not 1): auto borrows the host-memory "
+                               "pool of this user's cudawd, if one answers on "
+                               "CUDAW_SCHED_SOCKET, for the checkpoint images (page-locked "
+                               "ahead, in place of the image reserve); off never connects",
+   CHOICE("auto|off")},
   {"CUDAW_GPU_SHARE", "", "share of the GPU's time the program may use, in percent (1-100): "
                           "launches are metered and held back (cudaw-ctl limit <pid> --gpu "
                           "changes it live; 0 or off: no limit)",

@@ -1176,6 +1176,11 @@ static int device_bytes(void *ctx, uint64_t *bytes, uint64_t *regions)
   return 0;
 }
 
+void shim_ckpt_device_bytes(uint64_t *bytes, uint64_t *regions)
+{
+  device_bytes(NULL, bytes, regions);
+}
+
 static size_t status_extra(void *ctx, char *buf, size_t len)
 {
   (void)ctx;

@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -36,6 +35,7 @@
 #include "shim_generated.h"
 #include "shim_profile.h"
 #include "shim_sched.h"
+#include "shim_sched_link.h"
 #include "shim_vmem.h"
 #include "vmem.h"
 
@@ -132,28 +132,20 @@ static void describe(int device)
  * what we hold. Called with lease_lock held. */
 static int join(void)
 {
-  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -errno;
-  struct sockaddr_un addr = {.sun_family = AF_UNIX};
-  snprintf(addr.sun_path, sizeof addr.sun_path, "%s", client.path);
-  struct ucred peer;
-  socklen_t len = sizeof peer;
-  int rc = 0;
-  if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) rc = -errno;
-  else if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0) rc = -errno;
-  else if (peer.uid != geteuid() && peer.uid != 0) rc = -EACCES;
-  if (rc) {
-    if (rc == -EACCES)
-      shim_warn("sched: %s belongs to uid %u, not to us: not joining it", client.path,
-                (unsigned)peer.uid);
+  uid_t peer_uid;
+  int fd = shim_sched_connect(client.path, 0, &peer_uid);
+  if (fd < 0) return fd;
+  if (peer_uid != geteuid() && peer_uid != 0) {
+    shim_warn("sched: %s belongs to uid %u, not to us: not joining it", client.path,
+              (unsigned)peer_uid);
     close(fd);
-    return rc;
+    return -EACCES;
   }
   pthread_mutex_lock(&client.conn_lock);
   client.fd = fd;
   pthread_mutex_unlock(&client.conn_lock);
   bool paused = client.paused_by_sched && ckpt_state() == CKPT_PAUSED;
-  rc = send_msg((struct sched_msg){.type = SCHED_HELLO, .value = paused});
+  int rc = send_msg((struct sched_msg){.type = SCHED_HELLO, .value = paused});
   char on_disk[PATH_MAX];
   uint64_t disk_bytes = 0;
   if (rc == 0 && paused && ckpt_image_on_disk(on_disk, sizeof on_disk, &disk_bytes))
@@ -389,16 +381,9 @@ static void exchange(int value, int page_fd, uint64_t loan_offset, uint64_t loan
  * page-locks it in the background; tell cudawd whether it may lend us ranges of it. */
 static void take_pool(int fd, uint64_t size, bool huge)
 {
-  struct stat st;
-  void *base = MAP_FAILED;
   const char *why = NULL;
-  if (fstat(fd, &st) != 0 || !size || (uint64_t)st.st_size < size) why = "not the size it says";
-  else if ((base = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
-           MAP_FAILED)
-    why = strerror(errno);
-  int rc = why ? -EINVAL : ckpt_pool_attach(base, size);
+  int rc = shim_sched_attach_pool(fd, size, &why);
   if (rc == -EBUSY) { /* try again once running with no image in the last pool */
-    munmap(base, (size_t)size);
     if (client.pool_retry_fd < 0)
       shim_info("sched: cudawd's host-memory pool arrived while a checkpoint or its image holds "
                 "the last one: taking it once running");
@@ -411,13 +396,9 @@ static void take_pool(int fd, uint64_t size, bool huge)
   }
   if (client.pool_retry_fd == fd) client.pool_retry_fd = -1;
   close(fd); /* the mapping keeps the memory */
-  if (rc && !why) {
-    munmap(base, (size_t)size);
-    why = rc == -ENOSYS ? "this runtime cannot page-lock host memory" : strerror(-rc);
-  }
   char bytes[32];
   ckpt_format_bytes(size, bytes, sizeof bytes);
-  if (rc || why) {
+  if (rc) {
     shim_info("sched: not using cudawd's host-memory pool (%s): %s; swap-outs copy the old way",
               bytes, why);
   } else {
@@ -425,29 +406,8 @@ static void take_pool(int fd, uint64_t size, bool huge)
     shim_info("sched: mapped cudawd's host-memory pool (%s, huge pages %s); page-locking it in "
               "the background", bytes, huge ? "yes" : "no");
   }
-  send_msg((struct sched_msg){.type = SCHED_POOL_MAPPED, .value = rc || why ? 0 : 1,
+  send_msg((struct sched_msg){.type = SCHED_POOL_MAPPED, .value = rc ? 0 : 1,
                               .bytes = size}); /* the window: cudawd sends a new one as it moves */
-}
-
-/* One message from cudawd, and the descriptor that came with it (-1: none). */
-static ssize_t receive(struct sched_msg *msg, int *fd)
-{
-  union {
-    struct cmsghdr align;
-    char buf[CMSG_SPACE(sizeof(int))];
-  } control;
-  struct iovec iov = {msg, sizeof *msg};
-  struct msghdr hdr = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
-                       .msg_controllen = sizeof control.buf};
-  *fd = -1;
-  ssize_t n = recvmsg(client.fd, &hdr, MSG_CMSG_CLOEXEC);
-  for (struct cmsghdr *c = n >= 0 ? CMSG_FIRSTHDR(&hdr) : NULL; c; c = CMSG_NXTHDR(&hdr, c))
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-        c->cmsg_len == CMSG_LEN(sizeof(int))) {
-      if (*fd >= 0) close(*fd);
-      memcpy(fd, CMSG_DATA(c), sizeof(int));
-    }
-  return n;
 }
 
 /* Tell cudawd when what we hold changed without an allocation (frees, arenas given back). */
@@ -537,7 +497,7 @@ static void *run(void *unused)
     if (rc > 0) {
       struct sched_msg msg;
       int fd;
-      ssize_t n = receive(&msg, &fd);
+      ssize_t n = shim_sched_receive(client.fd, &msg, &fd);
       if (n != (ssize_t)sizeof msg || msg.version != SCHED_PROTO_VERSION) {
         if (fd >= 0) close(fd);
         lost();
@@ -592,12 +552,7 @@ static void start_sched(void)
   int joined = join();
   pthread_mutex_unlock(&client.lease_lock);
   if (joined == 0) shim_info("sched: joined cudawd on %s", client.path);
-  pthread_t thread;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  int rc = pthread_create(&thread, &attr, run, NULL);
-  pthread_attr_destroy(&attr);
+  int rc = shim_sched_start_thread(run);
   if (rc) {
     shim_warn("sched: cannot start its thread (%s): not sharing", strerror(rc));
     return;

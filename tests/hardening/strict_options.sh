@@ -35,6 +35,7 @@ invalid() {
     CUDAW_CHECK) echo true ;;
     CUDAW_SHARE) echo 2 ;;
     CUDAW_SHARE_IDLE_MS) echo -5 ;;
+    CUDAW_BORROW_POOL) echo on ;;
     CUDAW_GPU_SHARE) echo 150 ;;
     CUDAW_PROFILE) echo x ;;
     CUDAW_STRICT) echo maybe ;;

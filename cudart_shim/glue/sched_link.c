@@ -1,0 +1,84 @@
+/* The connection to cudawd and the pool it sends, as both of its clients in the library use
+ * them (shim_sched_link.h). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "shim_sched_link.h"
+
+int shim_sched_connect(const char *path, int nonblocking, uid_t *peer_uid)
+{
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | (nonblocking ? SOCK_NONBLOCK : 0), 0);
+  if (fd < 0) return -errno;
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path);
+  struct ucred peer;
+  socklen_t len = sizeof peer;
+  int rc = 0;
+  if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) rc = -errno;
+  else if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0) rc = -errno;
+  if (rc) {
+    close(fd);
+    return rc;
+  }
+  *peer_uid = peer.uid;
+  return fd;
+}
+
+ssize_t shim_sched_receive(int fd, struct sched_msg *msg, int *passed_fd)
+{
+  union {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(sizeof(int))];
+  } control;
+  struct iovec iov = {msg, sizeof *msg};
+  struct msghdr hdr = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+                       .msg_controllen = sizeof control.buf};
+  *passed_fd = -1;
+  ssize_t n = recvmsg(fd, &hdr, MSG_CMSG_CLOEXEC);
+  for (struct cmsghdr *c = n >= 0 ? CMSG_FIRSTHDR(&hdr) : NULL; c; c = CMSG_NXTHDR(&hdr, c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+        c->cmsg_len == CMSG_LEN(sizeof(int))) {
+      if (*passed_fd >= 0) close(*passed_fd);
+      memcpy(passed_fd, CMSG_DATA(c), sizeof(int));
+    }
+  return n;
+}
+
+int shim_sched_attach_pool(int fd, uint64_t size, const char **why)
+{
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !size || (uint64_t)st.st_size < size) {
+    *why = "not the size it says";
+    return -EINVAL;
+  }
+  void *base = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    int rc = -errno;
+    *why = strerror(-rc);
+    return rc;
+  }
+  int rc = ckpt_pool_attach(base, size);
+  if (rc) munmap(base, (size_t)size);
+  *why = rc == -ENOSYS ? "this runtime cannot page-lock host memory" : strerror(-rc);
+  return rc;
+}
+
+int shim_sched_start_thread(void *(*run)(void *))
+{
+  pthread_t thread;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int rc = pthread_create(&thread, &attr, run, NULL);
+  pthread_attr_destroy(&attr);
+  return rc;
+}

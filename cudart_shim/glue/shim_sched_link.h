@@ -1,0 +1,32 @@
+/* What the library's two clients of cudawd share (glue/sched.c: sharing a GPU; glue/borrow.c:
+ * borrowing cudawd's host-memory pool without sharing): the connection, one message with the
+ * descriptor that may come with it, and mapping the pool cudawd sends. */
+#ifndef CUDAW_SHIM_SCHED_LINK_H
+#define CUDAW_SHIM_SCHED_LINK_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "sched_proto.h"
+
+/* Connect to cudawd's socket at path (SOCK_SEQPACKET, close-on-exec; `nonblocking`: the socket
+ * and the connect do not wait, so a full backlog is -EAGAIN, not a stall). The descriptor, with
+ * the peer's uid (SO_PEERCRED) in *peer_uid, or -errno. The caller decides whose cudawd it may
+ * use. */
+int shim_sched_connect(const char *path, int nonblocking, uid_t *peer_uid);
+
+/* One message from fd into *msg, and the descriptor that came with it (SCM_RIGHTS, close-on-exec)
+ * in *passed_fd (-1: none): recvmsg's result. */
+ssize_t shim_sched_receive(int fd, struct sched_msg *msg, int *passed_fd);
+
+/* Map the `size` bytes of cudawd's pool (the memfd fd) shared and hand the mapping to the
+ * checkpoint module (ckpt_pool_attach), which page-locks it in the background. 0: attached;
+ * -EBUSY: an image lies in the pool attached before (nothing changed: try again once running);
+ * else -errno with the reason, in words, in *why. fd stays open either way (the caller keeps it
+ * for a retry or closes it: the mapping keeps the memory). */
+int shim_sched_attach_pool(int fd, uint64_t size, const char **why);
+
+/* Start the client's thread, detached (it runs for the program's life). 0 or an errno number. */
+int shim_sched_start_thread(void *(*run)(void *));
+
+#endif

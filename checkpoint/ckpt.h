@@ -313,7 +313,10 @@ struct ckpt_result {
   uint64_t pool_bytes;        /* checkpoint: image bytes copied straight into cudawd's pool */
   uint64_t staged_bytes;      /* bytes that went through staging buffers */
   uint64_t released_early_bytes; /* checkpoint: device memory given back while the rest was saved */
-  double memory_seconds;  /* release_all (checkpoint) or recreate_all (resume) */
+  double memory_seconds;  /* release_all (checkpoint) or recreate_all (resume); a resume that
+                           * made memory beside its copy: its time in the driver doing so */
+  bool memory_beside;     /* resume: device memory was made beside the copy, not before it */
+  double memory_wait_seconds; /* ... how long the copy threads waited for it (each, on average) */
   double total_seconds;   /* request -> paused or running */
   uint64_t disk_bytes;    /* image bytes written to / read from disk (0: host memory only) */
   uint64_t disk_stored;   /* bytes in the files (less when compressed) */

@@ -102,6 +102,10 @@ struct ckpt_host_ops {
   int (*release_range)(void *ctx, uint64_t vaddr, uint64_t bytes, uint64_t *done);
   int (*recreate_range)(void *ctx, uint64_t vaddr, uint64_t bytes, uint64_t *done);
   int (*range_missing)(void *ctx, uint64_t vaddr, uint64_t bytes, uint64_t *missing);
+  /* Optional. Free memory on `device` now, as the device counts it: a resume that makes memory
+   * beside its copy checks that what it will make fits before it starts (recreate_all checks the
+   * same itself). Gate closed, transition thread. */
+  int (*device_free)(void *ctx, int device, uint64_t *bytes);
   /* Number of devices; must not create a context. */
   int (*device_count)(void *ctx, int *count);
   /* Create / destroy an asynchronous stream on `device`. The handle is opaque to us. */

@@ -1986,6 +1986,34 @@ int engine_precopy(struct engine *e, struct engine_stats *stats, char *reason, s
   return rc;
 }
 
+/* A region whose memory the range operations make: it lacks some now (NOT_ASKED: no chunk of it
+ * is copied; 0: its memory is the program's own mapping, or there already). */
+#define NOT_ASKED UINT64_MAX
+static bool ranged(uint64_t lacks) { return lacks != NOT_ASKED && lacks > 0; }
+
+/* What the ranged regions lack, per device, against the device's free memory (ops->device_free):
+ * a resume that cannot fit fails before it makes anything, with the shortfall recreate_all
+ * would report. Without device_free, or where it fails, making memory finds out midway. */
+static int check_fits(struct engine *e, const uint64_t *lacks, struct engine_stats *stats) {
+  if (!e->ops->device_free) return 0;
+  int devices = 0;
+  for (size_t i = 0; i < e->image_count; i++)
+    if (ranged(lacks[i]) && lane(&e->image[i]) + 1 > devices) devices = lane(&e->image[i]) + 1;
+  uint64_t *need = calloc(devices ? (size_t)devices : 1, sizeof *need);
+  if (!need) return 0;
+  for (size_t i = 0; i < e->image_count; i++)
+    if (ranged(lacks[i])) need[lane(&e->image[i])] += lacks[i];
+  uint64_t shortfall = 0, free_bytes;
+  for (int d = 0; d < devices; d++)
+    if (need[d] && e->ops->device_free(e->ctx, d, &free_bytes) == 0 && free_bytes < need[d])
+      shortfall += need[d] - free_bytes;
+  free(need);
+  if (!shortfall) return 0;
+  stats->create_failed = true;
+  stats->create_shortfall = shortfall;
+  return -ENOMEM;
+}
+
 /* engine_restore_beside's copy of `chunks` (held, in list order; reordered in place): first
  * the chunks of regions whose memory the range operations make, with that memory made beside
  * the copy; then ops->recreate_all for the rest (memory the program maps itself, which the
@@ -1993,41 +2021,41 @@ int engine_precopy(struct engine *e, struct engine_stats *stats, char *reason, s
  * once no copy is in flight: on error it gives back what it holds, vmem's memory too. */
 static int restore_beside(struct engine *e, struct chunk_ref *chunks, uint64_t count,
                           struct engine_stats *stats, char *reason, size_t len) {
-  enum { UNKNOWN, RANGED, REST } *kind = calloc(e->image_count ? e->image_count : 1, sizeof *kind);
-  if (!kind) {
-    snprintf(reason, len, "out of memory for the region table");
-    return -ENOMEM;
-  }
-  uint64_t missing = 0, first = 0;
-  int rc = 0;
-  for (uint64_t k = 0; k < count && rc == 0; k++) {
-    size_t i = chunks[k].region;
-    if (kind[i] != UNKNOWN) continue;
-    uint64_t lacks = 0;
-    rc = e->ops->range_missing(e->ctx, e->image[i].region.vaddr, e->image[i].region.size, &lacks);
-    kind[i] = lacks > 0 ? RANGED : REST;
-    missing += lacks;
-  }
-  if (rc) {
-    free(kind);
-    snprintf(reason, len, "asking which device memory is missing failed: %s", strerror(-rc));
-    return rc;
-  }
-  /* The ranged chunks first, each group in its order (a stable partition). */
+  uint64_t *lacks = malloc((e->image_count ? e->image_count : 1) * sizeof *lacks);
   struct chunk_ref *rest = malloc((count ? count : 1) * sizeof *rest);
-  if (!rest) {
-    free(kind);
+  if (!lacks || !rest) {
+    free(lacks);
+    free(rest);
     snprintf(reason, len, "out of memory for the chunk list");
     return -ENOMEM;
   }
+  for (size_t i = 0; i < e->image_count; i++) lacks[i] = NOT_ASKED;
+  uint64_t missing = 0, first = 0;
+  int rc = 0;
+  for (uint64_t k = 0; k < count && rc == 0; k++) {
+    const struct image_region *r = &e->image[chunks[k].region];
+    if (lacks[chunks[k].region] != NOT_ASKED) continue;
+    rc = e->ops->range_missing(e->ctx, r->region.vaddr, r->region.size, &lacks[chunks[k].region]);
+    missing += rc ? 0 : lacks[chunks[k].region];
+  }
+  if (rc)
+    snprintf(reason, len, "asking which device memory is missing failed: %s", strerror(-rc));
+  else if ((rc = check_fits(e, lacks, stats)) != 0)
+    snprintf(reason, len, "recreating device memory failed: %s", strerror(-rc));
+  if (rc) {
+    free(lacks);
+    free(rest);
+    return rc;
+  }
+  /* The ranged chunks first, each group in its order (a stable partition). */
   uint64_t rest_count = 0;
   for (uint64_t k = 0; k < count; k++) {
-    if (kind[chunks[k].region] == RANGED) chunks[first++] = chunks[k];
+    if (ranged(lacks[chunks[k].region])) chunks[first++] = chunks[k];
     else rest[rest_count++] = chunks[k];
   }
   memcpy(chunks + first, rest, rest_count * sizeof *rest);
   free(rest);
-  free(kind);
+  free(lacks);
   stats->created_beside = true;
   if (first > 0) {
     e->create_beside = true;

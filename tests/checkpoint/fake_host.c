@@ -434,6 +434,13 @@ static int range_op(struct fake_host *host, enum range_op op, uint64_t vaddr, ui
   return 0;
 }
 
+static int device_free(void *ctx, int device, uint64_t *bytes) {
+  struct fake_host *host = ctx;
+  (void)device;
+  *bytes = host->free_bytes;
+  return host->report_free ? 0 : -ENOSYS;
+}
+
 static int release_range(void *ctx, uint64_t vaddr, uint64_t bytes, uint64_t *done) {
   return range_op(ctx, RANGE_RELEASE, vaddr, bytes, done);
 }
@@ -665,6 +672,7 @@ const struct ckpt_host_ops fake_host_ops = {
     .release_range = release_range,
     .recreate_range = recreate_range,
     .range_missing = range_missing,
+    .device_free = device_free,
     .device_count = device_count,
     .stream_create = stream_create,
     .stream_destroy = stream_destroy,

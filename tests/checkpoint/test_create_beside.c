@@ -3,8 +3,9 @@
  * range is made, and no chunk before its own memory exists (the fake counts a copy into missing
  * memory as a violation); a region the range operations do not know (memory the program maps
  * itself) is made by recreate_all before its own copy. Making memory failing at the k-th range,
- * or at that recreate_all, fails the resume with the shortfall in today's words, gives back all
- * that was made and leaves the program paused; the retry is byte-exact. */
+ * or at that recreate_all, or a device that says beforehand it is short, fails the resume with
+ * the shortfall in today's words, gives back all that was made and leaves the program paused;
+ * the retry is byte-exact. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -89,6 +90,14 @@ int main(void) {
   char text[32];
   ckpt_format_bytes(shortfall, text, sizeof text);
   check_failed(rc, shortfall, text);
+
+  /* The device says beforehand that it lacks 100000 bytes: nothing is made at all. */
+  host.report_free = true;
+  host.free_bytes = ranged - 100000;
+  host.range_created = 0;
+  check_failed(ckpt_request_resume(), 100000, "97.66 KiB");
+  CHECK_EQ(host.range_created, 0);
+  host.report_free = false;
 
   /* recreate_all, for the unranged region once the ranged ones are copied, fails. */
   host.recreate_failures = 1;

@@ -787,9 +787,11 @@ static void job_fail(struct job *job, int error, const char *format, ...) {
     vsnprintf(job->reason, sizeof job->reason, format, args);
     va_end(args);
   }
+  /* Nothing more will be copied. Under the lock: the verifier may fail while stop_creating
+   * takes the creator away. */
+  if (job->creator) creator_cancel(job->creator);
   pthread_mutex_unlock(&job->lock);
   atomic_store(&job->failed, 1);
-  if (job->creator) creator_cancel(job->creator); /* nothing more will be copied */
 }
 
 /* Copy n bytes with non-temporal stores where both ends are 16-byte aligned: the destination is
@@ -1176,13 +1178,18 @@ static int start_creating(struct job *job) {
         e->image[ref.region].region.vaddr + (uint64_t)ref.chunk * e->chunk_bytes,
         chunk_length(e, ref)};
   }
-  int rc = creator_start(&job->creator, e->ops, e->ctx, job->ranges, job->chunk_count,
+  struct creator *creator = NULL;
+  int rc = creator_start(&creator, e->ops, e->ctx, job->ranges, job->chunk_count,
                          e->create_missing);
   if (rc) {
     free(job->ranges);
     job->ranges = NULL;
+    return rc;
   }
-  return rc;
+  pthread_mutex_lock(&job->lock); /* the verifier's job_fail reads it */
+  job->creator = creator;
+  pthread_mutex_unlock(&job->lock);
+  return 0;
 }
 
 /* Before the copy of chunk reference `index` to the device: wait until its memory is made. */
@@ -1203,12 +1210,14 @@ static int wait_made(struct worker *w, uint64_t index) {
  * its figures and the threads' waits in stats. */
 static void stop_creating(struct job *job, const struct worker *workers, int started,
                           struct engine_stats *stats) {
-  if (!job->creator) return;
+  pthread_mutex_lock(&job->lock);
   struct creator *creator = job->creator;
+  job->creator = NULL;
+  pthread_mutex_unlock(&job->lock);
+  if (!creator) return;
   creator_cancel(creator); /* it made everything already, unless the copy stopped early */
   struct creator_totals totals;
   creator_finish(creator, &totals);
-  job->creator = NULL;
   free(job->ranges);
   job->ranges = NULL;
   stats->created_beside = true;

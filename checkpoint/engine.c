@@ -2108,12 +2108,8 @@ static int restore(struct engine *e, bool beside, struct engine_stats *stats, ch
   uint64_t held = 0;
   for (uint64_t k = 0; k < count; k++) held += chunk_length(e, chunks[k]);
   e->verify_in_flight = true;
-  int rc;
-  if (beside) {
-    rc = restore_beside(e, chunks, count, stats, reason, len);
-  } else {
-    rc = run_job(e, false, false, false, chunks, count, stats, reason, len);
-  }
+  int rc = beside ? restore_beside(e, chunks, count, stats, reason, len)
+                  : run_job(e, false, false, false, chunks, count, stats, reason, len);
   e->verify_in_flight = false;
   free(chunks);
   /* A creating resume checked each chunk before it sent it and freed it after; one checked as it

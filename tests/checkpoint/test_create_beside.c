@@ -4,8 +4,8 @@
  * memory as a violation); a region the range operations do not know (memory the program maps
  * itself) is made by recreate_all before its own copy. Making memory failing at the k-th range,
  * or at that recreate_all, or a device that says beforehand it is short, fails the resume with
- * the shortfall in today's words, gives back all that was made and leaves the program paused;
- * the retry is byte-exact. */
+ * the shortfall in today's words, gives back all that was made and leaves the program paused; so
+ * does a copy failing while memory is still being made. The retry is byte-exact. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -103,6 +103,14 @@ int main(void) {
   host.recreate_failures = 1;
   host.recreate_shortfall = 200000;
   check_failed(ckpt_request_resume(), 200000, "195.31 KiB");
+
+  /* A copy fails while memory is still being made: the making stops, all goes back. */
+  host.range_delay_us = 2000;
+  host.copy_fail_after = 2;
+  CHECK_EQ(ckpt_request_resume(), -EIO);
+  CHECK_EQ(ckpt_state(), CKPT_PAUSED);
+  CHECK_EQ(host.device_used, 0);
+  host.range_delay_us = 0;
 
   CHECK_EQ(ckpt_request_resume(), 0);
   check_exact();

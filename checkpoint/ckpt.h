@@ -205,6 +205,7 @@ struct ckpt_options {
   int register_image;        /* CUDAW_CKPT_REGISTER: page-lock the image while paused */
   int pin_early;             /* CUDAW_CKPT_PIN_EARLY: pin staging once the program has memory */
   int fill_kernel;           /* CUDAW_CKPT_FILL=kernel: fresh image pages filled by userfaultfd */
+  int create_first;          /* CUDAW_CKPT_CREATE=first: a resume re-creates all memory first */
   int suspend_release;       /* CUDAW_SUSPEND=release: SIGTSTP checkpoints, SIGCONT resumes */
   uint32_t suspend_start_wait_s; /* CUDAW_SUSPEND_START_WAIT: an early allocation waits this long */
   int live;                  /* CUDAW_CKPT_LIVE: a signal's checkpoint copies while the program runs */

@@ -510,7 +510,7 @@ static void resume_program(struct ckpt_result *r) {
   /* From a host image, where memory moves piece by piece (remap), memory is made beside the
    * copy (engine_restore_beside): re-creating it all first cost 187-201 ms in front of a 64 GiB
    * copy on the H100. From disk the chunks arrive in the files' order: made first, as before. */
-  bool beside = !source && engine_creates_beside(tr.engine);
+  bool beside = !source && !ckpt_rt.options.create_first && engine_creates_beside(tr.engine);
   if (!beside) {
     t = ckpt_now();
     rc = ops->recreate_all(ctx, &shortfall);

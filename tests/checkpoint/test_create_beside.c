@@ -5,7 +5,8 @@
  * itself) is made by recreate_all before its own copy. Making memory failing at the k-th range,
  * or at that recreate_all, or a device that says beforehand it is short, fails the resume with
  * the shortfall in today's words, gives back all that was made and leaves the program paused; so
- * does a copy failing while memory is still being made. The retry is byte-exact. */
+ * does a copy failing while memory is still being made. The retry is byte-exact.
+ * CUDAW_CKPT_CREATE=first makes all memory before the copy, as before. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -113,6 +114,18 @@ int main(void) {
   host.range_delay_us = 0;
 
   CHECK_EQ(ckpt_request_resume(), 0);
+  check_exact();
+  ckpt_shutdown();
+
+  /* CUDAW_CKPT_CREATE=first: all memory made before the copy, as before (recreate_all). */
+  setenv("CUDAW_CKPT_CREATE", "first", 1);
+  CHECK_EQ(ckpt_init(&fake_host_ops, &host), 0);
+  CHECK_EQ(ckpt_request_checkpoint(), 0);
+  host.events = host.first_h2d_event = host.last_create_event = 0;
+  CHECK_EQ(ckpt_request_resume(), 0);
+  CHECK_EQ(ckpt_last_result(&last), 0);
+  CHECK(!last.memory_beside, "memory made first");
+  CHECK_EQ(host.last_create_event, 0); /* no range made: recreate_all made it all */
   check_exact();
   ckpt_shutdown();
   fake_host_free(&host);

@@ -102,6 +102,10 @@ struct ckpt_host_ops {
   int (*release_range)(void *ctx, uint64_t vaddr, uint64_t bytes, uint64_t *done);
   int (*recreate_range)(void *ctx, uint64_t vaddr, uint64_t bytes, uint64_t *done);
   int (*range_missing)(void *ctx, uint64_t vaddr, uint64_t bytes, uint64_t *missing);
+  /* Optional. Free memory on `device` now, as the device counts it: a resume that makes memory
+   * beside its copy checks that what it will make fits before it starts (recreate_all checks the
+   * same itself). Gate closed, transition thread. */
+  int (*device_free)(void *ctx, int device, uint64_t *bytes);
   /* Number of devices; must not create a context. */
   int (*device_count)(void *ctx, int *count);
   /* Create / destroy an asynchronous stream on `device`. The handle is opaque to us. */
@@ -201,6 +205,7 @@ struct ckpt_options {
   int register_image;        /* CUDAW_CKPT_REGISTER: page-lock the image while paused */
   int pin_early;             /* CUDAW_CKPT_PIN_EARLY: pin staging once the program has memory */
   int fill_kernel;           /* CUDAW_CKPT_FILL=kernel: fresh image pages filled by userfaultfd */
+  int create_first;          /* CUDAW_CKPT_CREATE=first: a resume re-creates all memory first */
   int suspend_release;       /* CUDAW_SUSPEND=release: SIGTSTP checkpoints, SIGCONT resumes */
   uint32_t suspend_start_wait_s; /* CUDAW_SUSPEND_START_WAIT: an early allocation waits this long */
   int live;                  /* CUDAW_CKPT_LIVE: a signal's checkpoint copies while the program runs */
@@ -313,7 +318,10 @@ struct ckpt_result {
   uint64_t pool_bytes;        /* checkpoint: image bytes copied straight into cudawd's pool */
   uint64_t staged_bytes;      /* bytes that went through staging buffers */
   uint64_t released_early_bytes; /* checkpoint: device memory given back while the rest was saved */
-  double memory_seconds;  /* release_all (checkpoint) or recreate_all (resume) */
+  double memory_seconds;  /* release_all (checkpoint) or recreate_all (resume); a resume that
+                           * made memory beside its copy: its time in the driver doing so */
+  bool memory_beside;     /* resume: device memory was made beside the copy, not before it */
+  double memory_wait_seconds; /* ... how long the copy threads waited for it (each, on average) */
   double total_seconds;   /* request -> paused or running */
   uint64_t disk_bytes;    /* image bytes written to / read from disk (0: host memory only) */
   uint64_t disk_stored;   /* bytes in the files (less when compressed) */

@@ -551,7 +551,14 @@ void ctl_print_transition(pid_t pid, const char *reply) {
            stored, json_number(reply, "disk_seconds"), json_number(reply, "disk_gbps"));
     return;
   }
-  if (strcmp(op, "checkpoint") != 0)
+  if (strcmp(op, "checkpoint") != 0 && json_true(reply, "memory_beside"))
+    printf("pid %ld %s: restored and verified %s of %.0f regions in %.3f s (copy %.3f s, %.2f "
+           "GB/s; memory re-created beside the copy: %.3f ms in the driver, the copy waited "
+           "%.3f ms)\n",
+           (long)pid, state, bytes, json_number(reply, "regions"), json_number(reply, "seconds"),
+           json_number(reply, "copy_seconds"), json_number(reply, "gbps"),
+           json_number(reply, "memory_ms"), json_number(reply, "memory_wait_ms"));
+  else if (strcmp(op, "checkpoint") != 0)
     printf("pid %ld %s: restored and verified %s of %.0f regions in %.3f s (copy %.3f s, %.2f "
            "GB/s; recreate %.3f ms)\n",
            (long)pid, state, bytes, json_number(reply, "regions"), json_number(reply, "seconds"),

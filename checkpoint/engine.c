@@ -94,6 +94,8 @@ struct engine {
   void *source_arg;
   bool release_as_saved; /* engine_release_as_saved */
   bool verify_in_flight;  /* engine_restore's job: check what lands beside the copy */
+  bool create_beside;     /* engine_restore_beside's job: make the memory ahead of the copy */
+  uint64_t create_missing; /* ... what it lacks in all (the shortfall's base) */
 };
 
 /* One chunk of work: region index and chunk index in it. */
@@ -141,6 +143,10 @@ struct job {
   struct chunk_ref *landed;
   uint64_t landed_count, checked_count, landed_pending; /* pending: bytes landed, not checked */
   uint64_t verified_bytes;
+  /* A restore making device memory ahead of its copy (engine_restore_beside): one range per
+   * chunk reference, in the copy's order. */
+  struct creator *creator;
+  struct create_range *ranges;
 };
 
 struct worker {
@@ -149,6 +155,7 @@ struct worker {
   pthread_t thread;
   uint64_t staged_bytes; /* save or restore: bytes through staging */
   double setup_seconds; /* creating streams */
+  double create_wait; /* waiting for device memory not made yet (engine_restore_beside) */
   struct engine_times times;
 };
 
@@ -780,6 +787,9 @@ static void job_fail(struct job *job, int error, const char *format, ...) {
     vsnprintf(job->reason, sizeof job->reason, format, args);
     va_end(args);
   }
+  /* Nothing more will be copied. Under the lock: the verifier may fail while stop_creating
+   * takes the creator away. */
+  if (job->creator) creator_cancel(job->creator);
   pthread_mutex_unlock(&job->lock);
   atomic_store(&job->failed, 1);
 }
@@ -1150,7 +1160,75 @@ static void stop_verifying(struct job *job, struct engine_stats *stats) {
   if (!helper_stop(&job->verifier, &job->lock)) return;
   free(job->landed);
   job->landed = NULL;
-  stats->verified_in_flight = job->verified_bytes;
+  stats->verified_in_flight += job->verified_bytes; /* engine_restore_beside runs two jobs */
+}
+
+/* ---- a restore making device memory ahead of its copy (engine_restore_beside) ----
+ * One range per chunk reference in the copy threads' order (staged and direct interleaved, direct
+ * ones merged), made by create_ahead.c's thread; the staging copy of a chunk waits for nothing,
+ * only its copy to the device waits for the memory. */
+
+static int start_creating(struct job *job) {
+  struct engine *e = job->engine;
+  job->ranges = malloc((job->chunk_count ? job->chunk_count : 1) * sizeof *job->ranges);
+  if (!job->ranges) return -ENOMEM;
+  for (uint64_t k = 0; k < job->chunk_count; k++) {
+    struct chunk_ref ref = job->chunks[k];
+    job->ranges[k] = (struct create_range){
+        e->image[ref.region].region.vaddr + (uint64_t)ref.chunk * e->chunk_bytes,
+        chunk_length(e, ref)};
+  }
+  struct creator *creator = NULL;
+  int rc = creator_start(&creator, e->ops, e->ctx, job->ranges, job->chunk_count,
+                         e->create_missing);
+  if (rc) {
+    free(job->ranges);
+    job->ranges = NULL;
+    return rc;
+  }
+  pthread_mutex_lock(&job->lock); /* the verifier's job_fail reads it */
+  job->creator = creator;
+  pthread_mutex_unlock(&job->lock);
+  return 0;
+}
+
+/* Before the copy of chunk reference `index` to the device: wait until its memory is made. */
+static int wait_made(struct worker *w, uint64_t index) {
+  struct job *job = w->job;
+  int rc = creator_wait(job->creator, index, &w->create_wait);
+  if (rc && rc != -ECANCELED) {
+    const struct create_range *range = &job->ranges[index];
+    job_fail(job, rc, "recreating device memory at 0x%" PRIx64 " (%" PRIu64 " bytes) failed: %s",
+             range->vaddr, range->bytes, strerror(-rc));
+  } else if (rc) {
+    job_fail(job, rc, "making device memory beside the copy stopped");
+  }
+  return rc;
+}
+
+/* After the copy threads (workers: NULL after a failure before they started): the thread joined,
+ * its figures and the threads' waits in stats. */
+static void stop_creating(struct job *job, const struct worker *workers, int started,
+                          struct engine_stats *stats) {
+  pthread_mutex_lock(&job->lock);
+  struct creator *creator = job->creator;
+  job->creator = NULL;
+  pthread_mutex_unlock(&job->lock);
+  if (!creator) return;
+  creator_cancel(creator); /* it made everything already, unless the copy stopped early */
+  struct creator_totals totals;
+  creator_finish(creator, &totals);
+  free(job->ranges);
+  job->ranges = NULL;
+  stats->created_beside = true;
+  stats->create_seconds += totals.driver_seconds;
+  for (int t = 0; t < started; t++) stats->create_wait_seconds += workers[t].create_wait / started;
+  if (totals.error) {
+    stats->create_failed = true;
+    stats->create_shortfall = totals.shortfall;
+    job_fail(job, totals.error, "recreating device memory at 0x%" PRIx64 " failed: %s",
+             totals.failed_at, strerror(-totals.error)); /* kept only if nothing failed first */
+  }
 }
 
 /* The slot's copy is done (stream synchronized); finish it on the host side. */
@@ -1407,6 +1485,7 @@ static void *run_worker(void *arg) {
     uint64_t index = atomic_fetch_add(&job->next, 1);
     if (index >= job->chunk_count) break;
     if (job->exchange && admit(w, slots, count, index, state) != 0) break;
+    if (job->creator && wait_made(w, index) != 0) break;
     if (start_slot(w, slot, index, state) != 0) break;
   }
   /* Finish (or, after a failure, at least wait for) what is still in flight. */
@@ -1573,6 +1652,11 @@ static int run_job(struct engine *e, bool save, bool host_sums, bool live, struc
     snprintf(reason, len, "out of memory for the copy threads");
     goto out;
   }
+  if (!save && e->create_beside && (rc = start_creating(&job)) != 0) {
+    snprintf(reason, len, "starting to make device memory beside the copy failed: %s",
+             strerror(-rc));
+    goto out;
+  }
 
   /* Worker 0 runs on this thread; if a thread cannot start, its slots stay unused. */
   int started = 1;
@@ -1583,10 +1667,11 @@ static int run_job(struct engine *e, bool save, bool host_sums, bool live, struc
   }
   run_worker(&workers[0]);
   for (int t = 1; t < started; t++) pthread_join(workers[t].thread, NULL);
+  stop_creating(&job, workers, started, stats);
   stop_releasing(&job, stats);
   double copied = ckpt_now();
   stop_verifying(&job, stats);
-  stats->verify_tail_seconds = job.chunk_count ? ckpt_now() - copied : 0;
+  stats->verify_tail_seconds += job.chunk_count ? ckpt_now() - copied : 0;
   for (int t = 0; t < started; t++) {
     if (workers[t].setup_seconds > stats->setup_seconds) stats->setup_seconds = workers[t].setup_seconds;
     stats->times.wait += workers[t].times.wait / started;
@@ -1606,7 +1691,8 @@ static int run_job(struct engine *e, bool save, bool host_sums, bool live, struc
     stats->regions = e->image_count;
   }
 out:
-  stop_releasing(&job, stats); /* no-ops if stopped above */
+  stop_creating(&job, NULL, 0, stats); /* no-ops if stopped above */
+  stop_releasing(&job, stats);
   stop_verifying(&job, stats);
   if (job.exchange) exchange_totals(job.exchange, &stats->exchange_moved, &stats->exchange_given);
   exchange_run_free(job.exchange);
@@ -1909,7 +1995,106 @@ int engine_precopy(struct engine *e, struct engine_stats *stats, char *reason, s
   return rc;
 }
 
-int engine_restore(struct engine *e, struct engine_stats *stats, char *reason, size_t len) {
+/* A region whose memory the range operations make: it lacks some now (NOT_ASKED: no chunk of it
+ * is copied; 0: its memory is the program's own mapping, or there already). */
+#define NOT_ASKED UINT64_MAX
+static bool ranged(uint64_t lacks) { return lacks != NOT_ASKED && lacks > 0; }
+
+/* What the ranged regions lack, per device, against the device's free memory (ops->device_free):
+ * a resume that cannot fit fails before it makes anything, with the shortfall recreate_all
+ * would report. Without device_free, or where it fails, making memory finds out midway. */
+static int check_fits(struct engine *e, const uint64_t *lacks, struct engine_stats *stats) {
+  if (!e->ops->device_free) return 0;
+  int devices = 0;
+  for (size_t i = 0; i < e->image_count; i++)
+    if (ranged(lacks[i]) && lane(&e->image[i]) + 1 > devices) devices = lane(&e->image[i]) + 1;
+  uint64_t *need = calloc(devices ? (size_t)devices : 1, sizeof *need);
+  if (!need) return 0;
+  for (size_t i = 0; i < e->image_count; i++)
+    if (ranged(lacks[i])) need[lane(&e->image[i])] += lacks[i];
+  uint64_t shortfall = 0, free_bytes;
+  for (int d = 0; d < devices; d++)
+    if (need[d] && e->ops->device_free(e->ctx, d, &free_bytes) == 0 && free_bytes < need[d])
+      shortfall += need[d] - free_bytes;
+  free(need);
+  if (!shortfall) return 0;
+  stats->create_failed = true;
+  stats->create_shortfall = shortfall;
+  return -ENOMEM;
+}
+
+/* engine_restore_beside's copy of `chunks` (held, in list order; reordered in place): first
+ * the chunks of regions whose memory the range operations make, with that memory made beside
+ * the copy; then ops->recreate_all for the rest (memory the program maps itself, which the
+ * range operations do not know, and the stacks), and the rest's chunks. recreate_all runs only
+ * once no copy is in flight: on error it gives back what it holds, vmem's memory too. */
+static int restore_beside(struct engine *e, struct chunk_ref *chunks, uint64_t count,
+                          struct engine_stats *stats, char *reason, size_t len) {
+  uint64_t *lacks = malloc((e->image_count ? e->image_count : 1) * sizeof *lacks);
+  struct chunk_ref *rest = malloc((count ? count : 1) * sizeof *rest);
+  if (!lacks || !rest) {
+    free(lacks);
+    free(rest);
+    snprintf(reason, len, "out of memory for the chunk list");
+    return -ENOMEM;
+  }
+  for (size_t i = 0; i < e->image_count; i++) lacks[i] = NOT_ASKED;
+  uint64_t missing = 0, first = 0;
+  int rc = 0;
+  for (uint64_t k = 0; k < count && rc == 0; k++) {
+    const struct image_region *r = &e->image[chunks[k].region];
+    if (lacks[chunks[k].region] != NOT_ASKED) continue;
+    rc = e->ops->range_missing(e->ctx, r->region.vaddr, r->region.size, &lacks[chunks[k].region]);
+    missing += rc ? 0 : lacks[chunks[k].region];
+  }
+  if (rc)
+    snprintf(reason, len, "asking which device memory is missing failed: %s", strerror(-rc));
+  else if ((rc = check_fits(e, lacks, stats)) != 0)
+    snprintf(reason, len, "recreating device memory failed: %s", strerror(-rc));
+  if (rc) {
+    free(lacks);
+    free(rest);
+    return rc;
+  }
+  /* The ranged chunks first, each group in its order (a stable partition). */
+  uint64_t rest_count = 0;
+  for (uint64_t k = 0; k < count; k++) {
+    if (ranged(lacks[chunks[k].region])) chunks[first++] = chunks[k];
+    else rest[rest_count++] = chunks[k];
+  }
+  memcpy(chunks + first, rest, rest_count * sizeof *rest);
+  free(rest);
+  free(lacks);
+  stats->created_beside = true;
+  if (first > 0) {
+    e->create_beside = true;
+    e->create_missing = missing;
+    rc = run_job(e, false, false, false, chunks, first, stats, reason, len);
+    e->create_beside = false;
+    if (rc) return rc;
+  }
+  uint64_t shortfall = 0;
+  double t0 = ckpt_now();
+  rc = e->ops->recreate_all(e->ctx, &shortfall);
+  stats->create_seconds += ckpt_now() - t0;
+  if (rc) {
+    stats->create_failed = true;
+    stats->create_shortfall = shortfall;
+    snprintf(reason, len, "recreating device memory failed: %s", strerror(-rc));
+    return rc;
+  }
+  if (rest_count > 0 &&
+      (rc = run_job(e, false, false, false, chunks + first, rest_count, stats, reason, len)) != 0)
+    return rc;
+  stats->bytes = e->image_bytes;
+  stats->regions = e->image_count;
+  return 0;
+}
+
+/* Copy the held chunks back; with beside, make their memory as the copy goes (see
+ * engine_restore_beside). */
+static int restore(struct engine *e, bool beside, struct engine_stats *stats, char *reason,
+                   size_t len) {
   *stats = (struct engine_stats){0};
   stop_registering(e);
   note_registered(e);
@@ -1923,7 +2108,8 @@ int engine_restore(struct engine *e, struct engine_stats *stats, char *reason, s
   uint64_t held = 0;
   for (uint64_t k = 0; k < count; k++) held += chunk_length(e, chunks[k]);
   e->verify_in_flight = true;
-  int rc = run_job(e, false, false, false, chunks, count, stats, reason, len);
+  int rc = beside ? restore_beside(e, chunks, count, stats, reason, len)
+                  : run_job(e, false, false, false, chunks, count, stats, reason, len);
   e->verify_in_flight = false;
   free(chunks);
   /* A creating resume checked each chunk before it sent it and freed it after; one checked as it
@@ -1935,6 +2121,23 @@ int engine_restore(struct engine *e, struct engine_stats *stats, char *reason, s
     e->image[i].holds = NULL;
   }
   return rc;
+}
+
+int engine_restore(struct engine *e, struct engine_stats *stats, char *reason, size_t len) {
+  return restore(e, false, stats, reason, len);
+}
+
+bool engine_creates_beside(struct engine *e) {
+  return moves_pieces(e) && !e->pace && !e->source;
+}
+
+int engine_restore_beside(struct engine *e, struct engine_stats *stats, char *reason, size_t len) {
+  if (!engine_creates_beside(e)) {
+    *stats = (struct engine_stats){0};
+    snprintf(reason, len, "this program's memory cannot be made piece by piece");
+    return -ENOSYS;
+  }
+  return restore(e, true, stats, reason, len);
 }
 
 /* engine_save or engine_restore with an exchange's pace. */

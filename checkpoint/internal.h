@@ -130,6 +130,12 @@ struct engine_stats {
   uint64_t given_back; /* a failed save: of those, what could not be put back (the image holds it) */
   uint64_t verified_in_flight; /* restore: bytes checked on the device while the copy went on */
   double verify_tail_seconds;  /* restore: what the check added after the last copy */
+  /* engine_restore_beside: device memory made beside the copy. */
+  bool created_beside;         /* it was (else the caller made it before the copy) */
+  double create_seconds;       /* in the driver making memory: ranges and recreate_all */
+  double create_wait_seconds;  /* copy threads waiting for memory not made yet, per thread */
+  bool create_failed;          /* making memory failed (not the copy): the error is that */
+  uint64_t create_shortfall;   /* ... bytes still to be made when the device said no (0: unknown) */
 };
 struct engine *engine_new(const struct ckpt_host_ops *ops, void *ctx, const struct ckpt_options *options);
 /* Learn the device count, size the stream table and pin the staging buffers still missing (in
@@ -164,6 +170,19 @@ void engine_release_as_saved(struct engine *engine, bool on);
 /* Copy the image back, verifying every chunk's checksum before it is sent; a mismatch is
  * -EBADMSG with the region and offset in `reason`. Precondition: regions recreated. */
 int engine_restore(struct engine *engine, struct engine_stats *stats, char *reason, size_t reason_len);
+/* Whether engine_restore_beside can run: the host moves memory piece by piece (remap), the image
+ * is in host memory. */
+bool engine_creates_beside(struct engine *engine);
+/* engine_restore into released memory, making it beside the copy: a thread re-creates the
+ * memory of each chunk (ops->recreate_range) ahead of the copy threads, in their order, and a
+ * copy thread waits only at a chunk not made yet; regions the range operations do not make
+ * (memory the program maps itself) are made by ops->recreate_all once those copies are done
+ * (the stacks too), then copied. Checked beside the copy as engine_restore. Precondition:
+ * released (ops->release_all), engine_creates_beside. On error stats->create_failed says whether
+ * making memory failed (create_shortfall: how much was short), and the caller gives back what
+ * was made (ops->release_all): the image is intact. */
+int engine_restore_beside(struct engine *engine, struct engine_stats *stats, char *reason,
+                          size_t reason_len);
 /* Start registering the image for direct DMA (host_register) on a thread of its own, piece by
  * piece: done while the program is paused, so that the resume and later checkpoints copy
  * between the device and the image without staging buffers. save, restore, drop and
@@ -316,6 +335,31 @@ void exchange_consumed(struct exchange_run *run, uint8_t *data, uint64_t n, bool
                        uint64_t pool_from);
 /* What this run moved and gave so far (for the stats). */
 void exchange_totals(struct exchange_run *run, uint64_t *moved, uint64_t *given);
+
+/* create_ahead.c, for engine.c: device memory made ahead of a resume's copy, range by range in
+ * the copy's order, on a thread of its own. */
+struct create_range {
+  uint64_t vaddr, bytes;
+};
+struct creator_totals {
+  double driver_seconds; /* in recreate_range */
+  uint64_t created;      /* bytes made */
+  int error;             /* the failed recreate_range's -errno, 0 if none failed */
+  uint64_t failed_at;    /* ... at this range's start */
+  uint64_t shortfall;    /* -ENOMEM: `missing` less what was made (bytes short, roughly) */
+};
+struct creator;
+/* Start making ranges[0..count) (kept by the caller until creator_finish); `missing`: what they
+ * lack in all now (ops->range_missing), for the shortfall. 0 or -errno (nothing started). */
+int creator_start(struct creator **creator, const struct ckpt_host_ops *ops, void *ctx,
+                  const struct create_range *ranges, uint64_t count, uint64_t missing);
+/* Wait until ranges[index] and all before it exist: 0; the failure's -errno once making failed
+ * before it, -ECANCELED once cancelled. The time spent waiting is added to *waited. */
+int creator_wait(struct creator *creator, uint64_t index, double *waited);
+/* Make no more (the copy failed); waiters return -ECANCELED. Any thread. */
+void creator_cancel(struct creator *creator);
+/* Wait for the thread, then free it; *totals: what it did. */
+void creator_finish(struct creator *creator, struct creator_totals *totals);
 
 /* transition.c: the transition thread runs one checkpoint or resume at a time. submit checks
  * the state at once (an error means nothing was started) and calls done(arg, result) on the

@@ -88,6 +88,10 @@ static const struct ckpt_option_info table[] = {
      BOOL},
     {"CUDAW_CKPT_PIN_EARLY", "1",
      "1: pin the staging buffers in the background once the program has device memory", BOOL},
+    {"CUDAW_CKPT_CREATE", "beside",
+     "resume under remap: beside: device memory is re-created just ahead of the copy, chunk by "
+     "chunk; first: all of it before the copy (adjacent allocations in one slab each)",
+     CHOICE("beside|first")},
     {"CUDAW_CKPT_FILL", "copy",
      "copy: copy into fresh image pages the kernel zeroed first (huge pages); kernel: the kernel "
      "fills them from staging (userfaultfd, 4 KiB pages), skipping the zeroing",
@@ -383,6 +387,7 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
   if (VALUE("CUDAW_CKPT_REGISTER")) out->register_image = text[0] == '1';
   if (VALUE("CUDAW_CKPT_PREFAULT")) out->prefault = text[0] == '1';
   if (VALUE("CUDAW_CKPT_FILL")) out->fill_kernel = strcmp(text, "kernel") == 0;
+  if (VALUE("CUDAW_CKPT_CREATE")) out->create_first = strcmp(text, "first") == 0;
   if (VALUE("CUDAW_CKPT_LIVE")) out->live = text[0] == '1';
   if (VALUE("CUDAW_TEST_EXCHANGE_DELAY_MS"))
     out->exchange_delay_ms = (uint32_t)strtoul(text, NULL, 10);

@@ -130,6 +130,14 @@ static void log_result(const struct ckpt_result *r, int from, int to) {
               r->drain_seconds * 1e3, r->setup_seconds * 1e3, bytes,
               (unsigned long long)r->regions, r->copy_seconds, rate, r->memory_seconds * 1e3,
               early, reserve, r->stall_seconds * 1e3, live);
+  } else if (r->memory_beside) {
+    ckpt_logf(CKPT_LOG_INFO,
+              "resume: %s -> %s in %.3f s: restored and verified %s of %llu regions in %.3f s "
+              "(%.2f GB/s), memory re-created beside the copy (%.3f ms in the driver, the copy "
+              "waited %.3f ms)",
+              state_names[from], state_names[to], r->total_seconds, bytes,
+              (unsigned long long)r->regions, r->copy_seconds, rate, r->memory_seconds * 1e3,
+              r->memory_wait_seconds * 1e3);
   } else {
     ckpt_logf(CKPT_LOG_INFO,
               "resume: %s -> %s in %.3f s: recreate %.3f ms, restored and verified %s of %llu "

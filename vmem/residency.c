@@ -265,6 +265,17 @@ static int recreate_locked(uint64_t *shortfall) {
   return 0;
 }
 
+int vmem_device_free(int device, uint64_t *free_bytes) {
+  struct vmem_space *s = &vmem_space;
+  uint64_t total;
+  pthread_mutex_lock(&s->lock);
+  int rc = !s->initialized || device < 0 || device >= s->devices
+               ? -EINVAL
+               : s->prims->mem_info(s->ctx, device, free_bytes, &total);
+  pthread_mutex_unlock(&s->lock);
+  return rc;
+}
+
 int vmem_recreate_all(uint64_t *shortfall_bytes) {
   struct vmem_space *s = &vmem_space;
   uint64_t shortfall = 0;

@@ -253,6 +253,10 @@ int vmem_peer_enabled(int device, int peer);
  * has free right now. */
 int vmem_mem_info(int device, uint64_t *free_bytes, uint64_t *total_bytes);
 
+/* The device's own free memory now (not the quota's view): what a resume can still make there
+ * (vmem_recreate_all checks the same before it starts). -EINVAL for a bad device or before init. */
+int vmem_device_free(int device, uint64_t *free_bytes);
+
 /* Device memory vmem does not back but that counts against the quota and in vmem_mem_info (the
  * shim's CUDA arrays and managed memory). Charge before (or right after) allocating: -ENOMEM when
  * it would exceed CUDAW_MEM_LIMIT (nothing is charged then), -EINVAL for a bad device or before

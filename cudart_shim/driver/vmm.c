@@ -311,10 +311,24 @@ static struct mapping *mapping_at(CUdeviceptr a)
   return NULL;
 }
 
+/* Under remap an allocation larger than CUDAW_VMEM_PIECE is several physical allocations: the
+ * driver's handle for an address in it covers that piece only, not the allocation. */
+static void warn_if_pieced(const void *addr)
+{
+  struct vmem_info info;
+  uint64_t piece = vmem_piece_bytes();
+  if (piece && piece != VMEM_PIECE_NONE && vmem_lookup(addr, &info) == 0 && info.size > piece)
+    shim_warn("cuMemRetainAllocationHandle(%p): this allocation of %llu bytes is backed in pieces "
+              "of %llu bytes (CUDAW_VMEM_PIECE), and the handle covers only the piece at that "
+              "address; to keep one handle per allocation, set CUDAW_VMEM_PIECE=1T",
+              addr, (unsigned long long)info.size, (unsigned long long)piece);
+}
+
 SHIM_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
 {
   ENTER(cuMemRetainAllocationHandle);
   CUresult result;
+  bool ours = false; /* the driver's handle of vmem's memory */
   pthread_mutex_lock(&lock);
   struct mapping *m = handle ? mapping_at((CUdeviceptr)(uintptr_t)addr) : NULL;
   if (m) {
@@ -336,9 +350,11 @@ SHIM_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h
       unsigned slot = vmem_retained_next++ % VMEM_RETAINED_MAX;
       vmem_retained[slot].handle = *handle;
       vmem_retained[slot].address = addr;
+      ours = true;
     }
   }
   pthread_mutex_unlock(&lock);
+  if (ours) warn_if_pieced(addr); /* outside the lock: vmem takes its own */
   shim_gate_leave();
   return result;
 }

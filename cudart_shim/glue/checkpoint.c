@@ -505,6 +505,17 @@ static int recreate_range(void *ctx, uint64_t vaddr, uint64_t bytes, uint64_t *d
   return rc;
 }
 
+static int device_free(void *ctx, int device, uint64_t *bytes)
+{
+  (void)ctx;
+  *bytes = 0;
+  if (!shim_vmem_running()) return -ENOSYS;
+  shim_depth++;
+  int rc = vmem_device_free(device, bytes);
+  shim_depth--;
+  return rc;
+}
+
 static int range_missing(void *ctx, uint64_t vaddr, uint64_t bytes, uint64_t *missing)
 {
   (void)ctx;
@@ -1210,6 +1221,7 @@ static const struct ckpt_host_ops host_ops = {
   .release_range = release_range,
   .recreate_range = recreate_range,
   .range_missing = range_missing,
+  .device_free = device_free,
   .device_count = device_count,
   .stream_create = stream_create,
   .stream_destroy = stream_destroy,

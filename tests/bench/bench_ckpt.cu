@@ -115,6 +115,8 @@ struct transition {
   double filled_bytes; // saved into fresh pages by the kernel (userfaultfd), never zeroed
   double issue_ms, image_ms; // this process's resident memory right after the transition
   double reserve_bytes, staged_bytes; // into the reserve directly / through staging buffers
+  bool memory_beside;    // resume: memory made beside the copy (memory_ms beside, not before it)
+  double memory_wait_ms; // ... what the copy threads waited for it, each on average
 };
 
 static long rss_mib()
@@ -142,7 +144,8 @@ static transition run(const char *command)
           number(reply, "hash_ms"), number(reply, "fault_ms"), number(reply, "device_hash_ms"),
           number(reply, "threads"), number(reply, "unchanged_bytes"), rss_mib(),
           number(reply, "filled_bytes"), number(reply, "issue_ms"), number(reply, "image_ms"),
-          number(reply, "reserve_bytes"), number(reply, "staged_bytes")};
+          number(reply, "reserve_bytes"), number(reply, "staged_bytes"),
+          reply.find("\"memory_beside\":true") != std::string::npos, number(reply, "memory_wait_ms")};
 }
 
 // Where one transition's time went: the engine's copy phase split per copy thread (on average:
@@ -150,14 +153,21 @@ static transition run(const char *command)
 // the device checksums, release/recreate of device memory, and this process's RSS after it.
 static std::string breakdown(const char *what, const transition &t)
 {
-  char line[700];
+  char memory[96];
+  if (t.memory_beside)
+    snprintf(memory, sizeof memory, "recreate beside the copy %6.1f ms (copy waited %5.1f ms)",
+             t.memory_ms, t.memory_wait_ms);
+  else
+    snprintf(memory, sizeof memory, "%s %6.1f ms", strstr(what, "checkpoint") ? "release" : "recreate",
+             t.memory_ms);
+  char line[800];
   snprintf(line, sizeof line,
            "  %-20s %7.3f s = gate+drain %6.1f ms, setup %6.1f ms, copy %7.1f ms [per thread of "
            "%.0f: DMA wait %6.1f, memcpy %6.1f, hash %6.1f, fault %6.1f, issue %5.1f ms; image map "
-           "%5.1f ms, device hash %5.1f ms], %s %6.1f ms; RSS %ld MiB; staged %.0f MiB%s%s",
+           "%5.1f ms, device hash %5.1f ms], %s; RSS %ld MiB; staged %.0f MiB%s%s",
            what, t.total, t.gate_ms + t.drain_ms, t.setup_ms, t.copy * 1e3, t.threads, t.wait_ms,
            t.memcpy_ms, t.hash_ms, t.fault_ms, t.issue_ms, t.image_ms, t.device_hash_ms,
-           strstr(what, "checkpoint") ? "release" : "recreate", t.memory_ms, t.rss_mib,
+           memory, t.rss_mib,
            t.staged_bytes / 1048576.0, t.reserve_bytes > 0 ? ", image in the reserve" : "",
            t.filled_bytes > 0 ? "; image pages filled by the kernel (no zeroing)" : "");
   return line;

@@ -391,10 +391,17 @@ static int range_op(struct fake_host *host, enum range_op op, uint64_t vaddr, ui
   /* Injected failures count the calls that would change something. */
   int *fail = op == RANGE_RECREATE ? &host->range_fail_after
               : op == RANGE_RELEASE ? &host->release_fail_after : NULL;
-  if (fail && *fail > 0 && changes(host, op == RANGE_RELEASE, vaddr, end) && --*fail == 0) {
+  bool changing = op != RANGE_MISSING && changes(host, op == RANGE_RELEASE, vaddr, end);
+  if (fail && *fail > 0 && changing && --*fail == 0) {
     pthread_mutex_unlock(&host->lock);
     return op == RANGE_RECREATE ? -ENOMEM : -EIO;
   }
+  if (op == RANGE_RECREATE && changing && host->range_delay_us) { /* a slow driver */
+    pthread_mutex_unlock(&host->lock);
+    usleep((useconds_t)host->range_delay_us);
+    pthread_mutex_lock(&host->lock);
+  }
+  if (op == RANGE_RECREATE && changing) host->last_create_event = ++host->events;
   for (size_t i = 0; i < host->region_count; i++) {
     struct fake_region *r = &host->regions[i];
     if (!r->piece_gone || (!r->memory && op == RANGE_RELEASE)) continue;
@@ -417,6 +424,7 @@ static int range_op(struct fake_host *host, enum range_op op, uint64_t vaddr, ui
           memset(r->memory + (start - r->vaddr), 0xa5, n); /* new memory holds garbage */
           r->piece_gone[p] = false;
           account(host, (int64_t)n);
+          host->range_created += n;
         }
         *done += n;
       }
@@ -424,6 +432,13 @@ static int range_op(struct fake_host *host, enum range_op op, uint64_t vaddr, ui
   }
   pthread_mutex_unlock(&host->lock);
   return 0;
+}
+
+static int device_free(void *ctx, int device, uint64_t *bytes) {
+  struct fake_host *host = ctx;
+  (void)device;
+  *bytes = host->free_bytes;
+  return host->report_free ? 0 : -ENOSYS;
 }
 
 static int release_range(void *ctx, uint64_t vaddr, uint64_t bytes, uint64_t *done) {
@@ -442,6 +457,8 @@ static int queue_copy(struct fake_host *host, bool to_device, void *hostp, uint6
   struct fake_stream *s = stream;
   pthread_mutex_lock(&host->lock);
   host->copies++;
+  host->events++;
+  if (to_device && !host->first_h2d_event) host->first_h2d_event = host->events;
   if (host->copy_fail_after > 0 && --host->copy_fail_after == 0) {
     pthread_mutex_unlock(&host->lock);
     return -EIO;
@@ -655,6 +672,7 @@ const struct ckpt_host_ops fake_host_ops = {
     .release_range = release_range,
     .recreate_range = recreate_range,
     .range_missing = range_missing,
+    .device_free = device_free,
     .device_count = device_count,
     .stream_create = stream_create,
     .stream_destroy = stream_destroy,

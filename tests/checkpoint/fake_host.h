@@ -60,6 +60,13 @@ struct fake_host {
   int copy_fail_after;         /* the Nth copy queued from now fails with -EIO (0: none) */
   int copy_delay_us;           /* each copy takes this long when it runs (at stream_sync) */
   int range_calls;
+  bool report_free;            /* device_free answers free_bytes (else -ENOSYS) */
+  uint64_t free_bytes;
+  int range_delay_us;          /* each recreate_range that makes something takes this long */
+  /* The order of events (recreate_range calls that made memory, copies queued), numbered from
+   * 1: the last such recreate_range's number, and the first copy to the device's (0: none);
+   * range_created: the bytes recreate_range made. The test resets them. */
+  uint64_t events, last_create_event, first_h2d_event, range_created;
   /* what happened */
   int gate_closes, gate_opens, release_calls, recreate_calls, copies;
   int pinned_live, streams_live, registered_live;

@@ -51,14 +51,16 @@ awk -v b="$bytes" -v cs="$(field "$ck" seconds)" -v stall="$(field "$ck" stall_m
     -v rs="$(field "$re" seconds)" -v mem="$(field "$re" memory_ms)" -v d2h="$d2h" -v h2d="$h2d" \
     -v staged="$(field "$ck" staged_bytes)" -v name="$name" -v mode="$mode" \
     -v rstaged="$(field "$re" staged_bytes)" -v rcopy="$(field "$re" copy_seconds)" \
-    -v rhash="$(field "$re" device_hash_ms)" 'BEGIN {
+    -v rhash="$(field "$re" device_hash_ms)" -v rwait="$(field "$re" memory_wait_ms)" \
+    -v beside="$(echo "$re" | grep -c '"memory_beside":true')" 'BEGIN {
   g = 1e9; gib = 1073741824
   printf "%s (%s): %.2f GiB; ceilings D2H %.2f, H2D %.2f GB/s\n", name, mode, b / gib, d2h, h2d
   if (mode == "live")
     printf "  checkpoint --live: stall %.1f ms (%.2f GiB pre-copied, %.2f GiB re-copied in the pause), %.3f s in all\n", stall, pre / gib, re_b / gib, cs
   else
     printf "  checkpoint: %.3f s = %.2f GB/s = %.2fx of D2H (%.2f GiB staged)\n", cs, b / cs / g, b / cs / g / d2h, staged / gib
-  printf "  resume: %.3f s = %.2f GB/s = %.2fx of H2D (re-creating device memory %.1f ms, copy %.3f s with %.2f GiB staged, checksums on the device %.1f ms)\n", rs, b / rs / g, b / rs / g / h2d, mem, rcopy, rstaged / gib, rhash
+  made = beside ? sprintf("re-creating device memory beside the copy %.1f ms, the copy waited %.1f ms", mem, rwait) : sprintf("re-creating device memory %.1f ms", mem)
+  printf "  resume: %.3f s = %.2f GB/s = %.2fx of H2D (%s, copy %.3f s with %.2f GiB staged, checksums on the device %.1f ms)\n", rs, b / rs / g, b / rs / g / h2d, made, rcopy, rstaged / gib, rhash
 }'
 [ "$got" = "$native" ] || fail "checksum $got, native $native"
 echo "  output identical to the native run ($got)"

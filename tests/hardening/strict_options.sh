@@ -54,6 +54,7 @@ invalid() {
     CUDAW_CKPT_REGISTER) echo 2 ;;
     CUDAW_CKPT_PIN_EARLY) echo 2 ;;
     CUDAW_CKPT_FILL) echo fast ;;
+    CUDAW_CKPT_CREATE) echo later ;;
     CUDAW_SUSPEND) echo yes ;;
     CUDAW_SUSPEND_START_WAIT) echo 9999 ;;
     CUDAW_CKPT_RESERVE) echo lots ;;

@@ -88,9 +88,10 @@ static const struct ckpt_option_info table[] = {
      BOOL},
     {"CUDAW_CKPT_PIN_EARLY", "1",
      "1: pin the staging buffers in the background once the program has device memory", BOOL},
-    {"CUDAW_CKPT_CREATE", "beside",
-     "resume under remap: beside: device memory is re-created just ahead of the copy, chunk by "
-     "chunk; first: all of it before the copy (adjacent allocations in one slab each)",
+    {"CUDAW_CKPT_CREATE", "first",
+     "resume under remap: first: all device memory is re-created before the copy (adjacent "
+     "allocations in one slab each); beside: just ahead of the copy, chunk by chunk (not yet "
+     "measured on a GPU)",
      CHOICE("beside|first")},
     {"CUDAW_CKPT_FILL", "copy",
      "copy: copy into fresh image pages the kernel zeroed first (huge pages); kernel: the kernel "

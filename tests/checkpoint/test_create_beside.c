@@ -52,6 +52,7 @@ int main(void) {
   setenv("CUDAW_SIGNAL", "none", 1);
   setenv("CUDAW_CKPT_STAGING", "16K", 1);
   setenv("CUDAW_CKPT_THREADS", "2", 1);
+  setenv("CUDAW_CKPT_CREATE", "beside", 1); /* the default is first until measured on a GPU */
   fake_host_init(&host, 1);
   host.piece_bytes = PIECE;
   host.device_hash = true; /* checked on the "device" beside the copy, as on a GPU */

@@ -625,7 +625,12 @@ static bool place_in_pool(struct engine *e) {
   }
   struct reserve_span span;
   uint8_t *base = reserve_take_range(e->pool, e->loan_offset, bytes, &span);
-  if (base && span.ready == 0) {
+  /* A range not page-locked yet is no better than memory of the image's own, except in a
+   * handover (an exchange's save, paced): there the image must go over the other program's in the
+   * pool, never beside it. A program sent a larger window re-registers it from its start, and a
+   * handover ordered meanwhile failed at once ("host image needs 45 GiB more": H100, share_bench
+   * host): it is staged into the pool's pages instead, at the staging's speed. */
+  if (base && span.ready == 0 && !e->pace) {
     reserve_give_back(e->pool);
     base = NULL;
   }
@@ -1428,10 +1433,9 @@ static int admit(struct worker *w, struct slot *slots, int count, uint64_t index
   const struct image_region *r = &e->image[ref.region];
   uint64_t offset = (uint64_t)ref.chunk * e->chunk_bytes, n = chunk_length(e, ref);
   /* Where a save's chunk goes in cudawd's pool: a handover writes only where the other program
-   * is done. A staged chunk (its range not page-locked yet) counts as outside the pool: staged
-   * chunks are admitted before the direct ones, out of the pool's order, and would wait on the
-   * other program's last bytes first. */
-  uint64_t pool_at = job->save && r->in_pool && direct(r, offset, (size_t)n)
+   * is done, staged (its range not page-locked yet) or not; an exchange's save takes its chunks
+   * in the image's order, which is the pool's (order_for_copy). */
+  uint64_t pool_at = job->save && r->in_pool
                          ? (uint64_t)(r->data + offset - reserve_base(e->pool))
                          : UINT64_MAX;
   for (;;) {
@@ -1576,6 +1580,15 @@ static struct chunk_ref *order_for_copy(const struct engine *e, const struct chu
     }
     ref.count = quiet ? 1 : 0;
     list[straight][n[straight]++] = ref;
+  }
+  /* An exchange's save keeps the image's order: its pace admits chunks strictly in the order
+   * given, a handover writes each where the other program is done with the pool (in the pool's
+   * order, whether the chunk is staged or not), and it gives back each region's prefix. */
+  if (e->pace && save) {
+    memcpy(work, chunks, (size_t)*count * sizeof *work);
+    free(list[0]);
+    free(list[1]);
+    return work;
   }
   /* Take from the list that is behind: done[i] / bytes[i] compared as done[0] * bytes[1] against
    * done[1] * bytes[0] (in MiB, so that the products stay far from overflowing). */

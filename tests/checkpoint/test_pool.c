@@ -3,9 +3,11 @@
  * puts the image inside the lent range and copies straight into it (no staging), and the resume
  * restores every byte; a loan smaller than the image, or none, takes the old path (or the
  * reserve) with the data still right; dropping the image gives the range back; freeing the
- * engine unregisters and unmaps the pool. */
+ * engine unregisters and unmaps the pool; a handover (an exchange's save) into a range not
+ * page-locked yet still goes into the pool, staged, in the pool's order. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,9 +136,86 @@ static void run(bool with_reserve) {
   fake_host_free(&h);
 }
 
+/* A handover's place callback: every chunk lies in the pool, in the pool's order. */
+struct places {
+  uint64_t calls, last_end;
+  bool outside, backwards;
+};
+
+static int record_place(void *arg, uint64_t pool_at, uint64_t n) {
+  struct places *p = arg;
+  p->calls++;
+  if (pool_at == UINT64_MAX) p->outside = true;
+  else if (pool_at < p->last_end) p->backwards = true;
+  else p->last_end = pool_at + n;
+  return 0;
+}
+
+/* A handover into a range not page-locked yet (a program sent a larger window re-registers it
+ * from its start; here the pool's registration fails): the image still goes into the pool, in
+ * the pool's order, staged; a plain checkpoint in the same state takes the old path. */
+static void handover_unregistered(int fail_after) {
+  struct fake_host h;
+  fake_host_init(&h, 1);
+  h.piece_bytes = 1 * MIB;
+  for (int i = 0; i < 4; i++)
+    fake_host_add_region(&h, 2 * MIB + 4096 * (uint64_t)i, 0, 61 + (uint32_t)i);
+  struct ckpt_options options = base_options();
+  options.reserve_auto = 0; /* no reserve of its own to take the injected failure */
+  options.reserve_bytes = 0;
+  struct engine *e = engine_new(&fake_host_ops, &h, &options);
+  uint8_t *base = map_pool();
+  h.register_fail_after = fail_after; /* that piece fails: only those before it page-locked */
+  struct reserve *pool = reserve_new_shared(&fake_host_ops, &h, base, POOL, 2 * MIB, 1);
+  CHECK(pool != NULL);
+  for (int i = 0; i < 1000 && h.register_calls == 0; i++) usleep(1000);
+  for (int i = 0; i < 1000 && h.register_calls < fail_after; i++) usleep(1000);
+  usleep(10000);
+  CHECK_EQ(reserve_ready(pool), (uint64_t)(fail_after - 1) * 2 * MIB);
+  CHECK_EQ(engine_set_pool(e, pool), 0);
+  CHECK_EQ(engine_prepare(e), 0);
+
+  /* Not a handover, the range not page-locked: the old way, nothing in the pool. */
+  struct engine_stats saved;
+  if (fail_after == 1) {
+    engine_lend(e, 2 * MIB, 12 * MIB);
+    saved = cycle(e, &h);
+    CHECK_EQ(saved.pool_bytes, 0);
+    engine_drop_image(e);
+  }
+
+  engine_lend(e, 2 * MIB, 12 * MIB);
+  struct places places = {0};
+  struct engine_pace pace = {.place = record_place, .arg = &places};
+  char reason[256] = "";
+  h.gate_closed = true;
+  CHECK_EQ(engine_save_releasing(e, &pace, &saved, reason, sizeof reason), 0);
+  /* pool_bytes: what went straight in (the page-locked start of the range), the rest staged */
+  CHECK_EQ(saved.pool_bytes + saved.staged_bytes, total_bytes(&h));
+  CHECK(fail_after == 1 ? saved.pool_bytes == 0 : saved.pool_bytes > 0 && saved.staged_bytes > 0,
+        "%" PRIu64 " bytes straight in, %" PRIu64 " staged", saved.pool_bytes, saved.staged_bytes);
+  CHECK(engine_image_in_pool(e), "the handover's image lies in the pool");
+  check_inside(e, base + 2 * MIB, base + 14 * MIB);
+  CHECK(places.calls > 0 && !places.outside, "a chunk was placed outside the pool");
+  CHECK(!places.backwards, "the chunks were not placed in the pool's order");
+  uint64_t shortfall, offset;
+  CHECK_EQ(fake_host_ops.release_all(&h), 0);
+  CHECK_EQ(fake_host_ops.recreate_all(&h, &shortfall), 0);
+  struct engine_stats restored;
+  CHECK_EQ(engine_restore(e, &restored, reason, sizeof reason), 0);
+  CHECK_EQ(fake_host_verify(&h, &offset), 0);
+  h.gate_closed = false;
+  engine_drop_image(e);
+  engine_free(e);
+  CHECK_EQ(h.violations, 0);
+  fake_host_free(&h);
+}
+
 int main(void) {
   run(false);
   run(true);
+  handover_unregistered(1);
+  handover_unregistered(3);
   printf("pool: ok\n");
   return 0;
 }

@@ -393,13 +393,20 @@ int ckpt_remove_image(const char *dir);
  * (-ENOTEMPTY: other files kept it). */
 int ckpt_remove_image_at(int parent_fd, const char *name, uid_t owner);
 
-/* cudawd's host-memory pool (sharing): `base` maps `size` bytes of it (MAP_SHARED). On success
- * the module owns the mapping (unmaps it when replaced or at shutdown) and page-locks it with a
- * thread of its own once the program holds device memory, never on the program's threads.
- * -EBUSY while an image lies in the pool attached before (keep that one; the caller unmaps
- * base), -ENOTCONN before ckpt_init, -ENOSYS where the host cannot page-lock memory.
- * (NULL, 0) lets go of the pool (its cudawd went away): -EBUSY while an image lies in it. */
-int ckpt_pool_attach(void *base, uint64_t size);
+/* cudawd's host-memory pool (sharing): `base` maps `mapping` bytes of it (MAP_SHARED), of which
+ * the first `size` (cudawd's window) are the pool's now; the module never touches the rest. On
+ * success the module owns the mapping (unmaps all of it when replaced or at shutdown) and
+ * page-locks the window with a thread of its own once the program holds device memory, never on
+ * the program's threads. -EBUSY while an image lies in the pool attached before (keep that one;
+ * the caller unmaps base), -ENOTCONN before ckpt_init, -ENOSYS where the host cannot page-lock
+ * memory. (NULL, 0, 0) lets go of the pool (its cudawd went away): -EBUSY while an image lies in
+ * it. */
+int ckpt_pool_attach(void *base, uint64_t size, uint64_t mapping);
+/* cudawd's window grew to `size` bytes of the pool attached at `base` (at most its mapping): the
+ * rest is page-locked too, what is already stays, an image in the pool stays where it is. 0;
+ * -ENOENT when base is not the pool attached now (attach instead); -EINVAL when size is not
+ * larger or past the mapping. */
+int ckpt_pool_grow(void *base, uint64_t size);
 /* The next checkpoint may put its image in [offset, offset + length) of the pool (length 0: no
  * loan). Call right before ckpt_request_checkpoint, and with 0 after it. The image in the range
  * is dropped after the resume: cudawd lends the range again. */

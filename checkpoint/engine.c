@@ -450,6 +450,7 @@ void engine_free(struct engine *e) {
 
 uint64_t engine_image_bytes(const struct engine *e) { return e->image_bytes; }
 struct reserve *engine_reserve(struct engine *e) { return e->reserve; }
+struct reserve *engine_pool(struct engine *e) { return e->pool; }
 uint64_t engine_image_regions(const struct engine *e) { return e->image_count; }
 
 int engine_image_device_bytes(const struct engine *e, uint64_t *bytes, int max_devices) {

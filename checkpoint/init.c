@@ -168,7 +168,10 @@ int ckpt_remove_image(const char *dir) { return disk_remove_image(dir); }
 int ckpt_remove_image_at(int parent_fd, const char *name, uid_t owner) {
   return disk_remove_image_at(parent_fd, name, owner);
 }
-int ckpt_pool_attach(void *base, uint64_t size) { return transition_pool_attach(base, size); }
+int ckpt_pool_attach(void *base, uint64_t size, uint64_t mapping) {
+  return transition_pool_attach(base, size, mapping);
+}
+int ckpt_pool_grow(void *base, uint64_t size) { return transition_pool_grow(base, size); }
 void ckpt_pool_lend(uint64_t offset, uint64_t length) { transition_pool_lend(offset, length); }
 void ckpt_pool_lend_standing(uint64_t offset, uint64_t length, bool covers) {
   transition_pool_lend_standing(offset, length, covers);

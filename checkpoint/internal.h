@@ -70,10 +70,16 @@ struct reserve_span {
 struct reserve *reserve_new(const struct ckpt_host_ops *ops, void *ctx,
                             const struct ckpt_options *options);
 /* cudawd's host-memory pool as a reserve: base maps `size` bytes (MAP_SHARED, faulted in by
- * cudawd), registered by `threads` threads in pieces once the program holds device memory.
- * The reserve owns the mapping from then on. NULL where the host cannot register. */
+ * cudawd) of a mapping of `mapping` bytes, registered by `threads` threads in pieces once the
+ * program holds device memory. The reserve owns the mapping from then on (unmaps all of it).
+ * NULL where the host cannot register. */
 struct reserve *reserve_new_shared(const struct ckpt_host_ops *ops, void *ctx, void *base,
-                                   uint64_t size, uint64_t piece, uint32_t threads);
+                                   uint64_t size, uint64_t mapping, uint64_t piece,
+                                   uint32_t threads);
+/* cudawd's window grew: `size` bytes of the mapping are the pool's now (more than before, at
+ * most the mapping). What is page-locked stays; the threads go on from where they were. 0 or
+ * -EINVAL. */
+int reserve_grow_shared(struct reserve *rs, uint64_t size);
 void reserve_free(struct reserve *rs); /* unregisters and unmaps it */
 /* An auto reserve stands by (wants nothing, so gives its memory back) while cudawd's pool takes
  * the images: both would page-lock an image's size each. A fixed size is kept. */
@@ -203,6 +209,7 @@ int engine_image_device_bytes(const struct engine *engine, uint64_t *bytes, int 
 void engine_free(struct engine *engine);
 /* The engine's reserve (NULL without CUDAW_CKPT_RESERVE). Any thread. */
 struct reserve *engine_reserve(struct engine *engine);
+struct reserve *engine_pool(struct engine *engine); /* cudawd's pool, or NULL */
 /* The image went to disk to free host memory: the reserve's goes too (unregistered, unmapped);
  * a new one grows again once the program runs. No-op while an image lies in it. */
 void engine_empty_reserve(struct engine *engine);
@@ -401,7 +408,8 @@ uint64_t transition_image_registered(void); /* bytes of the image page-locked (p
 /* For tests: the engine (only touch it while no transition runs). */
 struct engine *transition_engine(void);
 void transition_reserve(struct reserve_info *out); /* all zero without a reserve */
-int transition_pool_attach(void *base, uint64_t size); /* see ckpt_pool_attach */
+int transition_pool_attach(void *base, uint64_t size, uint64_t mapping); /* ckpt_pool_attach */
+int transition_pool_grow(void *base, uint64_t size); /* see ckpt_pool_grow */
 void transition_pool_lend(uint64_t offset, uint64_t length);
 void transition_pool_lend_standing(uint64_t offset, uint64_t length, bool covers);
 int transition_pool_unlend(void); /* see ckpt_pool_unlend */

@@ -42,6 +42,7 @@ struct reserve {
   uint64_t piece;
   uint8_t *base;         /* one mapping of `capacity` bytes, faulted in from the start */
   uint64_t capacity;
+  uint64_t mapping;      /* shared: the mapping's length, unmapped at the end (>= capacity) */
   pthread_mutex_t lock;
   pthread_cond_t wake;
   pthread_t threads[MAX_THREADS];
@@ -349,8 +350,9 @@ struct reserve *reserve_new(const struct ckpt_host_ops *ops, void *ctx,
 }
 
 struct reserve *reserve_new_shared(const struct ckpt_host_ops *ops, void *ctx, void *base,
-                                   uint64_t size, uint64_t piece, uint32_t threads) {
-  if (!ops->host_register || !ops->host_unregister || !size) return NULL;
+                                   uint64_t size, uint64_t mapping, uint64_t piece,
+                                   uint32_t threads) {
+  if (!ops->host_register || !ops->host_unregister || !size || mapping < size) return NULL;
   struct reserve *rs = calloc(1, sizeof *rs);
   if (!rs) return NULL;
   rs->ops = ops;
@@ -358,12 +360,26 @@ struct reserve *reserve_new_shared(const struct ckpt_host_ops *ops, void *ctx, v
   rs->name = "cudawd's host-memory pool";
   rs->shared = true;
   rs->fixed = rs->capacity = size;
+  rs->mapping = mapping;
   rs->align = RESERVE_ALIGN;
   rs->piece = piece ? (piece + rs->align - 1) / rs->align * rs->align : IMAGE_ALIGN;
   rs->base = base;
   start_threads(rs, threads);
   return rs;
 }
+
+int reserve_grow_shared(struct reserve *rs, uint64_t size) {
+  if (!rs || !rs->shared) return -EINVAL;
+  pthread_mutex_lock(&rs->lock);
+  int rc = size > rs->capacity && size <= rs->mapping ? 0 : -EINVAL;
+  if (rc == 0) {
+    rs->fixed = rs->capacity = size; /* the threads go on from `claimed`: nothing is redone */
+    pthread_cond_broadcast(&rs->wake);
+  }
+  pthread_mutex_unlock(&rs->lock);
+  return rc;
+}
+
 
 void reserve_standby(struct reserve *rs, bool standby) {
   if (!rs) return;
@@ -386,7 +402,7 @@ void reserve_free(struct reserve *rs) {
   for (int i = 0; i < WINDOW; i++)
     if (rs->done_mask & (1ull << i))
       rs->ops->host_unregister(rs->ctx, rs->base + rs->ready + (uint64_t)i * rs->piece);
-  munmap(rs->base, (size_t)rs->capacity);
+  munmap(rs->base, (size_t)(rs->shared ? rs->mapping : rs->capacity));
   pthread_mutex_destroy(&rs->lock);
   pthread_cond_destroy(&rs->wake);
   free(rs);

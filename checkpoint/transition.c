@@ -940,17 +940,25 @@ uint64_t transition_image_regions(void) {
 
 struct engine *transition_engine(void) { return tr.engine; }
 
-int transition_pool_attach(void *base, uint64_t size) {
+int transition_pool_attach(void *base, uint64_t size, uint64_t mapping) {
   pthread_mutex_lock(&tr.lock);
   int rc = 0;
   if (!tr.started || !tr.engine) rc = -ENOTCONN;
   else if (tr.pending || tr.dropping || engine_image_in_pool(tr.engine)) rc = -EBUSY;
   struct reserve *pool = NULL;
-  if (!rc && size && !(pool = reserve_new_shared(ckpt_rt.ops, ckpt_rt.ctx, base, size,
-                                         ckpt_rt.options.reserve_piece,
-                                         ckpt_rt.options.reserve_threads)))
+  if (!rc && size && !(pool = reserve_new_shared(ckpt_rt.ops, ckpt_rt.ctx, base, size, mapping,
+                                                 ckpt_rt.options.reserve_piece,
+                                                 ckpt_rt.options.reserve_threads)))
     rc = -ENOSYS;
   if (!rc) engine_set_pool(tr.engine, pool); /* no image in the last one: cannot fail */
+  pthread_mutex_unlock(&tr.lock);
+  return rc;
+}
+
+int transition_pool_grow(void *base, uint64_t size) {
+  pthread_mutex_lock(&tr.lock);
+  struct reserve *pool = tr.engine ? engine_pool(tr.engine) : NULL;
+  int rc = !pool || base != reserve_base(pool) ? -ENOENT : reserve_grow_shared(pool, size);
   pthread_mutex_unlock(&tr.lock);
   return rc;
 }

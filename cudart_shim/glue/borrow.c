@@ -248,7 +248,7 @@ static void *run(void *unused)
   for (;;) {
     if (borrow.fd < 0) {
       /* A dead cudawd's pool holds its memory as long as we map it. */
-      if (borrow.detach && ckpt_state() == CKPT_RUNNING && ckpt_pool_attach(NULL, 0) == 0) {
+      if (borrow.detach && ckpt_state() == CKPT_RUNNING && shim_sched_detach_pool() == 0) {
         borrow.detach = false;
         borrow.pool_size = 0;
       }

@@ -25,6 +25,8 @@ ssize_t shim_sched_receive(int fd, struct sched_msg *msg, int *passed_fd);
  * else -errno with the reason, in words, in *why. fd stays open either way (the caller keeps it
  * for a retry or closes it: the mapping keeps the memory). */
 int shim_sched_attach_pool(int fd, uint64_t size, const char **why);
+/* Let go of the pool (ckpt_pool_attach(NULL, ...)): 0, or -EBUSY while an image lies in it. */
+int shim_sched_detach_pool(void);
 
 /* Start the client's thread, detached (it runs for the program's life). 0 or an errno number. */
 int shim_sched_start_thread(void *(*run)(void *));

@@ -4,7 +4,8 @@
  * restores every byte; a loan smaller than the image, or none, takes the old path (or the
  * reserve) with the data still right; dropping the image gives the range back; freeing the
  * engine unregisters and unmaps the pool; a handover (an exchange's save) into a range not
- * page-locked yet still goes into the pool, staged, in the pool's order. */
+ * page-locked yet still goes into the pool, staged, in the pool's order; a window that grew is
+ * page-locked from where it was. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
@@ -81,7 +82,7 @@ static void run(bool with_reserve) {
   if (with_reserve) options.reserve_bytes = 16 * MIB;
   struct engine *e = engine_new(&fake_host_ops, &h, &options);
   uint8_t *base = map_pool();
-  struct reserve *pool = reserve_new_shared(&fake_host_ops, &h, base, POOL, 2 * MIB, 2);
+  struct reserve *pool = reserve_new_shared(&fake_host_ops, &h, base, POOL, POOL, 2 * MIB, 2);
   CHECK(pool != NULL);
   CHECK(reserve_wait(pool, POOL, 10), "the pool is page-locked in the background");
   CHECK_EQ(engine_set_pool(e, pool), 0);
@@ -166,7 +167,7 @@ static void handover_unregistered(int fail_after) {
   struct engine *e = engine_new(&fake_host_ops, &h, &options);
   uint8_t *base = map_pool();
   h.register_fail_after = fail_after; /* that piece fails: only those before it page-locked */
-  struct reserve *pool = reserve_new_shared(&fake_host_ops, &h, base, POOL, 2 * MIB, 1);
+  struct reserve *pool = reserve_new_shared(&fake_host_ops, &h, base, POOL, POOL, 2 * MIB, 1);
   CHECK(pool != NULL);
   for (int i = 0; i < 1000 && h.register_calls == 0; i++) usleep(1000);
   for (int i = 0; i < 1000 && h.register_calls < fail_after; i++) usleep(1000);
@@ -211,9 +212,46 @@ static void handover_unregistered(int fail_after) {
   fake_host_free(&h);
 }
 
+/* cudawd's window grew: the pool page-locks the rest from where it was (nothing registered
+ * twice), and the next image may lie in the part that is new. Not larger, or past the mapping:
+ * refused. */
+static void grow_in_place(void) {
+  struct fake_host h;
+  fake_host_init(&h, 1);
+  for (int i = 0; i < 3; i++) fake_host_add_region(&h, 2 * MIB + 4096 * (uint64_t)i, 0, 81);
+  struct ckpt_options options = base_options();
+  options.reserve_auto = 0;
+  options.reserve_bytes = 0;
+  struct engine *e = engine_new(&fake_host_ops, &h, &options);
+  uint8_t *base = map_pool();
+  struct reserve *pool = reserve_new_shared(&fake_host_ops, &h, base, POOL / 2, POOL, 2 * MIB, 2);
+  CHECK(pool != NULL);
+  CHECK(reserve_wait(pool, POOL / 2, 10), "the first window is page-locked");
+  usleep(100 * 1000); /* the threads would go on past the window now if they were to */
+  CHECK_EQ(reserve_ready(pool), POOL / 2);
+  int calls = h.register_calls;
+  CHECK_EQ(reserve_grow_shared(pool, POOL / 2), -EINVAL);
+  CHECK_EQ(reserve_grow_shared(pool, POOL + 2 * MIB), -EINVAL);
+  CHECK_EQ(reserve_grow_shared(pool, POOL), 0);
+  CHECK(reserve_wait(pool, POOL, 10), "the grown window is page-locked");
+  CHECK_EQ(h.register_calls - calls, (int)(POOL / 2 / (2 * MIB))); /* the new part only */
+  CHECK_EQ(engine_set_pool(e, pool), 0);
+  CHECK_EQ(engine_prepare(e), 0);
+  engine_lend(e, POOL / 2 + 1 * MIB, 7 * MIB); /* in the part that is new */
+  struct engine_stats saved = cycle(e, &h);
+  CHECK_EQ(saved.pool_bytes, total_bytes(&h));
+  check_inside(e, base + POOL / 2 + 1 * MIB, base + POOL);
+  engine_drop_image(e);
+  engine_free(e); /* unregisters it all, unmaps the whole mapping */
+  CHECK_EQ(h.registered_live, 0);
+  CHECK_EQ(h.violations, 0);
+  fake_host_free(&h);
+}
+
 int main(void) {
   run(false);
   run(true);
+  grow_in_place();
   handover_unregistered(1);
   handover_unregistered(3);
   printf("pool: ok\n");

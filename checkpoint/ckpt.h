@@ -404,8 +404,8 @@ int ckpt_remove_image_at(int parent_fd, const char *name, uid_t owner);
 int ckpt_pool_attach(void *base, uint64_t size, uint64_t mapping);
 /* cudawd's window grew to `size` bytes of the pool attached at `base` (at most its mapping): the
  * rest is page-locked too, what is already stays, an image in the pool stays where it is. 0;
- * -ENOENT when base is not the pool attached now (attach instead); -EINVAL when size is not
- * larger or past the mapping. */
+ * -ENOENT when base is not the pool attached now, -EINVAL when size is not larger, past the
+ * mapping, or the last window ended inside one of the module's pieces (attach instead). */
 int ckpt_pool_grow(void *base, uint64_t size);
 /* The next checkpoint may put its image in [offset, offset + length) of the pool (length 0: no
  * loan). Call right before ckpt_request_checkpoint, and with 0 after it. The image in the range

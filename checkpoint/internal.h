@@ -77,8 +77,8 @@ struct reserve *reserve_new_shared(const struct ckpt_host_ops *ops, void *ctx, v
                                    uint64_t size, uint64_t mapping, uint64_t piece,
                                    uint32_t threads);
 /* cudawd's window grew: `size` bytes of the mapping are the pool's now (more than before, at
- * most the mapping). What is page-locked stays; the threads go on from where they were. 0 or
- * -EINVAL. */
+ * most the mapping). What is page-locked stays; the threads go on from where they were. 0, or
+ * -EINVAL (also where the last window ended inside a piece: attach the new one instead). */
 int reserve_grow_shared(struct reserve *rs, uint64_t size);
 void reserve_free(struct reserve *rs); /* unregisters and unmaps it */
 /* An auto reserve stands by (wants nothing, so gives its memory back) while cudawd's pool takes

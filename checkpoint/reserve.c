@@ -371,7 +371,10 @@ struct reserve *reserve_new_shared(const struct ckpt_host_ops *ops, void *ctx, v
 int reserve_grow_shared(struct reserve *rs, uint64_t size) {
   if (!rs || !rs->shared) return -EINVAL;
   pthread_mutex_lock(&rs->lock);
-  int rc = size > rs->capacity && size <= rs->mapping ? 0 : -EINVAL;
+  /* Pieces start at multiples of `piece` (the accounting of `ready` and the unregistering at the
+   * end count on it): a window that ended inside a piece is replaced instead. */
+  int rc = size > rs->capacity && size <= rs->mapping && rs->capacity % rs->piece == 0 ? 0
+                                                                                   : -EINVAL;
   if (rc == 0) {
     rs->fixed = rs->capacity = size; /* the threads go on from `claimed`: nothing is redone */
     pthread_cond_broadcast(&rs->wake);

@@ -396,7 +396,7 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
                       "given: ignored\n", (long)p->pid);
       break;
     }
-    sched_pool_mapped(d, p, msg->value == 1, msg->bytes);
+    sched_pool_mapped(d, p, msg->value == 1, msg->bytes, msg->held == SCHED_POOL_GROWS);
     sched_log_noisy(SCHED_NOISE_IGNORED, "cudawd: pid %ld %s the host-memory pool (%llu bytes)\n",
                     (long)p->pid, msg->value == 1 ? "mapped" : "could not map",
                     (unsigned long long)msg->bytes);

@@ -101,6 +101,8 @@ struct program {
                             * lent ranges below this only */
   bool pool_cramped;       /* a checkpoint or handover found no room below pool_acked; the
                             * window may have it: send it */
+  bool pool_grows;         /* it grows a window in place (SCHED_POOL_GROWS): send each larger
+                            * one at once */
   struct pool_loan loan;   /* the range lent for its image (length 0: none) */
   pid_t loan_heir;         /* a handover: this program's image still lies in part of `loan`;
                             * the range goes to it when taken back from this one */
@@ -274,8 +276,10 @@ void sched_log_tick(void);
 /* lending.c: the pool's ranges and the programs. */
 /* Send the pool's current window to p (just joined, or the window changed), if it may have it. */
 void sched_pool_offer(struct daemon *d, struct program *p);
-/* p answered SCHED_POOL: it mapped (or not) a window of `bytes` (0: the one sent last). */
-void sched_pool_mapped(struct daemon *d, struct program *p, bool mapped, uint64_t bytes);
+/* p answered SCHED_POOL: it mapped (or not) a window of `bytes` (0: the one sent last); grows:
+ * it grows a window in place (SCHED_POOL_GROWS). */
+void sched_pool_mapped(struct daemon *d, struct program *p, bool mapped, uint64_t bytes,
+                       bool grows);
 /* Once per loop: grow the pool's window to what the programs' images need, or shrink it (giving
  * memory back) after --pool-release seconds larger than needed; tell the programs. */
 void sched_pool_follow(struct daemon *d);

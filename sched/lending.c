@@ -73,14 +73,16 @@ static uint64_t image_estimate(const struct program *p)
 
 /* Whether p must be sent the current window: it has none, its window shrank under it, its own
  * image no longer fits in it, or a checkpoint of it found no room in it that the whole window
- * had. Else it keeps the window it has page-locked: a program registers each window whole, from
- * the start (checkpoint/reserve.c), so a new one would leave it nothing page-locked for a
- * while, and its first swap-out comes exactly when a new program makes the window grow. */
+ * had, or when it grows a window in place (a larger one costs it only the new part). Else it
+ * keeps the window it has page-locked: an older program registers each window whole, from the
+ * start, so a new one would leave it nothing page-locked for a while, and its first swap-out
+ * comes exactly when a new program makes the window grow. */
 static bool needs_window(const struct daemon *d, const struct program *p)
 {
   uint64_t own = (image_estimate(p) + POOL_ALIGN - 1) / POOL_ALIGN * POOL_ALIGN;
   return !p->pool_window || p->pool_window > d->pool.window ||
-         (p->pool_window < d->pool.window && (p->pool_window < own || p->pool_cramped));
+         (p->pool_window < d->pool.window &&
+          (p->pool_window < own || p->pool_cramped || p->pool_grows));
 }
 
 void sched_pool_offer(struct daemon *d, struct program *p)
@@ -89,8 +91,10 @@ void sched_pool_offer(struct daemon *d, struct program *p)
   if (p->uid != geteuid() ? !p->pool_sent : needs_window(d, p)) send_window(d, p);
 }
 
-void sched_pool_mapped(struct daemon *d, struct program *p, bool mapped, uint64_t bytes)
+void sched_pool_mapped(struct daemon *d, struct program *p, bool mapped, uint64_t bytes,
+                       bool grows)
 {
+  p->pool_grows = mapped && grows;
   /* 0: a program that does not say which window; it answers the one sent last. */
   if (!bytes) bytes = p->pool_window;
   if (mapped && bytes == p->pool_window && bytes <= d->pool.window) p->pool_acked = bytes;

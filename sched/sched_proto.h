@@ -54,7 +54,9 @@ enum sched_msg_type {
                       * window to map, [0, bytes) of it; value 1 if huge pages back it. Sent
                       * again whenever the window changes: the new one replaces the old */
   SCHED_POOL_MAPPED, /* program -> cudawd: value 1: mapped, cudawd may lend it ranges; 0: not;
-                      * `bytes`: the window it mapped (0 from an older program: the last sent) */
+                      * `bytes`: the window it mapped (0 from an older program: the last sent);
+                      * `held` SCHED_POOL_GROWS: a larger window of the same pool keeps what
+                      * it page-locked (0 from an older program: it page-locks each anew) */
   /* cudaw-ctl -> cudawd, added within version 2 (an older cudawd logs and ignores it) */
   SCHED_STOP,        /* stop cudawd (its owner or root); value 1: even with programs joined.
                       * Answered with SCHED_REPLY: 0, -EPERM, or -EBUSY with `value` programs */
@@ -103,6 +105,8 @@ enum sched_msg_type {
  * image lies in cudawd's pool (the page's handover fields; SCHED_EXCHANGE value 1 then carries
  * the range lent for the outgoing image in `held` (offset) and `bytes` (length)). */
 #define SCHED_EXCHANGE_HANDOVER 1
+/* SCHED_POOL_MAPPED's held: the program grows a window in place (added within version 2). */
+#define SCHED_POOL_GROWS 1
 
 struct sched_msg {
   uint32_t version;  /* SCHED_PROTO_VERSION */

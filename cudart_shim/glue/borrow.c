@@ -156,7 +156,8 @@ static void take_pool(int fd, uint64_t size)
   }
   borrow.pool_size = size;
   borrow.detach = false;
-  send_msg((struct sched_msg){.type = SCHED_POOL_MAPPED, .value = 1, .bytes = size});
+  send_msg((struct sched_msg){.type = SCHED_POOL_MAPPED, .value = 1, .bytes = size,
+                              .held = SCHED_POOL_GROWS});
   apply_loan(NULL); /* attaching put the reserve on standby */
 }
 

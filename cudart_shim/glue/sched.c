@@ -406,8 +406,9 @@ static void take_pool(int fd, uint64_t size, bool huge)
     shim_info("sched: mapped cudawd's host-memory pool (%s, huge pages %s); page-locking it in "
               "the background", bytes, huge ? "yes" : "no");
   }
-  send_msg((struct sched_msg){.type = SCHED_POOL_MAPPED, .value = rc ? 0 : 1,
-                              .bytes = size}); /* the window: cudawd sends a new one as it moves */
+  /* the window: cudawd sends a new one as it moves (each larger one at once: it grows in place) */
+  send_msg((struct sched_msg){.type = SCHED_POOL_MAPPED, .value = rc ? 0 : 1, .bytes = size,
+                              .held = SCHED_POOL_GROWS});
 }
 
 /* Tell cudawd when what we hold changed without an allocation (frees, arenas given back). */

@@ -235,6 +235,13 @@ static void grow_in_place(void) {
   CHECK_EQ(reserve_grow_shared(pool, POOL), 0);
   CHECK(reserve_wait(pool, POOL, 10), "the grown window is page-locked");
   CHECK_EQ(h.register_calls - calls, (int)(POOL / 2 / (2 * MIB))); /* the new part only */
+  /* A window that ends inside a piece (here 3 MiB of 2 MiB pieces) is not grown in place: the
+   * next piece would start off the pieces' grid. */
+  uint8_t *odd_base = map_pool();
+  struct reserve *odd = reserve_new_shared(&fake_host_ops, &h, odd_base, 3 * MIB, POOL, 2 * MIB, 1);
+  CHECK(odd != NULL);
+  CHECK_EQ(reserve_grow_shared(odd, 8 * MIB), -EINVAL);
+  reserve_free(odd);
   CHECK_EQ(engine_set_pool(e, pool), 0);
   CHECK_EQ(engine_prepare(e), 0);
   engine_lend(e, POOL / 2 + 1 * MIB, 7 * MIB); /* in the part that is new */

@@ -8,7 +8,8 @@
  * reason says; and a program whose last idle phase outlasted its swap goes at once. The rates
  * are kept apart for images in the pool and elsewhere; a swap that would be a handover into the
  * pool is costed at the pool's rates; a handover that fails for the window the program mapped
- * sends it the whole window. */
+ * sends it the whole window, and a program that grows a window in place is sent each larger
+ * one. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -241,6 +242,16 @@ static void handover_window(void)
   CHECK_EQ(in->loan.length, 41 * gib); /* nothing changed */
   sched_pool_offer(&d, out);
   CHECK_EQ(out->pool_window, 200 * gib);
+  /* A program that grows a window in place (SCHED_POOL_GROWS) is sent each larger one at once;
+   * an older one keeps the window it has page-locked while its image fits there. */
+  sched_pool_mapped(&d, out, true, 200 * gib, false);
+  out->pool_cramped = false;
+  d.pool.window = 300 * gib;
+  sched_pool_offer(&d, out);
+  CHECK_EQ(out->pool_window, 200 * gib);
+  sched_pool_mapped(&d, out, true, 200 * gib, true);
+  sched_pool_offer(&d, out);
+  CHECK_EQ(out->pool_window, 300 * gib);
   close(pair[0]);
   close(pair[1]);
   pool_close(&d.pool);

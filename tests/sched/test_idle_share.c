@@ -7,7 +7,9 @@
  * with swaps, and never more resident than the capacity. Without the hint (0) the second job
  * waits for the first to end: the same run must take at least 90% of that time. A job that waits
  * 3 s in cudaDeviceSynchronize for a long kernel is not idle: the job waiting beside it gets no
- * swap (--min-run 30, so that the CPU-based idle test cannot swap it either).
+ * swap (--min-run 30, so that the CPU-based idle test cannot swap it either). Three jobs whose
+ * host has room for no image of their own and whose pool holds two hand the GPU over through
+ * the pool (handovers) within 65% of the time of running them one after another.
  *   usage: sched_test_idle_share CUDAWD JOB */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -168,6 +170,76 @@ static double run_pair(const char *idle_ms, uint64_t *swaps)
   return seconds;
 }
 
+/* Three jobs of 72 MiB that do not fit two together (120 MiB), 1 s GPU and 1 s host phases, on
+ * a host that has no room for an image of its own (a fake /proc/meminfo for cudawd and the jobs)
+ * and a pool that holds two images: every swap of an idle job for a waiting one is a handover
+ * over the waiting one's image in the pool. On the H100 (share_bench host) an idle job kept the
+ * GPU for its whole quantum instead: its swap was costed at the private rates, the window it had
+ * mapped did not reach the other image, and a window that grew was page-locked from its start
+ * again. The jobs start 0.3 s apart, so that each holds all its memory before a swap (an image
+ * swapped out half allocated leaves a range too small for a handover of a whole one). Without
+ * larger windows sent at once this took 18 s of 24 s one after another (75%); now about 12 s
+ * (50%): the jobs must end within 65% of it, with handovers. */
+static void run_trio(void)
+{
+  char meminfo[96], log[128], daemon_log[128];
+  snprintf(meminfo, sizeof meminfo, "%s/meminfo", run_dir);
+  FILE *f = fopen(meminfo, "w");
+  CHECK(f != NULL);
+  fprintf(f, "MemTotal:       25165824 kB\nMemFree:        1024 kB\nMemAvailable:   1100000 kB\n");
+  fclose(f);
+  snprintf(daemon_log, sizeof daemon_log, "%s/cudawd-trio.log", run_dir);
+  setenv("CUDAWD_MEMINFO", meminfo, 1);
+  const char *daemon_argv[] = {cudawd_path, "--device-memory", "120M", "--quantum", "30",
+                               "--min-run", "1", "--host-memory", "220M", "--verbose", NULL};
+  pid_t daemon = spawn(daemon_argv, daemon_log);
+  current_daemon = daemon;
+  unsetenv("CUDAWD_MEMINFO");
+  struct sched_snapshot s;
+  int tries = 0;
+  while (!snapshot(&s) && ++tries < 200) usleep(25000);
+  CHECK(tries < 200, "cudawd did not answer in %s", run_dir);
+  setenv("CUDAW_SHARE_IDLE_MS", "300", 1);
+  setenv("CUDAW_TEST_MEMINFO", meminfo, 1); /* the jobs' checkpoints see the same host */
+  setenv("CUDAW_VMEM_PIECE", "4M", 1);      /* pieces that an exchange's window can hold */
+  snprintf(log, sizeof log, "%s/jobs-trio.log", run_dir);
+  const char *job_argv[] = {job_path, "75497472", "4", "1000", "1000", "spin", NULL};
+  double start = now();
+  pid_t jobs[3];
+  for (int i = 0; i < 3; i++) { /* a little apart: each job holds all its memory before a swap */
+    if (i) usleep(300 * 1000);
+    jobs[i] = spawn(job_argv, log);
+  }
+  for (int i = 0; i < 3; i++) {
+    while (now() - start < 100) {
+      int status;
+      pid_t done = waitpid(jobs[i], &status, WNOHANG);
+      if (done == jobs[i]) {
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "job %d failed (status %d); see %s",
+              jobs[i], status, log);
+        jobs[i] = 0;
+        break;
+      }
+      usleep(50000);
+    }
+    CHECK(jobs[i] == 0, "the three jobs did not finish within 100 s; see %s", daemon_log);
+  }
+  double seconds = now() - start, serial = 3 * 4 * 2.0;
+  unsetenv("CUDAW_TEST_MEMINFO");
+  unsetenv("CUDAW_VMEM_PIECE");
+  CHECK(snapshot(&s));
+  kill(daemon, SIGTERM);
+  waitpid(daemon, NULL, 0);
+  current_daemon = 0;
+  printf("three jobs, two images in the pool, no host room for a third: %.2f s of %.0f s one "
+         "after another (%.0f%%), %llu exchanges\n", seconds, serial, 100 * seconds / serial,
+         (unsigned long long)s.exchange.exchanges);
+  CHECK(s.exchange.exchanges >= 2, "%llu exchanges: the jobs did not hand over; see %s",
+        (unsigned long long)s.exchange.exchanges, daemon_log);
+  CHECK(seconds < 0.65 * serial, "%.2f s, not under 65%% of %.0f s; see %s", seconds, serial,
+        daemon_log);
+}
+
 int main(int argc, char **argv)
 {
   CHECK(argc == 3, "usage: %s CUDAWD JOB", argv[0]);
@@ -187,6 +259,7 @@ int main(int argc, char **argv)
   CHECK(hinted < 0.70 * serial, "%.2f s with the idle hint, not under 70%% of %.1f s", hinted,
         serial);
   run_sync();
+  run_trio();
   double unhinted = run_pair("0", &swaps);
   printf("without the hint: %.2f s (%.0f%%)\n", unhinted, 100 * unhinted / serial);
   CHECK(unhinted >= 0.9 * serial, "%.2f s without the hint: the test does not measure the hint",

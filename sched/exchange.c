@@ -24,6 +24,9 @@
  * 16 MiB leaves room for a few, or for a larger staging buffer). */
 #define CHUNK_SLACK (16ull << 20)
 
+/* Seconds before a program whose side of an exchange failed may be swapped out again. */
+#define EXCHANGE_RETRY 5.0
+
 static bool member(const struct daemon *d, const struct program *p)
 {
   return d->exchange.active && (d->exchange.out == p || d->exchange.in == p);
@@ -190,6 +193,11 @@ static void answered(struct daemon *d, const struct program *p, int status)
     for (struct program *q = d->programs; q; q = q->next)
       if (q->loan_heir == p->pid) q->loan_heir = 0;
   if (x->out == p) {
+    /* sched_done skipped a side whose checkpoint failed for a quantum; an exchange's failure
+     * says little about the next one (a window not page-locked yet, the other side's failure),
+     * and for a quantum the program would keep the GPU through its idle phases (H100,
+     * share_bench host: 20 s). It may be tried again after EXCHANGE_RETRY. */
+    if (status && status != -ESRCH) x->out->skip_until = sched_now() + EXCHANGE_RETRY;
     x->out = NULL;
     x->out_status = status;
   } else {

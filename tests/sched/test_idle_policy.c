@@ -9,7 +9,7 @@
  * are kept apart for images in the pool and elsewhere; a swap that would be a handover into the
  * pool is costed at the pool's rates; a handover that fails for the window the program mapped
  * sends it the whole window, and a program that grows a window in place is sent each larger
- * one. */
+ * one; a program whose side of an exchange failed is tried again after 5 s, not a quantum. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "exchange_page.h"
 #include "test.h"
 
 static pid_t sent_pid;
@@ -257,6 +258,38 @@ static void handover_window(void)
   pool_close(&d.pool);
 }
 
+/* A program whose side of an exchange failed may be swapped out again after a few seconds, not
+ * a quantum (a plain checkpoint that failed still waits a quantum). */
+static void exchange_retry(void)
+{
+  static struct daemon d;
+  d.config = (struct sched_config){.quantum = 30, .min_run = 1, .idle_cpu = 0.02,
+                                   .device_memory = 100};
+  int dev = sched_device_slot(&d, "00112233445566778899aabbccddeeff", 1000);
+  struct program *out = join(&d, 0, dev, 40), *in = join(&d, 1, dev, 40);
+  int fd = -1;
+  struct exchange_page *page = NULL;
+  CHECK_EQ(exchange_page_create(out->pid, in->pid, 1 << 20, 1 << 20, &fd), 0);
+  CHECK_EQ(exchange_page_map(fd, &page), 0);
+  close(fd);
+  d.exchange = (struct exchange_state){.active = true, .out = out, .in = in,
+                                       .out_pid = out->pid, .in_pid = in->pid, .page = page,
+                                       .started = sched_now()};
+  out->state = SCHED_SWAPPING_OUT;
+  out->pending_op = 1;
+  in->state = SCHED_SWAPPING_IN;
+  in->pending_op = 2;
+  double now = sched_now();
+  sched_done(&d, out, 1, -ENOMEM, 0, 0.01);
+  CHECK(out->skip_until >= now + 29, "a failed checkpoint waits a quantum");
+  sched_exchange_done(&d, out, -ENOMEM);
+  CHECK(out->skip_until > now + 4 && out->skip_until < now + 6, "skipped for %.1f s",
+        out->skip_until - now);
+  sched_done(&d, in, 2, -EPIPE, 0, 0.01);
+  sched_exchange_done(&d, in, -EPIPE);
+  CHECK(!d.exchange.active, "the exchange is over");
+}
+
 int main(void)
 {
   static struct daemon d;
@@ -297,6 +330,7 @@ int main(void)
   cost_and_host();
   pool_rates();
   handover_window();
+  exchange_retry();
   printf("ok\n");
   return 0;
 }

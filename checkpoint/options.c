@@ -365,6 +365,7 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
   out->reserve_budget_pct = 75; /* JAX's 59.5 GiB image on a 128 GiB host: docs/checkpoint.md */
   out->reserve_piece = 256ull << 20; /* a stop waits for one piece's page-locking at most */
   out->reserve_threads = default_reserve_threads();
+  out->create_first = 1; /* CUDAW_CKPT_CREATE=first until beside has run on a real GPU */
   if (error && error_len) error[0] = '\0';
 #define VALUE(name) (text = env_value(name, error, error_len, &rc))
 

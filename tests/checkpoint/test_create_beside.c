@@ -52,7 +52,11 @@ int main(void) {
   setenv("CUDAW_SIGNAL", "none", 1);
   setenv("CUDAW_CKPT_STAGING", "16K", 1);
   setenv("CUDAW_CKPT_THREADS", "2", 1);
-  setenv("CUDAW_CKPT_CREATE", "beside", 1); /* the default is first until measured on a GPU */
+  struct ckpt_options defaults;
+  unsetenv("CUDAW_CKPT_CREATE");
+  ckpt_options_from_env(&defaults, NULL, 0);
+  CHECK(defaults.create_first, "CUDAW_CKPT_CREATE's default is first until measured on a GPU");
+  setenv("CUDAW_CKPT_CREATE", "beside", 1);
   fake_host_init(&host, 1);
   host.piece_bytes = PIECE;
   host.device_hash = true; /* checked on the "device" beside the copy, as on a GPU */

@@ -19,8 +19,10 @@ int shim_sched_connect(const char *path, int nonblocking, uid_t *peer_uid);
  * in *passed_fd (-1: none): recvmsg's result. */
 ssize_t shim_sched_receive(int fd, struct sched_msg *msg, int *passed_fd);
 
-/* Map the `size` bytes of cudawd's pool (the memfd fd) shared and hand the mapping to the
- * checkpoint module (ckpt_pool_attach), which page-locks it in the background. 0: attached;
+/* Hand the first `size` bytes (cudawd's window) of its pool (the memfd fd) to the checkpoint
+ * module, which page-locks them in the background: a larger window of the pool attached last
+ * grows it in place (ckpt_pool_grow), else the whole file is mapped shared and attached
+ * (ckpt_pool_attach; nothing past the window is touched). 0: attached;
  * -EBUSY: an image lies in the pool attached before (nothing changed: try again once running);
  * else -errno with the reason, in words, in *why. fd stays open either way (the caller keeps it
  * for a retry or closes it: the mapping keeps the memory). */

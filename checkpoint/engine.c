@@ -1091,8 +1091,11 @@ static void stop_releasing(struct job *job, struct engine_stats *stats) {
  * the copy (the host's hash stream is not the copies' one), only the last batch is left when the
  * copy ends. Nothing runs before the check is done: engine_restore returns after it. */
 
-/* A batch: a sixteenth of the image, from one chunk to 2 GiB (~1 ms on the device at the end). */
+/* A batch: a sixteenth of the image, from one chunk to 2 GiB (~1 ms on the device at the end).
+ * An exchange's resume checks whatever landed at once: its chunks leave the image only once
+ * checked, and the other program may be waiting for exactly those pages or that device memory. */
 static uint64_t verify_batch(const struct engine *e) {
+  if (e->pace) return 1;
   uint64_t batch = e->image_bytes / 16;
   return batch < e->chunk_bytes ? e->chunk_bytes : batch > (2ull << 30) ? 2ull << 30 : batch;
 }
@@ -1128,18 +1131,26 @@ static void *verify_landed(void *arg) {
   while (rc == 0) {
     while (!job->verifier.last && job->landed_pending < verify_batch(e))
       pthread_cond_wait(&job->verifier.cond, &job->lock);
-    if (atomic_load(&job->failed) || job->checked_count == job->landed_count) break;
-    uint64_t n = 0; /* merged copies checked chunk by chunk: each has its own sum */
+    /* After a failure elsewhere an exchange still checks what landed, so that it leaves the
+     * image (the other program may wait for it); a plain resume stops. */
+    if ((atomic_load(&job->failed) && !job->exchange) || job->checked_count == job->landed_count)
+      break;
+    uint64_t n = 0, first = job->checked_count; /* merged copies checked chunk by chunk: each */
     for (; job->checked_count < job->landed_count; job->checked_count++) {
       struct chunk_ref ref = job->landed[job->checked_count];
       for (uint32_t c = 0; c < (ref.count > 1 ? ref.count : 1); c++)
-        batch[n++] = (struct chunk_ref){ref.region, ref.chunk + c, 0};
+        batch[n++] = (struct chunk_ref){ref.region, ref.chunk + c, 0}; /* has its own sum */
     }
+    uint64_t last = job->checked_count;
     job->landed_pending = 0;
     pthread_mutex_unlock(&job->lock);
     uint64_t bytes = 0; /* counted first: verify_chunks reorders the batch in place */
     for (uint64_t k = 0; k < n; k++) bytes += chunk_length(e, batch[k]);
     rc = verify_chunks(e, batch, n, va->stats, reason, sizeof reason);
+    /* An exchange's chunks leave the image now, checked on the device: until here their pages
+     * stayed whole, so a chunk that arrived wrong is copied again by a retry. */
+    for (uint64_t k = first; rc == 0 && job->exchange && k < last; k++)
+      exchange_done(job, job->landed[k]);
     pthread_mutex_lock(&job->lock);
     if (rc == 0) job->verified_bytes += bytes;
   }
@@ -1281,7 +1292,10 @@ static int complete_slot(struct worker *w, struct slot *slot, XXH3_state_t *stat
   }
   if (job->releaser.running && !atomic_load(&job->failed)) note_saved(job, ref);
   if (job->verifier.running && !atomic_load(&job->failed)) note_landed(job, ref);
-  if (job->exchange && !atomic_load(&job->failed) && (rc = exchange_done(job, ref)) != 0) {
+  /* A resume checked as it lands hands its chunks over once they are checked (verify_landed). */
+  bool checked_later = !job->save && job->verifier.running;
+  if (job->exchange && !checked_later && !atomic_load(&job->failed) &&
+      (rc = exchange_done(job, ref)) != 0) {
     job_fail(job, rc, "exchange: giving back region %" PRIu64 "'s memory failed (%s)",
              r->region.id, strerror(-rc));
     return rc;
@@ -1361,7 +1375,7 @@ static int start_slot(struct worker *w, struct slot *slot, uint64_t index, XXH3_
     if (rc == 0 && r->fresh && !r->untouched && e->prefault && !straight)
       fault_in(r->data + offset, n, &w->times);
   } else if (r->device_sums) { /* checked on the device once restored (verify_restored) */
-    if (job->exchange) { /* ... but an exchange frees its pages once sent: checked before */
+    if (job->exchange && !job->verifier.running) { /* its pages are freed once it is done */
       double t = ckpt_now();
       uint64_t sum = ckpt_delta_hash(r->data + offset, n);
       w->times.hash += ckpt_now() - t;
@@ -1658,7 +1672,7 @@ static int run_job(struct engine *e, bool save, bool host_sums, bool live, struc
   pthread_mutex_init(&job.lock, NULL);
   if (save && !live && !e->pace && e->release_as_saved) start_releasing(&job);
   struct verifier_args verifier = {&job, stats};
-  if (!save && !e->pace && !e->source && e->verify_in_flight && e->ops->device_hash)
+  if (!save && !e->source && e->verify_in_flight && e->ops->device_hash)
     start_verifying(&job, &verifier);
   struct worker *workers = calloc((size_t)e->threads, sizeof *workers);
   if (!workers) {
@@ -2126,8 +2140,9 @@ static int restore(struct engine *e, bool beside, struct engine_stats *stats, ch
                   : run_job(e, false, false, false, chunks, count, stats, reason, len);
   e->verify_in_flight = false;
   free(chunks);
-  /* A creating resume checked each chunk before it sent it and freed it after; one checked as it
-   * landed is done too, unless some batch could not be (then all are checked here). */
+  /* A creating resume checked each chunk as it landed, or before it sent it, and freed it after;
+   * a plain one checked as they landed is done too, unless some batch could not be (then all
+   * are checked here). */
   if (rc == 0 && !e->pace && stats->verified_in_flight < held)
     rc = verify_restored(e, stats, reason, len);
   for (size_t i = 0; rc == 0 && i < e->image_count; i++) { /* the device holds it all again */

@@ -18,6 +18,7 @@
 
 struct pending_copy {
   bool to_device;
+  bool garbled; /* lands with its first byte flipped (h2d_garble_after) */
   void *host;
   uint64_t vaddr;
   size_t n;
@@ -347,6 +348,7 @@ static void execute(struct fake_stream *s, const struct pending_copy *copy) {
   uint8_t *device = r->memory + (copy->vaddr - r->vaddr);
   if (copy->to_device) memcpy(device, copy->host, copy->n);
   else memcpy(copy->host, device, copy->n);
+  if (copy->garbled) device[0] ^= 0xff;
 }
 
 /* Whether every piece under [vaddr, vaddr + n) of r is on the device. */
@@ -463,6 +465,7 @@ static int queue_copy(struct fake_host *host, bool to_device, void *hostp, uint6
     pthread_mutex_unlock(&host->lock);
     return -EIO;
   }
+  bool garbled = to_device && host->h2d_garble_after > 0 && --host->h2d_garble_after == 0;
   struct fake_region *r = find_region(host, vaddr, n);
   bool closed = host->gate_closed, ok_pinned = is_pinned(hostp, n);
   pthread_mutex_unlock(&host->lock);
@@ -479,7 +482,7 @@ static int queue_copy(struct fake_host *host, bool to_device, void *hostp, uint6
     memmove(s->queue, s->queue + 1, (QUEUE_MAX - 1) * sizeof s->queue[0]);
     s->count--;
   }
-  s->queue[s->count++] = (struct pending_copy){to_device, hostp, vaddr, n};
+  s->queue[s->count++] = (struct pending_copy){to_device, garbled, hostp, vaddr, n};
   return 0;
 }
 

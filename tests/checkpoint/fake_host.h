@@ -58,6 +58,7 @@ struct fake_host {
   int range_fail_after;        /* the Nth recreate_range from now fails with -ENOMEM (0: none) */
   int release_fail_after;      /* the Nth release_range from now fails with -EIO (0: none) */
   int copy_fail_after;         /* the Nth copy queued from now fails with -EIO (0: none) */
+  int h2d_garble_after;        /* the Nth copy to the device from now lands with a byte flipped */
   int copy_delay_us;           /* each copy takes this long when it runs (at stream_sync) */
   int range_calls;
   bool report_free;            /* device_free answers free_bytes (else -ENOSYS) */

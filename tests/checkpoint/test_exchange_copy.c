@@ -6,7 +6,8 @@
  * reached the device there and the rest in the image (its consumed pages freed) and a retry
  * finishes it byte-exact; a checkpoint that fails after releasing keeps its image, from which a
  * plain resume restores every byte. Memory that cannot move piece by piece (translate) is
- * refused before anything is copied. With checksums on the device and on the host. */
+ * refused before anything is copied. With checksums on the device and on the host; with those on
+ * the device a resume checks each chunk as it lands, and one that lands wrong is copied again. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
@@ -137,6 +138,9 @@ static void exchange(bool device_hash) {
   CHECK(sa.stats.exchange_given >= a_total - 2 * PIECE, "A gave back %" PRIu64,
         sa.stats.exchange_given); /* all but the pieces of each region's tail */
   CHECK_EQ(engine_image_bytes(eb), 0); /* B's image is gone with its pages */
+  if (device_hash && sb.stats.times.hash > 0) /* checked as it landed, not before it went */
+    test_fail("B's resume hashed on the host for %.6f s", sb.stats.times.hash);
+  if (device_hash) CHECK_EQ(sb.stats.verified_in_flight, b_total);
   CHECK_EQ(fake_host_ops.recreate_all(&b, &(uint64_t){0}), 0); /* nothing left to make */
   CHECK_EQ(b.device_used, b_total);
   check_data(&b, "B after the exchange");
@@ -190,6 +194,35 @@ static void resume_fails(bool device_hash) {
               " bytes were consumed", left, stats.exchange_given, size);
   CHECK_EQ(engine_restore_creating(e, &unpaced, &stats, reason, sizeof reason), 0);
   check_data(&b, "B after the retried resume");
+  engine_free(e);
+  fake_host_free(&b);
+}
+
+/* With checksums on the device, B's resume checks each chunk once it landed, not on the host
+ * before it goes (the host's hash held a handover's resume to ~28 GB/s on the H100). A chunk
+ * that lands wrong fails the resume, and its image pages must still be whole: they are freed
+ * only once checked, so a retry brings every byte back. */
+static void landed_wrong(void) {
+  static const uint64_t sizes[] = {24u << 20};
+  struct fake_host b;
+  program(&b, true, 950, sizes, 1);
+  struct engine *e = engine_of(&b, 2, 2u << 20);
+  struct engine_stats stats;
+  char reason[512] = "";
+  CHECK_EQ(engine_save(e, &stats, reason, sizeof reason), 0);
+  CHECK_EQ(fake_host_ops.release_all(&b), 0);
+  b.h2d_garble_after = 4;
+  int calls = b.device_hash_calls;
+  struct engine_pace unpaced = {0};
+  int rc = engine_restore_creating(e, &unpaced, &stats, reason, sizeof reason);
+  printf("resume with a chunk landed wrong: %d (%s); %" PRIu64 " bytes consumed\n", rc, reason,
+         stats.exchange_given);
+  CHECK_EQ(rc, -EBADMSG);
+  CHECK(strstr(reason, "on the device") != NULL, "found on the device: %s", reason);
+  CHECK(stats.exchange_given < sizes[0], "consumed %" PRIu64, stats.exchange_given);
+  CHECK(b.device_hash_calls > calls, "checked on the device");
+  CHECK_EQ(engine_restore_creating(e, &unpaced, &stats, reason, sizeof reason), 0);
+  check_data(&b, "B after the retry");
   engine_free(e);
   fake_host_free(&b);
 }
@@ -252,6 +285,7 @@ int main(void) {
     resume_fails(device_hash);
     checkpoint_fails(device_hash);
   }
+  landed_wrong();
   printf("exchange copy: ok\n");
   return 0;
 }

@@ -416,10 +416,12 @@ void ckpt_pool_lend(uint64_t offset, uint64_t length);
  * in [offset, offset + length) of the pool, until ckpt_pool_unlend (length 0: none). The image
  * there is dropped after each resume as with ckpt_pool_lend; the loan stays. The image reserve
  * (CUDAW_CKPT_RESERVE=auto) stands by while `covers` (the caller found the range large enough
- * for the image a checkpoint would take now) and grows as without a pool otherwise, so that the
- * image finds page-locked memory either way. Call after ckpt_pool_attach (which puts the reserve
+ * for the image a checkpoint would take now) and the range is page-locked, and grows as without a
+ * pool otherwise, so that the image finds page-locked memory either way (a checkpoint takes
+ * whichever holds more of it). Returns whether it stands by: until it does, call again (the
+ * range is page-locked in the background). Call after ckpt_pool_attach (which puts the reserve
  * on standby) whenever either changes. */
-void ckpt_pool_lend_standing(uint64_t offset, uint64_t length, bool covers);
+bool ckpt_pool_lend_standing(uint64_t offset, uint64_t length, bool covers);
 /* End the standing loan so that its range can go back to cudawd: 0 when no checkpoint uses the
  * range now or can from now on (none under way, no image in the pool); -EBUSY otherwise (the
  * loan stays: try again once running). */

@@ -411,7 +411,7 @@ void transition_reserve(struct reserve_info *out); /* all zero without a reserve
 int transition_pool_attach(void *base, uint64_t size, uint64_t mapping); /* ckpt_pool_attach */
 int transition_pool_grow(void *base, uint64_t size); /* see ckpt_pool_grow */
 void transition_pool_lend(uint64_t offset, uint64_t length);
-void transition_pool_lend_standing(uint64_t offset, uint64_t length, bool covers);
+bool transition_pool_lend_standing(uint64_t offset, uint64_t length, bool covers);
 int transition_pool_unlend(void); /* see ckpt_pool_unlend */
 uint64_t transition_image_regions(void);
 /* While paused: what park_other reported (zeros otherwise). */

@@ -985,13 +985,18 @@ void transition_pool_lend(uint64_t offset, uint64_t length) {
   pthread_mutex_unlock(&tr.lock);
 }
 
-void transition_pool_lend_standing(uint64_t offset, uint64_t length, bool covers) {
+bool transition_pool_lend_standing(uint64_t offset, uint64_t length, bool covers) {
   pthread_mutex_lock(&tr.lock);
   tr.loan_offset = offset;
   tr.loan_length = length;
   tr.loan_standing = length > 0;
-  if (tr.engine) reserve_standby(engine_reserve(tr.engine), covers && length > 0);
+  /* The reserve stands by only once the range is page-locked: until then a pause finds more of
+   * its image ready there (place_in_pool takes whichever holds more). */
+  bool standby = tr.engine && covers && length > 0 &&
+                 reserve_ready(engine_pool(tr.engine)) >= offset + length;
+  if (tr.engine) reserve_standby(engine_reserve(tr.engine), standby);
   pthread_mutex_unlock(&tr.lock);
+  return standby;
 }
 
 int transition_pool_unlend(void) {

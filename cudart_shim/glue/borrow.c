@@ -45,7 +45,8 @@ static struct {
   uint64_t loan_offset, loan_length; /* the standing loan (length 0: none) */
   bool loan_asked;         /* none held: cudawd lends one when the pool has room */
   uint64_t image;          /* what our image would take, as last told to cudawd */
-  int covered;             /* the loan holds the image (reserve on standby): 1, 0, -1 unknown */
+  int covered;             /* the loan holds the image: 1, 0, -1 unknown */
+  bool standing_by;        /* ... and is page-locked: the image reserve stands by */
   bool said_covered;       /* the lines apply_loan said last */
   char said_why[96];
 } borrow = {.fd = -1, .retry_fd = -1, .covered = -1};
@@ -81,14 +82,16 @@ static void apply_loan(const char *why)
 {
   uint64_t image = image_now();
   bool covers = borrow.pool_size && borrow.loan_length && borrow.loan_length >= image;
-  ckpt_pool_lend_standing(borrow.loan_offset, borrow.pool_size ? borrow.loan_length : 0, covers);
+  borrow.standing_by = ckpt_pool_lend_standing(borrow.loan_offset,
+                                               borrow.pool_size ? borrow.loan_length : 0, covers);
   borrow.covered = covers;
   char lent[32], need[32];
   ckpt_format_bytes(borrow.loan_length, lent, sizeof lent);
   ckpt_format_bytes(image, need, sizeof need);
   if (covers && !borrow.said_covered)
     shim_info("borrow: cudawd lends us %s of its host-memory pool (%s): a checkpoint of our %s "
-              "goes there; the image reserve stands by", lent, borrow.path, need);
+              "goes there; the image reserve stands by once that range is page-locked", lent,
+              borrow.path, need);
   else if (!covers && why && strcmp(why, borrow.said_why) != 0)
     shim_info("borrow: %s: the image reserve (CUDAW_CKPT_RESERVE) takes our checkpoint images "
               "(%s) again", why, need);
@@ -239,8 +242,10 @@ static void follow_image(void)
     borrow.image = image;
     send_msg((struct sched_msg){.type = SCHED_BORROW, .bytes = image});
   }
-  if (borrow.covered != (borrow.pool_size && borrow.loan_length && borrow.loan_length >= image))
-    apply_loan(NULL); /* the reserve leaves standby at once; a line comes with cudawd's answer */
+  bool covers = borrow.pool_size && borrow.loan_length && borrow.loan_length >= image;
+  /* The reserve leaves standby at once; it takes it once the range is page-locked (asked again
+   * each round until then). A line comes with cudawd's answer. */
+  if (borrow.covered != covers || (covers && !borrow.standing_by)) apply_loan(NULL);
 }
 
 static void *run(void *unused)

@@ -410,9 +410,11 @@ void engine_drop_image(struct engine *e) {
 
 void engine_empty_reserve(struct engine *e) {
   if (!e->reserve || e->reserve_held) return;
+  reserve_yield_to(e->pool, NULL);
   reserve_free(e->reserve);
   e->reserve = reserve_new(e->ops, e->ctx, &e->options);
   reserve_standby(e->reserve, e->pool != NULL);
+  reserve_yield_to(e->pool, e->reserve);
 }
 
 int engine_set_pool(struct engine *e, struct reserve *pool) {
@@ -421,6 +423,7 @@ int engine_set_pool(struct engine *e, struct reserve *pool) {
   e->pool = pool;
   e->loan_length = 0;
   reserve_standby(e->reserve, pool != NULL);
+  reserve_yield_to(pool, e->reserve);
   return 0;
 }
 
@@ -435,6 +438,7 @@ bool engine_image_in_pool(const struct engine *e) { return e->pool_held; }
 void engine_free(struct engine *e) {
   if (!e) return;
   engine_drop_image(e);
+  reserve_yield_to(e->pool, NULL); /* before the reserve it reads goes */
   reserve_free(e->reserve);
   reserve_free(e->pool);
   image_filler_close(&e->filler);

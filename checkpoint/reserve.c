@@ -35,6 +35,7 @@ struct reserve {
   uint64_t fixed;        /* the size asked for, 0 for auto */
   bool shared;           /* cudawd's pool: mapped by the caller, sized by cudawd, no budget */
   _Atomic bool standby;  /* auto: cudawd's pool takes the images; want nothing (shrinks) */
+  struct reserve *yield_to; /* shared: page-lock nothing while this one is (reserve_yield_to) */
   const char *name;      /* for the messages */
   uint32_t budget_pct;   /* of MemAvailable the reserve may take */
   uint64_t align;        /* where an image region starts inside the reserve: pages, so that
@@ -205,6 +206,17 @@ static void piece_done(struct reserve *rs, uint64_t at, uint64_t n, int rc) {
   pthread_cond_broadcast(&rs->wake);
 }
 
+/* Whether the program's own reserve has pieces under way (rs->lock held; the reserve never
+ * takes the pool's lock). */
+static bool other_growing(const struct reserve *rs) {
+  struct reserve *other = rs->yield_to;
+  if (!other) return false;
+  pthread_mutex_lock(&other->lock);
+  bool growing = other->claimed > other->ready;
+  pthread_mutex_unlock(&other->lock);
+  return growing;
+}
+
 /* Every thread runs this loop: hand itself the next piece, or shrink, or wait. */
 static void *grow(void *arg) {
   struct reserve *rs = arg;
@@ -219,7 +231,7 @@ static void *grow(void *arg) {
      * that one, and while paused over the image's staged part. */
     bool running = may_register();
     if (!rs->refused && want > rs->claimed && running && !rs->unregistering &&
-        (rs->claimed - rs->ready) / rs->piece < WINDOW) {
+        (rs->claimed - rs->ready) / rs->piece < WINDOW && !other_growing(rs)) {
       uint64_t available = rs->shared ? UINT64_MAX : ckpt_meminfo("MemAvailable");
       /* The budget is a share of the memory available to the reserve: what it holds already
        * (pieces under way, an image's pages) and what is available beside it. A share of
@@ -388,6 +400,14 @@ void reserve_standby(struct reserve *rs, bool standby) {
   if (!rs) return;
   atomic_store(&rs->standby, standby);
   pthread_mutex_lock(&rs->lock);
+  pthread_cond_broadcast(&rs->wake);
+  pthread_mutex_unlock(&rs->lock);
+}
+
+void reserve_yield_to(struct reserve *rs, struct reserve *other) {
+  if (!rs) return;
+  pthread_mutex_lock(&rs->lock);
+  rs->yield_to = other;
   pthread_cond_broadcast(&rs->wake);
   pthread_mutex_unlock(&rs->lock);
 }

@@ -6,7 +6,7 @@
  * engine unregisters and unmaps the pool; a handover (an exchange's save) into a range not
  * page-locked yet still goes into the pool, staged, in the pool's order; a window that grew is
  * page-locked from where it was; a plain checkpoint whose range is page-locked only in part goes
- * to the image reserve where that has more of it ready. */
+ * to the image reserve where that has more of it ready; the pool waits while the reserve grows. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
@@ -290,8 +290,41 @@ static void reserve_beats_partial_pool(void) {
   fake_host_free(&h);
 }
 
+/* The pool's threads page-lock nothing while the program's own reserve has pieces under way
+ * (each competes for the host's memory bandwidth; the reserve is what a pause soon after
+ * allocating needs first), and all of it afterwards. */
+static void pool_yields_to_reserve(void) {
+  struct fake_host h;
+  fake_host_init(&h, 1);
+  fake_host_add_region(&h, 3 * MIB, 0, 70);
+  h.register_delay_us = 20000; /* up to 20 ms a piece, for the reserve and the pool alike */
+  struct ckpt_options options = base_options();
+  options.reserve_bytes = 16 * MIB;
+  options.reserve_threads = 1; /* 8 pieces one after another */
+  struct engine *e = engine_new(&fake_host_ops, &h, &options);
+  uint8_t *base = map_pool();
+  struct reserve *pool = reserve_new_shared(&fake_host_ops, &h, base, POOL, POOL, 2 * MIB, 2);
+  CHECK(pool != NULL);
+  CHECK_EQ(engine_set_pool(e, pool), 0);
+  uint64_t most = 0; /* the pool's ready bytes while the reserve grew */
+  while (reserve_ready(engine_reserve(e)) < 16 * MIB) {
+    uint64_t ready = reserve_ready(pool);
+    if (ready > most) most = ready;
+    usleep(1000);
+  }
+  printf("the pool had %" PRIu64 " MiB page-locked while the reserve grew\n", (uint64_t)(most / MIB));
+  /* Each of its two threads may have taken one piece before the engine had it. */
+  CHECK(most <= 4 * MIB, "the pool page-locked %" PRIu64 " MiB beside the reserve", (uint64_t)(most / MIB));
+  CHECK(reserve_wait(pool, POOL, 10), "the pool is page-locked once the reserve is");
+  engine_free(e);
+  CHECK_EQ(h.registered_live, 0);
+  CHECK_EQ(h.violations, 0);
+  fake_host_free(&h);
+}
+
 int main(void) {
   reserve_beats_partial_pool();
+  pool_yields_to_reserve();
   run(false);
   run(true);
   grow_in_place();

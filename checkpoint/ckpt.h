@@ -318,6 +318,8 @@ struct ckpt_result {
   uint64_t pool_bytes;        /* checkpoint: image bytes copied straight into cudawd's pool */
   uint64_t staged_bytes;      /* bytes that went through staging buffers */
   uint64_t released_early_bytes; /* checkpoint: device memory given back while the rest was saved */
+  double release_early_seconds;  /* ... the driver's time doing so, beside the copy */
+  double release_tail_seconds;   /* ... what it added after the last copy */
   double memory_seconds;  /* release_all (checkpoint) or recreate_all (resume); a resume that
                            * made memory beside its copy: its time in the driver doing so */
   bool memory_beside;     /* resume: device memory was made beside the copy, not before it */

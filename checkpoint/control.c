@@ -124,6 +124,8 @@ int control_format_result(const struct ckpt_result *r, char *buf, size_t len) {
          r->reserve_bytes, r->staged_bytes, r->pool_bytes, r->released_early_bytes);
   append(buf, len, &used, ",\"memory_beside\":%s,\"memory_wait_ms\":%.3f",
          r->memory_beside ? "true" : "false", r->memory_wait_seconds * 1e3);
+  append(buf, len, &used, ",\"release_early_ms\":%.3f,\"release_tail_ms\":%.3f",
+         r->release_early_seconds * 1e3, r->release_tail_seconds * 1e3);
   append(buf, len, &used,
          ",\"stall_ms\":%.3f,\"live\":%s,\"precopy_bytes\":%" PRIu64 ",\"precopy_seconds\":%.6f"
          ",\"recopy_bytes\":%" PRIu64,

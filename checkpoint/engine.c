@@ -1093,11 +1093,14 @@ static void stop_releasing(struct job *job, struct engine_stats *stats) {
   free(job->saved);
   job->saved = NULL;
   stats->released_early = job->released_bytes;
+  stats->release_driver_seconds = job->release_seconds;
+  stats->release_tail_seconds = ckpt_now() - copied;
   char bytes[32];
   ckpt_format_bytes(job->released_bytes, bytes, sizeof bytes);
   ckpt_logf(CKPT_LOG_DEBUG, "checkpoint: %" PRIu64 " regions (%s) given back while saving: the "
             "releasing thread spent %.1f ms in the driver and ended %.1f ms after the last copy",
-            job->released_regions, bytes, job->release_seconds * 1e3, (ckpt_now() - copied) * 1e3);
+            job->released_regions, bytes, job->release_seconds * 1e3,
+            stats->release_tail_seconds * 1e3);
   if (job->release_error)
     ckpt_logf(CKPT_LOG_DEBUG, "checkpoint: giving device memory back while saving stopped (%s); "
               "the rest goes back at the end", strerror(-job->release_error));

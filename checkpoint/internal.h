@@ -139,6 +139,8 @@ struct engine_stats {
   uint64_t exchange_moved; /* an exchange: image bytes written (save) or device bytes created */
   uint64_t exchange_given; /* ... device bytes released (save) or image bytes consumed */
   uint64_t released_early; /* save: device bytes given back while copying (engine_release_as_saved) */
+  double release_driver_seconds; /* ... the releasing thread's time in the driver */
+  double release_tail_seconds;   /* ... what it added after the last copy */
   uint64_t given_back; /* a failed save: of those, what could not be put back (the image holds it) */
   uint64_t verified_in_flight; /* restore: bytes checked on the device while the copy went on */
   double verify_tail_seconds;  /* restore: what the check added after the last copy */

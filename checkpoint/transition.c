@@ -132,6 +132,8 @@ static void result_from_stats(struct ckpt_result *r, const struct engine_stats *
   r->pool_bytes = stats->pool_bytes;
   r->staged_bytes = stats->staged_bytes;
   r->released_early_bytes = stats->released_early;
+  r->release_early_seconds = stats->release_driver_seconds;
+  r->release_tail_seconds = stats->release_tail_seconds;
   r->exchange_moved = stats->exchange_moved;
   r->exchange_given = stats->exchange_given;
 }

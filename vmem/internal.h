@@ -211,6 +211,10 @@ void vmem_home_fini(void); /* every home, whatever it holds */
  * that enabled peer access to it (vmem_peer_access). 0 or -errno; on error the caller unmaps. */
 int vmem_grant_access(uintptr_t vaddr, uint64_t bytes, int owner);
 
+/* A slab's bounds: what a chunk freed while its slab lives may keep on the device. */
+#define SLAB_MAX_MEMBERS 64
+#define SLAB_MAX_BYTES (vmem_space.slab_max_bytes)
+
 /* slab.c: one physical allocation for a run of 2 or more adjacent released chunks of one device
  * (each chunk's vaddr + backed is the next one's vaddr): created, mapped and made accessible
  * whole; on success every chunk is resident in it. 0 or -errno, nothing held on error. */

@@ -84,16 +84,43 @@ static void become_resident(struct chunk *c) {
   vmem_space.released_chunks--;
 }
 
+/* The released chunk that starts right where c ends, on c's device and backed whole (not in
+ * pieces, not in a slab), or NULL. */
+static struct chunk *next_released(const struct chunk *c) {
+  struct vmem_space *s = &vmem_space;
+  uintptr_t at = c->vaddr + c->backed;
+  if (at < s->base || at >= s->base + s->size) return NULL;
+  struct chunk *n = s->owner[(at - s->base) >> s->shift];
+  if (!n || n->vaddr != at || n->resident || n->slab || vmem_pieced(n) || n->device != c->device)
+    return NULL;
+  return n;
+}
+
+/* c, backed whole and released, and the run of released chunks adjacent after it (even past the
+ * range: a resume's copy comes to them next) get one slab, as recreate_all gives them: thousands
+ * of small allocations made one driver call each halved a resume made beside its copy (8 GiB in
+ * 2048 allocations: 0.50x of H2D on the H100, 2026-11-27). */
+static int recreate_run_from(struct chunk *c, struct range_args *a) {
+  struct chunk *run[SLAB_MAX_MEMBERS];
+  size_t count = 1;
+  run[0] = c;
+  for (struct chunk *n = next_released(c); n && count < SLAB_MAX_MEMBERS; n = next_released(n)) {
+    if (n->vaddr + n->backed - c->vaddr > SLAB_MAX_BYTES) break;
+    run[count++] = n;
+  }
+  int rc = count > 1 ? vmem_slab_create(run, count) : vmem_backing_create(c);
+  if (rc) return rc;
+  for (size_t i = 0; i < count; i++) {
+    run[i]->epoch = a->epoch;
+    a->bytes += run[i]->backed;
+    become_resident(run[i]);
+  }
+  return 0;
+}
+
 static int recreate_in(struct chunk *c, struct range_args *a) {
   if (c->resident) return 0;
-  if (!vmem_pieced(c)) {
-    int rc = vmem_backing_create(c);
-    if (rc) return rc;
-    c->epoch = a->epoch;
-    a->bytes += c->backed;
-    become_resident(c);
-    return 0;
-  }
+  if (!vmem_pieced(c)) return recreate_run_from(c, a);
   for (uint32_t i = 0; i < c->piece_count; i++) {
     uintptr_t start;
     uint64_t bytes;

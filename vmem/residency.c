@@ -37,10 +37,6 @@ int vmem_for_each(int (*cb)(const struct vmem_chunk *chunk, void *ctx), void *ct
   return rc;
 }
 
-/* A slab's bounds: what a chunk freed while its slab lives may keep on the device. */
-#define SLAB_MAX_MEMBERS 64
-#define SLAB_MAX_BYTES (vmem_space.slab_max_bytes)
-
 /* Chunks in address order, gathered so that runs of adjacent ones can share a driver call. */
 struct chunk_array {
   struct chunk **items;

@@ -117,6 +117,8 @@ struct transition {
   double reserve_bytes, staged_bytes; // into the reserve directly / through staging buffers
   bool memory_beside;    // resume: memory made beside the copy (memory_ms beside, not before it)
   double memory_wait_ms; // ... what the copy threads waited for it, each on average
+  double release_early_ms, release_tail_ms; // checkpoint: memory given back while saving: the
+                                            // driver's time, and what it added after the copy
 };
 
 static long rss_mib()
@@ -145,7 +147,8 @@ static transition run(const char *command)
           number(reply, "threads"), number(reply, "unchanged_bytes"), rss_mib(),
           number(reply, "filled_bytes"), number(reply, "issue_ms"), number(reply, "image_ms"),
           number(reply, "reserve_bytes"), number(reply, "staged_bytes"),
-          reply.find("\"memory_beside\":true") != std::string::npos, number(reply, "memory_wait_ms")};
+          reply.find("\"memory_beside\":true") != std::string::npos, number(reply, "memory_wait_ms"),
+          number(reply, "release_early_ms"), number(reply, "release_tail_ms")};
 }
 
 // Where one transition's time went: the engine's copy phase split per copy thread (on average:
@@ -153,10 +156,13 @@ static transition run(const char *command)
 // the device checksums, release/recreate of device memory, and this process's RSS after it.
 static std::string breakdown(const char *what, const transition &t)
 {
-  char memory[96];
+  char memory[128];
   if (t.memory_beside)
     snprintf(memory, sizeof memory, "recreate beside the copy %6.1f ms (copy waited %5.1f ms)",
              t.memory_ms, t.memory_wait_ms);
+  else if (t.release_early_ms > 0)
+    snprintf(memory, sizeof memory, "release %6.1f ms (while saving %6.1f ms, after the copy %5.1f ms)",
+             t.memory_ms, t.release_early_ms, t.release_tail_ms);
   else
     snprintf(memory, sizeof memory, "%s %6.1f ms", strstr(what, "checkpoint") ? "release" : "recreate",
              t.memory_ms);

@@ -4,7 +4,9 @@
  * inside it and a range recreate makes exactly those overlapping it; a chunk with pieces missing
  * reads as released; a recreate that runs out of memory midway gives back only what it made
  * (pieces made before keep their bytes); vmem_release_all / vmem_recreate_all finish what ranges
- * began; freeing a half-resident chunk leaks nothing. Under translate both are refused. */
+ * began; freeing a half-resident chunk leaks nothing. A range recreate of a small released chunk
+ * makes it one slab with the released chunks adjacent after it (one driver allocation for the
+ * run, as recreate_all does). Under translate both are refused. */
 #include <stdint.h>
 
 #include "harness.h"
@@ -124,6 +126,48 @@ static void remap(void) {
   stop(f);
 }
 
+/* Ten adjacent 4 MiB allocations released: a range recreate at the sixth makes the sixth to the
+ * tenth in one physical allocation, one at the first makes the first five in another. */
+static void slabs(void) {
+  struct fake *f = start((struct setup){.policy = VMEM_REMAP, .device_bytes = 256 * MiB,
+                                        .piece_bytes = PIECE});
+  void *p[10];
+  for (int i = 0; i < 10; i++) CHECK_EQ(vmem_alloc(0, 4 * MiB, 0, &p[i]), 0);
+  for (int i = 1; i < 10; i++)
+    CHECK((uintptr_t)p[i] == (uintptr_t)p[i - 1] + 4 * MiB, "allocation %d follows the one before", i);
+  CHECK_EQ(vmem_release_all(), 0);
+  CHECK_EQ(fake_used(f, 0), 0);
+  uint64_t creates = fake_calls(f, FAKE_PHYS_CREATE), changed = 0, missing = 0;
+  CHECK_EQ(vmem_recreate_range((uintptr_t)p[5] + 100, 1, &changed), 0);
+  CHECK_EQ(fake_calls(f, FAKE_PHYS_CREATE) - creates, 1);
+  CHECK_EQ(changed, 20 * MiB);
+  CHECK_EQ(fake_used(f, 0), 20 * MiB);
+  for (int i = 0; i < 10; i++)
+    CHECK_EQ(chunk_state(p[i]), i >= 5 ? VMEM_RESIDENT : VMEM_RELEASED);
+  CHECK_EQ(vmem_range_missing((uintptr_t)p[0], 40 * MiB, &missing), 0);
+  CHECK_EQ(missing, 20 * MiB);
+  CHECK_EQ(vmem_recreate_range((uintptr_t)p[0], 4 * MiB, &changed), 0);
+  CHECK_EQ(fake_calls(f, FAKE_PHYS_CREATE) - creates, 2);
+  CHECK_EQ(changed, 20 * MiB);
+  for (int i = 0; i < 10; i++) {
+    CHECK_EQ(chunk_state(p[i]), VMEM_RESIDENT);
+    CHECK(vmem_translate(p[i]) == p[i], "allocation %d resident at its address", i);
+    fill((uintptr_t)p[i], 0, 4 * MiB, (unsigned)i);
+  }
+  for (int i = 0; i < 10; i++) verify((uintptr_t)p[i], 0, 4 * MiB, (unsigned)i);
+  /* A refused slab leaves the run released and nothing made. */
+  CHECK_EQ(vmem_release_all(), 0);
+  fake_fail(f, FAKE_PHYS_CREATE, 1);
+  CHECK_EQ(vmem_recreate_range((uintptr_t)p[0], 1, &changed), -ENOMEM);
+  CHECK_EQ(changed, 0);
+  CHECK_EQ(fake_used(f, 0), 0);
+  CHECK_EQ(chunk_state(p[0]), VMEM_RELEASED);
+  CHECK_EQ(vmem_recreate_all(NULL), 0);
+  for (int i = 0; i < 10; i++) CHECK_EQ(vmem_free(p[i], NULL), 0);
+  CHECK_EQ(fake_used(f, 0), 0);
+  stop(f);
+}
+
 static void translate(void) {
   struct fake *f = start((struct setup){.policy = VMEM_TRANSLATE, .device_bytes = 256 * MiB});
   void *p;
@@ -139,6 +183,7 @@ static void translate(void) {
 
 int main(void) {
   remap();
+  slabs();
   translate();
   printf("vmem pieces: ok\n");
   return 0;

@@ -102,6 +102,10 @@ struct ckpt_host_ops {
   int (*release_range)(void *ctx, uint64_t vaddr, uint64_t bytes, uint64_t *done);
   int (*recreate_range)(void *ctx, uint64_t vaddr, uint64_t bytes, uint64_t *done);
   int (*range_missing)(void *ctx, uint64_t vaddr, uint64_t bytes, uint64_t *missing);
+  /* Optional: the size of the pieces that release_range gives back one by one, each starting
+   * a multiple of it from its region's start (0 or NULL: whole regions only). A checkpoint gives
+   * each piece back as soon as it is saved. */
+  uint64_t (*piece_bytes)(void *ctx);
   /* Optional. Free memory on `device` now, as the device counts it: a resume that makes memory
    * beside its copy checks that what it will make fits before it starts (recreate_all checks the
    * same itself). Gate closed, transition thread. */

@@ -483,6 +483,12 @@ static int recreate_all(void *ctx, uint64_t *shortfall)
 
 /* Exchanges: vmem's memory piece by piece (remap only; vmem says -ENOSYS under translate). Memory
  * the program maps itself and the stacks move with release_all / recreate_all as always. */
+static uint64_t piece_bytes(void *ctx)
+{
+  (void)ctx;
+  return shim_vmem_running() ? vmem_piece_bytes() : 0;
+}
+
 static int release_range(void *ctx, uint64_t vaddr, uint64_t bytes, uint64_t *done)
 {
   (void)ctx;
@@ -1221,6 +1227,7 @@ static const struct ckpt_host_ops host_ops = {
   .release_range = release_range,
   .recreate_range = recreate_range,
   .range_missing = range_missing,
+  .piece_bytes = piece_bytes,
   .device_free = device_free,
   .device_count = device_count,
   .stream_create = stream_create,

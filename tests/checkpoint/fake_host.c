@@ -447,6 +447,11 @@ static int release_range(void *ctx, uint64_t vaddr, uint64_t bytes, uint64_t *do
   return range_op(ctx, RANGE_RELEASE, vaddr, bytes, done);
 }
 
+static uint64_t piece_bytes(void *ctx) {
+  struct fake_host *host = ctx;
+  return host->piece_bytes;
+}
+
 static int recreate_range(void *ctx, uint64_t vaddr, uint64_t bytes, uint64_t *done) {
   return range_op(ctx, RANGE_RECREATE, vaddr, bytes, done);
 }
@@ -675,6 +680,7 @@ const struct ckpt_host_ops fake_host_ops = {
     .release_range = release_range,
     .recreate_range = recreate_range,
     .range_missing = range_missing,
+    .piece_bytes = piece_bytes,
     .device_free = device_free,
     .device_count = device_count,
     .stream_create = stream_create,

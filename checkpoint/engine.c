@@ -1057,8 +1057,9 @@ static void note_saved(struct job *job, struct chunk_ref ref) {
 
 /* Whether a releasing save gave back the unit that holds `chunk` of r (then it is in the image). */
 static bool chunk_gone(const struct engine *e, const struct image_region *r, uint64_t chunk) {
-  uint64_t unit = e->unit_chunks == UINT64_MAX ? 0 : chunk / e->unit_chunks;
-  return r->gone && (r->gone[unit / 8] >> (unit % 8) & 1);
+  if (!r->gone) return false; /* also: no releasing save ran yet (unit_chunks 0) */
+  uint64_t unit = e->unit_chunks == UINT64_MAX || !e->unit_chunks ? 0 : chunk / e->unit_chunks;
+  return r->gone[unit / 8] >> (unit % 8) & 1;
 }
 
 /* Unit `unit` of region r: [*vaddr, *vaddr + *bytes). */

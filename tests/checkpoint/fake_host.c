@@ -389,6 +389,7 @@ static int range_op(struct fake_host *host, enum range_op op, uint64_t vaddr, ui
   if (op != RANGE_MISSING && !host->gate_closed) violation(host, "range operation with the gate open");
   pthread_mutex_lock(&host->lock);
   host->range_calls++;
+  if (op == RANGE_RELEASE) host->range_releases++;
   uint64_t end = vaddr + bytes;
   /* Injected failures count the calls that would change something. */
   int *fail = op == RANGE_RECREATE ? &host->range_fail_after

@@ -61,6 +61,7 @@ struct fake_host {
   int h2d_garble_after;        /* the Nth copy to the device from now lands with a byte flipped */
   int copy_delay_us;           /* each copy takes this long when it runs (at stream_sync) */
   int range_calls;
+  int range_releases;          /* release_range calls */
   bool report_free;            /* device_free answers free_bytes (else -ENOSYS) */
   uint64_t free_bytes;
   int range_delay_us;          /* each recreate_range that makes something takes this long */

@@ -75,13 +75,13 @@ static void round_trip(bool device_hash) {
   struct engine *e = engine_for(&h, true);
   struct engine_stats stats;
   char reason[256] = "";
-  int calls = h.range_calls;
+  int calls = h.range_releases;
   int rc = engine_save(e, &stats, reason, sizeof reason);
   CHECK(rc == 0, "save: %s", reason);
   CHECK_EQ(stats.released_early, total()); /* every region went back inside the save */
   int pieces = 0; /* a release per piece: the regions' pieces, the last one of each shorter */
   for (size_t i = 0; i < REGIONS; i++) pieces += (int)((sizes[i] + PIECE - 1) / PIECE);
-  CHECK_EQ(h.range_calls - calls, pieces);
+  CHECK_EQ(h.range_releases - calls, pieces);
   CHECK_EQ(h.device_used, 0);
   CHECK_EQ(stats.given_back, 0);
   release_and_resume(e, &h);

@@ -866,11 +866,18 @@ void transition_stop(void) {
   }
   if (drainer.running) ckpt_logf(CKPT_LOG_WARN, "a device drain is still running at shutdown");
   pthread_mutex_unlock(&drainer.lock);
-  free(tr.disk_regions);
-  tr.disk_regions = NULL;
-  engine_free(tr.engine);
+  /* The shim's sched and borrow threads are detached and call in (ckpt_pool_attach and co.)
+   * until the process ends: the engine goes under the lock, so that they find none, before it
+   * is freed. Freed with tr.engine still set, an attach meanwhile freed the old pool a second
+   * time and wrote into the freed reserve (ASan, a job of sched.pool_idle_jobs at its exit). */
+  pthread_mutex_lock(&tr.lock);
+  struct engine *engine = tr.engine;
   tr.engine = NULL;
   tr.started = false;
+  pthread_mutex_unlock(&tr.lock);
+  free(tr.disk_regions);
+  tr.disk_regions = NULL;
+  engine_free(engine);
 }
 
 void transition_forget_after_fork(void) {

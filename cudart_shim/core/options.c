@@ -45,8 +45,8 @@ static const struct ckpt_option_info own[] = {
   {"CUDAW_VMEM_PIECE", "auto", "remap: back an allocation larger than this with several physical "
                               "allocations of at most this size, which an exchange of two "
                               "programs on one GPU (docs/sharing.md) gives back and re-creates "
-                              "one by one, and a resume with CUDAW_CKPT_CREATE=beside re-creates "
-                              "beside its copy (auto: 1G under CUDAW_SHARE=1, else never split)",
+                              "one by one, a checkpoint gives back as each is saved and a resume "
+                              "makes just ahead of its copy (auto: 1G)",
    CKPT_OPTION_SIZE, "auto", 2ull << 20, 1ull << 40, NULL},
   {"CUDAW_VA_SIZE", "auto", "size of the reserved virtual range (auto: 4 x the devices' memory)",
    CKPT_OPTION_SIZE, "auto", 1, 0, NULL},

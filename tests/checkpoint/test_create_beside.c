@@ -55,7 +55,7 @@ int main(void) {
   struct ckpt_options defaults;
   unsetenv("CUDAW_CKPT_CREATE");
   ckpt_options_from_env(&defaults, NULL, 0);
-  CHECK(defaults.create_first, "CUDAW_CKPT_CREATE's default is first until measured on a GPU");
+  CHECK(!defaults.create_first, "CUDAW_CKPT_CREATE's default is beside (measured on the H100)");
   setenv("CUDAW_CKPT_CREATE", "beside", 1);
   fake_host_init(&host, 1);
   host.piece_bytes = PIECE;

@@ -90,8 +90,10 @@ void ckpt_shutdown(void) {
   if (started) {
     signal_restore();
     signal_remove_cleanup();
-    suspend_stop();
+    /* The control thread polls and reads the suspend pipe: it stops first, so that the pipe is
+     * never closed under it (its descriptor number could be reused by the program meanwhile). */
     control_stop();
+    suspend_stop();
     transition_stop();
     started = false;
   }

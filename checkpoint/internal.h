@@ -113,7 +113,7 @@ void reserve_status(struct reserve *rs, struct reserve_info *out);
 /* For tests: wait up to `seconds` until `bytes` are ready; false if not (or refused). */
 bool reserve_wait(struct reserve *rs, uint64_t bytes, double seconds);
 
-/* engine.c: the copy engine and the host image. */
+/* engine.c and image.c: the copy engine and the host image. */
 struct engine;
 /* Where a copy thread's time went, in seconds; engine_stats holds the average over threads. */
 struct engine_times {

@@ -61,16 +61,13 @@ struct job {
   pthread_mutex_t lock;
   int error;
   char reason[256];
-  /* A save giving memory back as it goes: the units wholly saved (start_releasing), in a queue
-   * (under lock) that one thread empties, so that the copy threads never wait for the driver's
-   * release. unit_left: chunks still to save per unit, region i's units from unit_first[i]. */
+  /* A save giving memory back as it goes: the units wholly saved (start_releasing; the engine's
+   * unit_*), in a queue (under lock) that one thread empties, so that the copy threads never
+   * wait for the driver's release. unit_left: chunks still to save per unit. */
   struct helper releaser;
   struct saved_unit { uint32_t region, unit; } *saved;
   size_t saved_head, saved_tail;
-  uint64_t unit_chunks; /* chunks per unit; UINT64_MAX: a unit is a whole region */
-  uint64_t unit_count;
   _Atomic uint64_t *unit_left;
-  uint64_t *unit_first;
   uint64_t released_bytes, released_units;
   double release_seconds; /* the releasing thread's time in release_range */
   int release_error;
@@ -431,35 +428,46 @@ static void queue_saved(struct job *job, uint32_t region, uint64_t unit) {
   pthread_mutex_unlock(&job->lock);
 }
 
-/* `ref`'s chunks are in the image: each unit goes back once none of it is left to save. */
+/* `ref`'s chunks are in the image: each unit goes back once none of it is left to save. (With
+ * whole regions, unit_chunks UINT64_MAX, every chunk is in unit 0 and (0 + 1) * it is no
+ * overflow.) */
 static void note_saved(struct job *job, struct chunk_ref ref) {
+  const struct engine *e = job->engine;
   uint64_t first = ref.chunk, end = first + (ref.count > 1 ? ref.count : 1);
   while (first < end) {
-    uint64_t unit = first / job->unit_chunks;
-    uint64_t unit_end = job->unit_chunks == UINT64_MAX ? end : (unit + 1) * job->unit_chunks;
+    uint64_t unit = first / e->unit_chunks, unit_end = (unit + 1) * e->unit_chunks;
     uint64_t n = (unit_end < end ? unit_end : end) - first;
-    if (atomic_fetch_sub(&job->unit_left[job->unit_first[ref.region] + unit], n) == n)
+    if (atomic_fetch_sub(&job->unit_left[e->unit_first[ref.region] + unit], n) == n)
       queue_saved(job, ref.region, unit);
     first += n;
   }
 }
 
-/* Whether a releasing save gave back the unit that holds `chunk` of r (then it is in the image). */
-static bool chunk_gone(const struct engine *e, const struct image_region *r, uint64_t chunk) {
-  if (!r->gone) return false; /* also: no releasing save ran yet (unit_chunks 0) */
-  uint64_t unit = e->unit_chunks == UINT64_MAX || !e->unit_chunks ? 0 : chunk / e->unit_chunks;
-  return r->gone[unit / 8] >> (unit % 8) & 1;
+/* Whether the releasing save under way gave back the unit that holds `chunk` of region `region`
+ * (then that chunk is in the image). */
+static bool chunk_gone(const struct engine *e, size_t region, uint64_t chunk) {
+  if (!e->unit_gone) return false;
+  uint64_t unit = e->unit_first[region] + chunk / e->unit_chunks;
+  return e->unit_gone[unit / 8] >> (unit % 8) & 1;
+}
+
+/* Whether any of region `region`'s device memory went back during the save under way. */
+static bool region_gone(const struct engine *e, size_t region) {
+  if (!e->unit_gone) return false;
+  for (uint64_t u = e->unit_first[region]; u < e->unit_first[region + 1]; u++)
+    if (e->unit_gone[u / 8] >> (u % 8) & 1) return true;
+  return false;
 }
 
 /* Unit `unit` of region r: [*vaddr, *vaddr + *bytes). */
-static void unit_span(const struct job *job, const struct image_region *r, uint64_t unit,
+static void unit_span(const struct engine *e, const struct image_region *r, uint64_t unit,
                       uint64_t *vaddr, uint64_t *bytes) {
-  if (job->unit_chunks == UINT64_MAX) {
+  if (e->unit_chunks == UINT64_MAX) {
     *vaddr = r->region.vaddr;
     *bytes = r->region.size;
     return;
   }
-  uint64_t unit_bytes = job->unit_chunks * job->engine->chunk_bytes, offset = unit * unit_bytes;
+  uint64_t unit_bytes = e->unit_chunks * e->chunk_bytes, offset = unit * unit_bytes;
   *vaddr = r->region.vaddr + offset;
   *bytes = r->region.size - offset < unit_bytes ? r->region.size - offset : unit_bytes;
 }
@@ -477,21 +485,15 @@ static void *release_saved(void *arg) {
     struct image_region *r = &e->image[unit.region];
     pthread_mutex_unlock(&job->lock);
     uint64_t done = 0, vaddr, bytes;
-    unit_span(job, r, unit.unit, &vaddr, &bytes);
+    unit_span(e, r, unit.unit, &vaddr, &bytes);
     double t0 = ckpt_now();
     int rc = e->ops->release_range(e->ctx, vaddr, bytes, &done);
     pthread_mutex_lock(&job->lock);
     job->release_seconds += ckpt_now() - t0;
-    /* A region released in part counts as released (what is left goes at the end). */
-    if (done || (rc == 0 && job->unit_chunks == UINT64_MAX)) {
-      uint64_t units = (unit.region + 1 < e->image_count ? job->unit_first[unit.region + 1]
-                                                         : job->unit_count) -
-                       job->unit_first[unit.region];
-      if (!r->gone) r->gone = calloc(units / 8 + 1, 1);
-      if (r->gone) { /* else the region stays on the device: released at the end */
-        r->released = true;
-        r->gone[unit.unit / 8] |= (uint8_t)(1u << (unit.unit % 8));
-      }
+    /* Marked: a failed save puts it back, or its image keeps it (put_back_released). */
+    if (done || (rc == 0 && e->unit_chunks == UINT64_MAX)) {
+      uint64_t u = e->unit_first[unit.region] + unit.unit;
+      e->unit_gone[u / 8] |= (uint8_t)(1u << (u % 8));
     }
     job->released_bytes += done;
     job->released_units += done ? 1 : 0;
@@ -507,10 +509,16 @@ static void *release_saved(void *arg) {
 static void free_units(struct job *job) {
   free(job->saved);
   free(job->unit_left);
-  free(job->unit_first);
   job->saved = NULL;
   job->unit_left = NULL;
-  job->unit_first = NULL;
+}
+
+/* The save is over (saved, put back, or kept in its image): the units are done with. */
+static void drop_units(struct engine *e) {
+  free(e->unit_first);
+  free(e->unit_gone);
+  e->unit_first = NULL;
+  e->unit_gone = NULL;
 }
 
 /* Before the copy threads start: the units (the host's pieces, which release_range gives back
@@ -521,40 +529,39 @@ static void free_units(struct job *job) {
 static void start_releasing(struct job *job) {
   struct engine *e = job->engine;
   uint64_t piece = e->ops->piece_bytes ? e->ops->piece_bytes(e->ctx) : 0;
-  job->unit_chunks = piece && piece % e->chunk_bytes == 0 && piece / e->chunk_bytes < UINT32_MAX
-                         ? piece / e->chunk_bytes
-                         : UINT64_MAX;
+  drop_units(e);
+  e->unit_chunks = piece && piece % e->chunk_bytes == 0 && piece / e->chunk_bytes < UINT32_MAX
+                       ? piece / e->chunk_bytes
+                       : UINT64_MAX;
   uint64_t units = 0;
-  job->unit_first = malloc((e->image_count ? e->image_count : 1) * sizeof *job->unit_first);
-  for (size_t i = 0; job->unit_first && i < e->image_count; i++) {
-    job->unit_first[i] = units;
+  e->unit_first = malloc((e->image_count + 1) * sizeof *e->unit_first);
+  for (size_t i = 0; e->unit_first && i < e->image_count; i++) {
+    e->unit_first[i] = units;
     uint64_t chunks = e->image[i].chunks ? e->image[i].chunks : 1;
-    units += job->unit_chunks == UINT64_MAX ? 1 : (chunks + job->unit_chunks - 1) / job->unit_chunks;
-    e->image[i].released = false;
-    free(e->image[i].gone);
-    e->image[i].gone = NULL;
+    units += (chunks - 1) / e->unit_chunks + 1; /* whole regions (UINT64_MAX): one each */
   }
-  job->unit_count = units;
-  e->unit_chunks = job->unit_chunks;
+  if (e->unit_first) e->unit_first[e->image_count] = units;
+  e->unit_gone = calloc(units / 8 + 1, 1);
   job->unit_left = calloc(units ? units : 1, sizeof *job->unit_left);
   job->saved = malloc((units ? units : 1) * sizeof *job->saved);
-  if (!job->unit_first || !job->unit_left || !job->saved) {
+  if (!e->unit_first || !e->unit_gone || !job->unit_left || !job->saved) {
     free_units(job);
+    drop_units(e);
     return;
   }
   for (uint64_t k = 0; k < job->chunk_count; k++) {
     struct chunk_ref ref = job->chunks[k];
     for (uint64_t c = ref.chunk; c < ref.chunk + (ref.count > 1 ? ref.count : 1); c++)
-      atomic_fetch_add(&job->unit_left[job->unit_first[ref.region] +
-                                       (job->unit_chunks == UINT64_MAX ? 0 : c / job->unit_chunks)],
-                       1);
+      atomic_fetch_add(&job->unit_left[e->unit_first[ref.region] + c / e->unit_chunks], 1);
   }
   for (size_t i = 0; i < e->image_count; i++)
-    for (uint64_t u = job->unit_first[i]; u < (i + 1 < e->image_count ? job->unit_first[i + 1] : units);
-         u++)
+    for (uint64_t u = e->unit_first[i]; u < e->unit_first[i + 1]; u++)
       if (atomic_load(&job->unit_left[u]) == 0)
-        job->saved[job->saved_tail++] = (struct saved_unit){(uint32_t)i, (uint32_t)(u - job->unit_first[i])};
-  if (!helper_start(&job->releaser, release_saved, job)) free_units(job);
+        job->saved[job->saved_tail++] = (struct saved_unit){(uint32_t)i, (uint32_t)(u - e->unit_first[i])};
+  if (!helper_start(&job->releaser, release_saved, job)) {
+    free_units(job);
+    drop_units(e);
+  }
 }
 
 static void stop_releasing(struct job *job, struct engine_stats *stats) {
@@ -1272,10 +1279,10 @@ static int save_delta(struct engine *e, struct chunk_ref *chunks, uint64_t count
     /* Units that went back while saving are wholly in the image: with their sums, to be put
      * back (put_back_released). */
     for (uint64_t k = 0; k < changed; k++)
-      if (chunk_gone(e, &e->image[chunks[k].region], chunks[k].chunk))
+      if (chunk_gone(e, chunks[k].region, chunks[k].chunk))
         e->image[chunks[k].region].sums[chunks[k].chunk] = sums[k];
     for (size_t i = 0; i < e->image_count; i++)
-      if (e->image[i].released) e->image[i].device_sums = true;
+      if (region_gone(e, i)) e->image[i].device_sums = true;
     return rc;
   }
   /* An exchange that stopped keeps what its image holds, to be restored: with its sums. */
@@ -1354,31 +1361,27 @@ static void put_back_released(struct engine *e, struct engine_stats *stats) {
   for (size_t i = 0; rc == 0 && i < e->image_count; i++) {
     const struct image_region *r = &e->image[i];
     uint64_t made;
-    if (r->released && (rc = e->ops->recreate_range(e->ctx, r->region.vaddr, r->region.size,
+    if (region_gone(e, i) && (rc = e->ops->recreate_range(e->ctx, r->region.vaddr, r->region.size,
                                                     &made)) != 0)
       snprintf(why, sizeof why, "re-creating region %" PRIu64 " failed: %s", r->region.id,
                strerror(-rc));
   }
   for (uint64_t k = 0; rc == 0 && k < count; k++)
-    if (chunk_gone(e, &e->image[chunks[k].region], chunks[k].chunk)) chunks[kept++] = chunks[k];
+    if (chunk_gone(e, chunks[k].region, chunks[k].chunk)) chunks[kept++] = chunks[k];
   struct engine_stats again = {0};
   if (rc == 0) rc = run_job(e, false, false, false, chunks, kept, &again, why, sizeof why);
   if (rc == 0) rc = verify_chunks(e, chunks, kept, &again, why, sizeof why);
   free(chunks);
   for (size_t i = 0; i < e->image_count; i++) {
     struct image_region *r = &e->image[i];
-    if (rc) { /* the image keeps exactly the units that went back */
-      free(r->holds);
-      if ((r->holds = calloc(r->chunks / 8 + 1, 1)))
-        for (uint64_t c = 0; c < r->chunks; c++)
-          if (chunk_gone(e, r, c)) set_holds(r, c, true);
-      for (uint64_t c = 0; c < r->chunks; c++)
-        if (chunk_gone(e, r, c))
-          stats->given_back += chunk_length(e, (struct chunk_ref){(uint32_t)i, (uint32_t)c, 0});
+    if (!rc) continue;
+    free(r->holds); /* the image keeps exactly the units that went back */
+    r->holds = calloc(r->chunks / 8 + 1, 1);
+    for (uint64_t c = 0; c < r->chunks; c++) {
+      if (!chunk_gone(e, i, c)) continue;
+      if (r->holds) set_holds(r, c, true);
+      stats->given_back += chunk_length(e, (struct chunk_ref){(uint32_t)i, (uint32_t)c, 0});
     }
-    r->released = false;
-    free(r->gone);
-    r->gone = NULL;
   }
   if (rc)
     ckpt_logf(CKPT_LOG_ERROR, "checkpoint: putting back the device memory given back while "
@@ -1441,10 +1444,7 @@ int engine_save(struct engine *e, struct engine_stats *stats, char *reason, size
     image_stop_filling(e);
     for (size_t i = 0; i < e->image_count; i++) e->image[i].fresh = false;
     if (rc && stats->released_early) put_back_released(e, stats);
-    for (size_t i = 0; i < e->image_count; i++) { /* saved: the marks are done with */
-      free(e->image[i].gone);
-      e->image[i].gone = NULL;
-    }
+    drop_units(e);
   }
   free(list.items);
   /* Half an image is worth nothing, unless device memory went back with it: then it holds the

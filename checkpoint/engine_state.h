@@ -37,11 +37,6 @@ struct image_region {
    * a creating resume clears a chunk once it is on the device, its pages freed. */
   uint8_t *holds;
   uint64_t held_prefix; /* a releasing save: chunks from the start that hold (released so far) */
-  /* A save giving memory back as it goes (engine_release_as_saved): whether some of its device
-   * memory went back during it, and which of its units (bit u; see start_releasing): only those
-   * are wholly saved. */
-  bool released;
-  uint8_t *gone;
 };
 
 struct engine {
@@ -69,7 +64,12 @@ struct engine {
   int devices;
   void **staging;  /* [slots], pinned by engine_prepare and kept */
   _Atomic bool pin_cancel; /* stop pinning more of them (engine_cancel_pinning) */
-  uint64_t unit_chunks; /* the last releasing save's units (job.unit_chunks), for its put-back */
+  /* A save giving memory back as it goes (engine_release_as_saved), until it ends: its units
+   * (pieces of unit_chunks chunks, UINT64_MAX: whole regions), region i's from unit_first[i] to
+   * unit_first[i + 1], and which went back (bit per unit: only those are wholly saved). */
+  uint64_t unit_chunks;
+  uint64_t *unit_first;
+  uint8_t *unit_gone;
   _Atomic bool precopy_cancel; /* stop a pre-copy under way (engine_cancel_precopy) */
   void **streams;  /* [devices * slots], created and destroyed by the workers in each job */
   struct image_region *image;

@@ -133,7 +133,6 @@ static void free_image_region(struct engine *e, struct image_region *r) {
   if (r->data && !r->in_reserve) munmap(r->data, r->mapped);
   free(r->sums);
   free(r->holds);
-  free(r->gone);
   memset(r, 0, sizeof *r);
 }
 

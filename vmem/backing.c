@@ -167,6 +167,10 @@ int vmem_backing_create(struct chunk *c) {
     c->resident = true;
     return 0;
   }
+  if (c->slab) { /* released while its slab lives: still mapped there */
+    vmem_slab_rejoin(c);
+    return 0;
+  }
   if (c->backed > s->piece_bytes) return create_pieces(c);
   uint64_t handle;
   int rc = map_new(c->device, c->vaddr, c->backed, &handle);

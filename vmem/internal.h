@@ -34,7 +34,8 @@ struct chunk {
    * resident is true only while every piece is; pieces_resident counts them. */
   struct piece { uint64_t handle, stamp; } *pieces; /* stamp: vmem_space.piece_stamp at birth */
   uint32_t piece_count, pieces_resident;
-  struct slab *slab;   /* remap: the slab whose memory backs it, if any (slab.c) */
+  struct slab *slab;   /* remap: the slab whose memory backs it, if any (slab.c); also while
+                        * released with the slab still mapped for other members */
   uint64_t epoch;      /* recreate_all marks what it re-created */
   int device;
   bool resident;
@@ -221,8 +222,13 @@ int vmem_grant_access(uintptr_t vaddr, uint64_t bytes, int owner);
 int vmem_slab_create(struct chunk **chunks, size_t count);
 /* c stops using its slab (c becomes non-resident). `freed`: the program freed c, so its virtual
  * range is given back only when the slab goes (it stays mapped until then); the caller must not
- * give it back. The last member to leave unmaps and releases the slab. */
+ * give it back. The last resident member to leave unmaps and releases the slab. Released, not
+ * freed, while others stay, c keeps `slab`: its range is still mapped there, so that it comes
+ * back only through vmem_slab_rejoin (the driver maps nothing over a mapped range). */
 void vmem_slab_leave(struct chunk *c, bool freed);
+/* c, released while its slab lives (c->slab set, not resident), is resident in it again, with the
+ * bytes it had. */
+void vmem_slab_rejoin(struct chunk *c);
 uint64_t vmem_slab_bytes(const struct chunk *c); /* 0 when not in a slab */
 uintptr_t vmem_slab_vaddr(const struct chunk *c); /* the slab's start; c must be in one */
 

@@ -104,7 +104,8 @@ static int recreate_run_from(struct chunk *c, struct range_args *a) {
   struct chunk *run[SLAB_MAX_MEMBERS];
   size_t count = 1;
   run[0] = c;
-  for (struct chunk *n = next_released(c); n && count < SLAB_MAX_MEMBERS; n = next_released(n)) {
+  for (struct chunk *n = c->slab ? NULL : next_released(c); n && count < SLAB_MAX_MEMBERS;
+       n = next_released(n)) {
     if (n->vaddr + n->backed - c->vaddr > SLAB_MAX_BYTES) break;
     run[count++] = n;
   }

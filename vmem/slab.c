@@ -14,6 +14,7 @@ struct slab {
   uintptr_t vaddr;
   uint64_t bytes;
   uint32_t members; /* chunks still backed by it */
+  uint32_t left;    /* chunks released while it lives: their ranges stay mapped (vmem_slab_rejoin) */
   uint32_t freed;   /* chunks freed by the program, whose ranges wait for the slab to go */
   struct {
     uintptr_t vaddr;
@@ -59,18 +60,43 @@ free_slab:
 void vmem_slab_leave(struct chunk *c, bool freed) {
   struct vmem_space *s = &vmem_space;
   struct slab *slab = c->slab;
-  c->slab = NULL;
+  if (c->resident) slab->members--;
+  else slab->left--; /* released before: freed now */
   c->real = 0;
   c->resident = false;
   if (freed) {
     slab->ranges[slab->freed].vaddr = c->vaddr;
     slab->ranges[slab->freed++].granules = c->va_bytes >> s->shift;
   }
-  if (--slab->members > 0) return;
+  c->slab = NULL;
+  if (slab->members > 0) {
+    if (!freed) { /* released while others stay: its range stays mapped here */
+      c->slab = slab;
+      slab->left++;
+    }
+    return;
+  }
   /* The last member: the memory goes, then the freed ranges can be handed out again. A failing
-   * unmap leaves nothing we could do better; the handle is dropped either way. */
+   * unmap leaves nothing we could do better; the handle is dropped either way. Chunks released
+   * before are released for good now. */
   s->prims->unmap(s->ctx, slab->vaddr, slab->bytes);
   s->prims->phys_release(s->ctx, slab->handle);
+  for (uintptr_t p = slab->vaddr; slab->left > 0 && p < slab->vaddr + slab->bytes;) {
+    struct chunk *m = vmem_owner(p);
+    if (m && m->slab == slab) {
+      m->slab = NULL;
+      slab->left--;
+    }
+    p = m && m->vaddr + m->backed > p ? m->vaddr + m->backed : p + (1ull << s->shift);
+  }
   for (uint32_t i = 0; i < slab->freed; i++) vmem_va_give(slab->ranges[i].vaddr, slab->ranges[i].granules);
   free(slab);
+}
+
+void vmem_slab_rejoin(struct chunk *c) {
+  c->slab->left--;
+  c->slab->members++;
+  c->handle = 0;
+  c->real = c->vaddr;
+  c->resident = true;
 }

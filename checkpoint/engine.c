@@ -515,8 +515,11 @@ static void free_units(struct job *job) {
 
 /* The save is over (saved, put back, or kept in its image): the units are done with. */
 static void drop_units(struct engine *e) {
+  for (size_t i = 0; e->unit_holds && i < e->image_count; i++) free(e->unit_holds[i]);
+  free(e->unit_holds);
   free(e->unit_first);
   free(e->unit_gone);
+  e->unit_holds = NULL;
   e->unit_first = NULL;
   e->unit_gone = NULL;
 }
@@ -542,9 +545,15 @@ static void start_releasing(struct job *job) {
   }
   if (e->unit_first) e->unit_first[e->image_count] = units;
   e->unit_gone = calloc(units / 8 + 1, 1);
+  /* The chunk maps a failed put-back gives the image, made now: made by the put-back, a map it
+   * could not allocate read as "holds every chunk" (NULL), and the resume copied chunks never
+   * saved over memory that never left the device. */
+  bool maps = (e->unit_holds = calloc(e->image_count ? e->image_count : 1, sizeof *e->unit_holds));
+  for (size_t i = 0; maps && i < e->image_count; i++)
+    maps = (e->unit_holds[i] = calloc(e->image[i].chunks / 8 + 1, 1)) != NULL;
   job->unit_left = calloc(units ? units : 1, sizeof *job->unit_left);
   job->saved = malloc((units ? units : 1) * sizeof *job->saved);
-  if (!e->unit_first || !e->unit_gone || !job->unit_left || !job->saved) {
+  if (!e->unit_first || !e->unit_gone || !maps || !job->unit_left || !job->saved) {
     free_units(job);
     drop_units(e);
     return;
@@ -1375,11 +1384,12 @@ static void put_back_released(struct engine *e, struct engine_stats *stats) {
   for (size_t i = 0; i < e->image_count; i++) {
     struct image_region *r = &e->image[i];
     if (!rc) continue;
-    free(r->holds); /* the image keeps exactly the units that went back */
-    r->holds = calloc(r->chunks / 8 + 1, 1);
+    free(r->holds); /* the image keeps exactly the units that went back (map made up front) */
+    r->holds = e->unit_holds[i];
+    e->unit_holds[i] = NULL;
     for (uint64_t c = 0; c < r->chunks; c++) {
       if (!chunk_gone(e, i, c)) continue;
-      if (r->holds) set_holds(r, c, true);
+      set_holds(r, c, true);
       stats->given_back += chunk_length(e, (struct chunk_ref){(uint32_t)i, (uint32_t)c, 0});
     }
   }

@@ -70,6 +70,7 @@ struct engine {
   uint64_t unit_chunks;
   uint64_t *unit_first;
   uint8_t *unit_gone;
+  uint8_t **unit_holds; /* per region, zeroed: its chunk map should the put-back fail */
   _Atomic bool precopy_cancel; /* stop a pre-copy under way (engine_cancel_precopy) */
   void **streams;  /* [devices * slots], created and destroyed by the workers in each job */
   struct image_region *image;

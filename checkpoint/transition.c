@@ -89,6 +89,18 @@ static void note_paused_locked(void) {
 
 bool transition_image_away(void) { return atomic_load(&image_away); }
 
+/* A checkpoint failed after memory had left the device, and putting it back failed: the image is
+ * the only copy of that memory, so the program stays paused with it (the gate closed) and a
+ * resume brings everything back; never run on without it. */
+static void stay_paused_with_image(void) {
+  tr.stay_paused = true;
+  pthread_mutex_lock(&tr.lock);
+  tr.other = (struct ckpt_other_memory){0};
+  tr.paused = (struct transition_paused){0};
+  note_paused_locked();
+  pthread_mutex_unlock(&tr.lock);
+}
+
 static void remember_disk_regions(void) {
   size_t count = (size_t)engine_image_regions(tr.engine);
   struct ckpt_region *regions = calloc(count ? count : 1, sizeof *regions);
@@ -269,12 +281,7 @@ static void pause_program(struct ckpt_result *r, double requested_at) {
          "program stays paused with its image (a resume brings it back)",
          tr.side.page ? "an exchange's checkpoint" : "the checkpoint",
          tr.side.page ? stats.exchange_given : stats.given_back, reason);
-    tr.stay_paused = true;
-    pthread_mutex_lock(&tr.lock);
-    tr.other = (struct ckpt_other_memory){0};
-    tr.paused = (struct transition_paused){0};
-    note_paused_locked();
-    pthread_mutex_unlock(&tr.lock);
+    stay_paused_with_image();
     return;
   }
   if (rc) {
@@ -305,9 +312,15 @@ static void pause_program(struct ckpt_result *r, double requested_at) {
     struct engine_stats again;
     if (stats.released_early && !undone)
       undone = engine_restore(tr.engine, &again, reason, sizeof reason);
+    if (undone) {
+      fail(r, rc, "moving managed memory off the device failed: %s; putting back the memory "
+           "given back while saving failed too: the program stays paused with its image (a "
+           "resume brings it back)", strerror(-rc));
+      stay_paused_with_image();
+      return;
+    }
     engine_drop_image(tr.engine);
-    fail(r, rc, "moving managed memory off the device failed: %s%s", strerror(-rc),
-         undone ? "; and putting back the memory given back while saving failed too" : "");
+    fail(r, rc, "moving managed memory off the device failed: %s", strerror(-rc));
     goto reopen;
   }
   rc = ops->release_all(ctx);
@@ -317,9 +330,15 @@ static void pause_program(struct ckpt_result *r, double requested_at) {
     /* The host re-created what it had released, with undefined content: put the saved bytes
      * back before the program continues. */
     int restored = engine_restore(tr.engine, &stats, reason, sizeof reason);
+    if (restored) {
+      fail(r, rc, "releasing device memory failed: %s, and restoring the saved bytes too: the "
+           "program stays paused with its image (a resume brings it back); %s", strerror(-rc),
+           reason);
+      stay_paused_with_image();
+      return;
+    }
     engine_drop_image(tr.engine);
-    fail(r, rc, "releasing device memory failed: %s%s%s", strerror(-rc),
-         restored ? "; restoring the saved bytes failed too: " : "", restored ? reason : "");
+    fail(r, rc, "releasing device memory failed: %s", strerror(-rc));
     goto reopen;
   }
   if (request->release_all) {
@@ -333,9 +352,14 @@ static void pause_program(struct ckpt_result *r, double requested_at) {
       int undone = ops->recreate_all(ctx, &shortfall);
       if (!undone) undone = engine_restore(tr.engine, &stats, undo, sizeof undo);
       if (ops->unpark_other) (void)ops->unpark_other(ctx);
+      if (undone) {
+        fail(r, rc, "releasing everything failed: %s; restoring cudaw's part failed too: the "
+             "program stays paused with its image (a resume brings it back)", reason);
+        stay_paused_with_image();
+        return;
+      }
       engine_drop_image(tr.engine);
-      fail(r, rc, "releasing everything failed: %s; %s", reason,
-           undone ? "and restoring cudaw's part failed too" : "the program keeps running");
+      fail(r, rc, "releasing everything failed: %s; the program keeps running", reason);
       goto reopen;
     }
     r->driver_released = true;

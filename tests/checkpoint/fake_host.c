@@ -246,6 +246,25 @@ static int release_all(void *ctx) {
   if (!host->gate_closed) violation(host, "release_all with the gate open");
   pthread_mutex_lock(&host->lock);
   host->release_calls++;
+  if (host->release_all_error) { /* made again where it went, its content undefined */
+    for (size_t i = 0; i < host->region_count; i++) {
+      struct fake_region *r = &host->regions[i];
+      if (!r->memory) {
+        r->memory = malloc(r->size ? r->size : 1);
+        account(host, (int64_t)r->size);
+      } else {
+        for (uint64_t p = 0; r->piece_gone && p * host->piece_bytes < r->size; p++)
+          if (r->piece_gone[p]) {
+            uint64_t n = r->size - p * host->piece_bytes;
+            r->piece_gone[p] = false;
+            account(host, (int64_t)(n < host->piece_bytes ? n : host->piece_bytes));
+          }
+      }
+      memset(r->memory, 0xee, r->size);
+    }
+    pthread_mutex_unlock(&host->lock);
+    return host->release_all_error;
+  }
   for (size_t i = 0; i < host->region_count; i++) {
     struct fake_region *r = &host->regions[i];
     if (r->memory) memset(r->memory, 0xdd, r->size); /* stale data must not survive */
@@ -662,6 +681,24 @@ static int device_bytes(void *ctx, uint64_t *bytes, uint64_t *regions) {
   return 0;
 }
 
+static int park_other(void *ctx, struct ckpt_other_memory *held) {
+  struct fake_host *host = ctx;
+  pthread_mutex_lock(&host->lock);
+  host->park_calls++;
+  int rc = host->park_error;
+  pthread_mutex_unlock(&host->lock);
+  *held = (struct ckpt_other_memory){0};
+  return rc;
+}
+
+static int unpark_other(void *ctx) {
+  struct fake_host *host = ctx;
+  pthread_mutex_lock(&host->lock);
+  host->unpark_calls++;
+  pthread_mutex_unlock(&host->lock);
+  return 0;
+}
+
 static void log_line(void *ctx, int level, const char *message) {
   struct fake_host *host = ctx;
   pthread_mutex_lock(&host->lock);
@@ -678,6 +715,8 @@ const struct ckpt_host_ops fake_host_ops = {
     .for_each_region = for_each_region,
     .release_all = release_all,
     .recreate_all = recreate_all,
+    .park_other = park_other,
+    .unpark_other = unpark_other,
     .release_range = release_range,
     .recreate_range = recreate_range,
     .range_missing = range_missing,

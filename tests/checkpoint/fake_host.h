@@ -60,6 +60,9 @@ struct fake_host {
   int copy_fail_after;         /* the Nth copy queued from now fails with -EIO (0: none) */
   int h2d_garble_after;        /* the Nth copy to the device from now lands with a byte flipped */
   int copy_delay_us;           /* each copy takes this long when it runs (at stream_sync) */
+  int park_error;              /* park_other returns this (0: parks nothing, succeeds) */
+  int release_all_error;       /* release_all fails with this, its memory left garbled, as a
+                                  host that re-created what it had released leaves it */
   int range_calls;
   int range_releases;          /* release_range calls */
   bool report_free;            /* device_free answers free_bytes (else -ENOSYS) */
@@ -70,7 +73,7 @@ struct fake_host {
    * range_created: the bytes recreate_range made. The test resets them. */
   uint64_t events, last_create_event, first_h2d_event, range_created;
   /* what happened */
-  int gate_closes, gate_opens, release_calls, recreate_calls, copies;
+  int gate_closes, gate_opens, release_calls, recreate_calls, copies, park_calls, unpark_calls;
   int pinned_live, streams_live, registered_live;
   int pin_calls;               /* host_alloc_pinned calls that succeeded */
   int register_calls;

@@ -580,19 +580,44 @@ static void learn_device(int device)
   describe(device);
 }
 
-/* Wait for cudawd's answer without counting as a call in flight, so that cudawd may pause us
- * meanwhile; come back through the gate. Called with lease_lock held, which is let go while the
- * gate holds us: paused, and cudawd gone, the connection thread must be able to join the next
- * one (the caller sees the generation change and asks again). */
-static int wait_answer(void)
+/* An allocation that has waited this long for its turn says so, once (and again when it goes on):
+ * a program that sits in cudaMalloc while others hold the GPU is sharing, not hung. */
+#define WAIT_NOTE_SECONDS 10
+
+/* Wait for cudawd's answer to the allocation of `need` bytes on device without counting as a
+ * call in flight, so that cudawd may pause us meanwhile; come back through the gate. Called with
+ * lease_lock held, which is let go while the gate holds us: paused, and cudawd gone, the
+ * connection thread must be able to join the next one (the caller sees the generation change and
+ * asks again). */
+static int wait_answer(uint64_t need, int device)
 {
   atomic_fetch_add(&client.asking, 1);
   int stepped_out = shim_gate_step_out();
+  double started = seconds_now();
+  struct timespec note_at;
+  clock_gettime(CLOCK_REALTIME, &note_at); /* the condition's clock */
+  note_at.tv_sec += WAIT_NOTE_SECONDS;
+  bool noted = false;
   pthread_mutex_lock(&client.reply_lock);
-  while (!client.reply_ready) pthread_cond_wait(&client.reply_cond, &client.reply_lock);
+  while (!client.reply_ready) {
+    if (noted) {
+      pthread_cond_wait(&client.reply_cond, &client.reply_lock);
+    } else if (pthread_cond_timedwait(&client.reply_cond, &client.reply_lock, &note_at) ==
+                   ETIMEDOUT && !client.reply_ready) {
+      noted = true;
+      pthread_mutex_unlock(&client.reply_lock);
+      shim_info("sched: an allocation on device %d (to hold %.2f GiB there) has waited %d s for "
+                "its turn on the GPU: cudawd on %s makes room when another program's turn ends "
+                "(`cudaw-ctl sched` shows the queue)", device, (double)need / (1u << 30),
+                WAIT_NOTE_SECONDS, client.path);
+      pthread_mutex_lock(&client.reply_lock);
+    }
+  }
   client.reply_ready = false;
   int status = client.reply_status;
   pthread_mutex_unlock(&client.reply_lock);
+  if (noted)
+    shim_info("sched: cudawd answered the allocation after %.1f s", seconds_now() - started);
   pthread_mutex_unlock(&client.lease_lock);
   shim_gate_step_in(stepped_out);
   atomic_fetch_sub(&client.asking, 1);
@@ -626,7 +651,7 @@ static int ask(int device, uint64_t size, int flags)
   pthread_mutex_unlock(&client.reply_lock);
   unsigned generation = client.generation;
   if (send_msg(msg) != 0) return 2; /* cudawd is gone: the thread notices and warns */
-  int status = wait_answer();
+  int status = wait_answer(need, device);
   if (client.generation != generation && atomic_load(&client.connected)) {
     /* The answer came from (or for the loss of) a cudawd that has gone since: ask the new one,
      * which knows what we hold from our hello. */

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: build cudaw from source there and run the GPU half of the suite,
 # benchmarks and framework checks. The machine lacks our Debian -dev packages: their .debs travel
-# in .carry/debs (see README) and are unpacked into /tmp/deps.
+# in .carry/debs (tests/gpu/fetch_debs.sh fetches them here) and are unpacked into /tmp/deps.
 # Usage: tests/gpu/device_run.sh [stage ...]   stages: build test bench pytorch cupy ckpt driver release multi
 # spill pool idle share notebook soon demo gpu k8s (default: build test bench). spill: tests/gpu/spill_bench.sh.
 # notebook: tests/sched/notebook_bench.sh (six PyTorch notebooks through cudawd's disk tier).

@@ -37,11 +37,18 @@ cleanup() {
   done
   for dir in $(cat "$tmp/rundirs" 2>/dev/null); do rm -rf "$dir"; done
   rm -f "/dev/shm/cudaw-emu-all-${tmp#/tmp/}-0"
-  if [ "$status" -eq 0 ]; then rm -rf "$tmp"; else echo "kept $tmp (logs)"; fi
+  if [ "$status" -eq 0 ] && [ -z "${KEEP:-}" ]; then rm -rf "$tmp"; else echo "kept $tmp (logs)"; fi
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
-fail() { echo "FAIL: $*"; exit 1; }
+# fail WHAT: the reason, then every log this test keeps (CI keeps no files), and exit 1.
+fail() {
+  echo "FAIL: $*"
+  for f in "$tmp/cudawd.log" "$tmp"/*.out; do
+    [ -s "$f" ] && { echo "--- $f, its last 40 lines:"; tail -40 "$f"; }
+  done
+  exit 1
+}
 # until_true SECONDS LOG COMMAND...: poll COMMAND every 0.1 s; fail with LOG after SECONDS.
 until_true() {
   limit=$(($1 * 10)) log=$2 n=0

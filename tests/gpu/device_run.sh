@@ -3,9 +3,10 @@
 # benchmarks and framework checks. The machine lacks our Debian -dev packages: their .debs travel
 # in .carry/debs (tests/gpu/fetch_debs.sh fetches them here) and are unpacked into /tmp/deps.
 # Usage: tests/gpu/device_run.sh [stage ...]   stages: build test bench pytorch cupy ckpt driver release multi
-# spill pool idle share notebook soon demo gpu k8s (default: build test bench). spill: tests/gpu/spill_bench.sh.
+# spill pool idle share notebook soon soon_threads poolfault demo gpu k8s (default: build test bench). spill: tests/gpu/spill_bench.sh.
 # notebook: tests/sched/notebook_bench.sh (six PyTorch notebooks through cudawd's disk tier).
-# idle: tests/sched/idle_bench.sh. soon: jobs paused ~2 s after allocating (tests/gpu/pause_soon.sh).
+# idle: tests/sched/idle_bench.sh. soon: jobs paused ~2 s after allocating (tests/gpu/pause_soon.sh);
+# soon_threads: PyTorch's, with 8, 12 and 16 reserve threads; poolfault: tests/bench/bench_pool_fault.
 # demo: examples/demo.sh on the built tree (the
 # README's first command, nvidia-smi's figures); gpu: `ctest -L gpu -j4`, the GPU tests side by side; k8s: a
 # PyTorch job under cudaw's CDI edits applied by hand (tests/k8s/gpu_pytorch_cdi.sh). Logs go to $OUT (or /tmp/cudaw-out); the summary is
@@ -143,6 +144,24 @@ if [[ " $stages " == *" soon "* ]]; then
   done
   CUDAW_VMEM=translate soon jax_prealloc_translate stop python3 "$SRC/examples/jax/loop.py" ${JAX_STEPS:-20000} 1024 1000
   note "pause soon after allocating:"; cat "$OUT/soon.log"
+fi
+if [[ " $stages " == *" soon_threads "* ]]; then
+  # Issue 32: PyTorch 45 GiB paused ~2 s after allocating, SOON_REPEATS times with each number of
+  # reserve threads (how much of the reserve is page-locked by then decides the checkpoint).
+  : > "$OUT/soon_threads.log"
+  for threads in ${RESERVE_THREADS:-8 12 16}; do
+    for i in $(seq "${SOON_REPEATS:-3}"); do
+      CUDAW_CKPT_RESERVE_THREADS=$threads bash "$SRC/tests/gpu/pause_soon.sh" "$B" \
+        "pytorch_45g_reserve_threads_$threads" stop python3 "$SRC/examples/pytorch/loop.py" \
+        ${PT_STEPS:-60000} 46080 2000 >> "$OUT/soon_threads.log" 2>&1
+    done
+  done
+  note "pause soon, by reserve threads:"; cat "$OUT/soon_threads.log"
+fi
+if [[ " $stages " == *" poolfault "* ]]; then
+  # How fast this host gives cudawd's pool its pages: populate (today) against fallocate.
+  "$B/tests/bench/bench_pool_fault" ${POOL_FAULT_GIB:-16} 16 > "$OUT/pool_fault.log" 2>&1
+  note "bench_pool_fault (rc $?):"; cat "$OUT/pool_fault.log"
 fi
 if [[ " $stages " == *" demo "* ]]; then
   t0=$SECONDS

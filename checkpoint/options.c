@@ -16,9 +16,6 @@
 #define DEFAULT_STAGING_BYTES (4ull << 20)
 #define MAX_DEFAULT_THREADS 12u
 
-/* The copy threads: one per online CPU, at most 16. The program's own threads wait at the gate
- * while they run, and the host side of the copies (hashing, copying between staging and the
- * image, first-touch page faults) needs many cores to keep up with the DMA. */
 /* The reserve's threads: faulting fresh huge pages in scales with threads up to the memory's
  * bandwidth (8 on the H100 machine, docs/performance.md); half the CPUs leaves the program the
  * rest while it grows. */
@@ -28,8 +25,10 @@ static uint32_t default_reserve_threads(void) {
   return threads > 8 ? 8u : (uint32_t)threads;
 }
 
-/* Three quarters of the CPUs, so that the thread giving device memory back beside the copy
- * (and the driver's own) find one: with 16 copy threads on 16 CPUs a first checkpoint of 16384
+/* The copy threads: the program's own threads wait at the gate while they run, and the host side
+ * of the copies (hashing, copying between staging and the image, first-touch page faults) needs
+ * many cores to keep up with the DMA. Three quarters of the CPUs, at most 12, so that the thread
+ * giving device memory back beside the copy (and the driver's own) find one: with 16 copy threads on 16 CPUs a first checkpoint of 16384
  * allocations took 0.84x of D2H, its release ending 113 ms after the copy; with 12, 0.93x, and
  * with 8, 0.91x (64 GiB, H100, 2026-11-27). */
 static uint32_t default_threads(void) {

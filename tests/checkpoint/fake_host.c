@@ -241,6 +241,22 @@ static int for_each_region(void *ctx, ckpt_region_visit_fn visit, void *visit_ct
   return 0;
 }
 
+/* r resident again (lock held): new memory holds garbage; pieces an exchange released come back. */
+static void make_whole(struct fake_host *host, struct fake_region *r) {
+  if (!r->memory) {
+    r->memory = malloc(r->size);
+    memset(r->memory, 0xa5, r->size);
+    account(host, (int64_t)r->size);
+    return;
+  }
+  for (uint64_t p = 0; r->piece_gone && p * host->piece_bytes < r->size; p++)
+    if (r->piece_gone[p]) {
+      uint64_t n = r->size - p * host->piece_bytes;
+      r->piece_gone[p] = false;
+      account(host, (int64_t)(n < host->piece_bytes ? n : host->piece_bytes));
+    }
+}
+
 static int release_all(void *ctx) {
   struct fake_host *host = ctx;
   if (!host->gate_closed) violation(host, "release_all with the gate open");
@@ -248,19 +264,8 @@ static int release_all(void *ctx) {
   host->release_calls++;
   if (host->release_all_error) { /* made again where it went, its content undefined */
     for (size_t i = 0; i < host->region_count; i++) {
-      struct fake_region *r = &host->regions[i];
-      if (!r->memory) {
-        r->memory = malloc(r->size ? r->size : 1);
-        account(host, (int64_t)r->size);
-      } else {
-        for (uint64_t p = 0; r->piece_gone && p * host->piece_bytes < r->size; p++)
-          if (r->piece_gone[p]) {
-            uint64_t n = r->size - p * host->piece_bytes;
-            r->piece_gone[p] = false;
-            account(host, (int64_t)(n < host->piece_bytes ? n : host->piece_bytes));
-          }
-      }
-      memset(r->memory, 0xee, r->size);
+      make_whole(host, &host->regions[i]);
+      memset(host->regions[i].memory, 0xee, host->regions[i].size);
     }
     pthread_mutex_unlock(&host->lock);
     return host->release_all_error;
@@ -290,22 +295,7 @@ static int recreate_all(void *ctx, uint64_t *shortfall) {
     pthread_mutex_unlock(&host->lock);
     return -ENOMEM;
   }
-  for (size_t i = 0; i < host->region_count; i++) {
-    struct fake_region *r = &host->regions[i];
-    if (r->memory) {
-      for (uint64_t p = 0; r->piece_gone && p * host->piece_bytes < r->size; p++)
-        if (r->piece_gone[p]) { /* a piece an exchange released */
-          uint64_t n = r->size - p * host->piece_bytes;
-          n = n < host->piece_bytes ? n : host->piece_bytes;
-          r->piece_gone[p] = false;
-          account(host, (int64_t)n);
-        }
-      continue;
-    }
-    r->memory = malloc(r->size);
-    memset(r->memory, 0xa5, r->size); /* new memory holds garbage */
-    account(host, (int64_t)r->size);
-  }
+  for (size_t i = 0; i < host->region_count; i++) make_whole(host, &host->regions[i]);
   host->released = false;
   pthread_mutex_unlock(&host->lock);
   return 0;

@@ -131,13 +131,18 @@ if [[ " $stages " == *" share "* ]]; then
   bash "$SRC/tests/sched/share_bench.sh" "$B" "$OUT/share" > "$OUT/share_bench.log" 2>&1
   note "share_bench (rc $?):"; grep -vE "^\s*$" "$OUT/share_bench.log" | tail -30
 fi
+if [[ " $stages " == *" soon "* || " $stages " == *" soon_threads "* ]] && [ "${WARM_GIB:-0}" -gt 0 ]; then
+  # WARM_GIB: fault that much host memory in once first (a fresh VM's first touch is slow).
+  t0=$SECONDS
+  "$B/tests/gpu/ckpt_mem_helper" touch "$WARM_GIB" > "$OUT/warm.log" 2>&1
+  rc=$?
+  note "host memory touched first: $WARM_GIB GiB in $((SECONDS - t0)) s (rc $rc): $(tail -1 "$OUT/warm.log")"
+fi
 if [[ " $stages " == *" soon "* ]]; then
   # Issue 32: PyTorch 45 GiB and JAX (default 75% preallocation) paused ~2 s after allocating,
   # stop-the-world and live, under the default options; JAX once more under translate.
   soon() { bash "$SRC/tests/gpu/pause_soon.sh" "$B" "$@" >> "$OUT/soon.log" 2>&1; }
   : > "$OUT/soon.log"
-  # WARM_GIB: fault that much host memory in once first (a fresh VM's first touch is slow).
-  [ "${WARM_GIB:-0}" -gt 0 ] && "$B/tests/gpu/ckpt_mem_helper" touch "$WARM_GIB" >> "$OUT/soon.log"
   for mode in ${SOON_MODES:-stop live}; do
     soon pytorch_45g $mode python3 "$SRC/examples/pytorch/loop.py" ${PT_STEPS:-60000} 46080 2000
     soon jax_prealloc $mode python3 "$SRC/examples/jax/loop.py" ${JAX_STEPS:-20000} 1024 1000

@@ -277,9 +277,30 @@ static int driver_helper(const char *self, size_t gib)
   return 0;
 }
 
+// The host memory the kernel says it can still give (MemAvailable), or 0 if unknown.
+static size_t available_host_bytes()
+{
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  unsigned long long kib = 0;
+  while (fgets(line, sizeof line, f) && sscanf(line, "MemAvailable: %llu kB", &kib) != 1) {}
+  fclose(f);
+  return (size_t)kib << 10;
+}
+
 // Run `self --driver gib` natively (without cudaw in the environment); "ckpt restore" seconds.
+// The driver keeps its image in host memory while this process keeps its own (image kept,
+// reserve): where both do not fit, the kernel would kill one of them, so the rows are left out.
 static bool driver_figures(const char *self, size_t gib, double *ckpt_s, double *restore_s)
 {
+  size_t need = gib * GIB + gib * GIB / 8, have = available_host_bytes();
+  if (have && have < need) {
+    fprintf(stderr, "bench_ckpt: driver rows for %zu GiB left out: its image needs %.1f GiB of host "
+            "memory, %.1f GiB available while this process holds its own\n", gib,
+            need / (double)GIB, have / (double)GIB);
+    return false;
+  }
   std::string cmd = "env -u LD_PRELOAD -u LD_LIBRARY_PATH '" + std::string(self) + "' --driver " +
                     std::to_string(gib);
   FILE *p = popen(cmd.c_str(), "r");

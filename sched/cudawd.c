@@ -370,6 +370,7 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
     if (!sched_peer_join(d, p)) return false;
     p->joined = true;
     if (msg->value == SCHED_HELLO_BORROWER) return sched_pool_borrower_join(d, p);
+    p->command_key = sched_command_key(p->pid);
     p->state = msg->value ? SCHED_SWAPPED_OUT : SCHED_RUNNING;
     p->state_since = p->accounted_at = p->resident_since = p->wanting_since = now;
     sched_log_noisy(SCHED_NOISE_JOINED, "cudawd: pid %ld (uid %u) joined%s\n", (long)p->pid,

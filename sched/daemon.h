@@ -12,6 +12,8 @@
 #include "sched_proto.h"
 
 #define SCHED_DEFAULT_PER_USER 16
+#define SCHED_IDLE_KIN 16         /* commands whose last idle phase is remembered */
+#define SCHED_RATE_MIN_BYTES (256ull << 20) /* a swap smaller than this leaves the rates be */
 
 struct sched_config {
   double quantum;          /* --quantum: seconds of a turn, times the program's priority */
@@ -111,6 +113,9 @@ struct program {
                             * not brought back until it calls again */
   double gpu_idle_since;
   double last_idle;        /* how long its last idle phase (by the hint) lasted, seconds */
+  uint64_t command_key;    /* a hash of its command line (/proc/<pid>/cmdline at its hello; 0:
+                            * unread): before its own first idle phase ends, the last one of a
+                            * program of its user and command stands for it (idle_kin) */
   bool host_refused;       /* logged: not swapped out, its image would leave the host short */
   bool worked;             /* sent work after its hello: described a device, asked for or
                             * reported memory, answered an order (else it may be a squatter) */
@@ -182,6 +187,9 @@ struct daemon {
   double pool_shrink_since; /* since when the window is larger than needed (0: it is not) */
   bool pool_short_said;    /* logged: the window is smaller than the images need (the budget) */
   double idle_since;       /* since when no program is joined (0: some are) */
+  /* The last idle phase (by the hint) of each command a user ran lately, the oldest replaced: the
+   * same script run side by side or again idles as the others did (schedule.c, may_preempt). */
+  struct idle_kin { uid_t uid; uint64_t key; double seconds, at; } idle_kin[SCHED_IDLE_KIN];
   /* The disk tier (--spill-dir, spill.c): the directory, open (-1: none), and its figures. */
   int spill_fd;
   uint64_t spills, spill_failures, spilled_bytes;
@@ -222,6 +230,8 @@ double sched_preempt_cost(const struct daemon *d, const struct program *v,
                           const struct program *head);
 /* The program said it is idle on the GPU (host work), or that it calls again. */
 void sched_idle_hint(struct daemon *d, struct program *p, bool idle);
+/* A hash of pid's command line (its arguments, NUL-separated), 0 if unreadable. */
+uint64_t sched_command_key(pid_t pid);
 /* The program is gone (exit, kill, closed socket): its share is free at once. */
 void sched_forget(struct daemon *d, struct program *p);
 /* Its checkpoint (op 1) or resume (op 2) of `bytes` ended with status (0 or -errno) after

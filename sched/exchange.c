@@ -170,6 +170,12 @@ static void finish(struct daemon *d)
   }
   if (peak > d->exchange_peak_bytes) d->exchange_peak_bytes = peak;
   d->exchange_last_seconds = seconds;
+  /* A handover is how an idle program's swap in the pool now runs: its time, both images moving
+   * at once, is what such a swap costs (schedule.c, swap_cost). Until one is seen, a swap in the
+   * pool is costed at the last plain one's rates, which a first swap into pages not yet faulted
+   * in made 2-3x too dear on the H100 for the rest of a run of handovers. */
+  if (ok && x->handover && written + consumed >= SCHED_RATE_MIN_BYTES && seconds > 0)
+    d->rate_out[1] = d->rate_in[1] = (double)(written + consumed) / seconds;
   char window[64];
   if (x->handover) /* A's image went into pool pages B was done with: no extra host memory */
     snprintf(window, sizeof window, "handover in the host-memory pool");

@@ -256,6 +256,52 @@ static void send_simple(struct program *p, enum sched_msg_type type, int status)
   sched_send(p, &msg);
 }
 
+uint64_t sched_command_key(pid_t pid)
+{
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%ld/cmdline", (long)pid);
+  FILE *f = fopen(path, "re");
+  if (!f) return 0;
+  uint64_t hash = 0xcbf29ce484222325ull; /* FNV-1a */
+  size_t total = 0;
+  int c;
+  while ((c = getc(f)) != EOF) {
+    hash = (hash ^ (unsigned char)c) * 0x100000001b3ull;
+    total++;
+  }
+  fclose(f);
+  return total ? (hash ? hash : 1) : 0; /* a kernel thread or a zombie has none */
+}
+
+/* Remember p's idle phase as its command's last (the entry of its user and command, else the
+ * oldest). */
+static void remember_idle(struct daemon *d, const struct program *p, double now)
+{
+  if (!p->command_key) return;
+  struct idle_kin *slot = &d->idle_kin[0];
+  for (int i = 0; i < SCHED_IDLE_KIN; i++) {
+    struct idle_kin *k = &d->idle_kin[i];
+    if (k->key == p->command_key && k->uid == p->uid) {
+      slot = k;
+      break;
+    }
+    if (k->at < slot->at) slot = k;
+  }
+  *slot = (struct idle_kin){.uid = p->uid, .key = p->command_key, .seconds = p->last_idle,
+                            .at = now};
+}
+
+/* How long p's idle phase is expected to last: as its last one, or before its first one has
+ * ended, as the last one of its user's same command (0: nothing known). */
+static double idle_history(const struct daemon *d, const struct program *p)
+{
+  if (p->last_idle > 0 || !p->command_key) return p->last_idle;
+  for (int i = 0; i < SCHED_IDLE_KIN; i++)
+    if (d->idle_kin[i].key == p->command_key && d->idle_kin[i].uid == p->uid)
+      return d->idle_kin[i].seconds;
+  return 0;
+}
+
 void sched_idle_hint(struct daemon *d, struct program *p, bool idle)
 {
   if (!p->joined || p->gpu_idle == idle) return;
@@ -264,15 +310,17 @@ void sched_idle_hint(struct daemon *d, struct program *p, bool idle)
             idle ? "idle on the GPU" : "calls the GPU again", sched_state_name(p->state));
   double now = sched_now();
   account_one(d, p, now); /* the time until now was spent as it was */
-  if (!idle) p->last_idle = now - p->gpu_idle_since;
+  if (!idle) {
+    p->last_idle = now - p->gpu_idle_since;
+    remember_idle(d, p, now);
+  }
   p->gpu_idle = idle;
   if (idle) p->gpu_idle_since = now;
 }
 
-/* Until a swap this large has been seen, swaps are taken to run at these rates, [0] outside the
+/* Until a swap of SCHED_RATE_MIN_BYTES has been seen, swaps are taken to run at these rates, [0] outside the
  * pool (a first checkpoint into fresh host pages, a resume from them: H100 figures of a 45 GiB
  * job) and [1] in it (tests/sched/pool_bench.sh, 40 GiB on the H100: 47.9 and 43.8 GB/s). */
-#define SCHED_RATE_MIN_BYTES (256ull << 20)
 static const double default_rate_out[2] = {6e9, 45e9}, default_rate_in[2] = {20e9, 40e9};
 
 uint64_t sched_image_bytes(const struct program *p)
@@ -628,7 +676,8 @@ static void grant_or_deny(struct daemon *d)
  * idleness has lasted as long as a swap out and back in would take: an idle phase shorter than
  * that is cheaper to sit out, and waiting that long never costs more than twice the better
  * choice (a PyTorch job building its model on the CPU for 3 s must not pay a 10 s swap of
- * 45 GiB). A program whose last idle phase (by the hint) outlasted its swap goes at once. Waiting programs only when nothing else can give memory (they hold memory and want
+ * 45 GiB). A program whose last idle phase (by the hint) outlasted its swap goes at once (before
+ * its first, one of the same user and command stands for it). Waiting programs only when nothing else can give memory (they hold memory and want
  * more: without this two of them could wait for each other). With mind_host, only where the
  * host has room for its image. */
 static bool may_preempt(const struct daemon *d, const struct program *v, const struct program *head,
@@ -643,8 +692,9 @@ static bool may_preempt(const struct daemon *d, const struct program *v, const s
   if (turn >= d->config.quantum * weight) return true;
   double cost = sched_preempt_cost(d, v, head);
   /* Its last idle phase outlasted a swap: this one is taken to be as long (a training job's
-   * data loading, an evaluation), and it goes at once. */
-  if (v->gpu_idle && (now - v->gpu_idle_since >= cost || v->last_idle >= cost)) return true;
+   * data loading, an evaluation), and it goes at once. Before its first one has ended, the
+   * last of its user's same command counts (three copies of one job, a sweep run again). */
+  if (v->gpu_idle && (now - v->gpu_idle_since >= cost || idle_history(d, v) >= cost)) return true;
   return v->idle && turn >= d->config.min_run && now - v->idle_since >= cost;
 }
 

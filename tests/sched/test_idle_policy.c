@@ -9,7 +9,9 @@
  * are kept apart for images in the pool and elsewhere; a swap that would be a handover into the
  * pool is costed at the pool's rates; a handover that fails for the window the program mapped
  * sends it the whole window, and a program that grows a window in place is sent each larger
- * one; a program whose side of an exchange failed is tried again after 5 s, not a quantum. */
+ * one; a program whose side of an exchange failed is tried again after 5 s, not a quantum.
+ * Before its own first idle phase has ended, a program is judged by the last one of its user's
+ * same command; a handover's time sets what a swap in the pool costs. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -290,6 +292,116 @@ static void exchange_retry(void)
   CHECK(!d.exchange.active, "the exchange is over");
 }
 
+/* Before its own first idle phase has ended, a program is judged by the last one of a program of
+ * the same user and command (three copies of one job): it goes at once if that one outlasted its
+ * swap. Another command, or another user, learns nothing from it; its own phase, once seen,
+ * takes over. */
+static void idle_kin(void)
+{
+  static struct daemon d;
+  const uint64_t gib = 1ull << 30;
+  d.config = (struct sched_config){.quantum = 300, .min_run = 1, .idle_cpu = 0.02,
+                                   .device_memory = 80 * gib};
+  int dev = sched_device_slot(&d, "00112233445566778899aabbccddeeff", 80 * gib);
+  struct program *a = join(&d, 0, dev, 30 * gib), *b = join(&d, 1, dev, 30 * gib);
+  struct program *w = join(&d, 2, dev, 0);
+  char meminfo[] = "/tmp/cudaw-meminfo-XXXXXX";
+  int fd = mkstemp(meminfo);
+  CHECK(fd >= 0);
+  close(fd);
+  write_meminfo(meminfo, 100); /* room for b's image, whatever this host has */
+  setenv("CUDAWD_MEMINFO", meminfo, 1);
+  a->command_key = b->command_key = 0x1234;
+  a->uid = b->uid = 1000;
+  double cost = sched_preempt_cost(&d, b, w);
+  CHECK(cost > 1, "cost %.3f s", cost);
+  /* a's idle phase outlasted a swap of b (same size, same command): remembered. */
+  sched_idle_hint(&d, a, true);
+  a->gpu_idle_since = sched_now() - cost - 1;
+  sched_idle_hint(&d, a, false);
+  w->wants = true;
+  w->want_slot = dev;
+  w->want_bytes = 30 * gib;
+  pid_t pid = 0;
+  /* b as another user's, then another command's: its first idle phase waits out its cost. */
+  b->uid = 1001;
+  sched_idle_hint(&d, b, true);
+  CHECK_EQ(step(&d, &pid), 0);
+  b->uid = 1000;
+  b->command_key = 0x5678;
+  CHECK_EQ(step(&d, &pid), 0);
+  b->command_key = 0;
+  CHECK_EQ(step(&d, &pid), 0);
+  /* The same user and command: it goes at once. */
+  b->command_key = 0x1234;
+  CHECK(step(&d, &pid) == SCHED_CHECKPOINT && pid == b->pid, "checkpoint to %d", pid);
+  sched_done(&d, b, 1, 0, 30 * gib, 0.6);
+  CHECK(step(&d, &pid) == SCHED_GRANT && pid == w->pid);
+  /* Its own short phase, once ended, takes over from a's. */
+  sched_idle_hint(&d, b, false);
+  sched_done(&d, w, 1, 0, 0, 0.1);
+  CHECK(b->last_idle < 1, "b's own phase %.3f s", b->last_idle);
+  /* The remembered phases are bounded: SCHED_IDLE_KIN commands, the oldest replaced. */
+  for (int i = 0; i < SCHED_IDLE_KIN + 3; i++) {
+    struct program *k = join(&d, 3, dev, 0);
+    k->command_key = 0x9000 + (uint64_t)i;
+    k->uid = 1000;
+    sched_idle_hint(&d, k, true);
+    sched_idle_hint(&d, k, false);
+    d.programs = k->next;
+  }
+  int kept = 0;
+  for (int i = 0; i < SCHED_IDLE_KIN; i++) kept += d.idle_kin[i].key >= 0x9000;
+  CHECK_EQ(kept, SCHED_IDLE_KIN);
+  /* A command line is read from /proc, and differs with its arguments. */
+  uint64_t mine = sched_command_key(getpid());
+  CHECK(mine != 0 && mine == sched_command_key(getpid()));
+  CHECK_EQ(sched_command_key(-1), 0);
+  unsetenv("CUDAWD_MEMINFO");
+  unlink(meminfo);
+}
+
+/* A handover's time is what a swap in the pool costs: both images moving at once. A first plain
+ * swap into pages not yet faulted in no longer costs every later one (on the H100 it made an
+ * idle program's swap look 2-3x dearer for the rest of a run of handovers). */
+static void handover_rate(void)
+{
+  static struct daemon d;
+  const uint64_t gib = 1ull << 30;
+  d.config = (struct sched_config){.quantum = 300, .min_run = 1, .idle_cpu = 0.02,
+                                   .device_memory = 80 * gib};
+  int dev = sched_device_slot(&d, "00112233445566778899aabbccddeeff", 80 * gib);
+  struct program *out = join(&d, 0, dev, 40 * gib), *in = join(&d, 1, dev, 40 * gib);
+  out->loan.length = in->loan.length = 41 * gib;
+  sched_done(&d, out, 1, 0, 40 * gib, 40.0 * gib / 15e9); /* a cold first swap: 15 GB/s out */
+  sched_done(&d, out, 2, 0, 40 * gib, 40.0 * gib / 40e9);
+  double cold = sched_swap_cost(&d, out);
+  CHECK(near(cold, 40.0 * gib / 15e9 + 40.0 * gib / 40e9), "cold %.3f s", cold);
+  int fd = -1;
+  struct exchange_page *page = NULL;
+  CHECK_EQ(exchange_page_create(out->pid, in->pid, 1 << 20, 1 << 20, &fd), 0);
+  CHECK_EQ(exchange_page_map(fd, &page), 0);
+  close(fd);
+  atomic_store(&page->written, 40 * gib);
+  atomic_store(&page->consumed, 40 * gib);
+  d.exchange = (struct exchange_state){.active = true, .out = out, .in = in, .handover = true,
+                                       .out_pid = out->pid, .in_pid = in->pid, .page = page,
+                                       .started = sched_now() - 1.6};
+  out->pending_op = 1;
+  in->pending_op = 2;
+  sched_done(&d, out, 1, 0, 40 * gib, 1.6);
+  sched_exchange_done(&d, out, 0);
+  sched_done(&d, in, 2, 0, 40 * gib, 1.6);
+  sched_exchange_done(&d, in, 0);
+  CHECK(!d.exchange.active, "the exchange is over");
+  double now_cost = sched_swap_cost(&d, out);
+  CHECK(now_cost > 1.55 && now_cost < 1.75, "after a 1.6 s handover a swap costs %.3f s", now_cost);
+  /* A swap outside the pool keeps its own rates. */
+  out->loan.length = 0;
+  CHECK(near(sched_swap_cost(&d, out), 40.0 * gib / 6e9 + 40.0 * gib / 20e9), "plain %.3f s",
+        sched_swap_cost(&d, out));
+}
+
 int main(void)
 {
   static struct daemon d;
@@ -331,6 +443,8 @@ int main(void)
   pool_rates();
   handover_window();
   exchange_retry();
+  idle_kin();
+  handover_rate();
   printf("ok\n");
   return 0;
 }

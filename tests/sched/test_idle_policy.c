@@ -74,6 +74,24 @@ static void write_meminfo(const char *path, unsigned long long available_gib)
   fclose(f);
 }
 
+/* A daemon with one device of `bytes` and a 300 s quantum: the device's slot. */
+static int one_device(struct daemon *d, uint64_t bytes)
+{
+  d->config = (struct sched_config){.quantum = 300, .min_run = 1, .idle_cpu = 0.02,
+                                    .device_memory = bytes};
+  return sched_device_slot(d, "00112233445566778899aabbccddeeff", bytes);
+}
+
+/* cudawd reads this host's memory from a fake /proc/meminfo at path (a mkstemp template). */
+static void fake_meminfo(char *path, unsigned long long available_gib)
+{
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  close(fd);
+  write_meminfo(path, available_gib);
+  setenv("CUDAWD_MEMINFO", path, 1);
+}
+
 /* A 60 GiB program on an 80 GiB device, one waiting for 40 GiB, swaps seen at 4 GB/s out and in:
  * a's swap costs 2 x 60 GiB / 4 GB/s = 32.2 s. */
 static void cost_and_host(void)
@@ -84,11 +102,7 @@ static void cost_and_host(void)
                                    .device_memory = 80 * gib};
   d.programs = NULL;
   char meminfo[] = "/tmp/cudaw-meminfo-XXXXXX";
-  int fd = mkstemp(meminfo);
-  CHECK(fd >= 0);
-  close(fd);
-  write_meminfo(meminfo, 100);
-  setenv("CUDAWD_MEMINFO", meminfo, 1);
+  fake_meminfo(meminfo, 100);
   int dev = sched_device_slot(&d, "00112233445566778899aabbccddeeff", 80 * gib);
   CHECK(dev == 0);
   struct program *a = join(&d, 2, dev, 60 * gib), *w = join(&d, 3, dev, 0);
@@ -300,17 +314,11 @@ static void idle_kin(void)
 {
   static struct daemon d;
   const uint64_t gib = 1ull << 30;
-  d.config = (struct sched_config){.quantum = 300, .min_run = 1, .idle_cpu = 0.02,
-                                   .device_memory = 80 * gib};
-  int dev = sched_device_slot(&d, "00112233445566778899aabbccddeeff", 80 * gib);
+  int dev = one_device(&d, 80 * gib);
   struct program *a = join(&d, 0, dev, 30 * gib), *b = join(&d, 1, dev, 30 * gib);
   struct program *w = join(&d, 2, dev, 0);
   char meminfo[] = "/tmp/cudaw-meminfo-XXXXXX";
-  int fd = mkstemp(meminfo);
-  CHECK(fd >= 0);
-  close(fd);
-  write_meminfo(meminfo, 100); /* room for b's image, whatever this host has */
-  setenv("CUDAWD_MEMINFO", meminfo, 1);
+  fake_meminfo(meminfo, 100); /* room for b's image, whatever this host has */
   a->command_key = b->command_key = 0x1234;
   a->uid = b->uid = 1000;
   double cost = sched_preempt_cost(&d, b, w);
@@ -353,7 +361,7 @@ static void idle_kin(void)
   int kept = 0;
   for (int i = 0; i < SCHED_IDLE_KIN; i++) kept += d.idle_kin[i].key >= 0x9000;
   CHECK_EQ(kept, SCHED_IDLE_KIN);
-  /* A command line is read from /proc, and differs with its arguments. */
+  /* A command line is read from /proc: the same one twice, none for no process. */
   uint64_t mine = sched_command_key(getpid());
   CHECK(mine != 0 && mine == sched_command_key(getpid()));
   CHECK_EQ(sched_command_key(-1), 0);
@@ -368,9 +376,7 @@ static void handover_rate(void)
 {
   static struct daemon d;
   const uint64_t gib = 1ull << 30;
-  d.config = (struct sched_config){.quantum = 300, .min_run = 1, .idle_cpu = 0.02,
-                                   .device_memory = 80 * gib};
-  int dev = sched_device_slot(&d, "00112233445566778899aabbccddeeff", 80 * gib);
+  int dev = one_device(&d, 80 * gib);
   struct program *out = join(&d, 0, dev, 40 * gib), *in = join(&d, 1, dev, 40 * gib);
   out->loan.length = in->loan.length = 41 * gib;
   sched_done(&d, out, 1, 0, 40 * gib, 40.0 * gib / 15e9); /* a cold first swap: 15 GB/s out */

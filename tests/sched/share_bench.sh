@@ -147,5 +147,8 @@ for s in ${SCENARIOS:-gpu host}; do
       { echo "MISSED: host phases speed-up $(calc "$host_serial / $host_shared")x < 1.5x"; fail=1; } ;;
   esac
 done
+# Every log in one file beside the out dir: a GPU machine gives back only a few files.
+tar czf "$OUT.tgz" -C "$(dirname "$OUT")" "$(basename "$OUT")" 2>/dev/null &&
+  echo "logs: $OUT.tgz"
 [ $fail -eq 0 ] && echo "all targets met"
 exit $fail

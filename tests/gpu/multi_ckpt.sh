@@ -16,20 +16,21 @@ cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$t
 trap cleanup EXIT
 export CUDAW_RUN_DIR=$tmp/run CUDAW_CKPT_KEEP_IMAGE=${CUDAW_CKPT_KEEP_IMAGE:-0}
 export CUDAW_CKPT_RESERVE=${CUDAW_CKPT_RESERVE:-auto}
+# One process per device, one after another: each measures its device's ceilings before it
+# prints "hold pid", and its image reserve (CUDAW_CKPT_RESERVE, auto here) then page-locks host
+# memory for its image in the background. The next starts once that reserve is ready (at most
+# 60 s), so that no ceiling is sampled beside another device's copies or a reserve's growth (two
+# samples taken at once came out 13-20% low on 2 x H200, 2026-11-28), and the figures are the
+# copy engine's with all devices at once. The pids cudaw knows are the programs' (cudaw run
+# execs them): taken from their own lines.
+ranks=
 for d in $(seq 0 $((n - 1))); do
   "$B/bin/cudaw" run -- "$B/tests/bench/bench_ckpt" --hold "$gib" "$d" > "$tmp/hold$d" 2>&1 &
   pids+=($!)
-done
-for d in $(seq 0 $((n - 1))); do
   for _ in $(seq 600); do grep -q "^hold pid" "$tmp/hold$d" && break; sleep 0.2; done
   grep -q "^hold pid" "$tmp/hold$d" || { echo "FAIL: device $d did not start"; cat "$tmp/hold$d"; exit 1; }
-done
-# The pids cudaw knows are the programs' (cudaw run execs them): take them from their own lines.
-ranks=$(for d in $(seq 0 $((n - 1))); do awk '/^hold pid/{print $3}' "$tmp/hold$d"; done)
-# Each process's image reserve (CUDAW_CKPT_RESERVE, auto here) page-locks host memory for its
-# device's image in the background: wait until every one is ready (at most 60 s), so that the
-# figures are the copy engine's with all devices at once, not the reserve's growth.
-for p in $ranks; do
+  p=$(awk '/^hold pid/{print $3}' "$tmp/hold$d")
+  ranks="$ranks $p"
   for _ in $(seq 300); do
     st=$("$B/bin/cudaw-ctl" --json status "$p")
     ready=$(echo "$st" | grep -oE '"reserve_bytes":[0-9]+' | cut -d: -f2)

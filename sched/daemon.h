@@ -230,7 +230,7 @@ double sched_preempt_cost(const struct daemon *d, const struct program *v,
                           const struct program *head);
 /* The program said it is idle on the GPU (host work), or that it calls again. */
 void sched_idle_hint(struct daemon *d, struct program *p, bool idle);
-/* A hash of pid's command line (its arguments, NUL-separated), 0 if unreadable. */
+/* A hash (XXH3) of pid's command line (its arguments, NUL-separated), 0 if unreadable. */
 uint64_t sched_command_key(pid_t pid);
 /* The program is gone (exit, kill, closed socket): its share is free at once. */
 void sched_forget(struct daemon *d, struct program *p);

@@ -19,12 +19,14 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "daemon.h"
 
@@ -258,37 +260,52 @@ static void send_simple(struct program *p, enum sched_msg_type type, int status)
 
 uint64_t sched_command_key(pid_t pid)
 {
-  char path[64];
+  char path[64], buf[4096];
   snprintf(path, sizeof path, "/proc/%ld/cmdline", (long)pid);
-  FILE *f = fopen(path, "re");
-  if (!f) return 0;
-  uint64_t hash = 0xcbf29ce484222325ull; /* FNV-1a */
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  XXH3_state_t *state = XXH3_createState();
+  uint64_t key = 0;
   size_t total = 0;
-  int c;
-  while ((c = getc(f)) != EOF) {
-    hash = (hash ^ (unsigned char)c) * 0x100000001b3ull;
-    total++;
-  }
-  fclose(f);
-  return total ? (hash ? hash : 1) : 0; /* a kernel thread or a zombie has none */
+  ssize_t n = -1;
+  if (state && XXH3_64bits_reset(state) == XXH_OK)
+    while ((n = read(fd, buf, sizeof buf)) > 0 && XXH3_64bits_update(state, buf, (size_t)n) == XXH_OK)
+      total += (size_t)n;
+  bool whole = state && n == 0 && total; /* none: a kernel thread, a zombie */
+  if (whole) key = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  close(fd);
+  return whole && !key ? 1 : key; /* 0 means unread */
 }
 
-/* Remember p's idle phase as its command's last (the entry of its user and command, else the
- * oldest). */
+/* Where p's idle phase goes: the entry of its user and command, else an empty one, else the
+ * oldest of the user with the most entries (one user's many commands never push another user's
+ * out, as with the history of programs gone). */
+static struct idle_kin *kin_slot(struct daemon *d, const struct program *p)
+{
+  for (int i = 0; i < SCHED_IDLE_KIN; i++)
+    if (d->idle_kin[i].key == p->command_key && d->idle_kin[i].uid == p->uid) return &d->idle_kin[i];
+  for (int i = 0; i < SCHED_IDLE_KIN; i++)
+    if (!d->idle_kin[i].key) return &d->idle_kin[i];
+  struct idle_kin *victim = &d->idle_kin[0];
+  int most = 0;
+  for (int i = 0; i < SCHED_IDLE_KIN; i++) {
+    int rows = 0;
+    for (int j = 0; j < SCHED_IDLE_KIN; j++) rows += d->idle_kin[j].uid == d->idle_kin[i].uid;
+    if (rows > most || (rows == most && d->idle_kin[i].at < victim->at)) {
+      victim = &d->idle_kin[i];
+      most = rows;
+    }
+  }
+  return victim;
+}
+
+/* Remember p's idle phase as its command's last. */
 static void remember_idle(struct daemon *d, const struct program *p, double now)
 {
   if (!p->command_key) return;
-  struct idle_kin *slot = &d->idle_kin[0];
-  for (int i = 0; i < SCHED_IDLE_KIN; i++) {
-    struct idle_kin *k = &d->idle_kin[i];
-    if (k->key == p->command_key && k->uid == p->uid) {
-      slot = k;
-      break;
-    }
-    if (k->at < slot->at) slot = k;
-  }
-  *slot = (struct idle_kin){.uid = p->uid, .key = p->command_key, .seconds = p->last_idle,
-                            .at = now};
+  *kin_slot(d, p) = (struct idle_kin){.uid = p->uid, .key = p->command_key,
+                                      .seconds = p->last_idle, .at = now};
 }
 
 /* How long p's idle phase is expected to last: as its last one, or before its first one has

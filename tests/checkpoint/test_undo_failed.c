@@ -36,6 +36,19 @@ static void check_reason(const char *part) {
   CHECK(strstr(last.reason, part) != NULL, "the reason lacks \"%s\": %s", part, last.reason);
 }
 
+/* The checkpoint failed and the program stays paused with its image. */
+static void paused_with_image(void) {
+  CHECK_EQ(ckpt_state(), CKPT_PAUSED);
+  check_reason("stays paused with its image");
+}
+
+/* The resume brings every byte back. */
+static void resume_exact(const char *when) {
+  CHECK_EQ(ckpt_request_resume(), 0);
+  CHECK_EQ(ckpt_state(), CKPT_RUNNING);
+  check_exact(when);
+}
+
 int main(void) {
   char dir[64];
   test_make_run_dir(dir, sizeof dir);
@@ -67,28 +80,21 @@ int main(void) {
   host.recreate_shortfall = PIECE;
   CHECK_EQ(ckpt_request_checkpoint(), -EIO);
   CHECK(host.range_releases > releases, "the pieces went back as they were saved");
-  CHECK_EQ(ckpt_state(), CKPT_PAUSED);
-  check_reason("stays paused with its image");
+  paused_with_image();
   host.park_error = 0;
-  CHECK_EQ(ckpt_request_resume(), 0);
-  CHECK_EQ(ckpt_state(), CKPT_RUNNING);
-  check_exact("resumed after a failed put-back");
+  resume_exact("resumed after a failed put-back");
 
   /* 3. release_all fails and the bytes put back land garbled: paused with the image. */
   host.release_all_error = -EIO;
   host.h2d_garble_after = 1; /* the save copies only to the host: the first is the put-back's */
   CHECK_EQ(ckpt_request_checkpoint(), -EIO);
-  CHECK_EQ(ckpt_state(), CKPT_PAUSED);
-  check_reason("stays paused with its image");
+  paused_with_image();
   host.release_all_error = 0;
-  CHECK_EQ(ckpt_request_resume(), 0);
-  CHECK_EQ(ckpt_state(), CKPT_RUNNING);
-  check_exact("resumed after a failed restore");
+  resume_exact("resumed after a failed restore");
 
   /* And an ordinary round trip still works after all of it. */
   CHECK_EQ(ckpt_request_checkpoint(), 0);
-  CHECK_EQ(ckpt_request_resume(), 0);
-  check_exact("an ordinary round trip");
+  resume_exact("an ordinary round trip");
   ckpt_shutdown();
   fake_host_free(&host);
   test_remove_run_dir(dir);

@@ -349,7 +349,14 @@ static void idle_kin(void)
   sched_idle_hint(&d, b, false);
   sched_done(&d, w, 1, 0, 0, 0.1);
   CHECK(b->last_idle < 1, "b's own phase %.3f s", b->last_idle);
-  /* The remembered phases are bounded: SCHED_IDLE_KIN commands, the oldest replaced. */
+  /* The remembered phases are bounded: SCHED_IDLE_KIN commands, the oldest of the user with the
+   * most replaced, so that one user's many commands never push another user's out. */
+  struct program *other = join(&d, 3, dev, 0);
+  other->command_key = 0x7777;
+  other->uid = 2000;
+  sched_idle_hint(&d, other, true);
+  sched_idle_hint(&d, other, false);
+  d.programs = other->next;
   for (int i = 0; i < SCHED_IDLE_KIN + 3; i++) {
     struct program *k = join(&d, 3, dev, 0);
     k->command_key = 0x9000 + (uint64_t)i;
@@ -358,12 +365,19 @@ static void idle_kin(void)
     sched_idle_hint(&d, k, false);
     d.programs = k->next;
   }
-  int kept = 0;
-  for (int i = 0; i < SCHED_IDLE_KIN; i++) kept += d.idle_kin[i].key >= 0x9000;
-  CHECK_EQ(kept, SCHED_IDLE_KIN);
-  /* A command line is read from /proc: the same one twice, none for no process. */
+  int flood = 0, others = 0, newest = 0;
+  for (int i = 0; i < SCHED_IDLE_KIN; i++) {
+    flood += d.idle_kin[i].uid == 1000;
+    others += d.idle_kin[i].uid == 2000 && d.idle_kin[i].key == 0x7777;
+    newest += d.idle_kin[i].key == 0x9000 + SCHED_IDLE_KIN + 2;
+  }
+  CHECK(flood == SCHED_IDLE_KIN - 1 && others == 1 && newest == 1,
+        "uid 1000 holds %d entries, uid 2000's kept %d, the newest %d", flood, others, newest);
+  /* A command line is read from /proc: the same one twice, another for another command, none
+   * for no process. */
   uint64_t mine = sched_command_key(getpid());
   CHECK(mine != 0 && mine == sched_command_key(getpid()));
+  CHECK(sched_command_key(getppid()) != mine, "the parent's command has this one's key");
   CHECK_EQ(sched_command_key(-1), 0);
   unsetenv("CUDAWD_MEMINFO");
   unlink(meminfo);

@@ -149,11 +149,12 @@ static void join_background(int count)
 
 struct order {
   int threads, nice; /* threads 0: exit */
+  uint64_t piece;
 };
 
 static int to_child[OTHERS][2], from_child[OTHERS][2];
 
-static void child(int i, int fd, uint64_t length, uint64_t piece)
+static void child(int i, int fd, uint64_t length)
 {
   uint8_t *map = (uint8_t *)mmap(NULL, (size_t)length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (map == MAP_FAILED) die("child mmap", strerror(errno));
@@ -161,7 +162,7 @@ static void child(int i, int fd, uint64_t length, uint64_t piece)
   while (read(to_child[i][0], &o, sizeof o) == (ssize_t)sizeof o && o.threads > 0) {
     check(cudaFree(0), "child cudaFree(0)"); /* once there is a GPU (the first order) */
     double t0 = now();
-    start_background(WORK_REGISTER, map, length, piece, o.threads, o.nice);
+    start_background(WORK_REGISTER, map, length, o.piece, o.threads, o.nice);
     while (atomic_load(&bg.running) > 0) usleep(1000);
     double took = now() - t0;
     if (write(from_child[i][1], &took, sizeof took) != (ssize_t)sizeof took) break;
@@ -171,9 +172,9 @@ static void child(int i, int fd, uint64_t length, uint64_t piece)
   exit(0);
 }
 
-static void order_others(int threads, int nice)
+static void order_others(int threads, int nice, uint64_t piece)
 {
-  struct order o = {threads, nice};
+  struct order o = {threads, nice, piece};
   for (int i = 0; i < OTHERS; i++)
     if (write(to_child[i][1], &o, sizeof o) != (ssize_t)sizeof o) die("order", strerror(errno));
 }
@@ -263,7 +264,7 @@ static void registering(const char *name, uint8_t *map, uint64_t length, uint64_
   memset(others_done, 0, sizeof others_done);
   others_pending = others ? OTHERS : 0;
   atomic_store(&bg.running, 0);
-  if (others) order_others(others, nice);
+  if (others) order_others(others, nice, piece);
   if (self) start_background(WORK_REGISTER, map, length, piece, self, nice);
   struct stats s = measure(5, any_busy);
   if (self) join_background(self);
@@ -290,12 +291,12 @@ int main(int argc, char **argv)
     if (pipe(to_child[i]) || pipe(from_child[i])) die("pipe", strerror(errno));
     pid_t pid = fork();
     if (pid < 0) die("fork", strerror(errno));
-    if (pid == 0) child(i, fd, length, piece);
+    if (pid == 0) child(i, fd, length);
   }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     printf("skipped: no GPU\n");
-    order_others(0, 0);
+    order_others(0, 0, 0);
     for (int i = 0; i < OTHERS; i++) wait(NULL);
     return 77;
   }
@@ -325,12 +326,16 @@ int main(int argc, char **argv)
   registering("register 1", map, length, piece, 1, 0, 0);
   registering("register 2", map, length, piece, 2, 0, 0);
   registering("register 8", map, length, piece, 8, 0, 0);
+  registering("register 8, 16 MiB pieces", map, length, 16ull << 20, 8, 0, 0);
   registering("register 8, 32 MiB pieces", map, length, 32ull << 20, 8, 0, 0);
+  registering("register 8, 64 MiB pieces", map, length, 64ull << 20, 8, 0, 0);
+  registering("register 16, 32 MiB pieces", map, length, 32ull << 20, 16, 0, 0);
   registering("register 8, nice 19", map, length, piece, 8, 0, 19);
   registering("others 2 x 8", map, length, piece, 0, 8, 0);
   registering("others 2 x 2", map, length, piece, 0, 2, 0);
   registering("8 + others 2 x 8", map, length, piece, 8, 8, 0);
   registering("8 + others 2 x 8, nice 19", map, length, piece, 8, 8, 19);
+  registering("8 + others 2 x 8, 32 MiB", map, length, 32ull << 20, 8, 8, 0);
   registering("2 + others 2 x 2", map, length, piece, 2, 2, 0);
   registering("1 + others 2 x 1", map, length, piece, 1, 1, 0);
 
@@ -355,7 +360,7 @@ int main(int argc, char **argv)
   join_background(24);
   report("spin 24", s, 0);
 
-  order_others(0, 0);
+  order_others(0, 0, 0);
   for (int i = 0; i < OTHERS; i++) wait(NULL);
   return 0;
 }

@@ -987,6 +987,14 @@ uint64_t transition_image_regions(void) {
 
 struct engine *transition_engine(void) { return tr.engine; }
 
+/* cudawd's pool is page-locked by one thread in each program. Every program of a share
+ * page-locks the same window at once, while one of them computes: with 8 threads each (32 MiB
+ * pieces) the computing program's 2-ms kernels ran 1.13-2.2x slower for as long (share_bench on
+ * the H100, session 21), since the driver holds a program's launches back while it page-locks.
+ * More threads buy nothing there: the window comes no faster than cudawd's pages are faulted in
+ * (3.7-4.0 GB/s with 2 threads or 8). */
+#define POOL_THREADS 1
+
 int transition_pool_attach(void *base, uint64_t size, uint64_t mapping) {
   pthread_mutex_lock(&tr.lock);
   int rc = 0;
@@ -994,8 +1002,7 @@ int transition_pool_attach(void *base, uint64_t size, uint64_t mapping) {
   else if (tr.pending || tr.dropping || engine_image_in_pool(tr.engine)) rc = -EBUSY;
   struct reserve *pool = NULL;
   if (!rc && size && !(pool = reserve_new_shared(ckpt_rt.ops, ckpt_rt.ctx, base, size, mapping,
-                                                 ckpt_rt.options.reserve_piece,
-                                                 ckpt_rt.options.reserve_threads)))
+                                                 ckpt_rt.options.reserve_piece, POOL_THREADS)))
     rc = -ENOSYS;
   if (!rc) engine_set_pool(tr.engine, pool); /* no image in the last one: cannot fail */
   pthread_mutex_unlock(&tr.lock);

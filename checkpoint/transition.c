@@ -987,13 +987,16 @@ uint64_t transition_image_regions(void) {
 
 struct engine *transition_engine(void) { return tr.engine; }
 
-/* cudawd's pool is page-locked by one thread in each program. Every program of a share
- * page-locks the same window at once, while one of them computes: with 8 threads each (32 MiB
- * pieces) the computing program's 2-ms kernels ran 1.13-2.2x slower for as long (share_bench on
- * the H100, session 21), since the driver holds a program's launches back while it page-locks.
- * More threads buy nothing there: the window comes no faster than cudawd's pages are faulted in
- * (3.7-4.0 GB/s with 2 threads or 8). */
-#define POOL_THREADS 1
+/* cudawd's pool is page-locked by two threads in each program, in pieces of 256 MiB. Every
+ * program of a share page-locks the same window at once while one of them computes, and the
+ * driver holds a program's launches back while it page-locks. share_bench on the H100 (host
+ * phases, session 21): 2 threads of 256 MiB pieces, first GPU phases 1.00-1.17x of native and
+ * exchanges 0.80-0.83x of the ceilings (1.28x speed-up); 8 threads of 32 MiB, one 2.2x; one thread
+ * of 32 MiB, phases near native but the window 25% slower to get ready (a first swap-out staged
+ * 72% of its image) and every exchange 1.14-1.25x. More threads buy nothing: the window comes
+ * no faster than cudawd's pages are faulted in (3.7-4.0 GB/s). */
+#define POOL_THREADS 2
+#define POOL_PIECE (256ull << 20)
 
 int transition_pool_attach(void *base, uint64_t size, uint64_t mapping) {
   pthread_mutex_lock(&tr.lock);
@@ -1002,7 +1005,7 @@ int transition_pool_attach(void *base, uint64_t size, uint64_t mapping) {
   else if (tr.pending || tr.dropping || engine_image_in_pool(tr.engine)) rc = -EBUSY;
   struct reserve *pool = NULL;
   if (!rc && size && !(pool = reserve_new_shared(ckpt_rt.ops, ckpt_rt.ctx, base, size, mapping,
-                                                 ckpt_rt.options.reserve_piece, POOL_THREADS)))
+                                                 POOL_PIECE, POOL_THREADS)))
     rc = -ENOSYS;
   if (!rc) engine_set_pool(tr.engine, pool); /* no image in the last one: cannot fail */
   pthread_mutex_unlock(&tr.lock);

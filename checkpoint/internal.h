@@ -71,11 +71,11 @@ struct reserve *reserve_new(const struct ckpt_host_ops *ops, void *ctx,
                             const struct ckpt_options *options);
 /* cudawd's host-memory pool as a reserve: base maps `size` bytes (MAP_SHARED, faulted in by
  * cudawd) of a mapping of `mapping` bytes, registered by `threads` threads in pieces once the
- * program holds device memory. The reserve owns the mapping from then on (unmaps all of it).
- * NULL where the host cannot register. */
+ * program holds device memory (one piece at a time while quiet: reserve_quiet). The reserve owns
+ * the mapping from then on (unmaps all of it). NULL where the host cannot register. */
 struct reserve *reserve_new_shared(const struct ckpt_host_ops *ops, void *ctx, void *base,
                                    uint64_t size, uint64_t mapping, uint64_t piece,
-                                   uint32_t threads);
+                                   uint32_t threads, bool quiet);
 /* cudawd's window grew: `size` bytes of the mapping are the pool's now (more than before, at
  * most the mapping). What is page-locked stays; the threads go on from where they were. 0, or
  * -EINVAL (also where the last window ended inside a piece: attach the new one instead). */
@@ -84,6 +84,11 @@ void reserve_free(struct reserve *rs); /* unregisters and unmaps it */
 /* An auto reserve stands by (wants nothing, so gives its memory back) while cudawd's pool takes
  * the images: both would page-lock an image's size each. A fixed size is kept. */
 void reserve_standby(struct reserve *rs, bool standby);
+/* Quiet: one piece is page-locked at a time, whatever the threads, and the next only after a
+ * pause as long as that took. While a piece is page-locked the driver holds the program's own
+ * launches back; a program computing beside its pool's threads ran its kernels up to 2.2x slower
+ * (issue 30, docs/sharing.md). */
+void reserve_quiet(struct reserve *rs, bool quiet);
 /* A shared reserve (the pool) page-locks nothing more while `other` (the program's own reserve)
  * has pieces under way: a borrower paused soon after allocating finds more of its image ready
  * in its own reserve when the pool's threads (and cudawd's, faulting the pool in) do not compete
@@ -418,6 +423,7 @@ struct engine *transition_engine(void);
 void transition_reserve(struct reserve_info *out); /* all zero without a reserve */
 int transition_pool_attach(void *base, uint64_t size, uint64_t mapping); /* ckpt_pool_attach */
 int transition_pool_grow(void *base, uint64_t size); /* see ckpt_pool_grow */
+void transition_pool_quiet(bool quiet);              /* see ckpt_pool_quiet */
 void transition_pool_lend(uint64_t offset, uint64_t length);
 bool transition_pool_lend_standing(uint64_t offset, uint64_t length, bool covers);
 int transition_pool_unlend(void); /* see ckpt_pool_unlend */

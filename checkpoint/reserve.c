@@ -36,6 +36,9 @@ struct reserve {
   bool shared;           /* cudawd's pool: mapped by the caller, sized by cudawd, no budget */
   _Atomic bool standby;  /* auto: cudawd's pool takes the images; want nothing (shrinks) */
   struct reserve *yield_to; /* shared: page-lock nothing while this one is (reserve_yield_to) */
+  bool quiet;            /* one piece at a time, whatever the threads (reserve_quiet) ... */
+  double quiet_until;    /* ... after a pause as long as the last one's page-locking took */
+  int active;            /* threads inside grow_piece */
   const char *name;      /* for the messages */
   uint32_t budget_pct;   /* of MemAvailable the reserve may take */
   uint64_t align;        /* where an image region starts inside the reserve: pages, so that
@@ -119,8 +122,10 @@ static bool may_register(void) {
   return state == CKPT_PAUSED && !transition_image_away();
 }
 
-/* Fault in and register [at, at + n); 0 or -errno. Called without the lock. */
-static int grow_piece(struct reserve *rs, uint64_t at, uint64_t n) {
+/* Fault in and register [at, at + n); 0 or -errno, and the seconds spent registering. Called
+ * without the lock. */
+static int grow_piece(struct reserve *rs, uint64_t at, uint64_t n, double *registering) {
+  *registering = 0;
   uint8_t *p = rs->base + at;
   /* A few huge pages at a time: faulting holds the address space's lock, which the program's
    * own mmap and munmap (allocations) need; a whole piece at once made them wait ~0.3 s.
@@ -151,7 +156,8 @@ static int grow_piece(struct reserve *rs, uint64_t at, uint64_t n) {
   }
   double t0 = now_seconds();
   int rc = rs->ops->host_register(rs->ctx, p, (size_t)n);
-  atomic_fetch_add(&rs->register_ns, (uint64_t)((now_seconds() - t0) * 1e9));
+  *registering = now_seconds() - t0;
+  atomic_fetch_add(&rs->register_ns, (uint64_t)(*registering * 1e9));
   return rc;
 }
 
@@ -231,7 +237,9 @@ static void *grow(void *arg) {
      * that one, and while paused over the image's staged part. */
     bool running = may_register();
     if (!rs->refused && want > rs->claimed && running && !rs->unregistering &&
-        (rs->claimed - rs->ready) / rs->piece < WINDOW && !other_growing(rs)) {
+        (rs->claimed - rs->ready) / rs->piece < WINDOW &&
+        (!rs->quiet || (rs->active == 0 && now_seconds() >= rs->quiet_until)) &&
+        !other_growing(rs)) {
       uint64_t available = rs->shared ? UINT64_MAX : ckpt_meminfo("MemAvailable");
       /* The budget is a share of the memory available to the reserve: what it holds already
        * (pieces under way, an image's pages) and what is available beside it. A share of
@@ -254,9 +262,16 @@ static void *grow(void *arg) {
           atomic_store(&rs->register_ns, 0);
         }
         rs->claimed += n;
+        rs->active++;
         pthread_mutex_unlock(&rs->lock);
-        int rc = grow_piece(rs, at, n);
+        double registering;
+        int rc = grow_piece(rs, at, n, &registering);
         pthread_mutex_lock(&rs->lock);
+        rs->active--;
+        /* Quiet: the program computes, and its launches wait while the driver page-locks. Half
+         * the time at most: cudawd faults the pool in no faster than one thread page-locks it
+         * at half its pace (about 5 GB/s). */
+        if (rs->quiet) rs->quiet_until = now_seconds() + registering;
         piece_done(rs, at, n, rc);
         continue;
       }
@@ -289,7 +304,8 @@ static void *grow(void *arg) {
     }
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += (long)POLL_NS;
+    double pause = rs->quiet ? rs->quiet_until - now_seconds() : 0;
+    until.tv_nsec += pause > 0 && pause < POLL_NS * 1e-9 ? (long)(pause * 1e9) + 1 : (long)POLL_NS;
     if (until.tv_nsec >= 1000000000L) {
       until.tv_sec++;
       until.tv_nsec -= 1000000000L;
@@ -363,7 +379,7 @@ struct reserve *reserve_new(const struct ckpt_host_ops *ops, void *ctx,
 
 struct reserve *reserve_new_shared(const struct ckpt_host_ops *ops, void *ctx, void *base,
                                    uint64_t size, uint64_t mapping, uint64_t piece,
-                                   uint32_t threads) {
+                                   uint32_t threads, bool quiet) {
   if (!ops->host_register || !ops->host_unregister || !size || mapping < size) return NULL;
   struct reserve *rs = calloc(1, sizeof *rs);
   if (!rs) return NULL;
@@ -376,6 +392,7 @@ struct reserve *reserve_new_shared(const struct ckpt_host_ops *ops, void *ctx, v
   rs->align = RESERVE_ALIGN;
   rs->piece = piece ? (piece + rs->align - 1) / rs->align * rs->align : IMAGE_ALIGN;
   rs->base = base;
+  rs->quiet = quiet;
   start_threads(rs, threads);
   return rs;
 }
@@ -400,6 +417,14 @@ void reserve_standby(struct reserve *rs, bool standby) {
   if (!rs) return;
   atomic_store(&rs->standby, standby);
   pthread_mutex_lock(&rs->lock);
+  pthread_cond_broadcast(&rs->wake);
+  pthread_mutex_unlock(&rs->lock);
+}
+
+void reserve_quiet(struct reserve *rs, bool quiet) {
+  if (!rs) return;
+  pthread_mutex_lock(&rs->lock);
+  rs->quiet = quiet;
   pthread_cond_broadcast(&rs->wake);
   pthread_mutex_unlock(&rs->lock);
 }

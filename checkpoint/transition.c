@@ -987,16 +987,14 @@ uint64_t transition_image_regions(void) {
 
 struct engine *transition_engine(void) { return tr.engine; }
 
-/* cudawd's pool is page-locked by two threads in each program, in pieces of 256 MiB. Every
- * program of a share page-locks the same window at once while one of them computes, and the
- * driver holds a program's launches back while it page-locks. share_bench on the H100 (host
- * phases, session 21): 2 threads of 256 MiB pieces, first GPU phases 1.00-1.17x of native and
- * exchanges 0.80-0.83x of the ceilings (1.28x speed-up); 8 threads of 32 MiB, one 2.2x; one thread
- * of 32 MiB, phases near native but the window 25% slower to get ready (a first swap-out staged
- * 72% of its image) and every exchange 1.14-1.25x. More threads buy nothing: the window comes
- * no faster than cudawd's pages are faulted in (3.7-4.0 GB/s). */
-#define POOL_THREADS 2
-#define POOL_PIECE (256ull << 20)
+/* Whether the program computes (ckpt_pool_quiet). Meanwhile cudawd's pool is page-locked one
+ * piece at a time, at most half the time; otherwise by every reserve thread. Every program of a
+ * share page-locks the same window at once, and the driver holds a program's launches back
+ * while it page-locks. share_bench on the H100 (session 21, docs/sharing.md): with every thread
+ * everywhere, the computing program's kernels ran 1.13-2.2x slower; with one thread everywhere
+ * they ran at 1.03x, but the window was ready 25% later and a first swap-out staged 72% of its
+ * image. Kept here, so that a pool attached later starts so. */
+static _Atomic bool pool_quiet;
 
 int transition_pool_attach(void *base, uint64_t size, uint64_t mapping) {
   pthread_mutex_lock(&tr.lock);
@@ -1005,11 +1003,20 @@ int transition_pool_attach(void *base, uint64_t size, uint64_t mapping) {
   else if (tr.pending || tr.dropping || engine_image_in_pool(tr.engine)) rc = -EBUSY;
   struct reserve *pool = NULL;
   if (!rc && size && !(pool = reserve_new_shared(ckpt_rt.ops, ckpt_rt.ctx, base, size, mapping,
-                                                 POOL_PIECE, POOL_THREADS)))
+                                                 ckpt_rt.options.reserve_piece,
+                                                 ckpt_rt.options.reserve_threads,
+                                                 atomic_load(&pool_quiet))))
     rc = -ENOSYS;
   if (!rc) engine_set_pool(tr.engine, pool); /* no image in the last one: cannot fail */
   pthread_mutex_unlock(&tr.lock);
   return rc;
+}
+
+void transition_pool_quiet(bool quiet) {
+  pthread_mutex_lock(&tr.lock);
+  atomic_store(&pool_quiet, quiet);
+  reserve_quiet(tr.engine ? engine_pool(tr.engine) : NULL, quiet);
+  pthread_mutex_unlock(&tr.lock);
 }
 
 int transition_pool_grow(void *base, uint64_t size) {

@@ -57,6 +57,7 @@ static struct {
   uint64_t calls_seen;
   double active_at;
   bool idle_told;
+  bool computing;              /* as last told to the pool (pace_pool) */
   atomic_int asking;           /* allocations waiting for cudawd's answer: not idle */
   /* The lease: what cudawd granted per device ordinal. Held across admit..allocated. */
   pthread_mutex_t lease_lock;
@@ -459,6 +460,19 @@ static void watch_idle(void)
   }
 }
 
+/* While the program computes, cudawd's pool is page-locked one piece at a time (ckpt_pool_quiet):
+ * computing is calling CUDA (not idle by the hint) with no call waiting for the GPU's turn. */
+static void pace_pool(void)
+{
+  bool computing = !client.idle_told && !shim_gate_waiters() && !atomic_load(&client.asking);
+  if (computing == client.computing) return;
+  client.computing = computing;
+  ckpt_pool_quiet(computing);
+  shim_debug("sched: %s: cudawd's pool is page-locked %s",
+             computing ? "computing" : "not computing",
+             computing ? "one piece at a time" : "by every reserve thread");
+}
+
 static void *run(void *unused)
 {
   (void)unused;
@@ -523,6 +537,7 @@ static void *run(void *unused)
     }
     report_usage();
     watch_idle();
+    pace_pool();
     if (client.pool_retry_fd >= 0 && ckpt_state() == CKPT_RUNNING &&
         time(NULL) != client.pool_retry_at)
       take_pool(client.pool_retry_fd, client.pool_retry_size, client.pool_retry_huge);

@@ -584,11 +584,19 @@ static int host_register(void *ctx, void *p, size_t n) {
   int delay = host->register_delay_us;
   bool fail = host->register_fail_after > 0 && --host->register_fail_after == 0;
   host->register_calls++;
+  if (++host->registering > host->registering_most) host->registering_most = host->registering;
   pthread_mutex_unlock(&host->lock);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   if (delay > 0) { /* a random share of it, so that several threads finish out of order */
     struct timespec pause = {0, (long)(rand() % delay) * 1000};
     nanosleep(&pause, NULL);
   }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  pthread_mutex_lock(&host->lock);
+  host->registering--;
+  host->registering_s += (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+  pthread_mutex_unlock(&host->lock);
   if (fail) {
     pthread_mutex_lock(&host->lock);
     host->register_failed = p;

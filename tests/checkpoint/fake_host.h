@@ -48,6 +48,8 @@ struct fake_host {
   int device_hash_calls;
   int pin_delay_us;            /* host_alloc_pinned takes this long (pinning is slow on GPUs) */
   int register_delay_us;       /* host_register takes up to this long (a random share) */
+  int registering, registering_most; /* host_register calls under way now, and at most */
+  double registering_s;        /* seconds spent inside host_register, all calls together */
   int register_fail_after;     /* the Nth host_register from now fails with -EIO (0: none) */
   /* Exchanges: with piece_bytes set, device memory moves in pieces of that size per region
    * (release_range, recreate_range, range_missing; else they answer -ENOSYS). device_used and

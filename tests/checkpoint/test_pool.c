@@ -6,7 +6,9 @@
  * engine unregisters and unmaps the pool; a handover (an exchange's save) into a range not
  * page-locked yet still goes into the pool, staged, in the pool's order; a window that grew is
  * page-locked from where it was; a plain checkpoint whose range is page-locked only in part goes
- * to the image reserve where that has more of it ready; the pool waits while the reserve grows. */
+ * to the image reserve where that has more of it ready; the pool waits while the reserve grows;
+ * while the program computes, the pool is page-locked one piece at a time, and by every thread
+ * once it does not. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
@@ -83,7 +85,8 @@ static void run(bool with_reserve) {
   if (with_reserve) options.reserve_bytes = 16 * MIB;
   struct engine *e = engine_new(&fake_host_ops, &h, &options);
   uint8_t *base = map_pool();
-  struct reserve *pool = reserve_new_shared(&fake_host_ops, &h, base, POOL, POOL, 2 * MIB, 2);
+  struct reserve *pool =
+      reserve_new_shared(&fake_host_ops, &h, base, POOL, POOL, 2 * MIB, 2, false);
   CHECK(pool != NULL);
   CHECK(reserve_wait(pool, POOL, 10), "the pool is page-locked in the background");
   CHECK_EQ(engine_set_pool(e, pool), 0);
@@ -168,7 +171,8 @@ static void handover_unregistered(int fail_after) {
   struct engine *e = engine_new(&fake_host_ops, &h, &options);
   uint8_t *base = map_pool();
   h.register_fail_after = fail_after; /* that piece fails: only those before it page-locked */
-  struct reserve *pool = reserve_new_shared(&fake_host_ops, &h, base, POOL, POOL, 2 * MIB, 1);
+  struct reserve *pool =
+      reserve_new_shared(&fake_host_ops, &h, base, POOL, POOL, 2 * MIB, 1, false);
   CHECK(pool != NULL);
   for (int i = 0; i < 1000 && h.register_calls == 0; i++) usleep(1000);
   for (int i = 0; i < 1000 && h.register_calls < fail_after; i++) usleep(1000);
@@ -225,7 +229,8 @@ static void grow_in_place(void) {
   options.reserve_bytes = 0;
   struct engine *e = engine_new(&fake_host_ops, &h, &options);
   uint8_t *base = map_pool();
-  struct reserve *pool = reserve_new_shared(&fake_host_ops, &h, base, POOL / 2, POOL, 2 * MIB, 2);
+  struct reserve *pool =
+      reserve_new_shared(&fake_host_ops, &h, base, POOL / 2, POOL, 2 * MIB, 2, false);
   CHECK(pool != NULL);
   CHECK(reserve_wait(pool, POOL / 2, 10), "the first window is page-locked");
   usleep(100 * 1000); /* the threads would go on past the window now if they were to */
@@ -239,7 +244,8 @@ static void grow_in_place(void) {
   /* A window that ends inside a piece (here 3 MiB of 2 MiB pieces) is not grown in place: the
    * next piece would start off the pieces' grid. */
   uint8_t *odd_base = map_pool();
-  struct reserve *odd = reserve_new_shared(&fake_host_ops, &h, odd_base, 3 * MIB, POOL, 2 * MIB, 1);
+  struct reserve *odd =
+      reserve_new_shared(&fake_host_ops, &h, odd_base, 3 * MIB, POOL, 2 * MIB, 1, false);
   CHECK(odd != NULL);
   CHECK_EQ(reserve_grow_shared(odd, 8 * MIB), -EINVAL);
   reserve_free(odd);
@@ -271,7 +277,8 @@ static void reserve_beats_partial_pool(void) {
   CHECK(reserve_wait(engine_reserve(e), 16 * MIB, 10), "reserve ready");
   uint8_t *base = map_pool();
   h.register_fail_after = 2; /* only the first 2 MiB piece of the pool is page-locked */
-  struct reserve *pool = reserve_new_shared(&fake_host_ops, &h, base, POOL, POOL, 2 * MIB, 1);
+  struct reserve *pool =
+      reserve_new_shared(&fake_host_ops, &h, base, POOL, POOL, 2 * MIB, 1, false);
   CHECK(pool != NULL);
   for (int i = 0; i < 1000 && reserve_ready(pool) < 2 * MIB; i++) usleep(1000);
   usleep(20000);
@@ -307,7 +314,8 @@ static void pool_yields_to_reserve(void) {
   for (int i = 0; i < 5000 && reserve_ready(engine_reserve(e)) == 0; i++) usleep(1000);
   CHECK(reserve_ready(engine_reserve(e)) < 16 * MIB, "the reserve grew too fast to test");
   uint8_t *base = map_pool();
-  struct reserve *pool = reserve_new_shared(&fake_host_ops, &h, base, POOL, POOL, 2 * MIB, 2);
+  struct reserve *pool =
+      reserve_new_shared(&fake_host_ops, &h, base, POOL, POOL, 2 * MIB, 2, false);
   CHECK(pool != NULL);
   CHECK_EQ(engine_set_pool(e, pool), 0);
   uint64_t most = 0; /* the pool's ready bytes while the reserve grew */
@@ -326,7 +334,44 @@ static void pool_yields_to_reserve(void) {
   fake_host_free(&h);
 }
 
+/* Quiet (the program computes: ckpt_pool_quiet): one piece page-locked at a time whatever the
+ * threads, with a pause as long as each took after it, since the driver holds the program's
+ * launches back while it page-locks; every thread again, without pauses, once quiet ends. */
+static void quiet_while_computing(void) {
+  struct fake_host h;
+  fake_host_init(&h, 1);
+  fake_host_add_region(&h, 3 * MIB, 0, 80); /* device memory held: the pool is wanted */
+  h.register_delay_us = 20000;
+  uint8_t *base = map_pool();
+  struct reserve *pool = reserve_new_shared(&fake_host_ops, &h, base, POOL, POOL, MIB, 4, true);
+  CHECK(pool != NULL);
+  double t0 = ckpt_now();
+  for (int i = 0; i < 10000 && reserve_ready(pool) < POOL / 2; i++) usleep(1000);
+  double took = ckpt_now() - t0;
+  CHECK(reserve_ready(pool) >= POOL / 2, "half the pool page-locked while quiet");
+  pthread_mutex_lock(&h.lock);
+  int most = h.registering_most;
+  double busy = h.registering_s;
+  pthread_mutex_unlock(&h.lock);
+  CHECK_EQ(most, 1);
+  /* Eight pieces or more done: their page-locking, and a pause as long after all but the last. */
+  printf("quiet: %.3f s page-locking in %.3f s\n", busy, took);
+  CHECK(took >= 1.5 * busy, "quiet page-locked %.3f s of %.3f s", busy, took);
+  reserve_quiet(pool, false);
+  CHECK(reserve_wait(pool, POOL, 10), "the rest page-locked");
+  pthread_mutex_lock(&h.lock);
+  most = h.registering_most;
+  pthread_mutex_unlock(&h.lock);
+  printf("at most %d pieces page-locked at once after quiet ended (4 threads)\n", most);
+  CHECK(most > 1, "the 4 threads page-locked one piece at a time after quiet ended");
+  reserve_free(pool);
+  CHECK_EQ(h.registered_live, 0);
+  CHECK_EQ(h.violations, 0);
+  fake_host_free(&h);
+}
+
 int main(void) {
+  quiet_while_computing();
   reserve_beats_partial_pool();
   pool_yields_to_reserve();
   run(false);

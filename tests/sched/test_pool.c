@@ -1,7 +1,8 @@
 /* Description: cudawd's host-memory pool (--host-memory) on the emulated device (each job has its
  * own emulated memory; cudawd --device-memory 96M makes three jobs of 72 MiB take turns):
  *   used       the swapped-out jobs' images go into lent pool ranges (bytes placed > 0), every
- *              job's data is verified after its resumes, and every range comes back at the end
+ *              job's data is verified after its resumes, and every range comes back at the end;
+ *              a job page-locks the pool one piece at a time while it computes (its debug log)
  *   keep       CUDAW_CKPT_KEEP_IMAGE=1, four jobs of 40 MiB (two resident at a time) that each
  *              keep a block unchanged: an image in the pool is dropped after the resume all the
  *              same (its range is lent to the next job; reusing it would mix two jobs' data)
@@ -214,6 +215,7 @@ static void run_pooled_jobs(int count, const char *rounds, double seconds,
 
 static void test_used(void)
 {
+  setenv("CUDAW_LOG", "debug", 1); /* the pool's pace lines (below) */
   struct sched_snapshot s;
   run_pooled_jobs(3, "30", 120, &s);
   CHECK(s.pool.enabled && s.pool.size == 256 * MIB, "pool %d of %llu bytes", s.pool.enabled,
@@ -230,6 +232,17 @@ static void test_used(void)
     said = log_has(name, "straight into cudawd's pool");
   }
   CHECK(said, "no job's checkpoint line says how much went into the pool");
+  /* A job page-locks the pool one piece at a time while it computes, and with every thread
+   * while it waits for its turn or is swapped out. */
+  bool quiet = false, loud = false;
+  for (int i = 0; i < 3; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "job%d.log", i);
+    quiet |= log_has(name, "sched: computing: cudawd's pool is page-locked one piece at a time");
+    loud |= log_has(name, "sched: not computing: cudawd's pool is page-locked by every reserve");
+  }
+  CHECK(quiet && loud, "the jobs' pool pace: computing said %d, not computing said %d", quiet,
+        loud);
 }
 
 /* Four jobs of 40 MiB, two resident at a time, each with a block it never writes again

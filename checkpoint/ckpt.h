@@ -415,11 +415,11 @@ int ckpt_pool_attach(void *base, uint64_t size, uint64_t mapping);
 int ckpt_pool_grow(void *base, uint64_t size);
 /* The program computes (true: it makes CUDA calls and none waits for the GPU) or not (idle,
  * waiting for its turn, paused). While it computes, the pool is page-locked one piece at a time,
- * at most half the time:
- * the driver holds a program's launches back while it page-locks, and with every thread at it
- * (CUDAW_CKPT_RESERVE_THREADS) its 2-ms kernels ran 1.07-2.2x slower on the H100 while the
- * programs of a share page-locked the pool; with one at a time, 1.00-1.04x. Holds for a pool
- * attached later too. */
+ * at most half the time; otherwise by every reserve thread (CUDAW_CKPT_RESERVE_THREADS). The
+ * driver holds a program's launches back while it page-locks: with every thread at it, a shared
+ * job's 2-ms kernels ran 1.13-2.2x slower on the H100 while the programs page-locked the pool;
+ * with one thread in every program, 1.03x (docs/sharing.md). Holds for a pool attached later
+ * too. */
 void ckpt_pool_quiet(bool computing);
 /* The next checkpoint may put its image in [offset, offset + length) of the pool (length 0: no
  * loan). Call right before ckpt_request_checkpoint, and with 0 after it. The image in the range

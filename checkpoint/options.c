@@ -369,8 +369,8 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
   out->reserve_budget_pct = 75; /* JAX's 59.5 GiB image on a 128 GiB host: docs/checkpoint.md */
   /* A stop waits for one piece's page-locking at most. And while a piece is being page-locked,
    * the driver keeps the program's own launches waiting: with 256 MiB pieces on 2 or more threads
-   * 2-ms kernels ran 4-6x slower (bench_pool_launch, H100); with 32 MiB ones 1.09x, for 15% less
-   * page-locking speed. */
+   * 2-ms kernels ran 4.4-6.9x slower (bench_pool_launch, H100); with 32 MiB ones 1.07-1.09x, and
+   * the reserve still grew at 29.3 GB/s (bench_reserve 45 8). */
   out->reserve_piece = 32ull << 20;
   out->reserve_threads = default_reserve_threads();
   out->create_first = 0; /* beside: a 64 GiB resume 0.86x -> 0.97x of H2D (docs/performance.md) */

@@ -461,7 +461,9 @@ static void watch_idle(void)
 }
 
 /* While the program computes, cudawd's pool is page-locked one piece at a time (ckpt_pool_quiet):
- * computing is calling CUDA (not idle by the hint) with no call waiting for the GPU's turn. */
+ * computing is calling CUDA (not idle by the hint) with no call waiting for the GPU's turn. With
+ * the hint off (CUDAW_SHARE_IDLE_MS=0) an idle program counts as computing: its pool still gets
+ * page-locked, only more slowly. */
 static void pace_pool(void)
 {
   bool computing = !client.idle_told && !shim_gate_waiters() && !atomic_load(&client.asking);

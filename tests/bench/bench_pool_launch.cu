@@ -47,6 +47,7 @@ using std::atomic_store;
 #define BATCH 16
 #define OTHERS 2
 #define MAX_PIECES 8192
+#define MAX_GIB ((MAX_PIECES * (16ull << 20)) >> 30) /* its smallest pieces: 16 MiB */
 
 static double now(void)
 {
@@ -280,8 +281,8 @@ static void registering(const char *name, uint8_t *map, uint64_t length, uint64_
 int main(int argc, char **argv)
 {
   uint64_t gib = argc > 1 ? strtoull(argv[1], NULL, 10) : 32;
-  if (gib == 0 || gib > 1024) {
-    fprintf(stderr, "usage: bench_pool_launch [GiB]\n");
+  if (gib == 0 || gib > MAX_GIB) {
+    fprintf(stderr, "usage: bench_pool_launch [GiB, 1 to %llu]\n", (unsigned long long)MAX_GIB);
     return 2;
   }
   uint64_t length = gib << 30, piece = 256ull << 20;

@@ -601,6 +601,11 @@ static void learn_device(int device)
  * a program that sits in cudaMalloc while others hold the GPU is sharing, not hung. */
 #define WAIT_NOTE_SECONDS 10
 
+/* When the last answer came, and how long coming back through the gate took: a granted
+ * allocation that takes long to make after it says so (debug). */
+static SHIM_TLS double answered_at, gate_seconds;
+#define SLOW_GRANT_SECONDS 0.1
+
 /* Wait for cudawd's answer to the allocation of `need` bytes on device without counting as a
  * call in flight, so that cudawd may pause us meanwhile; come back through the gate. Called with
  * lease_lock held, which is let go while the gate holds us: paused, and cudawd gone, the
@@ -636,7 +641,9 @@ static int wait_answer(uint64_t need, int device)
   if (noted)
     shim_info("sched: cudawd answered the allocation after %.1f s", seconds_now() - started);
   pthread_mutex_unlock(&client.lease_lock);
+  answered_at = seconds_now();
   shim_gate_step_in(stepped_out);
+  gate_seconds = seconds_now() - answered_at;
   atomic_fetch_sub(&client.asking, 1);
   pthread_mutex_lock(&client.lease_lock);
   return status;
@@ -761,6 +768,10 @@ void shim_sched_allocated(int device)
   if (atomic_load(&client.connected) && device >= 0 && device < SCHED_MAX_DEVICES &&
       client.described[device]) {
     uint64_t held = held_bytes(device);
+    double made = seconds_now() - answered_at;
+    if (lease_granted && made > SLOW_GRANT_SECONDS)
+      shim_debug("sched: the allocation cudawd granted was made %.3f s after its answer (%.3f s "
+                 "of it back through the gate)", made, gate_seconds);
     /* After a grant cudawd counts it in flight until told what was allocated. */
     if (held > client.granted[device] || lease_granted) {
       if (held > client.granted[device]) client.granted[device] = held;

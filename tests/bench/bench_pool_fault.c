@@ -10,6 +10,8 @@
  *   fallocate  fallocate(fd, 0, ...) on 64 MiB steps
  *   map after  MADV_POPULATE_WRITE through a new mapping of the fallocated file (what a program's
  *              page-locking finds)
+ *   files      populate as above, each thread on a file of its own (GiB / threads each): whether
+ *              one file's locks, not the cores, bound the fill
  * GB/s, and populate's time against fallocate's and map after's together at the same thread
  * count (above 1x: the file's pages come sooner by fallocate). CPU only: no GPU needed.
  *   usage: bench_pool_fault [GiB (4)] [THREADS (8)] [huge]      huge: MFD_HUGETLB */
@@ -83,6 +85,54 @@ static double run(int threads, bool use_fallocate, uint64_t step) {
   return now() - t0;
 }
 
+static int open_file(uint64_t length, bool huge);
+static uint8_t *map_file(int fd, uint64_t length);
+
+/* One thread's own file: populated whole, then freed. */
+struct own_file {
+  uint64_t length;
+  bool huge;
+  int error;
+};
+
+static void *own_worker(void *arg) {
+  struct own_file *f = arg;
+  int fd = open_file(f->length, f->huge);
+  uint8_t *map = fd >= 0 ? map_file(fd, f->length) : NULL;
+  for (uint64_t at = 0; map && at < f->length && !f->error; at += POPULATE_STEP) {
+    size_t n = (size_t)(f->length - at < POPULATE_STEP ? f->length - at : POPULATE_STEP);
+    if (madvise(map + at, n, MADV_POPULATE_WRITE) != 0) f->error = errno;
+  }
+  if (fd < 0 || !map) f->error = errno ? errno : EIO;
+  if (map) munmap(map, (size_t)f->length);
+  if (fd >= 0) close(fd);
+  return NULL;
+}
+
+/* Seconds for `threads` workers to fill files of their own, job.length in all; negative on error
+ * (the files are freed inside the time: their munmap and close are short beside the fill). */
+static double run_files(int threads, bool huge) {
+  pthread_t t[64];
+  struct own_file files[64];
+  uint64_t each = job.length / (uint64_t)threads / POPULATE_STEP * POPULATE_STEP;
+  double t0 = now();
+  int started = 0;
+  for (; started < threads; started++) {
+    files[started] = (struct own_file){.length = each, .huge = huge};
+    if (pthread_create(&t[started], NULL, own_worker, &files[started]) != 0) break;
+  }
+  int error = started < threads ? EAGAIN : 0;
+  for (int i = 0; i < started; i++) {
+    pthread_join(t[i], NULL);
+    if (files[i].error) error = files[i].error;
+  }
+  if (error) {
+    fprintf(stderr, "bench_pool_fault: files of their own: %s\n", strerror(error));
+    return -1;
+  }
+  return (now() - t0) * (double)job.length / (double)(each * (uint64_t)started);
+}
+
 static int open_file(uint64_t length, bool huge) {
   int fd = memfd_create("bench-pool", MFD_CLOEXEC | (huge ? MFD_HUGETLB : 0));
   if (fd < 0 || ftruncate(fd, (off_t)length) != 0) {
@@ -111,7 +161,8 @@ int main(int argc, char **argv) {
   printf("pool pages: %llu GiB of %s, steps %llu MiB (populate) and %llu MiB (fallocate)\n",
          (unsigned long long)gib, huge ? "huge pages (MFD_HUGETLB)" : "plain shared memory",
          (unsigned long long)(POPULATE_STEP >> 20), (unsigned long long)(FALLOCATE_STEP >> 20));
-  printf("threads  populate GB/s  fallocate GB/s  map after GB/s  both GB/s  populate time / both\n");
+  printf("threads  populate GB/s  fallocate GB/s  map after GB/s  both GB/s  populate time / both"
+         "  files GB/s\n");
   for (int threads = 1; threads <= max_threads; threads *= 2) {
     double secs[3] = {0, 0, 0};
     for (int way = 0; way < 2; way++) {
@@ -128,10 +179,12 @@ int main(int argc, char **argv) {
       close(job.fd);
       if (secs[way] < 0 || secs[2] < 0) return 1;
     }
+    double files = run_files(threads, huge);
+    if (files < 0) return 1;
     double bytes = (double)job.length;
-    printf("%7d  %13.2f  %14.2f  %14.2f  %9.2f  %19.2fx\n", threads, bytes / secs[0] / 1e9,
+    printf("%7d  %13.2f  %14.2f  %14.2f  %9.2f  %19.2fx  %10.2f\n", threads, bytes / secs[0] / 1e9,
            bytes / secs[1] / 1e9, bytes / secs[2] / 1e9, bytes / (secs[1] + secs[2]) / 1e9,
-           secs[0] / (secs[1] + secs[2]));
+           secs[0] / (secs[1] + secs[2]), bytes / files / 1e9);
     if (threads * 2 > max_threads && threads != max_threads) threads = max_threads / 2;
   }
   return 0;

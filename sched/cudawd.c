@@ -473,6 +473,7 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
       break;
     }
     if (msg->value == 1 && msg->status == 0) p->reserve_image_bytes = msg->device_free;
+    if (msg->value == 1) p->placed = msg->status == 0 ? msg->held : 0;
     if (msg->value == 1 && msg->status == 0 && p->loan.length)
       d->pool.placed_bytes += msg->held < p->loan.length ? msg->held : p->loan.length;
     /* The range holds the image until the resume is done; a failed checkpoint, or one that put

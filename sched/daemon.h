@@ -137,6 +137,7 @@ struct program {
   uint64_t piece_bytes;    /* it can take part in an exchange, pieces of at most this (0: no) */
   bool handover;           /* ... also in a handover (SCHED_EXCHANGE_HANDOVER) */
   uint64_t reserve_image_bytes; /* its image's bytes in its own reserve (its last checkpoint) */
+  uint64_t placed;         /* its last checkpoint's bytes straight into its pool range (ready) */
   /* A borrower (SCHED_HELLO_BORROWER, lending.c): a program not under sharing that only borrows
    * the pool. It is never scheduled (no device, no state but running, never a victim); `loan` is
    * its standing loan, which only it gives back (or its leaving). */

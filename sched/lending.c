@@ -64,31 +64,11 @@ static bool pool_peer(const struct program *p)
 
 /* A margin over the resident bytes (a borrower's: what it said its image takes): each image
  * region starts on a page. */
-static uint64_t with_margin(uint64_t bytes) { return bytes ? bytes + bytes / 64 + (16ull << 20) : 0; }
-
-static uint64_t held_bytes(const struct program *p)
+static uint64_t image_estimate(const struct program *p)
 {
   uint64_t bytes = p->borrower ? p->borrow_bytes : 0;
   for (int s = 0; s < SCHED_MAX_DEVICES; s++) bytes += p->bytes[s];
-  return bytes;
-}
-
-static uint64_t image_estimate(const struct program *p) { return with_margin(held_bytes(p)); }
-
-/* p's image once the allocation it waits for is granted (one that can never fit aside): a
- * program queued behind a resident one is swapped out soon after its turn, and its window must be
- * faulted in and page-locked by then. Counted only when it asked, its three 45 GiB jobs' pool
- * grew to the second image's size when the second one got the GPU, 13 s after they all started,
- * and its first swap-out found 16 of 45 GiB ready (H200 as an H100, share_bench host: 6.1 s,
- * against 1.4 s once ready). */
-static uint64_t demand_estimate(const struct daemon *d, const struct program *p)
-{
-  uint64_t bytes = held_bytes(p);
-  int s = p->want_slot;
-  if (p->wants && s >= 0 && s < SCHED_MAX_DEVICES && p->want_bytes > p->bytes[s] &&
-      (!d->device[s].capacity || p->want_bytes <= d->device[s].capacity))
-    bytes += p->want_bytes - p->bytes[s];
-  return with_margin(bytes);
+  return bytes ? bytes + bytes / 64 + (16ull << 20) : 0;
 }
 
 /* Whether p must be sent the current window: it has none, its window shrank under it, its own
@@ -214,9 +194,8 @@ void sched_pool_handover_undo(struct daemon *d, struct program *out, struct prog
   in->loan = in_loan;
 }
 
-/* What the pool is for now: the images of this user's programs, with what their waiting
- * allocations will add (a program alone too, so that its first swap-out, when a second one
- * comes, finds its range page-locked), and the ranges
+/* What the pool is for now: the images of this user's programs (a program alone too, so that
+ * its first swap-out, when a second one comes, finds its range page-locked), and the ranges
  * lent. Rounded up to an eighth of itself (at most 1 GiB, at least 2 MiB). A program that holds a
  * window keeps 2 MiB of it at least: a window of 0 cannot be sent, and a smaller one makes it
  * let go of the rest. */
@@ -226,7 +205,7 @@ static uint64_t pool_target(const struct daemon *d)
   bool holders = false;
   for (const struct program *p = d->programs; p; p = p->next) {
     if (!pool_peer(p) || p->uid != geteuid()) continue;
-    images += demand_estimate(d, p);
+    images += image_estimate(p);
     holders |= p->pool_window > 0;
   }
   uint64_t want = images, lent = pool_loans_end(&d->pool);

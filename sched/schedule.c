@@ -474,10 +474,14 @@ void sched_done(struct daemon *d, struct program *p, int op, int status, uint64_
   /* Nor an exchange's: each side is paced by the other program. */
   if (status == 0 && bytes >= SCHED_RATE_MIN_BYTES && seconds > 0 && !(op == 2 && p->on_disk) &&
       !sched_exchange_member(d, p)) {
-    /* The range lent for the image is taken back after this (cudawd.c), also after a resume. */
+    /* The range lent for the image is taken back after this (cudawd.c), also after a resume.
+     * A checkpoint that found its range page-locked in part staged the rest at a few GB/s: its
+     * rate is not the pool's. Taken as the pool's, the first two swap-outs of three 45 GiB jobs
+     * (8.4-9.7 GB/s) priced a swap at 6.6 s, more than their 6.4 s idle phases, and the third
+     * job held the GPU idle through two of them (H200 as an H100, share_bench host: 1.10x). */
     int in_pool = p->loan.length > 0;
-    if (op == 1) d->rate_out[in_pool] = (double)bytes / seconds;
-    else d->rate_in[in_pool] = (double)bytes / seconds;
+    if (op == 1 && !(in_pool && p->placed < bytes)) d->rate_out[in_pool] = (double)bytes / seconds;
+    else if (op == 2) d->rate_in[in_pool] = (double)bytes / seconds;
   }
   if (status == 0)
     fprintf(stderr, "cudawd: pid %ld swapped %s: %.3f GiB in %.3f s (%.2f GB/s)\n", (long)p->pid,

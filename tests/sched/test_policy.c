@@ -7,7 +7,7 @@
  * program; a checkpoint never answered stops holding up the others after swap_timeout; one that
  * no victim can help does not hold up the next; a stale estimate of the memory outside the books
  * does not block for good; the first in line keeps the memory freed for it, and a program out of
- * its way is resumed beside it. The messages cudawd would send are recorded by the sched_send
+ * its way is resumed beside it; a checkpoint staged in part leaves the pool's rate be. The messages cudawd would send are recorded by the sched_send
  * below. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -339,6 +339,25 @@ int main(void)
   sched_step(&side);
   CHECK(last_sent(&pid, &status) == SCHED_RESUME && pid == t->pid,
         "a program out of the first one's way was held back (sent %d to %d)", (int)status, pid);
+
+  /* The pool's swap rate comes from checkpoints that went straight into their range: one that
+   * found its range page-locked in part (the rest staged, slowly) leaves it as it was. */
+  static struct daemon rates;
+  rates.config = hol.config;
+  int rs = sched_device_slot(&rates, zero, 1000);
+  const uint64_t gib = 1ull << 30;
+  struct program *staged = join(&rates, 0, rs, gib);
+  staged->loan.length = 2 * gib;
+  staged->placed = gib / 4;
+  sched_done(&rates, staged, 1, 0, gib, 0.5);
+  CHECK(rates.rate_out[1] == 0, "a checkpoint staged in part set the pool's rate to %.2f GB/s",
+        rates.rate_out[1] / 1e9);
+  struct program *ready = join(&rates, 1, rs, gib);
+  ready->loan.length = 2 * gib;
+  ready->placed = gib;
+  sched_done(&rates, ready, 1, 0, gib, 0.05);
+  CHECK(rates.rate_out[1] > 21e9 && rates.rate_out[1] < 22e9, "the pool's rate: %.2f GB/s",
+        rates.rate_out[1] / 1e9);
   printf("ok\n");
   return 0;
 }

@@ -10,8 +10,6 @@
  *              checkpoints the old way (fallbacks > 0) and every job still verifies its data
  *   kill       kill -9 of a swapped-out job holding a range gives the range back at once
  *   off        --host-memory off: no pool, no SCHED_POOL, the jobs share as before
- *   ahead      a program whose allocation waits behind a resident one counts in the pool's
- *              window before it is granted: the window covers both images while it waits
  *   hostile    a message about the pool before the hello closes the connection; a peer that
  *              says it mapped the pool and lies about its memory is
  *              lent a range inside the window it mapped when swapped out, and the range comes
@@ -81,17 +79,15 @@ static pid_t spawn(const char *const argv[], const char *log)
   return pid;
 }
 
-static pid_t start_cudawd_quantum(const char *host_memory, const char *quantum)
+static pid_t start_cudawd(const char *host_memory)
 {
   char log[128];
   snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
-  const char *argv[] = {cudawd_path, "--device-memory", "96M", "--quantum", quantum, "--min-run",
+  const char *argv[] = {cudawd_path, "--device-memory", "96M", "--quantum", "0.5", "--min-run",
                         "0.1", "--host-memory", host_memory, "--verbose", "--gpu-list", "none",
                         NULL};
   return spawn(argv, log);
 }
-
-static pid_t start_cudawd(const char *host_memory) { return start_cudawd_quantum(host_memory, "0.5"); }
 
 static pid_t start_job(const char *rounds, int index)
 {
@@ -435,65 +431,11 @@ static void test_hostile(void)
   printf("hostile: the liar's range came back when it hung up\n");
 }
 
-/* A joined peer that describes the emulated device (256 MiB). */
-static int join_peer(void)
-{
-  int fd = connect_cudawd();
-  CHECK(fd >= 0, "cannot connect to cudawd");
-  send_or_fail(fd, (struct sched_msg){.type = SCHED_HELLO});
-  struct sched_msg device = {.type = SCHED_DEVICE, .device = 0, .bytes = 256 * MIB};
-  memcpy(device.key, EMU_KEY, sizeof EMU_KEY - 1);
-  send_or_fail(fd, device);
-  return fd;
-}
-
-static void test_ahead(void)
-{
-  start_cudawd_quantum("512M", "60"); /* the resident one's turn outlasts the test */
-  wait_for_cudawd();
-  int resident = join_peer();
-  send_or_fail(resident, (struct sched_msg){.type = SCHED_USAGE, .device = 0, .bytes = 72 * MIB});
-  struct sched_snapshot s;
-  double deadline = now() + 10;
-  do { /* its own image alone first */
-    CHECK(now() < deadline, "the window never covered the resident image");
-    sleep_ms(50);
-    must_snapshot(&s);
-  } while (s.pool_window < 72 * MIB);
-  uint64_t alone = s.pool_window;
-  /* Another process (cudawd takes a second hello of one pid for a reconnection). */
-  pid_t waiting = fork();
-  CHECK(waiting >= 0, "fork: %s", strerror(errno));
-  if (waiting == 0) {
-    int fd = join_peer();
-    send_or_fail(fd, (struct sched_msg){.type = SCHED_ALLOC, .device = 0, .bytes = 72 * MIB});
-    for (;;) pause(); /* connected until the test kills it */
-  }
-  children[child_count++] = waiting;
-  deadline = now() + 10;
-  do {
-    CHECK(now() < deadline, "the window stayed at %llu MiB (%llu MiB with one image) while a "
-          "72 MiB allocation waited", (unsigned long long)(s.pool_window / MIB),
-          (unsigned long long)(alone / MIB));
-    sleep_ms(50);
-    must_snapshot(&s);
-  } while (s.pool_window < 2 * 72 * MIB);
-  int found = 0;
-  for (int i = 0; i < s.programs; i++)
-    found += s.program[i].state == SCHED_WAITING;
-  CHECK_EQ(found, 1); /* still waiting: counted ahead of its grant */
-  printf("ahead: window %llu MiB with one image, %llu MiB once a second one waited\n",
-         (unsigned long long)(alone / MIB), (unsigned long long)(s.pool_window / MIB));
-  kill(waiting, SIGKILL);
-  waitpid(waiting, NULL, 0);
-  close(resident);
-}
-
 int main(int argc, char **argv)
 {
   setpgid(0, 0);
   atexit(end_children);
-  CHECK(argc == 5, "usage: %s CUDAWD CUDAW_CTL JOB used|keep|exhausted|kill|off|hostile|ahead", argv[0]);
+  CHECK(argc == 5, "usage: %s CUDAWD CUDAW_CTL JOB used|keep|exhausted|kill|off|hostile", argv[0]);
   cudawd_path = argv[1];
   ctl_path = argv[2];
   job_path = argv[3];
@@ -508,7 +450,6 @@ int main(int argc, char **argv)
   else if (!strcmp(argv[4], "kill")) test_kill();
   else if (!strcmp(argv[4], "off")) test_off();
   else if (!strcmp(argv[4], "hostile")) test_hostile();
-  else if (!strcmp(argv[4], "ahead")) test_ahead();
   else test_fail("unknown mode %s", argv[4]);
   char command[128];
   snprintf(command, sizeof command, "rm -rf '%s'", run_dir);

@@ -680,9 +680,10 @@ static void open_pool(struct daemon *d)
     if (ledger_claim(0) != 0) /* the window, 0 until programs need it */
       fprintf(stderr, "cudawd: the host-wide pool ledger has no entry for this pool: %s\n",
               strerror(errno));
+    char pages[320];
     fprintf(stderr, "cudawd: host-memory pool of up to %.2f GiB (%s), faulted in as the "
             "programs' images need it%s%s\n", (double)d->pool.size / (1u << 30),
-            d->pool.huge ? "huge pages" : "no huge pages for it: plain shared memory",
+            pool_pages_said(&d->pool, pages, sizeof pages),
             d->config.system ? "; lent only to root's programs (--system)" : "",
             others.others ? "; beside other cudawds' pools" : "");
   }

@@ -133,6 +133,42 @@ static void *fault_worker(void *arg)
   return NULL;
 }
 
+/* The kernel's word on transparent huge pages for shared memory (the bracketed one of
+ * /sys/kernel/mm/transparent_hugepage/shmem_enabled; CUDAWD_SHMEM_THP names another file in
+ * tests), or "" when unknown. */
+static void shmem_thp_setting(char *out, size_t len)
+{
+  const char *path = getenv("CUDAWD_SHMEM_THP");
+  FILE *f = fopen(path && *path ? path : "/sys/kernel/mm/transparent_hugepage/shmem_enabled", "r");
+  char line[256] = "";
+  if (f) {
+    if (!fgets(line, sizeof line, f)) line[0] = '\0';
+    fclose(f);
+  }
+  const char *open = strchr(line, '['), *close = open ? strchr(open, ']') : NULL;
+  size_t n = open && close ? (size_t)(close - open - 1) : 0;
+  if (n >= len) n = len - 1;
+  memcpy(out, open ? open + 1 : "", n);
+  out[n] = '\0';
+}
+
+const char *pool_pages_said(const struct host_pool *pool, char *buf, size_t len)
+{
+  if (pool->huge) return "huge pages";
+  char thp[32];
+  shmem_thp_setting(thp, sizeof thp);
+  if (!strcmp(thp, "never") || !strcmp(thp, "deny"))
+    snprintf(buf, len, "plain shared memory in 4 KiB pages: the kernel gives shared memory no "
+             "huge pages (transparent_hugepage/shmem_enabled is %s; advise would give the pool "
+             "2 MiB pages, fewer to fault in and page-lock)", thp);
+  else if (thp[0])
+    snprintf(buf, len, "shared memory in 2 MiB pages where the kernel has them "
+             "(transparent_hugepage/shmem_enabled is %s)", thp);
+  else
+    snprintf(buf, len, "plain shared memory");
+  return buf;
+}
+
 static void *fault_range(void *arg)
 {
   struct fault_job *job = arg;
@@ -174,6 +210,9 @@ static int start_fault(struct host_pool *pool, uint64_t from, uint64_t to)
     free(job);
     return rc;
   }
+  /* 2 MiB pages where shmem_enabled is advise (512 times fewer faults, and pages that the
+   * programs page-lock whole); nothing where the kernel gives shared memory none. */
+  if (!pool->huge) madvise(job->map, (size_t)(to - from), MADV_HUGEPAGE);
   job->pool = pool;
   job->from = from;
   job->to = to;

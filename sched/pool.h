@@ -94,6 +94,9 @@ void ledger_release(void);
  * has huge pages for it, else a plain one. Nothing is faulted in and the window is 0 until
  * pool_set_window. 0, or -errno with `why`. */
 int pool_open(struct host_pool *pool, uint64_t size, char *why, size_t why_len);
+/* What pages the pool gets, in words for cudawd's log: huge pages, or shared memory in the pages
+ * the kernel's transparent_hugepage/shmem_enabled allows (and what would give it larger ones). */
+const char *pool_pages_said(const struct host_pool *pool, char *buf, size_t len);
 void pool_close(struct host_pool *pool);
 /* Offer [0, window) (rounded up to POOL_ALIGN, at most the size). Growing starts faulting the new
  * part in, in the background (-errno, window unchanged: a hugetlb file got no huge pages for

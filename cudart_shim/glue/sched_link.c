@@ -84,6 +84,10 @@ int shim_sched_attach_pool(int fd, uint64_t size, const char **why)
     *why = strerror(-rc);
     return rc;
   }
+  /* As cudawd's own mapping (sched/pool.c): 2 MiB pages where the kernel gives shared memory
+   * huge pages on request (shmem_enabled advise), whoever faults a page in first. A hugetlb
+   * file refuses the advice, and needs none. */
+  madvise(base, (size_t)st.st_size, MADV_HUGEPAGE);
   int rc = ckpt_pool_attach(base, size, (uint64_t)st.st_size);
   if (rc) munmap(base, (size_t)st.st_size);
   else attached = (struct attached_pool){st.st_dev, st.st_ino, base, size};

@@ -14,7 +14,10 @@
  *              one file's locks, not the cores, bound the fill
  * GB/s, and populate's time against fallocate's and map after's together at the same thread
  * count (above 1x: the file's pages come sooner by fallocate). CPU only: no GPU needed.
- *   usage: bench_pool_fault [GiB (4)] [THREADS (8)] [huge]      huge: MFD_HUGETLB */
+ * With thp, every mapping asks for transparent huge pages (MADV_HUGEPAGE, as cudawd and the
+ * programs do): 2 MiB pages where shmem_enabled is advise; the kernel's ShmemHugePages after the
+ * first fill says whether it gave any.
+ *   usage: bench_pool_fault [GiB (4)] [THREADS (8)] [huge|thp]   huge: MFD_HUGETLB */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -144,22 +147,40 @@ static int open_file(uint64_t length, bool huge) {
   return fd;
 }
 
+static bool thp; /* MADV_HUGEPAGE on every mapping */
+
 static uint8_t *map_file(int fd, uint64_t length) {
   void *p = mmap(NULL, (size_t)length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  return p == MAP_FAILED ? NULL : p;
+  if (p == MAP_FAILED) return NULL;
+  if (thp) madvise(p, (size_t)length, MADV_HUGEPAGE);
+  return p;
+}
+
+/* A /proc/meminfo field in kB (-1: not there). */
+static long long meminfo_kb(const char *key) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  char line[256];
+  long long kb = -1;
+  size_t n = strlen(key);
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, key, n) && line[n] == ':') kb = atoll(line + n + 1);
+  if (f) fclose(f);
+  return kb;
 }
 
 int main(int argc, char **argv) {
   uint64_t gib = argc > 1 ? strtoull(argv[1], NULL, 10) : 4;
   int max_threads = argc > 2 ? atoi(argv[2]) : 8;
   bool huge = argc > 3 && strcmp(argv[3], "huge") == 0;
-  if (gib == 0 || max_threads < 1 || max_threads > 64) {
-    fprintf(stderr, "usage: bench_pool_fault [GiB] [THREADS 1..64] [huge]\n");
+  thp = argc > 3 && strcmp(argv[3], "thp") == 0;
+  if (gib == 0 || max_threads < 1 || max_threads > 64 || (argc > 3 && !huge && !thp)) {
+    fprintf(stderr, "usage: bench_pool_fault [GiB] [THREADS 1..64] [huge|thp]\n");
     return 2;
   }
   job.length = gib << 30;
   printf("pool pages: %llu GiB of %s, steps %llu MiB (populate) and %llu MiB (fallocate)\n",
-         (unsigned long long)gib, huge ? "huge pages (MFD_HUGETLB)" : "plain shared memory",
+         (unsigned long long)gib, huge ? "huge pages (MFD_HUGETLB)" : thp ? "shared memory, MADV_HUGEPAGE"
+         : "plain shared memory",
          (unsigned long long)(POPULATE_STEP >> 20), (unsigned long long)(FALLOCATE_STEP >> 20));
   printf("threads  populate GB/s  fallocate GB/s  map after GB/s  both GB/s  populate time / both"
          "  files GB/s\n");
@@ -174,6 +195,8 @@ int main(int argc, char **argv) {
         return 1;
       }
       secs[way] = run(threads, way == 1, way == 1 ? FALLOCATE_STEP : POPULATE_STEP);
+      if (threads == 1 && way == 0)
+        printf("ShmemHugePages after the first fill: %lld MiB\n", meminfo_kb("ShmemHugePages") / 1024);
       if (way == 1 && secs[1] > 0) secs[2] = run(threads, false, POPULATE_STEP);
       munmap(job.map, (size_t)job.length);
       close(job.fd);

@@ -10,6 +10,9 @@
  *              checkpoints the old way (fallbacks > 0) and every job still verifies its data
  *   kill       kill -9 of a swapped-out job holding a range gives the range back at once
  *   off        --host-memory off: no pool, no SCHED_POOL, the jobs share as before
+ *   pages      the pool's pages in cudawd's log follow the kernel's shmem_enabled (a file the
+ *              test writes: advise, then never), and a job's mapping of the pool asks for huge
+ *              pages (MADV_HUGEPAGE: "hg" in its VmFlags), whatever the kernel then gives
  *   hostile    a message about the pool before the hello closes the connection; a peer that
  *              says it mapped the pool and lies about its memory is
  *              lent a range inside the window it mapped when swapped out, and the range comes
@@ -431,11 +434,68 @@ static void test_hostile(void)
   printf("hostile: the liar's range came back when it hung up\n");
 }
 
+/* Whether pid maps cudawd's pool with MADV_HUGEPAGE ("hg" among the mapping's VmFlags); -1 while
+ * it has no mapping of the pool. */
+static int pool_advised(pid_t pid)
+{
+  char path[64], line[512];
+  snprintf(path, sizeof path, "/proc/%d/smaps", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  int found = -1;
+  bool inside = false;
+  while (found < 0 && fgets(line, sizeof line, f)) {
+    if (strstr(line, "cudawd-pool")) inside = true;
+    else if (inside && !strncmp(line, "VmFlags:", 8)) found = strstr(line, " hg") != NULL;
+  }
+  fclose(f);
+  return found;
+}
+
+static void test_pages(void)
+{
+  char thp[128];
+  snprintf(thp, sizeof thp, "%s/shmem_enabled", run_dir);
+  FILE *f = fopen(thp, "w");
+  CHECK(f != NULL);
+  fputs("always within_size [advise] never deny force\n", f);
+  fclose(f);
+  setenv("CUDAWD_SHMEM_THP", thp, 1);
+  pid_t daemon = start_cudawd("256M");
+  wait_for_cudawd();
+  CHECK(log_has("cudawd.log", "shared memory in 2 MiB pages where the kernel has them "
+                "(transparent_hugepage/shmem_enabled is advise)"), "cudawd's log does not say "
+        "that the pool gets huge pages under advise");
+  pid_t jobs[2] = {start_job("20", 0), start_job("20", 1)};
+  int advised = -1;
+  for (double deadline = now() + 60; advised < 0 && now() < deadline; sleep_ms(50))
+    for (int i = 0; i < 2 && advised < 0; i++) advised = pool_advised(jobs[i]);
+  CHECK(advised == 1, "a job's mapping of the pool: %s", advised < 0 ? "never seen" :
+        "without MADV_HUGEPAGE");
+  wait_jobs(jobs, 2, 120);
+  kill(daemon, SIGTERM);
+  waitpid(daemon, NULL, 0);
+  /* A kernel that gives shared memory no huge pages: the log says which setting would. */
+  f = fopen(thp, "w");
+  CHECK(f != NULL);
+  fputs("always within_size advise [never] deny force\n", f);
+  fclose(f);
+  char log[128];
+  snprintf(log, sizeof log, "%s/cudawd.log", run_dir);
+  unlink(log);
+  start_cudawd("256M");
+  wait_for_cudawd();
+  CHECK(log_has("cudawd.log", "plain shared memory in 4 KiB pages: the kernel gives shared "
+                "memory no huge pages (transparent_hugepage/shmem_enabled is never; advise would "
+                "give the pool 2 MiB pages"), "cudawd's log does not say what never costs");
+  printf("pages: the log follows shmem_enabled; a job maps the pool with MADV_HUGEPAGE\n");
+}
+
 int main(int argc, char **argv)
 {
   setpgid(0, 0);
   atexit(end_children);
-  CHECK(argc == 5, "usage: %s CUDAWD CUDAW_CTL JOB used|keep|exhausted|kill|off|hostile", argv[0]);
+  CHECK(argc == 5, "usage: %s CUDAWD CUDAW_CTL JOB used|keep|exhausted|kill|off|hostile|pages", argv[0]);
   cudawd_path = argv[1];
   ctl_path = argv[2];
   job_path = argv[3];
@@ -450,6 +510,7 @@ int main(int argc, char **argv)
   else if (!strcmp(argv[4], "kill")) test_kill();
   else if (!strcmp(argv[4], "off")) test_off();
   else if (!strcmp(argv[4], "hostile")) test_hostile();
+  else if (!strcmp(argv[4], "pages")) test_pages();
   else test_fail("unknown mode %s", argv[4]);
   char command[128];
   snprintf(command, sizeof command, "rm -rf '%s'", run_dir);

@@ -179,8 +179,9 @@ int main(int argc, char **argv) {
   }
   job.length = gib << 30;
   printf("pool pages: %llu GiB of %s, steps %llu MiB (populate) and %llu MiB (fallocate)\n",
-         (unsigned long long)gib, huge ? "huge pages (MFD_HUGETLB)" : thp ? "shared memory, MADV_HUGEPAGE"
-         : "plain shared memory",
+         (unsigned long long)gib,
+         huge ? "huge pages (MFD_HUGETLB)" : thp ? "shared memory, MADV_HUGEPAGE"
+                                                 : "plain shared memory",
          (unsigned long long)(POPULATE_STEP >> 20), (unsigned long long)(FALLOCATE_STEP >> 20));
   printf("threads  populate GB/s  fallocate GB/s  map after GB/s  both GB/s  populate time / both"
          "  files GB/s\n");
@@ -196,7 +197,8 @@ int main(int argc, char **argv) {
       }
       secs[way] = run(threads, way == 1, way == 1 ? FALLOCATE_STEP : POPULATE_STEP);
       if (threads == 1 && way == 0)
-        printf("ShmemHugePages after the first fill: %lld MiB\n", meminfo_kb("ShmemHugePages") / 1024);
+        printf("ShmemHugePages after the first fill: %lld MiB\n",
+               meminfo_kb("ShmemHugePages") / 1024);
       if (way == 1 && secs[1] > 0) secs[2] = run(threads, false, POPULATE_STEP);
       munmap(job.map, (size_t)job.length);
       close(job.fd);

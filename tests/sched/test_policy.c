@@ -7,8 +7,8 @@
  * program; a checkpoint never answered stops holding up the others after swap_timeout; one that
  * no victim can help does not hold up the next; a stale estimate of the memory outside the books
  * does not block for good; the first in line keeps the memory freed for it, and a program out of
- * its way is resumed beside it; a checkpoint staged in part leaves the pool's rate be. The messages cudawd would send are recorded by the sched_send
- * below. */
+ * its way is resumed beside it; a checkpoint staged in part leaves the pool's rate be. The
+ * messages cudawd would send are recorded by the sched_send below. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>

@@ -495,7 +495,8 @@ int main(int argc, char **argv)
 {
   setpgid(0, 0);
   atexit(end_children);
-  CHECK(argc == 5, "usage: %s CUDAWD CUDAW_CTL JOB used|keep|exhausted|kill|off|hostile|pages", argv[0]);
+  CHECK(argc == 5, "usage: %s CUDAWD CUDAW_CTL JOB used|keep|exhausted|kill|off|hostile|pages",
+        argv[0]);
   cudawd_path = argv[1];
   ctl_path = argv[2];
   job_path = argv[3];

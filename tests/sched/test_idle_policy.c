@@ -191,6 +191,7 @@ static void pool_rates(void)
   CHECK(near(sched_swap_cost(&d, a), plain), "default %.3f s", sched_swap_cost(&d, a));
   a->loan.length = 41ull << 30; /* its image has (or will have) a range of the pool */
   CHECK(near(sched_swap_cost(&d, a), in_pool), "pooled default %.3f s", sched_swap_cost(&d, a));
+  a->placed = 40ull << 30; /* straight into its range, page-locked whole */
   sched_done(&d, a, 1, 0, 40ull << 30, 40 * gib / 50e9);
   sched_done(&d, a, 2, 0, 40ull << 30, 40 * gib / 50e9);
   CHECK(near(sched_swap_cost(&d, a), 2 * 40 * gib / 50e9), "pooled %.3f s", sched_swap_cost(&d, a));
@@ -393,6 +394,7 @@ static void handover_rate(void)
   int dev = one_device(&d, 80 * gib);
   struct program *out = join(&d, 0, dev, 40 * gib), *in = join(&d, 1, dev, 40 * gib);
   out->loan.length = in->loan.length = 41 * gib;
+  out->placed = 40 * gib; /* straight into its range: a swap staged in part sets no rate */
   sched_done(&d, out, 1, 0, 40 * gib, 40.0 * gib / 15e9); /* a cold first swap: 15 GB/s out */
   sched_done(&d, out, 2, 0, 40 * gib, 40.0 * gib / 40e9);
   double cold = sched_swap_cost(&d, out);

@@ -119,6 +119,17 @@ run_scenario() { # name phases kernels_per_phase host_ms
             printf " s: %.2f s waiting for the GPU\n", w }' \
       "$OUT/${name}_native$j.log" "$OUT/${name}_shared$j.log"
   done
+  # The jobs' own words on the pool's readiness at their swaps, on grants slow to be made and on
+  # slow exits (the last two are debug lines: CUDAW_LOG=debug): what first swaps depend on.
+  grep -hE "into the range lent \(ready\)|granted was made|given back at exit|more ready in" \
+    "$OUT/${name}_cudaw"[123].log 2>/dev/null | sed 's/^/  job log: /' | head -12
+  if ! grep -q "swapped out:" "$OUT/${name}_cudawd.log"; then
+    # Each job finished within its turn: they ran one after another, and while all three were
+    # there only the first computed. No shares to compare.
+    echo "  no swaps: the jobs ran one after another (GPU-time spread not judged)"
+    eval "${name}_serial=$serial ${name}_shared=$shared"
+    return
+  fi
   tr '{' '\n' < "$OUT/${name}_snap.json" | grep -o '"pid":[0-9]*\|"gpu_seconds":[0-9.]*' |
     paste - - | awk -F'[:\t]' '{ printf "%s %s\n", $2, $4 }' > "$OUT/${name}_gpu_s.txt"
   awk '{ s[NR] = $2 } END {

@@ -770,8 +770,8 @@ void shim_sched_allocated(int device)
   if (atomic_load(&client.connected) && device >= 0 && device < SCHED_MAX_DEVICES &&
       client.described[device]) {
     uint64_t held = held_bytes(device);
-    double made = seconds_now() - answered_at;
-    if (lease_granted && made > SLOW_GRANT_SECONDS)
+    double made = lease_granted ? seconds_now() - answered_at : 0;
+    if (made > SLOW_GRANT_SECONDS)
       shim_debug("sched: the allocation cudawd granted was made %.3f s after its answer (%.3f s "
                  "of it back through the gate)", made, gate_seconds);
     /* After a grant cudawd counts it in flight until told what was allocated. */

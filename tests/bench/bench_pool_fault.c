@@ -32,6 +32,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ckpt.h"
+
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
@@ -88,8 +90,25 @@ static double run(int threads, bool use_fallocate, uint64_t step) {
   return now() - t0;
 }
 
-static int open_file(uint64_t length, bool huge);
-static uint8_t *map_file(int fd, uint64_t length);
+static int open_file(uint64_t length, bool huge) {
+  int fd = memfd_create("bench-pool", MFD_CLOEXEC | (huge ? MFD_HUGETLB : 0));
+  if (fd < 0 || ftruncate(fd, (off_t)length) != 0) {
+    fprintf(stderr, "bench_pool_fault: a %s file of %llu bytes: %s\n", huge ? "hugetlb" : "memfd",
+            (unsigned long long)length, strerror(errno));
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static bool thp; /* MADV_HUGEPAGE on every mapping */
+
+static uint8_t *map_file(int fd, uint64_t length) {
+  void *p = mmap(NULL, (size_t)length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return NULL;
+  if (thp) madvise(p, (size_t)length, MADV_HUGEPAGE);
+  return p;
+}
 
 /* One thread's own file: populated whole, then freed. */
 struct own_file {
@@ -136,38 +155,6 @@ static double run_files(int threads, bool huge) {
   return (now() - t0) * (double)job.length / (double)(each * (uint64_t)started);
 }
 
-static int open_file(uint64_t length, bool huge) {
-  int fd = memfd_create("bench-pool", MFD_CLOEXEC | (huge ? MFD_HUGETLB : 0));
-  if (fd < 0 || ftruncate(fd, (off_t)length) != 0) {
-    fprintf(stderr, "bench_pool_fault: a %s file of %llu bytes: %s\n", huge ? "hugetlb" : "memfd",
-            (unsigned long long)length, strerror(errno));
-    if (fd >= 0) close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-static bool thp; /* MADV_HUGEPAGE on every mapping */
-
-static uint8_t *map_file(int fd, uint64_t length) {
-  void *p = mmap(NULL, (size_t)length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) return NULL;
-  if (thp) madvise(p, (size_t)length, MADV_HUGEPAGE);
-  return p;
-}
-
-/* A /proc/meminfo field in kB (-1: not there). */
-static long long meminfo_kb(const char *key) {
-  FILE *f = fopen("/proc/meminfo", "r");
-  char line[256];
-  long long kb = -1;
-  size_t n = strlen(key);
-  while (f && fgets(line, sizeof line, f))
-    if (!strncmp(line, key, n) && line[n] == ':') kb = atoll(line + n + 1);
-  if (f) fclose(f);
-  return kb;
-}
-
 int main(int argc, char **argv) {
   uint64_t gib = argc > 1 ? strtoull(argv[1], NULL, 10) : 4;
   int max_threads = argc > 2 ? atoi(argv[2]) : 8;
@@ -196,9 +183,10 @@ int main(int argc, char **argv) {
         return 1;
       }
       secs[way] = run(threads, way == 1, way == 1 ? FALLOCATE_STEP : POPULATE_STEP);
-      if (threads == 1 && way == 0)
-        printf("ShmemHugePages after the first fill: %lld MiB\n",
-               meminfo_kb("ShmemHugePages") / 1024);
+      uint64_t huge_bytes = ckpt_meminfo_at(NULL, "ShmemHugePages");
+      if (threads == 1 && way == 0 && huge_bytes != UINT64_MAX)
+        printf("ShmemHugePages after the first fill: %llu MiB\n",
+               (unsigned long long)(huge_bytes >> 20));
       if (way == 1 && secs[1] > 0) secs[2] = run(threads, false, POPULATE_STEP);
       munmap(job.map, (size_t)job.length);
       close(job.fd);

@@ -378,36 +378,34 @@ static bool place_in_pool(struct engine *e) {
   }
   struct reserve_span span;
   uint8_t *base = reserve_take_range(e->pool, e->loan_offset, bytes, &span);
-  /* A range not page-locked yet is no better than memory of the image's own, except in a
-   * handover (an exchange's save, paced): there the image must go over the other program's in the
-   * pool, never beside it. A program sent a larger window re-registers it from its start, and a
-   * handover ordered meanwhile failed at once ("host image needs 45 GiB more": H100, share_bench
-   * host): it is staged into the pool's pages instead, at the staging's speed. */
-  if (base && span.ready == 0 && !e->pace) {
-    reserve_give_back(e->pool);
-    base = NULL;
-  }
-  /* A borrower's own reserve grows until the range is page-locked (transition_pool_lend_
-   * standing): paused 2 s after allocating 45 GiB, the range had 7.75 GiB page-locked, the rest
-   * went through staging into pages not faulted in yet, 5 GB/s, 9.6 s, where the reserve alone
-   * took 1.0 s (H100, 2026-11-27). Whichever holds more of the image page-locked takes it. */
+  /* The range lent is host memory cudawd has set aside for this image (its pool's window), and
+   * cudawd faults it in whatever the image does. So the image goes there even where none of the
+   * range is page-locked yet (staged, at the staging's speed), never into memory of its own
+   * beside it: on a host sized for the pool (128 GiB, a pool of 94 GiB), a first swap-out that
+   * found its range not page-locked took 45 GiB of its own while cudawd faulted the rest of the
+   * window in, and the kernel's OOM killer ended the program (H200 as an H100, 2026-11-28,
+   * share_bench host). The program's own reserve takes the image only where it holds all of it
+   * page-locked: a borrower paused 2 s after allocating 45 GiB had 7.75 GiB of its range
+   * page-locked and the reserve wholly (staged into the pool 9.6 s, the reserve 1.0 s: H100,
+   * 2026-11-27); a reserve ready in part would fault fresh memory of its own for the rest. */
   uint64_t own = reserve_ready(e->reserve), in_range = span.ready < bytes ? span.ready : bytes;
-  if (base && !e->pace && in_range < bytes && own > in_range) {
+  if (base && !e->pace && in_range < bytes && own >= bytes) {
     reserve_give_back(e->pool);
-    char has[32], mine[32];
+    char has[32];
     ckpt_format_bytes(in_range, has, sizeof has);
-    ckpt_format_bytes(own < bytes ? own : bytes, mine, sizeof mine);
     ckpt_logf(CKPT_LOG_INFO, "cudawd's host-memory pool not used: %s of the range lent is "
-              "page-locked, the image reserve has %s of the image's %s", has, mine, need);
+              "page-locked, the image reserve has all of the image's %s", has, need);
     return false;
   }
   if (!base) {
     struct reserve_info info;
     reserve_status(e->pool, &info);
     ckpt_format_bytes(info.bytes, ready, sizeof ready);
-    ckpt_logf(CKPT_LOG_INFO, "cudawd's host-memory pool not used: its range is not page-locked "
-              "yet (%s of the pool registered so far%s); copying the old way", ready,
-              info.refused ? ", registering it failed" : "");
+    char at[32];
+    ckpt_format_bytes(e->loan_offset, at, sizeof at);
+    ckpt_logf(CKPT_LOG_INFO, "cudawd's host-memory pool not used: the range lent (%s at %s) "
+              "lies past the window mapped here (%s of it registered%s); copying the old way",
+              lent, at, ready, info.refused ? ", registering it failed" : "");
     return false;
   }
   e->pool_held = true;

@@ -158,9 +158,9 @@ const char *pool_pages_said(const struct host_pool *pool, char *buf, size_t len)
   char thp[32];
   shmem_thp_setting(thp, sizeof thp);
   if (!strcmp(thp, "never") || !strcmp(thp, "deny"))
-    snprintf(buf, len, "plain shared memory in 4 KiB pages: the kernel gives shared memory no "
-             "huge pages (transparent_hugepage/shmem_enabled is %s; advise would give the pool "
-             "2 MiB pages, fewer to fault in and page-lock)", thp);
+    snprintf(buf, len, "plain shared memory in 4 KiB pages (transparent_hugepage/shmem_enabled "
+             "is %s; advise gives the pool 2 MiB pages: docs/sharing.md says what they change)",
+             thp);
   else if (thp[0])
     snprintf(buf, len, "shared memory in 2 MiB pages where the kernel has them "
              "(transparent_hugepage/shmem_enabled is %s)", thp);

@@ -158,7 +158,7 @@ static int record_place(void *arg, uint64_t pool_at, uint64_t n) {
 
 /* A handover into a range not page-locked yet (a program sent a larger window re-registers it
  * from its start; here the pool's registration fails): the image still goes into the pool, in
- * the pool's order, staged; a plain checkpoint in the same state takes the old path. */
+ * the pool's order, staged; so does a plain checkpoint in the same state. */
 static void handover_unregistered(int fail_after) {
   struct fake_host h;
   fake_host_init(&h, 1);
@@ -181,12 +181,17 @@ static void handover_unregistered(int fail_after) {
   CHECK_EQ(engine_set_pool(e, pool), 0);
   CHECK_EQ(engine_prepare(e), 0);
 
-  /* Not a handover, the range not page-locked: the old way, nothing in the pool. */
+  /* Not a handover, the range not page-locked: still into the range lent, staged, never into
+   * memory of the image's own beside the pool (which the host may not have). */
   struct engine_stats saved;
   if (fail_after == 1) {
     engine_lend(e, 2 * MIB, 12 * MIB);
     saved = cycle(e, &h);
     CHECK_EQ(saved.pool_bytes, 0);
+    CHECK_EQ(saved.staged_bytes, total_bytes(&h));
+    CHECK_EQ(saved.reserve_bytes, 0);
+    CHECK(engine_image_in_pool(e), "a plain checkpoint left the range lent for memory of its own");
+    check_inside(e, base + 2 * MIB, base + 14 * MIB);
     engine_drop_image(e);
   }
 

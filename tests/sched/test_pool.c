@@ -485,9 +485,9 @@ static void test_pages(void)
   unlink(log);
   start_cudawd("256M");
   wait_for_cudawd();
-  CHECK(log_has("cudawd.log", "plain shared memory in 4 KiB pages: the kernel gives shared "
-                "memory no huge pages (transparent_hugepage/shmem_enabled is never; advise would "
-                "give the pool 2 MiB pages"), "cudawd's log does not say what never costs");
+  CHECK(log_has("cudawd.log", "plain shared memory in 4 KiB pages (transparent_hugepage/"
+                "shmem_enabled is never; advise gives the pool 2 MiB pages"),
+        "cudawd's log does not say which pages never gives");
   printf("pages: the log follows shmem_enabled; a job maps the pool with MADV_HUGEPAGE\n");
 }
 

@@ -36,7 +36,8 @@ static void usage(FILE *out)
           "              [--swap-timeout SEC] [--gpu-list DIR|none] [--metrics-file PATH]\n"
           "              [--host-memory SIZE|N%%|off] [--pool-release SEC] [--idle-exit SEC]\n"
           "              [--max-per-user N] [--spill-dir DIR]\n"
-          "              [--client-timeout SEC] [--log-max SIZE] [--verbose]\n"
+          "              [--client-timeout SEC] [--log-max SIZE] [--no-resume-ahead]\n"
+          "              [--verbose]\n"
           "       cudawd --help | --version\n"
           "\n"
           "Schedules the programs run with `cudaw run --share` (CUDAW_SHARE=1) on this machine's\n"
@@ -87,6 +88,9 @@ static void usage(FILE *out)
           "                       (default 10)\n"
           "  --log-max SIZE       rotate the log file (to <log>.1) past this size (default 16M;\n"
           "                       0: never); repeated lines any client can cause are summed up\n"
+          "  --no-resume-ahead    bring a swapped-out program that is idle back only when it\n"
+          "                       calls the GPU (default: also ahead of that, when the device\n"
+          "                       has room for it and no program waits)\n"
           "  --verbose            log every message and decision\n",
           SCHED_SOCKET_NAME, SCHED_SOCKET_NAME, SCHED_DEFAULT_PER_USER);
 }
@@ -133,7 +137,8 @@ static int parse_args(int argc, char **argv, struct sched_config *config)
                                   .gpu_list = "/proc/driver/nvidia/gpus",
                                   .max_per_user = SCHED_DEFAULT_PER_USER, .client_timeout = 10,
                                   .log_max = 16ull << 20, .pool_release = 60,
-                                  .idle_exit = -1 /* the default: 600, 0 with --system */};
+                                  .idle_exit = -1 /* the default: 600, 0 with --system */,
+                                  .resume_ahead = true};
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
     int rc = 0;
@@ -148,6 +153,9 @@ static int parse_args(int argc, char **argv, struct sched_config *config)
       continue;
     } else if (!strcmp(arg, "--system")) {
       config->system = true;
+      continue;
+    } else if (!strcmp(arg, "--no-resume-ahead")) {
+      config->resume_ahead = false;
       continue;
     } else if (strcmp(arg, "--quantum") && strcmp(arg, "--min-run") &&
                strcmp(arg, "--device-memory") && strcmp(arg, "--swap-timeout") &&

@@ -40,6 +40,8 @@ struct sched_config {
                             * that never sent work times out after it */
   uint64_t log_max;        /* --log-max: a log file larger than this is rotated (0: never) */
   const char *spill_dir;   /* --spill-dir: the disk tier's directory (NULL: no disk tier) */
+  bool resume_ahead;       /* not --no-resume-ahead: an idle swapped-out program comes back
+                            * where the device has room and nobody waits */
 };
 
 /* A uid's standing (peers.c): its limits are counted here. */
@@ -110,8 +112,11 @@ struct program {
                             * the range goes to it when taken back from this one */
   bool gpu_idle;           /* it said it makes no CUDA call (SCHED_GPU_IDLE): may be swapped out at
                             * once its idleness has cost what a swap costs; swapped out, it is
-                            * not brought back until it calls again */
+                            * brought back when it calls again, or ahead of that where the
+                            * device has room and nobody waits (resume_ahead) */
   double gpu_idle_since;
+  bool ahead;              /* resumed ahead of its call (the device had room, nobody waited):
+                            * until it calls the GPU, anyone who wants the room has it at once */
   double last_idle;        /* how long its last idle phase (by the hint) lasted, seconds */
   uint64_t command_key;    /* a hash of its command line (/proc/<pid>/cmdline at its hello; 0:
                             * unread): before its own first idle phase ends, the last one of a

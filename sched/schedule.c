@@ -243,6 +243,7 @@ void sched_set_state(struct daemon *d, struct program *p, enum sched_program_sta
             (unsigned long long)sched_resident(d, 0));
   if (state == SCHED_SWAPPED_OUT || (state == SCHED_WAITING && p->state == SCHED_RUNNING))
     p->wanting_since = now;
+  if (state == SCHED_SWAPPING_OUT || state == SCHED_SWAPPED_OUT) p->ahead = false;
   /* A turn starts when the program can run: swapped in, or its waiting allocation granted. */
   if (state == SCHED_RUNNING && (p->state == SCHED_SWAPPING_IN || p->state == SCHED_WAITING))
     p->resident_since = now;
@@ -330,6 +331,7 @@ void sched_idle_hint(struct daemon *d, struct program *p, bool idle)
   if (!idle) {
     p->last_idle = now - p->gpu_idle_since;
     remember_idle(d, p, now);
+    p->ahead = false;
   }
   p->gpu_idle = idle;
   if (idle) p->gpu_idle_since = now;
@@ -707,6 +709,8 @@ static bool may_preempt(const struct daemon *d, const struct program *v, const s
   if (v == head || !v->joined || v->borrower || v->skip_until > now) return false;
   if (v->state != SCHED_RUNNING && !(waiting_too && v->state == SCHED_WAITING)) return false;
   if (mind_host && !host_room(d, v)) return false;
+  /* Brought back ahead of its call and idle since: the room was only lent to it. */
+  if (v->ahead && v->state == SCHED_RUNNING && v->gpu_idle && !v->wants) return true;
   double turn = now - v->resident_since;
   int weight = v->priority > 0 ? v->priority : 1;
   if (v->state == SCHED_WAITING) return turn >= d->config.min_run;
@@ -886,6 +890,41 @@ static bool host_short(const struct daemon *d, char *why, size_t len)
   return true;
 }
 
+/* Nobody wants the device and it has room: bring back a swapped-out program that is idle, ahead
+ * of its next call, so that the call finds its memory there (a job back from its host phase, a
+ * notebook's next cell). The one expected back first goes: its idle phase's start plus the
+ * length its last one (or its command's) had. Not an image on disk (reading it back is what the
+ * disk tier weighs), nor one whose resume failed lately. It is marked `ahead`: until it calls the
+ * GPU, whoever wants the room has it at once (may_preempt). */
+static bool resume_ahead(struct daemon *d, double now)
+{
+  if (!d->config.resume_ahead || now - d->started < REJOIN_GRACE) return false;
+  struct program *best = NULL;
+  double best_back = 0;
+  for (struct program *p = d->programs; p; p = p->next) {
+    if (!p->joined || p->borrower || p->retired) continue;
+    if (sched_wanting(p)) return false;
+    if (p->state != SCHED_SWAPPED_OUT || !p->gpu_idle || p->on_disk || p->pending_op ||
+        p->skip_until > now || !fits(d, p))
+      continue;
+    double back = p->gpu_idle_since + idle_history(d, p);
+    if (!best || back < best_back) {
+      best = p;
+      best_back = back;
+    }
+  }
+  if (!best) return false;
+  if (d->config.verbose)
+    fprintf(stderr, "cudawd: pid %ld: resumed ahead of its next call: the device has room and "
+            "nobody waits\n", (long)best->pid);
+  best->ahead = true;
+  send_simple(best, SCHED_RESUME, 0);
+  best->pending_op = 2;
+  sched_set_state(d, best, SCHED_SWAPPING_IN);
+  d->transition = best;
+  return true;
+}
+
 void sched_step(struct daemon *d)
 {
   double now = sched_now();
@@ -940,6 +979,7 @@ void sched_step(struct daemon *d)
       note_host_short(d, head, now, waiting_too);
     }
   }
+  if (!victim && !count && resume_ahead(d, now)) return;
   if (!victim) {
     char why[160];
     if (host_short(d, why, sizeof why) && sched_spill_coldest(d, count ? order[0] : NULL, now, why))

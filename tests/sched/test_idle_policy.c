@@ -11,7 +11,9 @@
  * sends it the whole window, and a program that grows a window in place is sent each larger
  * one; a program whose side of an exchange failed is tried again after 5 s, not a quantum.
  * Before its own first idle phase has ended, a program is judged by the last one of its user's
- * same command; a handover's time sets what a swap in the pool costs. */
+ * same command; a handover's time sets what a swap in the pool costs. With the device free and
+ * nobody waiting, an idle swapped-out program is resumed ahead of its call, and gives the room
+ * up at once until it calls. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -424,6 +426,82 @@ static void handover_rate(void)
         sched_swap_cost(&d, out));
 }
 
+/* Resume ahead: the device free and nobody waiting, the swapped-out idle program expected back
+ * first is resumed before it calls; until it calls, one that wants the room has it at once
+ * (before min-run); one that called is judged as any other. Not where it does not fit, nor
+ * with --no-resume-ahead. */
+/* A program's answer as cudawd takes it (a swap at 10 GB/s), and no answer owed any more. */
+static void done(struct daemon *d, struct program *p, int op, uint64_t bytes)
+{
+  sched_done(d, p, op, 0, bytes, (double)bytes / 10e9);
+  p->pending_op = 0;
+}
+
+static void resume_ahead(void)
+{
+  static struct daemon d;
+  const uint64_t gib = 1ull << 30; /* sizes whose swaps cost seconds at the default rates */
+  d.config = (struct sched_config){.quantum = 30, .min_run = 5, .idle_cpu = 0.02,
+                                   .device_memory = 100 * gib, .resume_ahead = true};
+  d.programs = NULL;
+  char meminfo[] = "/tmp/cudaw-meminfo-XXXXXX";
+  fake_meminfo(meminfo, 100); /* room on the host for either image */
+  d.started = sched_now() - 60; /* past the grace for programs of an earlier cudawd */
+  int dev = sched_device_slot(&d, "00112233445566778899aabbccddeeff", 100 * gib);
+  CHECK(dev == 0);
+  pid_t pid = 0;
+  double now = sched_now();
+  struct program *a = join(&d, 0, dev, 80 * gib), *b = join(&d, 1, dev, 70 * gib);
+  a->state = b->state = SCHED_SWAPPED_OUT;
+  a->gpu_idle = b->gpu_idle = true;
+  /* Both idle: b's phases are short (back 3 s after its start, 8 s ago), a's long (60 s from
+   * 10 s ago): b is expected back first. */
+  a->gpu_idle_since = now - 10;
+  a->last_idle = 60;
+  b->gpu_idle_since = now - 8;
+  b->last_idle = 3;
+  d.config.resume_ahead = false;
+  CHECK_EQ(step(&d, &pid), 0); /* --no-resume-ahead: both stay out */
+  d.config.resume_ahead = true;
+  CHECK(step(&d, &pid) == SCHED_RESUME && pid == b->pid, "resumed %d ahead, not b", pid);
+  CHECK(b->ahead, "b marked as resumed ahead");
+  done(&d, b, 2, 70 * gib);
+  CHECK_EQ(b->state, SCHED_RUNNING);
+  CHECK_EQ(step(&d, &pid), 0); /* a does not fit beside b */
+  CHECK_EQ(a->state, SCHED_SWAPPED_OUT);
+  /* a calls: b, resumed ahead and still idle, goes at once (its turn began now, min-run 5 s). */
+  sched_idle_hint(&d, a, false);
+  CHECK(step(&d, &pid) == SCHED_CHECKPOINT && pid == b->pid, "checkpoint to %d", pid);
+  CHECK(!b->ahead, "swapped out: no longer ahead");
+  done(&d, b, 1, 70 * gib);
+  CHECK(step(&d, &pid) == SCHED_RESUME && pid == a->pid);
+  done(&d, a, 2, 80 * gib);
+  CHECK(!a->ahead, "a came back for its call, not ahead");
+  /* a idle again, b swapped out and idle: b does not fit beside a, nothing moves. */
+  sched_idle_hint(&d, a, true);
+  CHECK_EQ(step(&d, &pid), 0);
+  /* a exits: b is brought back ahead; then b calls the GPU and is no longer ahead, so a new
+   * program's wait does not take its room before min-run. */
+  a->joined = false;
+  a->state = SCHED_SWAPPED_OUT;
+  a->bytes[dev] = 0;
+  a->gpu_idle = false;
+  CHECK(step(&d, &pid) == SCHED_RESUME && pid == b->pid);
+  done(&d, b, 2, 70 * gib);
+  b->gpu_idle_since = sched_now(); /* a short idle phase: its history does not send it out */
+  sched_idle_hint(&d, b, false);
+  CHECK(!b->ahead, "b called: no longer ahead");
+  sched_idle_hint(&d, b, true);
+  struct program *w = join(&d, 2, dev, 0);
+  w->state = SCHED_WAITING;
+  w->wants = true;
+  w->want_slot = dev;
+  w->want_bytes = 50 * gib;
+  CHECK_EQ(step(&d, &pid), 0); /* b idle 0 s, its turn 0 s: it keeps the device */
+  CHECK_EQ(b->state, SCHED_RUNNING);
+  unlink(meminfo);
+}
+
 int main(void)
 {
   static struct daemon d;
@@ -467,6 +545,7 @@ int main(void)
   exchange_retry();
   idle_kin();
   handover_rate();
+  resume_ahead();
   printf("ok\n");
   return 0;
 }

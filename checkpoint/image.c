@@ -378,16 +378,23 @@ static bool place_in_pool(struct engine *e) {
   }
   struct reserve_span span;
   uint8_t *base = reserve_take_range(e->pool, e->loan_offset, bytes, &span);
-  /* The range lent is host memory cudawd has set aside for this image (its pool's window), and
-   * cudawd faults it in whatever the image does. So the image goes there even where none of the
-   * range is page-locked yet (staged, at the staging's speed), never into memory of its own
-   * beside it: on a host sized for the pool (128 GiB, a pool of 94 GiB), a first swap-out that
-   * found its range not page-locked took 45 GiB of its own while cudawd faulted the rest of the
-   * window in, and the kernel's OOM killer ended the program (H200 as an H100, 2026-11-28,
-   * share_bench host). The program's own reserve takes the image only where it holds all of it
-   * page-locked: a borrower paused 2 s after allocating 45 GiB had 7.75 GiB of its range
-   * page-locked and the reserve wholly (staged into the pool 9.6 s, the reserve 1.0 s: H100,
-   * 2026-11-27); a reserve ready in part would fault fresh memory of its own for the rest. */
+  /* A range not page-locked yet is no better than memory of the image's own, except in a
+   * handover (an exchange's save, paced): there the image must go over the other program's in the
+   * pool, never beside it. A program sent a larger window re-registers it from its start, and a
+   * handover ordered meanwhile failed at once ("host image needs 45 GiB more": H100, share_bench
+   * host): it is staged into the pool's pages instead, at the staging's speed. A plain checkpoint
+   * cannot be staged into a range with nothing page-locked: cudawd takes a range back from one
+   * that reports no bytes straight into it (`held`), and lends it again under the image (a
+   * notebook's image staged there was found corrupt at its resume: H200, 2026-11-28). The old
+   * way's own memory is weighed against the pool's growth instead (image_build). */
+  if (base && span.ready == 0 && !e->pace) {
+    reserve_give_back(e->pool);
+    base = NULL;
+  }
+  /* The program's own reserve takes the image only where it holds all of it page-locked: a
+   * borrower paused 2 s after allocating 45 GiB had 7.75 GiB of its range page-locked and the
+   * reserve wholly (staged into the pool 9.6 s, the reserve 1.0 s: H100, 2026-11-27); a reserve
+   * ready in part would fault fresh memory of its own for the rest, beside cudawd's window. */
   uint64_t own = reserve_ready(e->reserve), in_range = span.ready < bytes ? span.ready : bytes;
   if (base && !e->pace && in_range < bytes && own >= bytes) {
     reserve_give_back(e->pool);
@@ -401,11 +408,9 @@ static bool place_in_pool(struct engine *e) {
     struct reserve_info info;
     reserve_status(e->pool, &info);
     ckpt_format_bytes(info.bytes, ready, sizeof ready);
-    char at[32];
-    ckpt_format_bytes(e->loan_offset, at, sizeof at);
-    ckpt_logf(CKPT_LOG_INFO, "cudawd's host-memory pool not used: the range lent (%s at %s) "
-              "lies past the window mapped here (%s of it registered%s); copying the old way",
-              lent, at, ready, info.refused ? ", registering it failed" : "");
+    ckpt_logf(CKPT_LOG_INFO, "cudawd's host-memory pool not used: its range is not page-locked "
+              "yet (%s of the pool registered so far%s); copying the old way", ready,
+              info.refused ? ", registering it failed" : "");
     return false;
   }
   e->pool_held = true;
@@ -492,12 +497,27 @@ int image_build(struct engine *e, struct region_list *list, bool fill, char *rea
     uint64_t first = e->pace->limit(e->pace->arg, &final);
     if (first < needed) needed = first;
   }
-  uint64_t available = ckpt_meminfo("MemAvailable");
-  if (needed > available) {
-    char need[32], have[32];
+  /* cudawd faults its pool's window in whatever this image does: the part not page-locked here
+   * yet is counted as taken (a page cudawd faulted in already is counted twice, which may fail a
+   * checkpoint the host could hold; the retry finds the range ready). Without this, a first
+   * swap-out copied 45 GiB the old way while cudawd faulted the rest of a 94 GiB window in, on a
+   * 128 GiB host, and the kernel's OOM killer ended the program (H200, 2026-11-28). */
+  uint64_t available = ckpt_meminfo("MemAvailable"), pool_due = 0;
+  if (e->pool && !e->pool_held) {
+    uint64_t window = reserve_size(e->pool), locked = reserve_ready(e->pool);
+    pool_due = window > locked ? window - locked : 0;
+  }
+  if (needed > available || (needed && pool_due > available - needed)) {
+    char need[32], have[32], due[32];
     ckpt_format_bytes(needed, need, sizeof need);
     ckpt_format_bytes(available, have, sizeof have);
-    snprintf(reason, len, "host image needs %s more, only %s of host memory available", need, have);
+    ckpt_format_bytes(pool_due, due, sizeof due);
+    if (needed > available || !pool_due)
+      snprintf(reason, len, "host image needs %s more, only %s of host memory available", need,
+               have);
+    else
+      snprintf(reason, len, "host image needs %s more, only %s of host memory available, of "
+               "which cudawd's pool window may still take %s", need, have, due);
     return -ENOMEM;
   }
   uint64_t arena_bytes = 0;

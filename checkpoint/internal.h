@@ -110,6 +110,7 @@ void reserve_give_back(struct reserve *rs);
 /* Bytes page-locked from its start (a prefix). */
 uint64_t reserve_ready(struct reserve *rs);
 uint64_t reserve_align(const struct reserve *rs);
+uint64_t reserve_size(struct reserve *rs); /* its mapping's usable bytes (a pool: the window) */
 const uint8_t *reserve_base(const struct reserve *rs);
 /* How much of [p, p + n) (inside the taken reserve) lies in p's registered piece: a copy must
  * not cross from one registered range into the next. */

@@ -517,6 +517,14 @@ const uint8_t *reserve_base(const struct reserve *rs) { return rs ? rs->base : N
 
 uint64_t reserve_align(const struct reserve *rs) { return rs ? rs->align : IMAGE_ALIGN; }
 
+uint64_t reserve_size(struct reserve *rs) {
+  if (!rs) return 0;
+  pthread_mutex_lock(&rs->lock);
+  uint64_t size = rs->capacity;
+  pthread_mutex_unlock(&rs->lock);
+  return size;
+}
+
 size_t reserve_piece_left(const struct reserve *rs, const uint8_t *p, size_t n) {
   uint64_t left = rs->piece - (uint64_t)(p - rs->base) % rs->piece;
   return n < left ? n : (size_t)left;

@@ -90,6 +90,7 @@ struct program {
   bool share_started;      /* share_seconds was set level with the programs present */
   uint64_t swaps;
   double skip_until;       /* a checkpoint of it failed (pause timeout): try others first */
+  int corrupt_resumes;     /* resumes in a row that found its image corrupt (-EBADMSG) */
   int pending_op;          /* the SCHED_DONE it owes: 1 checkpoint, 2 resume, 3 spill, 0 none */
   double connected_at;
   uint64_t last_grant_bytes;

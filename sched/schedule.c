@@ -466,6 +466,8 @@ void sched_forget(struct daemon *d, struct program *p)
   p->joined = false; /* its bytes no longer count anywhere */
 }
 
+#define CORRUPT_BACKOFF_MAX 300.0 /* seconds between resumes of an image found corrupt */
+
 void sched_done(struct daemon *d, struct program *p, int op, int status, uint64_t bytes,
                 double seconds)
 {
@@ -501,11 +503,26 @@ void sched_done(struct daemon *d, struct program *p, int op, int status, uint64_
     p->skip_until = now + d->config.quantum;
     sched_set_state(d, p, p->wants ? SCHED_WAITING : SCHED_RUNNING);
   } else if (status == 0) {
+    p->corrupt_resumes = 0;
     sched_set_state(d, p, SCHED_RUNNING);
   } else {
-    fprintf(stderr, "cudawd: resume of pid %ld failed (%s): retrying later\n", (long)p->pid,
-            strerror(-status));
-    p->skip_until = now + 1.0;
+    /* A chunk that arrived wrong is copied again by the next try; an image whose bytes differ
+     * from their checksums on the host does not heal. Tried every second, such a program's log
+     * filled with the same failure (a notebook, H200 2026-11-28): after 3 in a row, the tries
+     * back off (to 5 min at most) and cudawd says once what it means. */
+    p->corrupt_resumes = status == -EBADMSG ? p->corrupt_resumes + 1 : 0;
+    double wait = 1.0;
+    for (int i = 3; i <= p->corrupt_resumes && wait < CORRUPT_BACKOFF_MAX; i++) wait *= 4;
+    if (wait > CORRUPT_BACKOFF_MAX) wait = CORRUPT_BACKOFF_MAX;
+    if (p->corrupt_resumes == 3)
+      fprintf(stderr, "cudawd: pid %ld: its image failed its checksums at 3 resumes in a row: most "
+              "likely corrupt on the host; the program stays paused (its log names the chunk); "
+              "cudawd tries again less and less often (every 5 min at most); stop the program "
+              "if its data cannot be recomputed\n", (long)p->pid);
+    else if (p->corrupt_resumes < 3)
+      fprintf(stderr, "cudawd: resume of pid %ld failed (%s): retrying later\n", (long)p->pid,
+              strerror(-status));
+    p->skip_until = now + wait;
     p->state = SCHED_SWAPPED_OUT; /* still waiting for its turn: keeps its wanting_since */
   }
 }

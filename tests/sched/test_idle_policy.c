@@ -13,7 +13,7 @@
  * Before its own first idle phase has ended, a program is judged by the last one of its user's
  * same command; a handover's time sets what a swap in the pool costs. With the device free and
  * nobody waiting, an idle swapped-out program is resumed ahead of its call, and gives the room
- * up at once until it calls. */
+ * up at once until it calls. A resume that keeps finding the image corrupt backs off. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -502,6 +502,37 @@ static void resume_ahead(void)
   unlink(meminfo);
 }
 
+/* A resume that finds the image corrupt (-EBADMSG) is tried again after 1 s twice, then less
+ * and less often (4, 16, 64 s ...); another failure, or a success, starts the count again. */
+static void corrupt_backoff(void)
+{
+  static struct daemon d;
+  d.config = (struct sched_config){.quantum = 30, .min_run = 1, .idle_cpu = 0.02,
+                                   .device_memory = 100};
+  d.programs = NULL;
+  d.started = sched_now() - 60;
+  int dev = sched_device_slot(&d, "00112233445566778899aabbccddeeff", 1000);
+  CHECK(dev == 0);
+  struct program *a = join(&d, 0, dev, 80);
+  a->state = SCHED_SWAPPED_OUT;
+  const double waits[] = {1, 1, 4, 16, 64};
+  for (int i = 0; i < 5; i++) {
+    a->skip_until = 0;
+    pid_t pid = 0;
+    CHECK(step(&d, &pid) == SCHED_RESUME && pid == a->pid, "try %d: resumed %d", i, pid);
+    double before = sched_now();
+    sched_done(&d, a, 2, -EBADMSG, 0, 0.1);
+    a->pending_op = 0;
+    double wait = a->skip_until - before;
+    CHECK(wait >= waits[i] - 0.05 && wait <= waits[i] + 0.5, "try %d: next in %.2f s, not %.0f",
+          i, wait, waits[i]);
+    CHECK_EQ(a->state, SCHED_SWAPPED_OUT);
+  }
+  sched_done(&d, a, 2, -EIO, 0, 0.1); /* another failure: counted from the start */
+  CHECK_EQ(a->corrupt_resumes, 0);
+  CHECK(a->skip_until - sched_now() < 1.1, "a failure of another kind backs off from 1 s again");
+}
+
 int main(void)
 {
   static struct daemon d;
@@ -546,6 +577,7 @@ int main(void)
   idle_kin();
   handover_rate();
   resume_ahead();
+  corrupt_backoff();
   printf("ok\n");
   return 0;
 }

@@ -501,9 +501,10 @@ int image_build(struct engine *e, struct region_list *list, bool fill, char *rea
    * yet is counted as taken (a page cudawd faulted in already is counted twice, which may fail a
    * checkpoint the host could hold; the retry finds the range ready). Without this, a first
    * swap-out copied 45 GiB the old way while cudawd faulted the rest of a 94 GiB window in, on a
-   * 128 GiB host, and the kernel's OOM killer ended the program (H200, 2026-11-28). */
+   * 128 GiB host, and the kernel's OOM killer ended the program (H200, 2026-11-28). Not for an
+   * exchange's save: cudawd ordered it for the host's memory as it is, and it frees as it goes. */
   uint64_t available = ckpt_meminfo("MemAvailable"), pool_due = 0;
-  if (e->pool && !e->pool_held) {
+  if (e->pool && !e->pool_held && !e->pace) {
     uint64_t window = reserve_size(e->pool), locked = reserve_ready(e->pool);
     pool_due = window > locked ? window - locked : 0;
   }

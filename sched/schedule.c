@@ -467,6 +467,7 @@ void sched_forget(struct daemon *d, struct program *p)
 }
 
 #define CORRUPT_BACKOFF_MAX 300.0 /* seconds between resumes of an image found corrupt */
+#define HOST_RETRY 5.0            /* seconds before a checkpoint refused for host memory again */
 
 void sched_done(struct daemon *d, struct program *p, int op, int status, uint64_t bytes,
                 double seconds)
@@ -497,10 +498,12 @@ void sched_done(struct daemon *d, struct program *p, int op, int status, uint64_
       if (p->bytes[s]) d->device[s].swaps++;
     sched_set_state(d, p, SCHED_SWAPPED_OUT);
   } else if (op == 1) {
-    /* It did not reach its pause in time (or the checkpoint failed): try the next candidate. */
+    /* It did not reach its pause in time (or the checkpoint failed): try the next candidate.
+     * One the host had no room for (ENOMEM: "host image needs ...", such as an image that would
+     * have gone beside a pool window still being page-locked) may fit seconds later. */
     fprintf(stderr, "cudawd: checkpoint of pid %ld failed (%s): trying other programs first\n",
             (long)p->pid, strerror(-status));
-    p->skip_until = now + d->config.quantum;
+    p->skip_until = now + (status == -ENOMEM ? HOST_RETRY : d->config.quantum);
     sched_set_state(d, p, p->wants ? SCHED_WAITING : SCHED_RUNNING);
   } else if (status == 0) {
     p->corrupt_resumes = 0;

@@ -299,9 +299,9 @@ static void exchange_retry(void)
   in->state = SCHED_SWAPPING_IN;
   in->pending_op = 2;
   double now = sched_now();
-  sched_done(&d, out, 1, -ENOMEM, 0, 0.01);
+  sched_done(&d, out, 1, -ETIMEDOUT, 0, 0.01); /* a side that did not reach its pause */
   CHECK(out->skip_until >= now + 29, "a failed checkpoint waits a quantum");
-  sched_exchange_done(&d, out, -ENOMEM);
+  sched_exchange_done(&d, out, -ETIMEDOUT);
   CHECK(out->skip_until > now + 4 && out->skip_until < now + 6, "skipped for %.1f s",
         out->skip_until - now);
   sched_done(&d, in, 2, -EPIPE, 0, 0.01);
@@ -503,7 +503,8 @@ static void resume_ahead(void)
 }
 
 /* A resume that finds the image corrupt (-EBADMSG) is tried again after 1 s twice, then less
- * and less often (4, 16, 64 s ...); another failure, or a success, starts the count again. */
+ * and less often (4, 16, 64 s ...); another failure, or a success, starts the count again. A
+ * checkpoint the host had no room for is tried again after 5 s, not a quantum. */
 static void corrupt_backoff(void)
 {
   static struct daemon d;
@@ -531,6 +532,16 @@ static void corrupt_backoff(void)
   sched_done(&d, a, 2, -EIO, 0, 0.1); /* another failure: counted from the start */
   CHECK_EQ(a->corrupt_resumes, 0);
   CHECK(a->skip_until - sched_now() < 1.1, "a failure of another kind backs off from 1 s again");
+  /* A checkpoint refused for host memory is tried again after 5 s; one that missed its pause
+   * after a quantum (30 s). */
+  a->state = SCHED_SWAPPING_OUT;
+  sched_done(&d, a, 1, -ENOMEM, 0, 0.1);
+  double wait = a->skip_until - sched_now();
+  CHECK(wait > 4.5 && wait <= 5.0, "host refusal: next try in %.2f s", wait);
+  a->state = SCHED_SWAPPING_OUT;
+  sched_done(&d, a, 1, -ETIMEDOUT, 0, 0.1);
+  wait = a->skip_until - sched_now();
+  CHECK(wait > 29.5 && wait <= 30.0, "missed pause: next try in %.2f s", wait);
 }
 
 int main(void)

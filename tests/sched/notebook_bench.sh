@@ -16,7 +16,9 @@
 # Usage: tests/sched/notebook_bench.sh <cudaw build dir> [out dir]
 # Environment: SIZES ("20 22 24 26 28 30" GiB), COMPUTE (5 s), IDLE (60 s), ROUNDS (3), TURN (the
 # longest another notebook may hold the GPU before a waiting one's turn: COMPUTE), SPILL_DIR
-# (<out dir>/spill; must be on a disk), PYTHON (python3), MIN_AVAILABLE_GIB (4).
+# (<out dir>/spill; must be on a disk), PYTHON (python3), MIN_AVAILABLE_GIB (4), CUDAWD_ARGS
+# (start cudawd here with these options, e.g. --device-memory 81559M; default: the one
+# `cudaw run --share` starts).
 set -u
 B=$(cd "${1:?usage: notebook_bench.sh <build dir> [out dir]}" && pwd)
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -89,14 +91,24 @@ done
   done ) &
 sampler=$!
 
+# CUDAWD_ARGS: cudawd started here with those options (--device-memory 81559M: an H100's room on
+# a larger GPU); the notebooks' `cudaw run --share` joins it.
+if [ -n "${CUDAWD_ARGS:-}" ]; then
+  "$B/bin/cudawd" --spill-dir "$SPILL_DIR" $CUDAWD_ARGS >> "$OUT/run/cudawd.log" 2>&1 &
+  daemon=$!
+  for _ in $(seq 50); do [ -S "$CUDAW_RUN_DIR/cudawd.sock" ] && break; sleep 0.1; done
+  [ -S "$CUDAW_RUN_DIR/cudawd.sock" ] || { echo "cudawd $CUDAWD_ARGS did not start"; exit 1; }
+fi
 i=0
 for gib in $SIZES; do
   i=$((i + 1))
+  spill=(--spill-dir "$SPILL_DIR") # for the cudawd it starts; ours has it already
+  [ -n "${CUDAWD_ARGS:-}" ] && spill=()
   CUDAW_LOG=info CUDAW_LOG_FILE="$OUT/cudaw$i.log" "$B/bin/cudaw" run --share \
-    --spill-dir "$SPILL_DIR" -- "$PY" "$NB" "$gib" "$steps" "$IDLE" "$ROUNDS" \
+    "${spill[@]}" -- "$PY" "$NB" "$gib" "$steps" "$IDLE" "$ROUNDS" \
     > "$OUT/shared$i.log" 2>&1 &
   pids+=($!)
-  if [ $i -eq 1 ]; then # the cudawd it starts: ours to stop at the end
+  if [ $i -eq 1 ] && [ -z "$daemon" ]; then # the cudawd it starts: ours to stop at the end
     for _ in $(seq 100); do
       for p in $(pgrep -x cudawd); do
         tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "CUDAW_RUN_DIR=$CUDAW_RUN_DIR" &&

@@ -80,8 +80,9 @@ static bool peer_going(const struct exchange_side *side) {
 /* A handover's place for A's chunk: below what B still needs, or past B's range. B finished
  * (failed midway: the rest of its image stays where it is, needed for its next resume) is no
  * licence to write there, only B's death is; a chunk that would have to go there fails the
- * checkpoint (it stays paused with what its image holds), as does one outside the pool's
- * page-locked part, which would make the image private memory beside B's in the pool. */
+ * checkpoint (it stays paused with what its image holds), as does one outside the pool (a
+ * range too small for the image), which would make the image private memory beside B's in the
+ * pool. A chunk in a part of the range not page-locked yet is staged there. */
 static int side_place(void *arg, uint64_t pool_at, uint64_t n) {
   struct exchange_side *side = arg;
   const struct exchange_page *page = side->page;

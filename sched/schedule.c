@@ -814,6 +814,15 @@ static void check_transition(struct daemon *d, double now)
 
 #define REJOIN_GRACE 1.5
 
+/* Order p's resume: the one transition under way until it answers. */
+static void start_resume(struct daemon *d, struct program *p)
+{
+  send_simple(p, SCHED_RESUME, 0);
+  p->pending_op = 2;
+  sched_set_state(d, p, SCHED_SWAPPING_IN);
+  d->transition = p;
+}
+
 /* An estimate of the memory outside the books older than this may be stale (what it counted may
  * have left: programs that ran unshared and exited) and alone no longer blocks everything. */
 #define OUTSIDE_STALE 2.0
@@ -843,10 +852,7 @@ static void probe(struct daemon *d, struct program **order, int count, double no
     for (int s = 0; s < SCHED_MAX_DEVICES; s++)
       if (d->device[s].used && deficit(d, p, s)) d->device[s].outside_at = now;
     if (p->state == SCHED_SWAPPED_OUT) {
-      send_simple(p, SCHED_RESUME, 0);
-      p->pending_op = 2;
-      sched_set_state(d, p, SCHED_SWAPPING_IN);
-      d->transition = p;
+      start_resume(d, p);
     } else if (p->wants) {
       grant(d, p);
     }
@@ -938,10 +944,7 @@ static bool resume_ahead(struct daemon *d, double now)
     fprintf(stderr, "cudawd: pid %ld: resumed ahead of its next call: the device has room and "
             "nobody waits\n", (long)best->pid);
   best->ahead = true;
-  send_simple(best, SCHED_RESUME, 0);
-  best->pending_op = 2;
-  sched_set_state(d, best, SCHED_SWAPPING_IN);
-  d->transition = best;
+  start_resume(d, best);
   return true;
 }
 
@@ -966,10 +969,7 @@ void sched_step(struct daemon *d)
   struct program *first = first_in_line(d);
   struct program *back = now - d->started >= REJOIN_GRACE ? next_wanting(d, now, true) : NULL;
   if (back && !behind(d, back, first)) {
-    send_simple(back, SCHED_RESUME, 0);
-    back->pending_op = 2;
-    sched_set_state(d, back, SCHED_SWAPPING_IN);
-    d->transition = back;
+    start_resume(d, back);
     return;
   }
   sched_spill_read_ahead(d, now); /* nothing resumes now: images on disk that wait may read */

@@ -183,8 +183,9 @@ int main(int argc, char **argv) {
         return 1;
       }
       secs[way] = run(threads, way == 1, way == 1 ? FALLOCATE_STEP : POPULATE_STEP);
-      uint64_t huge_bytes = ckpt_meminfo_at(NULL, "ShmemHugePages");
-      if (threads == 1 && way == 0 && huge_bytes != UINT64_MAX)
+      uint64_t huge_bytes = threads == 1 && way == 0
+                                ? ckpt_meminfo_at(NULL, "ShmemHugePages") : UINT64_MAX;
+      if (huge_bytes != UINT64_MAX)
         printf("ShmemHugePages after the first fill: %llu MiB\n",
                (unsigned long long)(huge_bytes >> 20));
       if (way == 1 && secs[1] > 0) secs[2] = run(threads, false, POPULATE_STEP);

@@ -6,7 +6,8 @@
  * engine unregisters and unmaps the pool; a handover (an exchange's save) into a range not
  * page-locked yet still goes into the pool, staged, in the pool's order; a window that grew is
  * page-locked from where it was; a plain checkpoint whose range is page-locked only in part goes
- * to the image reserve where that has more of it ready; the pool waits while the reserve grows;
+ * to the image reserve where that holds all of it page-locked, and stays in the pool where the
+ * reserve holds only part; the pool waits while the reserve grows;
  * while the program computes, the pool is page-locked one piece at a time, and by every thread
  * once it does not. */
 #define _GNU_SOURCE
@@ -321,6 +322,45 @@ static void reserve_beats_partial_pool(void) {
   fake_host_free(&h);
 }
 
+/* A reserve page-locked only in part does not take the image from a range page-locked in part:
+ * it would fault fresh memory of its own for the rest beside cudawd's window. The image goes
+ * into the range lent, its page-locked start straight in, the rest staged. */
+static void partial_reserve_leaves_pool(void) {
+  struct fake_host h;
+  fake_host_init(&h, 1);
+  fake_host_add_region(&h, 3 * MIB, 0, 70);
+  fake_host_add_region(&h, 3 * MIB, 0, 71);
+  struct ckpt_options options = base_options();
+  options.reserve_auto = 0;
+  options.reserve_bytes = 4 * MIB; /* less than the image's 6 MiB */
+  struct engine *e = engine_new(&fake_host_ops, &h, &options);
+  CHECK(reserve_wait(engine_reserve(e), 4 * MIB, 10), "reserve ready");
+  usleep(20000);
+  CHECK_EQ(reserve_ready(engine_reserve(e)), 4 * MIB);
+  uint8_t *base = map_pool();
+  h.register_fail_after = 2; /* only the first 2 MiB piece of the pool is page-locked */
+  struct reserve *pool =
+      reserve_new_shared(&fake_host_ops, &h, base, POOL, POOL, 2 * MIB, 1, false);
+  CHECK(pool != NULL);
+  for (int i = 0; i < 1000 && reserve_ready(pool) < 2 * MIB; i++) usleep(1000);
+  usleep(20000);
+  CHECK_EQ(reserve_ready(pool), 2 * MIB);
+  CHECK_EQ(engine_set_pool(e, pool), 0);
+  CHECK_EQ(engine_prepare(e), 0);
+  engine_lend(e, 0, 12 * MIB);
+  struct engine_stats saved = cycle(e, &h);
+  CHECK(engine_image_in_pool(e), "a reserve ready in part took the image from the pool");
+  CHECK_EQ(saved.reserve_bytes, 0);
+  CHECK(saved.pool_bytes > 0 && saved.pool_bytes + saved.staged_bytes == total_bytes(&h),
+        "%" PRIu64 " bytes straight in, %" PRIu64 " staged", saved.pool_bytes, saved.staged_bytes);
+  check_inside(e, base, base + 12 * MIB);
+  engine_drop_image(e);
+  engine_free(e);
+  CHECK_EQ(h.registered_live, 0);
+  CHECK_EQ(h.violations, 0);
+  fake_host_free(&h);
+}
+
 /* The pool's threads page-lock nothing while the program's own reserve has pieces under way
  * (each competes for the host's memory bandwidth; the reserve is what a pause soon after
  * allocating needs first), and all of it afterwards. */
@@ -397,6 +437,7 @@ static void quiet_while_computing(void) {
 int main(void) {
   quiet_while_computing();
   reserve_beats_partial_pool();
+  partial_reserve_leaves_pool();
   pool_yields_to_reserve();
   run(false);
   run(true);

@@ -287,6 +287,21 @@ static void grow_in_place(void) {
   fake_host_free(&h);
 }
 
+/* Hands e a pool of which only the first 2 MiB piece gets page-locked; its mapping. */
+static uint8_t *pool_locked_2mib(struct engine *e, struct fake_host *h) {
+  uint8_t *base = map_pool();
+  h->register_fail_after = 2; /* the next piece after the first fails */
+  struct reserve *pool =
+      reserve_new_shared(&fake_host_ops, h, base, POOL, POOL, 2 * MIB, 1, false);
+  CHECK(pool != NULL);
+  for (int i = 0; i < 1000 && reserve_ready(pool) < 2 * MIB; i++) usleep(1000);
+  usleep(20000);
+  CHECK_EQ(reserve_ready(pool), 2 * MIB);
+  CHECK_EQ(engine_set_pool(e, pool), 0);
+  CHECK_EQ(engine_prepare(e), 0);
+  return base;
+}
+
 /* A borrower paused soon after allocating: its range of the pool is page-locked only in part,
  * its own reserve wholly. The image goes where more of it is page-locked, the reserve, instead of
  * through staging into the pool (5 GB/s against the reserve's 49 on the H100). With the range
@@ -300,16 +315,7 @@ static void reserve_beats_partial_pool(void) {
   options.reserve_bytes = 16 * MIB;
   struct engine *e = engine_new(&fake_host_ops, &h, &options);
   CHECK(reserve_wait(engine_reserve(e), 16 * MIB, 10), "reserve ready");
-  uint8_t *base = map_pool();
-  h.register_fail_after = 2; /* only the first 2 MiB piece of the pool is page-locked */
-  struct reserve *pool =
-      reserve_new_shared(&fake_host_ops, &h, base, POOL, POOL, 2 * MIB, 1, false);
-  CHECK(pool != NULL);
-  for (int i = 0; i < 1000 && reserve_ready(pool) < 2 * MIB; i++) usleep(1000);
-  usleep(20000);
-  CHECK_EQ(reserve_ready(pool), 2 * MIB);
-  CHECK_EQ(engine_set_pool(e, pool), 0);
-  CHECK_EQ(engine_prepare(e), 0);
+  pool_locked_2mib(e, &h);
   engine_lend(e, 0, 8 * MIB);
   struct engine_stats saved = cycle(e, &h);
   CHECK_EQ(saved.pool_bytes, 0);
@@ -337,16 +343,7 @@ static void partial_reserve_leaves_pool(void) {
   CHECK(reserve_wait(engine_reserve(e), 4 * MIB, 10), "reserve ready");
   usleep(20000);
   CHECK_EQ(reserve_ready(engine_reserve(e)), 4 * MIB);
-  uint8_t *base = map_pool();
-  h.register_fail_after = 2; /* only the first 2 MiB piece of the pool is page-locked */
-  struct reserve *pool =
-      reserve_new_shared(&fake_host_ops, &h, base, POOL, POOL, 2 * MIB, 1, false);
-  CHECK(pool != NULL);
-  for (int i = 0; i < 1000 && reserve_ready(pool) < 2 * MIB; i++) usleep(1000);
-  usleep(20000);
-  CHECK_EQ(reserve_ready(pool), 2 * MIB);
-  CHECK_EQ(engine_set_pool(e, pool), 0);
-  CHECK_EQ(engine_prepare(e), 0);
+  uint8_t *base = pool_locked_2mib(e, &h);
   engine_lend(e, 0, 12 * MIB);
   struct engine_stats saved = cycle(e, &h);
   CHECK(engine_image_in_pool(e), "a reserve ready in part took the image from the pool");

@@ -320,6 +320,8 @@ struct ckpt_result {
                                * (CUDAW_CKPT_FILL=kernel), skipping their zeroing */
   uint64_t reserve_bytes;     /* checkpoint: image bytes copied straight into the reserve */
   uint64_t pool_bytes;        /* checkpoint: image bytes copied straight into cudawd's pool */
+  uint64_t pool_image_bytes;  /* checkpoint: image bytes in the range cudawd lent, straight or
+                               * staged (a range not page-locked yet is staged into) */
   uint64_t staged_bytes;      /* bytes that went through staging buffers */
   uint64_t released_early_bytes; /* checkpoint: device memory given back while the rest was saved */
   double release_early_seconds;  /* ... the driver's time doing so, beside the copy */

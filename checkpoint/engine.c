@@ -1448,8 +1448,10 @@ int engine_save(struct engine *e, struct engine_stats *stats, char *reason, size
     free(sums);
     for (size_t i = 0; rc == 0 && i < e->image_count; i++) {
       if (e->image[i].untouched) stats->filled_bytes += e->image[i].region.size;
-      if (e->image[i].in_pool) stats->pool_bytes += image_direct_bytes(&e->image[i]);
-      else if (e->image[i].in_reserve) stats->reserve_bytes += image_direct_bytes(&e->image[i]);
+      if (e->image[i].in_pool) {
+        stats->pool_bytes += image_direct_bytes(&e->image[i]);
+        stats->pool_image_bytes += e->image[i].region.size;
+      } else if (e->image[i].in_reserve) stats->reserve_bytes += image_direct_bytes(&e->image[i]);
     }
     image_stop_filling(e);
     for (size_t i = 0; i < e->image_count; i++) e->image[i].fresh = false;
@@ -1519,8 +1521,10 @@ int engine_precopy(struct engine *e, struct engine_stats *stats, char *reason, s
   free(list.items);
   for (size_t i = 0; rc == 0 && i < e->image_count; i++) {
     if (e->image[i].untouched) stats->filled_bytes += e->image[i].region.size;
-    if (e->image[i].in_pool) stats->pool_bytes += image_direct_bytes(&e->image[i]);
-    else if (e->image[i].in_reserve) stats->reserve_bytes += image_direct_bytes(&e->image[i]);
+    if (e->image[i].in_pool) {
+      stats->pool_bytes += image_direct_bytes(&e->image[i]);
+      stats->pool_image_bytes += e->image[i].region.size;
+    } else if (e->image[i].in_reserve) stats->reserve_bytes += image_direct_bytes(&e->image[i]);
     e->image[i].device_sums = true; /* ckpt_delta_hash of the image: the pause compares */
   }
   image_stop_filling(e);

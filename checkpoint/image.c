@@ -378,19 +378,15 @@ static bool place_in_pool(struct engine *e) {
   }
   struct reserve_span span;
   uint8_t *base = reserve_take_range(e->pool, e->loan_offset, bytes, &span);
-  /* A range not page-locked yet is no better than memory of the image's own, except in a
-   * handover (an exchange's save, paced): there the image must go over the other program's in the
-   * pool, never beside it. A program sent a larger window re-registers it from its start, and a
-   * handover ordered meanwhile failed at once ("host image needs 45 GiB more": H100, share_bench
-   * host): it is staged into the pool's pages instead, at the staging's speed. A plain checkpoint
-   * cannot be staged into a range with nothing page-locked: cudawd takes a range back from one
-   * that reports no bytes straight into it (`held`), and lends it again under the image (a
-   * notebook's image staged there was found corrupt at its resume: H200, 2026-11-28). The old
-   * way's own memory is weighed against the pool's growth instead (image_build). */
-  if (base && span.ready == 0 && !e->pace) {
-    reserve_give_back(e->pool);
-    base = NULL;
-  }
+  /* The range lent is host memory cudawd set aside for this image (its pool's window), faulted
+   * in whatever the image does. So the image goes there even where none of the range is
+   * page-locked yet, staged, never into memory of its own beside it: on a host sized for the pool
+   * (128 GiB, a window of 94 GiB), a first swap-out that found its range not page-locked copied
+   * 45 GiB the old way while cudawd faulted the rest of the window in, and the kernel's OOM killer
+   * ended the program (H200 as an H100, 2026-11-28, share_bench host). In 2 MiB pages such a
+   * staged save ran at 44 GB/s, in 4 KiB pages at 7-15 GB/s (faulting the shared pages into this
+   * process). The done message says the image lies in the range even with no byte straight in
+   * (glue/sched.c), so that cudawd keeps the range lent. */
   /* The program's own reserve takes the image only where it holds all of it page-locked: a
    * borrower paused 2 s after allocating 45 GiB had 7.75 GiB of its range page-locked and the
    * reserve wholly (staged into the pool 9.6 s, the reserve 1.0 s: H100, 2026-11-27); a reserve

@@ -141,6 +141,7 @@ struct engine_stats {
   double image_seconds; /* save: listing the regions and mapping the image */
   uint64_t reserve_bytes; /* save: image bytes placed in the reserve (copied to directly) */
   uint64_t pool_bytes;    /* save: image bytes placed in cudawd's lent pool range */
+  uint64_t pool_image_bytes; /* save: ... and those staged into it (not page-locked yet) */
   uint64_t staged_bytes;  /* bytes that went through a staging buffer */
   uint64_t exchange_moved; /* an exchange: image bytes written (save) or device bytes created */
   uint64_t exchange_given; /* ... device bytes released (save) or image bytes consumed */

@@ -142,6 +142,7 @@ static void result_from_stats(struct ckpt_result *r, const struct engine_stats *
   r->filled_bytes = stats->filled_bytes;
   r->reserve_bytes = stats->reserve_bytes;
   r->pool_bytes = stats->pool_bytes;
+  r->pool_image_bytes = stats->pool_image_bytes;
   r->staged_bytes = stats->staged_bytes;
   r->released_early_bytes = stats->released_early;
   r->release_early_seconds = stats->release_driver_seconds;

@@ -485,7 +485,7 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
     if (msg->value == 1 && msg->status == 0 && p->loan.length)
       d->pool.placed_bytes += msg->held < p->loan.length ? msg->held : p->loan.length;
     /* The range holds the image until the resume is done; a failed checkpoint, or one that put
-     * nothing into the range (too small, not page-locked yet), left nothing in it. */
+     * nothing into the range (too small, past the window it mapped), left nothing in it. */
     if (msg->value == 1 && msg->status != 0)
       sched_pool_take_back(d, p, "its checkpoint failed");
     else if (msg->value == 1 && msg->held == 0)

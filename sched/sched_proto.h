@@ -26,7 +26,9 @@ enum sched_msg_type {
   SCHED_USAGE,       /* holds `bytes` on `device` now (after frees) */
   SCHED_DONE,        /* the checkpoint (value 1) or resume (value 2) asked for is done: status
                       * 0 or -errno, `bytes` copied, `seconds` it took; a checkpoint's `held`:
-                      * image bytes it put into the lent pool range (an older cudawd ignores it);
+                      * image bytes it put straight into the lent pool range (page-locked), at
+                      * least 1 if the image lies there, staged where the range was not
+                      * page-locked yet (0: the range holds nothing; an older cudawd ignores it);
                       * a checkpoint's `device_free`: image bytes in the program's own
                       * page-locked reserve, which its resume counts but does not free (0 from
                       * an older program) */

@@ -331,9 +331,14 @@ static void transition(int op, uint64_t loan_offset, uint64_t loan_length)
   if (rc == 0) client.paused_by_sched = op == 1;
   struct ckpt_result result = {0};
   ckpt_last_result(&result);
+  /* held: the image bytes straight into the range lent, and at least 1 whenever the image lies
+   * there, staged where the range was not page-locked yet: cudawd (any version) takes back a
+   * range reported with held 0, and lends it again under the image. */
+  uint64_t held = result.pool_bytes;
+  if (!held && result.pool_image_bytes) held = 1;
   send_msg((struct sched_msg){.type = SCHED_DONE, .value = op, .status = rc,
                               .bytes = result.bytes, .seconds = result.total_seconds,
-                              .held = op == 1 && rc == 0 ? result.pool_bytes : 0,
+                              .held = op == 1 && rc == 0 ? held : 0,
                               .device_free = op == 1 && rc == 0 ? result.reserve_bytes : 0});
 }
 

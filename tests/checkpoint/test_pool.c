@@ -159,8 +159,7 @@ static int record_place(void *arg, uint64_t pool_at, uint64_t n) {
 
 /* A handover into a range not page-locked yet (a program sent a larger window re-registers it
  * from its start; here the pool's registration fails): the image still goes into the pool, in
- * the pool's order, staged; a plain checkpoint in the same state takes the old path, which must
- * leave the host room for the pool's window. */
+ * the pool's order, staged; so does a plain checkpoint in the same state. */
 static void handover_unregistered(int fail_after) {
   struct fake_host h;
   fake_host_init(&h, 1);
@@ -183,10 +182,11 @@ static void handover_unregistered(int fail_after) {
   CHECK_EQ(engine_set_pool(e, pool), 0);
   CHECK_EQ(engine_prepare(e), 0);
 
-  /* Not a handover, the range not page-locked: the old way, nothing in the pool (cudawd takes
-   * back a range with no bytes straight in). The old way's memory must leave room for the pool's
-   * window, which cudawd faults in whatever the image does: with 20 MiB available, an image of
-   * ~8 MiB beside 16 MiB of window not page-locked here fails, cleanly, and says why. */
+  /* Not a handover, the range not page-locked: still into the range lent, staged, never into
+   * memory of the image's own beside the pool (which the host may not have: here 20 MiB are
+   * available, and cudawd faults the window's 16 MiB in whatever the image does). Without a
+   * range, the old way must leave room for that window: the checkpoint fails, cleanly, and says
+   * why. */
   struct engine_stats saved;
   if (fail_after == 1) {
     char meminfo[] = "/tmp/cudaw-pool-meminfo-XXXXXX";
@@ -197,7 +197,7 @@ static void handover_unregistered(int fail_after) {
     fprintf(f, "MemTotal:       1048576 kB\nMemAvailable:   %llu kB\n", 20ull * 1024);
     fclose(f);
     setenv("CUDAW_TEST_MEMINFO", meminfo, 1);
-    engine_lend(e, 2 * MIB, 12 * MIB);
+    engine_lend(e, 0, 0);
     char why[256] = "";
     h.gate_closed = true;
     CHECK_EQ(engine_save(e, &saved, why, sizeof why), -ENOMEM);
@@ -206,12 +206,17 @@ static void handover_unregistered(int fail_after) {
           "reason: %s", why);
     uint64_t offset;
     CHECK_EQ(fake_host_verify(&h, &offset), 0); /* nothing lost: still on the device */
-    unsetenv("CUDAW_TEST_MEMINFO");
-    unlink(meminfo);
     engine_lend(e, 2 * MIB, 12 * MIB);
     saved = cycle(e, &h);
+    unsetenv("CUDAW_TEST_MEMINFO");
+    unlink(meminfo);
     CHECK_EQ(saved.pool_bytes, 0);
-    CHECK(!engine_image_in_pool(e), "a plain checkpoint staged into a range cudawd takes back");
+    /* what the done message turns into `held` >= 1, so that cudawd keeps the range lent */
+    CHECK_EQ(saved.pool_image_bytes, total_bytes(&h));
+    CHECK_EQ(saved.staged_bytes, total_bytes(&h));
+    CHECK_EQ(saved.reserve_bytes, 0);
+    CHECK(engine_image_in_pool(e), "a plain checkpoint left the range lent for memory of its own");
+    check_inside(e, base + 2 * MIB, base + 14 * MIB);
     engine_drop_image(e);
   }
 

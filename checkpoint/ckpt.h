@@ -218,6 +218,7 @@ struct ckpt_options {
   uint32_t reserve_budget_pct; /* CUDAW_CKPT_RESERVE_BUDGET: % of MemAvailable it may take */
   uint64_t reserve_piece;    /* the reserve grows by this much (not from the environment: tests) */
   uint32_t reserve_threads;  /* CUDAW_CKPT_RESERVE_THREADS: threads faulting in and page-locking it */
+  uint32_t pool_threads;     /* CUDAW_CKPT_POOL_THREADS: ... cudawd's pool (0: none, all staged) */
   uint32_t exchange_delay_ms; /* CUDAW_TEST_EXCHANGE_DELAY_MS: tests only, see exchange_side */
 };
 

@@ -123,6 +123,11 @@ static const struct ckpt_option_info table[] = {
     {"CUDAW_CKPT_RESERVE_THREADS", "half the online CPUs, at most 8",
      "threads that fault in and page-lock the reserve in the background, each a piece at a time",
      NUMBER(1, 64, "threads")},
+    {"CUDAW_CKPT_POOL_THREADS", "as CUDAW_CKPT_RESERVE_THREADS",
+     "threads that page-lock cudawd's host-memory pool in the background; 0: none, every copy "
+     "to and from the pool goes through staging (in 2 MiB pages nearly as fast, and nothing is "
+     "page-locked beside the programs' kernels)",
+     NUMBER(0, 64, "threads")},
     {"CUDAW_CKPT_LIVE", "0",
      "1: a checkpoint by signal is live: device memory (the program's own VMM mappings too) is "
      "copied while the program runs, then the pause re-copies only the chunks whose checksum "
@@ -411,6 +416,8 @@ int ckpt_options_from_env(struct ckpt_options *out, char *error, size_t error_le
   }
   if (VALUE("CUDAW_CKPT_RESERVE_THREADS"))
     out->reserve_threads = (uint32_t)strtoul(text, NULL, 10);
+  out->pool_threads = out->reserve_threads;
+  if (VALUE("CUDAW_CKPT_POOL_THREADS")) out->pool_threads = (uint32_t)strtoul(text, NULL, 10);
   if (VALUE("CUDAW_CKPT_RESERVE_BUDGET"))
     out->reserve_budget_pct = (uint32_t)strtoul(text, NULL, 10);
   if (out->streams == 0) out->streams = 2 * out->threads;

@@ -317,7 +317,7 @@ static void *grow(void *arg) {
 }
 
 static void start_threads(struct reserve *rs, uint32_t threads) {
-  if (threads < 1) threads = 1;
+  if (threads < 1 && !rs->shared) threads = 1; /* cudawd's pool may go without (all staged) */
   if (threads > MAX_THREADS) threads = MAX_THREADS;
   pthread_mutex_init(&rs->lock, NULL);
   pthread_cond_init(&rs->wake, NULL);

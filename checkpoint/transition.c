@@ -1013,10 +1013,14 @@ int transition_pool_attach(void *base, uint64_t size, uint64_t mapping) {
   struct reserve *pool = NULL;
   if (!rc && size && !(pool = reserve_new_shared(ckpt_rt.ops, ckpt_rt.ctx, base, size, mapping,
                                                  ckpt_rt.options.reserve_piece,
-                                                 ckpt_rt.options.reserve_threads,
+                                                 ckpt_rt.options.pool_threads,
                                                  atomic_load(&pool_quiet))))
     rc = -ENOSYS;
   if (!rc) engine_set_pool(tr.engine, pool); /* no image in the last one: cannot fail */
+  static bool said_unlocked; /* under tr.lock */
+  if (!rc && size && !ckpt_rt.options.pool_threads && !said_unlocked && (said_unlocked = true))
+    ckpt_logf(CKPT_LOG_INFO, "cudawd's host-memory pool: not page-locked (CUDAW_CKPT_POOL_THREADS"
+              "=0): every copy to and from it goes through staging");
   pthread_mutex_unlock(&tr.lock);
   return rc;
 }

@@ -60,6 +60,7 @@ invalid() {
     CUDAW_CKPT_RESERVE) echo lots ;;
     CUDAW_CKPT_RESERVE_BUDGET) echo 0 ;;
     CUDAW_CKPT_RESERVE_THREADS) echo 0 ;;
+    CUDAW_CKPT_POOL_THREADS) echo 65 ;;
     CUDAW_CKPT_LIVE) echo 2 ;;
     CUDAW_CKPT_PREFAULT) echo 2 ;;
     CUDAW_TEST_EXCHANGE_DELAY_MS) echo 99999 ;;

@@ -13,6 +13,8 @@
  *   pages      the pool's pages in cudawd's log follow the kernel's shmem_enabled (a file the
  *              test writes: advise, then never), and a job's mapping of the pool asks for huge
  *              pages (MADV_HUGEPAGE: "hg" in its VmFlags), whatever the kernel then gives
+ *   unlocked   CUDAW_CKPT_POOL_THREADS=0: every image is staged into its range, none straight
+ *              in, and cudawd keeps the range lent (no take-back), every job verifies its data
  *   hostile    a message about the pool before the hello closes the connection; a peer that
  *              says it mapped the pool and lies about its memory is
  *              lent a range inside the window it mapped when swapped out, and the range comes
@@ -246,6 +248,30 @@ static void test_used(void)
   }
   CHECK(quiet && loud, "the jobs' pool pace: computing said %d, not computing said %d", quiet,
         loud);
+}
+
+/* CUDAW_CKPT_POOL_THREADS=0: nothing of the pool is page-locked, so every image is staged into
+ * its range with no byte straight in. The done message then says held 1, not 0, and cudawd keeps
+ * the range lent until the resume: with held 0 it took the range back and lent it again under the
+ * image, and the jobs found their images corrupt (H200 notebook_bench, session 23). */
+static void test_unlocked(void)
+{
+  setenv("CUDAW_CKPT_POOL_THREADS", "0", 1);
+  struct sched_snapshot s;
+  run_pooled_jobs(3, "30", 120, &s);
+  CHECK(!log_has("cudawd.log", "its image went elsewhere"),
+        "cudawd took a range back from a checkpoint that staged its image there");
+  bool said = false, staged = false, old_way = false;
+  for (int i = 0; i < 3; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "job%d.log", i);
+    said |= log_has(name, "not page-locked (CUDAW_CKPT_POOL_THREADS=0)");
+    staged |= log_has(name, "cudawd's host-memory pool: 0 B of ");
+    old_way |= log_has(name, "cudawd's host-memory pool not used");
+  }
+  CHECK(said && staged && !old_way, "unlocked pool said %d, staged into the range %d, a range "
+        "not used %d",
+        said, staged, old_way);
 }
 
 /* Four jobs of 40 MiB, two resident at a time, each with a block it never writes again
@@ -495,7 +521,8 @@ int main(int argc, char **argv)
 {
   setpgid(0, 0);
   atexit(end_children);
-  CHECK(argc == 5, "usage: %s CUDAWD CUDAW_CTL JOB used|keep|exhausted|kill|off|hostile|pages",
+  CHECK(argc == 5, "usage: %s CUDAWD CUDAW_CTL JOB used|keep|exhausted|kill|off|hostile|pages|"
+        "unlocked",
         argv[0]);
   cudawd_path = argv[1];
   ctl_path = argv[2];
@@ -512,6 +539,7 @@ int main(int argc, char **argv)
   else if (!strcmp(argv[4], "off")) test_off();
   else if (!strcmp(argv[4], "hostile")) test_hostile();
   else if (!strcmp(argv[4], "pages")) test_pages();
+  else if (!strcmp(argv[4], "unlocked")) test_unlocked();
   else test_fail("unknown mode %s", argv[4]);
   char command[128];
   snprintf(command, sizeof command, "rm -rf '%s'", run_dir);

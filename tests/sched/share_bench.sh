@@ -33,13 +33,15 @@ ceil=$("$JOB" --ceiling 4 2>&1)
 rc=$?
 [ $rc -eq 77 ] && { echo "$ceil"; exit 77; }
 d2h=$(echo "$ceil" | awk '/^D2H/ { print $2 }'); h2d=$(echo "$ceil" | awk '/^H2D/ { print $2 }')
+both=$(echo "$ceil" | awk '/^BOTH/ { print $2 }') # each way, both at once: an exchange's bound
 [ -n "$d2h" ] && [ -n "$h2d" ] || { echo "ceiling failed: $ceil"; exit 1; }
 iters=$("$JOB" --calibrate 2 2>&1 | awk '/^ITERS/ { print $2 }')
 [ -n "$iters" ] || { echo "calibration failed"; exit 1; }
 total_gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 |
             awk '{ printf "%.1f", $1 / 1024 }')
 gib=$(calc "$total_gib * ${FRACTION:-57} / 100")
-echo "pinned ceilings: D2H $d2h GB/s, H2D $h2d GB/s; GPU $total_gib GiB; 3 jobs of $gib GiB;" \
+echo "pinned ceilings: D2H $d2h GB/s, H2D $h2d GB/s, both at once ${both:-?} GB/s each way;" \
+     "GPU $total_gib GiB; 3 jobs of $gib GiB;" \
      "$SECS s of GPU work each (2 ms kernels, $iters iterations); quantum $Q s"
 
 fail=0
@@ -85,7 +87,7 @@ run_scenario() { # name phases kernels_per_phase host_ms
   # Each swap out and the next swap in of the same pid, against the ceilings; an exchange (one
   # program out while the other comes in, at once) is one swap: its time against the out
   # program's size / D2H + the in program's size / H2D. Fields: the time stamp, then cudawd's line.
-  awk -v d2h="$d2h" -v h2d="$h2d" '
+  awk -v d2h="$d2h" -v h2d="$h2d" -v both="${both:-0}" '
     function after(text, re,   rest, f) { rest = text; if (!sub(re, "", rest)) return -1
                                           split(rest, f, " "); return f[1] }
     /exchanging pid/ { inside = 1 }
@@ -94,8 +96,12 @@ run_scenario() { # name phases kernels_per_phase host_ms
         if (o < 0 || i < 0 || t < 0) next
         ideal = o * 1.073741824 / d2h + i * 1.073741824 / h2d
         if (ideal <= 0) next
-        printf "  exchange: %.2f GiB out, %.2f GiB in, at once in %.3f s; at the ceilings %.3f s: %.2fx (target <= 1.2x)\n",
+        printf "  exchange: %.2f GiB out, %.2f GiB in, at once in %.3f s; at the ceilings %.3f s: %.2fx (target <= 1.2x)",
                o, i, t, ideal, t / ideal
+        # both ways at once: the larger side at the measured bidirectional rate (informative)
+        if (both > 0) printf "; both ways at once %.3f s: %.2fx", (o > i ? o : i) * 1.073741824 / both,
+                             t / ((o > i ? o : i) * 1.073741824 / both)
+        printf "\n"
         if (t / ideal > 1.2 || /FAILED/) missed = 1; next }
     inside { next }
     /swapped out:/ { pid = $4; out_gib[pid] = $7; out_s[pid] = $10 }

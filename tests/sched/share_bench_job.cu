@@ -7,7 +7,8 @@
  * on the device (sampled words hold pattern + PHASES, the others their pattern).
  *   usage: sched_share_bench_job GIB PHASES KERNELS HOST_MS ITERS
  *          sched_share_bench_job --calibrate MS      prints "ITERS <n>"
- *          sched_share_bench_job --ceiling GIB       prints pinned "D2H <GB/s>" and "H2D <GB/s>"
+ *          sched_share_bench_job --ceiling GIB       prints pinned "D2H <GB/s>", "H2D <GB/s>" and
+ *                                                    "BOTH <GB/s>" (each way, both at once)
  * Prints "TIME <seconds> verified". Exit 0; 1 on a CUDA error or a wrong word; 77 without a GPU. */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -118,6 +119,33 @@ static void ceiling(double gib)
     if (rate > best[!d2h]) best[!d2h] = rate;
   }
   printf("D2H %.2f\nH2D %.2f\n", best[0], best[1]);
+  /* Both ways at once (an exchange: one program's memory out while another's comes in), each
+   * way its own buffers and stream: the link is full duplex, the host's memory and the copy
+   * engines are shared. */
+  void *dev2, *host2;
+  CHECK_CUDA(cudaMalloc(&dev2, bytes));
+  CHECK_CUDA(cudaMallocHost(&host2, bytes));
+  memset(host2, 2, bytes);
+  cudaStream_t out, in;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&out, cudaStreamNonBlocking));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&in, cudaStreamNonBlocking));
+  double both = 0;
+  for (int k = 0; k < 4; k++) {
+    double t = now();
+    CHECK_CUDA(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, out));
+    CHECK_CUDA(cudaMemcpyAsync(dev2, host2, bytes, cudaMemcpyHostToDevice, in));
+    CHECK_CUDA(cudaStreamSynchronize(out));
+    CHECK_CUDA(cudaStreamSynchronize(in));
+    double rate = bytes / (now() - t) / 1e9;
+    if (rate > both) both = rate;
+  }
+  printf("BOTH %.2f\n", both);
+  CHECK_CUDA(cudaStreamDestroy(out));
+  CHECK_CUDA(cudaStreamDestroy(in));
+  CHECK_CUDA(cudaFreeHost(host2));
+  CHECK_CUDA(cudaFree(dev2));
+  CHECK_CUDA(cudaFreeHost(host));
+  CHECK_CUDA(cudaFree(dev));
 }
 
 int main(int argc, char **argv)

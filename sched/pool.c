@@ -159,8 +159,8 @@ const char *pool_pages_said(const struct host_pool *pool, char *buf, size_t len)
   shmem_thp_setting(thp, sizeof thp);
   if (!strcmp(thp, "never") || !strcmp(thp, "deny"))
     snprintf(buf, len, "plain shared memory in 4 KiB pages (transparent_hugepage/shmem_enabled "
-             "is %s; advise gives the pool 2 MiB pages: docs/sharing.md says what they change)",
-             thp);
+             "is %s; advise gives the pool 2 MiB pages, into which a swap-out not page-locked "
+             "yet copies at the link's speed, not at 3-15 GB/s: docs/sharing.md)", thp);
   else if (thp[0])
     snprintf(buf, len, "shared memory in 2 MiB pages where the kernel has them "
              "(transparent_hugepage/shmem_enabled is %s)", thp);

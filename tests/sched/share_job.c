@@ -12,7 +12,7 @@
  *   too-large         expects its allocation to fail with cudaErrorMemoryAllocation
  *   idle-first        pieces, then sleeps 12 s (no CPU, no GPU) before the rounds
  *   phases            pieces, with an idle phase (1.2 s without a CUDA call, longer than the
- *                     idle hint's 500 ms) after every 8th round, so that its image gets cold
+ *                     idle hint's default 250 ms) after every 8th round, so that its image gets cold
  *   constant          pieces, but the first block keeps the value of round 0 (checked every round,
  *                     never written again): a delta checkpoint skips it as unchanged
  *   stuck             pieces; a second thread stays 8 s inside a counted API call (a host

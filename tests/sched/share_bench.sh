@@ -13,7 +13,8 @@
 # Exit 0: all targets met; 1: a job failed or a target was missed; 77: no GPU.
 # Usage: tests/sched/share_bench.sh <cudaw build dir> [out dir]
 # Environment: SCENARIOS ("gpu host"), JOB_SECONDS (30: GPU work per job), QUANTUM (30),
-# FRACTION (57), HOST_PHASES (3), CUDAWD_ARGS (more cudawd options), JOB (the job program).
+# FRACTION (57), HOST_PHASES (3), CUDAWD_ARGS (more cudawd options), JOB (the job program),
+# TOUCH_GIB (write that much host memory once before anything: a fresh VM's first touch).
 set -u
 B=$(cd "${1:?usage: share_bench.sh <build dir> [out dir]}" && pwd)
 OUT=${2:-/tmp/cudaw-share-bench}
@@ -29,6 +30,10 @@ t_now() { date +%s.%N; }
 # cudawd's lines with the wall clock in front, to lay beside the jobs' "AT <time> gpu|host N".
 stamp() { while IFS= read -r line; do printf '%s %s\n' "${EPOCHREALTIME:-$(t_now)}" "$line"; done; }
 
+# A VM's memory that was never touched is backed by the hypervisor page by page on first touch:
+# cudawd's pool and the first swap-outs then ran up to 10x slower (H200, session 24). TOUCH_GIB
+# writes that much host memory once first, as a machine in use has.
+if [ -n "${TOUCH_GIB:-}" ]; then "$JOB" --touch "$TOUCH_GIB" || { echo "touching failed"; exit 1; }; fi
 ceil=$("$JOB" --ceiling 4 2>&1)
 rc=$?
 [ $rc -eq 77 ] && { echo "$ceil"; exit 77; }

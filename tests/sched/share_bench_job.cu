@@ -9,13 +9,17 @@
  *          sched_share_bench_job --calibrate MS      prints "ITERS <n>"
  *          sched_share_bench_job --ceiling GIB       prints pinned "D2H <GB/s>", "H2D <GB/s>" and
  *                                                    "BOTH <GB/s>" (each way, both at once)
+ *          sched_share_bench_job --touch GIB         writes GIB of host memory once (no GPU)
  * Prints "TIME <seconds> verified". Exit 0; 1 on a CUDA error or a wrong word; 77 without a GPU. */
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #define CHECK_CUDA(call)                                                                     \
   do {                                                                                       \
@@ -148,8 +152,35 @@ static void ceiling(double gib)
   CHECK_CUDA(cudaFree(dev));
 }
 
+/* Write GIB of host memory once, in 8 processes, and give it back: on a VM whose memory was never
+ * touched, the hypervisor backs each page on its first touch, which slowed cudawd's pool and the
+ * first swap-outs 10x (share_bench on the H200, session 24); a machine in use has paid that. */
+static int touch(double gib)
+{
+  enum { PROCS = 8 };
+  size_t share = (size_t)(gib * (1 << 30) / PROCS);
+  double t = now();
+  for (int i = 0; i < PROCS; i++) {
+    pid_t pid = fork();
+    if (pid < 0) return 1;
+    if (pid == 0) {
+      void *p = mmap(NULL, share, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) _exit(1);
+      madvise(p, share, MADV_HUGEPAGE);
+      memset(p, 1, share);
+      _exit(0);
+    }
+  }
+  int failed = 0, status;
+  for (int i = 0; i < PROCS; i++)
+    if (wait(&status) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) failed = 1;
+  printf("TOUCHED %.1f GiB in %.2f s%s\n", gib, now() - t, failed ? " (a process failed)" : "");
+  return failed;
+}
+
 int main(int argc, char **argv)
 {
+  if (argc == 3 && strcmp(argv[1], "--touch") == 0) return touch(atof(argv[2]));
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     printf("skipped: no GPU\n");
@@ -169,7 +200,8 @@ int main(int argc, char **argv)
     return 0;
   }
   if (argc != 6) {
-    fprintf(stderr, "usage: %s GIB PHASES KERNELS HOST_MS ITERS | --calibrate MS | --ceiling GIB\n",
+    fprintf(stderr, "usage: %s GIB PHASES KERNELS HOST_MS ITERS | --calibrate MS | --ceiling GIB | "
+            "--touch GIB\n",
             argv[0]);
     return 2;
   }

@@ -1017,10 +1017,12 @@ int transition_pool_attach(void *base, uint64_t size, uint64_t mapping) {
                                                  atomic_load(&pool_quiet))))
     rc = -ENOSYS;
   if (!rc) engine_set_pool(tr.engine, pool); /* no image in the last one: cannot fail */
-  static bool said_unlocked; /* under tr.lock */
-  if (!rc && size && !ckpt_rt.options.pool_threads && !said_unlocked && (said_unlocked = true))
+  static bool said_unlocked; /* under tr.lock: once, not at every new window */
+  if (!rc && size && !ckpt_rt.options.pool_threads && !said_unlocked) {
+    said_unlocked = true;
     ckpt_logf(CKPT_LOG_INFO, "cudawd's host-memory pool: not page-locked (CUDAW_CKPT_POOL_THREADS"
               "=0): every copy to and from it goes through staging");
+  }
   pthread_mutex_unlock(&tr.lock);
   return rc;
 }

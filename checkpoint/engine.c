@@ -1399,6 +1399,18 @@ static void put_back_released(struct engine *e, struct engine_stats *stats) {
               "paused", why, stats->given_back);
 }
 
+/* A saved region's share of the result: filled by the kernel, straight into the pool or the
+ * reserve, and (the pool) all its bytes in the range lent, staged or not. */
+static void count_placement(const struct image_region *r, struct engine_stats *stats) {
+  if (r->untouched) stats->filled_bytes += r->region.size;
+  if (r->in_pool) {
+    stats->pool_bytes += image_direct_bytes(r);
+    stats->pool_image_bytes += r->region.size;
+  } else if (r->in_reserve) {
+    stats->reserve_bytes += image_direct_bytes(r);
+  }
+}
+
 int engine_save(struct engine *e, struct engine_stats *stats, char *reason, size_t len) {
   struct region_list list = {0};
   *stats = (struct engine_stats){0};
@@ -1446,13 +1458,7 @@ int engine_save(struct engine *e, struct engine_stats *stats, char *reason, size
     }
     free(chunks);
     free(sums);
-    for (size_t i = 0; rc == 0 && i < e->image_count; i++) {
-      if (e->image[i].untouched) stats->filled_bytes += e->image[i].region.size;
-      if (e->image[i].in_pool) {
-        stats->pool_bytes += image_direct_bytes(&e->image[i]);
-        stats->pool_image_bytes += e->image[i].region.size;
-      } else if (e->image[i].in_reserve) stats->reserve_bytes += image_direct_bytes(&e->image[i]);
-    }
+    for (size_t i = 0; rc == 0 && i < e->image_count; i++) count_placement(&e->image[i], stats);
     image_stop_filling(e);
     for (size_t i = 0; i < e->image_count; i++) e->image[i].fresh = false;
     if (rc && stats->released_early) put_back_released(e, stats);
@@ -1520,11 +1526,7 @@ int engine_precopy(struct engine *e, struct engine_stats *stats, char *reason, s
   free(chunks);
   free(list.items);
   for (size_t i = 0; rc == 0 && i < e->image_count; i++) {
-    if (e->image[i].untouched) stats->filled_bytes += e->image[i].region.size;
-    if (e->image[i].in_pool) {
-      stats->pool_bytes += image_direct_bytes(&e->image[i]);
-      stats->pool_image_bytes += e->image[i].region.size;
-    } else if (e->image[i].in_reserve) stats->reserve_bytes += image_direct_bytes(&e->image[i]);
+    count_placement(&e->image[i], stats);
     e->image[i].device_sums = true; /* ckpt_delta_hash of the image: the pause compares */
   }
   image_stop_filling(e);

@@ -157,6 +157,14 @@ static int record_place(void *arg, uint64_t pool_at, uint64_t n) {
   return 0;
 }
 
+/* A fake /proc/meminfo (CUDAW_TEST_MEMINFO) at path: 1 GiB in all, `available_mib` available. */
+static void write_meminfo(const char *path, unsigned long long available_mib) {
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  fprintf(f, "MemTotal:       1048576 kB\nMemAvailable:   %llu kB\n", available_mib * 1024);
+  fclose(f);
+}
+
 /* A handover into a range not page-locked yet (a program sent a larger window re-registers it
  * from its start; here the pool's registration fails): the image still goes into the pool, in
  * the pool's order, staged; so does a plain checkpoint in the same state. */
@@ -192,10 +200,8 @@ static void handover_unregistered(int fail_after) {
     char meminfo[] = "/tmp/cudaw-pool-meminfo-XXXXXX";
     int fd = mkstemp(meminfo);
     CHECK(fd >= 0);
-    FILE *f = fdopen(fd, "w");
-    CHECK(f != NULL);
-    fprintf(f, "MemTotal:       1048576 kB\nMemAvailable:   %llu kB\n", 20ull * 1024);
-    fclose(f);
+    close(fd);
+    write_meminfo(meminfo, 20);
     setenv("CUDAW_TEST_MEMINFO", meminfo, 1);
     engine_lend(e, 0, 0);
     char why[256] = "";
@@ -208,10 +214,7 @@ static void handover_unregistered(int fail_after) {
     CHECK_EQ(fake_host_verify(&h, &offset), 0); /* nothing lost: still on the device */
     /* Into the range: cudawd's memory, none of the host's; so even with less available than
      * the image takes, it goes. */
-    f = fopen(meminfo, "w");
-    CHECK(f != NULL);
-    fprintf(f, "MemTotal:       1048576 kB\nMemAvailable:   %llu kB\n", 2ull * 1024);
-    fclose(f);
+    write_meminfo(meminfo, 2);
     engine_lend(e, 2 * MIB, 12 * MIB);
     saved = cycle(e, &h);
     unsetenv("CUDAW_TEST_MEMINFO");

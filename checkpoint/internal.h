@@ -128,6 +128,7 @@ struct engine_times {
   double hash;  /* checksums on the host */
   double fault; /* faulting fresh image pages in ahead of the copy, while the DMA runs */
   double issue; /* in the driver calls that queue the copies */
+  double admit; /* an exchange: refused by its pace (finishing copies in flight included) */
 };
 struct engine_stats {
   uint64_t bytes;

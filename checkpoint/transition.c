@@ -120,10 +120,10 @@ static void remember_disk_regions(void) {
 static void log_exchange_side(bool out, const struct engine_stats *stats, double seconds) {
   const struct engine_times *t = &stats->times;
   ckpt_logf(CKPT_LOG_DEBUG, "exchange side %s: %.3f GiB in %.3f s, %d threads each waiting %.3f s "
-            "on the DMA, %.3f in the driver, %.3f hashing, %.3f copying staged (%.3f GiB); "
-            "checks on the device %.3f s, %.3f s after the copy",
+            "on the DMA, %.3f in the driver, %.3f refused by the pace, %.3f hashing, %.3f copying "
+            "staged (%.3f GiB); checks on the device %.3f s, %.3f s after the copy",
             out ? "out" : "in", (double)stats->bytes / (1u << 30), seconds, stats->threads, t->wait,
-            t->issue, t->hash, t->copy, (double)stats->staged_bytes / (1u << 30),
+            t->issue, t->admit, t->hash, t->copy, (double)stats->staged_bytes / (1u << 30),
             stats->device_hash_seconds, stats->verify_tail_seconds);
 }
 

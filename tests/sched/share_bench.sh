@@ -14,7 +14,9 @@
 # Usage: tests/sched/share_bench.sh <cudaw build dir> [out dir]
 # Environment: SCENARIOS ("gpu host"), JOB_SECONDS (30: GPU work per job), QUANTUM (30),
 # FRACTION (57), HOST_PHASES (3), CUDAWD_ARGS (more cudawd options), JOB (the job program),
-# TOUCH_GIB (write that much host memory once before anything: a fresh VM's first touch).
+# TOUCH_GIB (write that much host memory once before anything: a fresh VM's first touch),
+# HOST_VARIANTS (the host scenario's shared run again under each of these settings, e.g.
+# "CUDAW_SHARE_IDLE_MS=100 CUDAW_SHARE_IDLE_MS=50,CUDAW_LOG=info").
 set -u
 B=$(cd "${1:?usage: share_bench.sh <build dir> [out dir]}" && pwd)
 OUT=${2:-/tmp/cudaw-share-bench}
@@ -50,14 +52,18 @@ echo "pinned ceilings: D2H $d2h GB/s, H2D $h2d GB/s, both at once ${both:-?} GB/
      "$SECS s of GPU work each (2 ms kernels, $iters iterations); quantum $Q s"
 
 fail=0
-run_scenario() { # name phases kernels_per_phase host_ms
-  local name=$1 phases=$2 kernels=$3 host_ms=$4 t0 serial shared j pids rc
-  t0=$(t_now)
-  for j in 1 2 3; do
-    "$JOB" "$gib" "$phases" "$kernels" "$host_ms" "$iters" > "$OUT/${name}_native$j.log" 2>&1 ||
-      { echo "$name: native job $j failed"; tail -3 "$OUT/${name}_native$j.log"; fail=1; }
-  done
-  serial=$(calc "$(t_now) - $t0")
+run_scenario() { # name phases kernels_per_phase host_ms [serial s, name of its native logs]
+  local name=$1 phases=$2 kernels=$3 host_ms=$4 serial=${5:-} t0 shared j pids rc
+  if [ -n "$serial" ]; then # a variant: the same native runs stand as its reference
+    for j in 1 2 3; do cp "$OUT/${6}_native$j.log" "$OUT/${name}_native$j.log"; done
+  else
+    t0=$(t_now)
+    for j in 1 2 3; do
+      "$JOB" "$gib" "$phases" "$kernels" "$host_ms" "$iters" > "$OUT/${name}_native$j.log" 2>&1 ||
+        { echo "$name: native job $j failed"; tail -3 "$OUT/${name}_native$j.log"; fail=1; }
+    done
+    serial=$(calc "$(t_now) - $t0")
+  fi
   rm -rf "$CUDAW_RUN_DIR"; mkdir -p "$CUDAW_RUN_DIR"
   "$B/bin/cudawd" --quantum "$Q" ${CUDAWD_ARGS:-} > >(stamp > "$OUT/${name}_cudawd.log") 2>&1 &
   local daemon=$!
@@ -83,6 +89,12 @@ run_scenario() { # name phases kernels_per_phase host_ms
       { echo "$name: shared job $j failed (rc $rc)"; tail -3 "$OUT/${name}_shared$j.log"; fail=1; }
   done
   shared=$(calc "$(t_now) - $t0")
+  # The end: from the last job's last word ("AT <time> verified") to the last one reaped, which
+  # is its process's exit (cudaw's destructors, the driver's teardown).
+  cat "$OUT/${name}_shared"[123].log | awk -v end="$(calc "$t0 + $shared")" -v t0="$t0" '
+    $1 == "AT" && $3 == "verified" && $2 > last { last = $2 }
+    END { if (last) printf "  the end: last job verified at %.2f s, all reaped at %.2f s (its exit %.2f s)\n",
+                           last - t0, end - t0, end - last }'
   "$B/bin/cudaw-ctl" sched > "$OUT/${name}_sched.txt" 2>&1
   kill "$daemon"; wait "$daemon" 2>/dev/null
   echo "$name: one after another natively $serial s; at once under cudawd $shared s;" \
@@ -166,7 +178,21 @@ for s in ${SCENARIOS:-gpu host}; do
     host_ms=$(( SECS * 1000 / PHASES ))
     run_scenario host "$PHASES" $(( kernels / PHASES )) "$host_ms"
     awk "BEGIN { exit !($host_serial >= 1.5 * $host_shared) }" ||
-      { echo "MISSED: host phases speed-up $(calc "$host_serial / $host_shared")x < 1.5x"; fail=1; } ;;
+      { echo "MISSED: host phases speed-up $(calc "$host_serial / $host_shared")x < 1.5x"; fail=1; }
+    # HOST_VARIANTS: the shared run again under other settings, against the same serial run
+    # (each a comma-separated list of NAME=value), to compare settings in one call.
+    k=0
+    for variant in ${HOST_VARIANTS:-}; do
+      k=$((k + 1))
+      IFS=, read -r -a assign <<< "$variant"
+      echo "host, again with ${assign[*]}:"
+      ( export "${assign[@]}"
+        run_scenario "host_v$k" "$PHASES" $(( kernels / PHASES )) "$host_ms" "$host_serial" host
+        v_shared=host_v${k}_shared
+        awk "BEGIN { exit !($host_serial >= 1.5 * ${!v_shared}) }" ||
+          { echo "MISSED: host phases speed-up $(calc "$host_serial / ${!v_shared}")x < 1.5x"; exit 1; }
+        exit $fail ) || fail=1
+    done ;;
   esac
 done
 # Every log in one file beside the out dir: a GPU machine gives back only a few files.

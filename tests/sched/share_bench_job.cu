@@ -239,6 +239,7 @@ int main(int argc, char **argv)
     return 1;
   }
   CHECK_CUDA(cudaFree(m));
+  mark("verified", phases); /* what follows is the process's exit */
   printf("TIME %.3f verified\n", now() - start);
   return 0;
 }

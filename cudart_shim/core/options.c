@@ -56,7 +56,7 @@ static const struct ckpt_option_info own[] = {
                        "use after free", BOOL},
   {"CUDAW_SHARE", "0", "1: share the GPU with other programs through cudawd (cudaw run --share "
                        "sets it)", BOOL},
-  {"CUDAW_SHARE_IDLE_MS", "250", "sharing: after this many milliseconds without a CUDA call the "
+  {"CUDAW_SHARE_IDLE_MS", "100", "sharing: after this many milliseconds without a CUDA call the "
                               "program tells cudawd it is idle, which may then swap it out for "
                               "a waiting program (0: never)",
    CKPT_OPTION_NUMBER, NULL, 0, 3600000, "milliseconds"},

@@ -559,8 +559,8 @@ static void start_sched(void)
   char *end;
   long idle_ms = strtol(idle, &end, 10);
   if (end == idle || *end || idle_ms < 0 || idle_ms > 3600000) {
-    shim_warn("CUDAW_SHARE_IDLE_MS=%s: not a number of milliseconds; using 250", idle);
-    idle_ms = 250;
+    shim_warn("CUDAW_SHARE_IDLE_MS=%s: not a number of milliseconds; using 100", idle);
+    idle_ms = 100;
   }
   client.idle_seconds = (double)idle_ms * 1e-3;
   struct ckpt_options options;

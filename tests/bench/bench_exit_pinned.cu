@@ -10,6 +10,8 @@
  *   alone        the second child alone (the first ends only after it)
  *   exit P       the first exits with pieces of P MiB still page-locked
  *   unreg P      the first gives its pieces back (cudaHostUnregister, timed) before it exits
+ *   bare         the first never touches the pool (its context alone)
+ *   touched      the first faults the pool into its page tables, page-locks none of it
  * Per case: the first's end from "go" to reaped, and the second's making of memory.
  *   usage: bench_exit_pinned [GiB (94)] [DEV GiB (45)]
  * Exit 0; 1 on an error; 77 without a GPU. */
@@ -105,22 +107,33 @@ static int hear(int fd, char *buf, size_t len)
   return n > 0;
 }
 
-/* The first child: page-lock the pool in pieces, say "ready <seconds>", wait for "go", then
- * (unreg) give the pieces back and say how long that took, and exit. */
-static void first_child(int in, int out, int unreg)
+enum mode { EXIT, UNREG, BARE, TOUCHED };
+
+/* The first child: page-lock the pool in pieces (BARE: nothing; TOUCHED: only fault it into its
+ * own page tables), say "ready <seconds>", wait for "go", then (UNREG) give the pieces back and
+ * say how long that took, and exit. */
+static void first_child(int in, int out, int mode)
 {
   char buf[128];
   if (cudaFree(0) != cudaSuccess) die("first child", "no CUDA context");
   int failed = 0;
-  double took = in_threads(lock_pieces, &failed);
+  double took = 0;
+  if (mode == EXIT || mode == UNREG) took = in_threads(lock_pieces, &failed);
+  if (mode == TOUCHED) {
+    double t0 = now();
+    if (madvise(pool, pool_bytes, MADV_POPULATE_WRITE) != 0) die("populate", strerror(errno));
+    took = now() - t0;
+  }
   if (failed) die("cudaHostRegister", "failed");
   snprintf(buf, sizeof buf, "ready %.3f\n", took);
   say(out, buf);
   if (!hear(in, buf, sizeof buf)) _exit(1);
-  double back = unreg ? in_threads(unlock_pieces, NULL) : 0;
+  double back = mode == UNREG ? in_threads(unlock_pieces, NULL) : 0;
   snprintf(buf, sizeof buf, "gone %.3f\n", back);
   say(out, buf);
-  exit(0); /* the runtime's and the driver's teardown follow */
+  /* exit, not _exit: the runtime's and the driver's teardown follow, as in a program's end
+   * (the parent flushed its stdout before the fork, so nothing of it is written twice) */
+  exit(0);
 }
 
 /* The second child: its context first; on "go", dev GiB of device memory, timed. */
@@ -151,6 +164,7 @@ static struct child spawn(int which, int arg)
 {
   int down[2], up[2];
   if (pipe(down) || pipe(up)) die("pipe", strerror(errno));
+  fflush(stdout);
   pid_t pid = fork();
   if (pid < 0) die("fork", strerror(errno));
   if (pid == 0) {
@@ -171,11 +185,11 @@ static double field(const char *line, const char *word)
 }
 
 /* One case: pieces of piece_mib (0: no first child's exit beside, "alone"). */
-static void one_case(const char *name, uint64_t piece_mib, int unreg, int dev, double *alone)
+static void one_case(const char *name, uint64_t piece_mib, int mode, int dev, double *alone)
 {
   char a[128] = "", b[128] = "";
   piece = piece_mib << 20;
-  struct child first = spawn(0, unreg), second = spawn(1, dev);
+  struct child first = spawn(0, mode), second = spawn(1, dev);
   if (!hear(first.from, a, sizeof a) || !hear(second.from, b, sizeof b))
     die(name, "a child failed to start");
   double locked = field(a, "ready ");
@@ -198,9 +212,14 @@ static void one_case(const char *name, uint64_t piece_mib, int unreg, int dev, d
   made = field(b, "made ");
   if (made < 0) die(name, "the second child did not make its memory");
   if (alone) *alone = made;
-  printf("%-10s pieces of %4" PRIu64 " MiB (%5" PRIu64 "): page-locked in %.2f s; ", name, piece_mib,
-         (pool_bytes + piece - 1) / piece, locked);
-  if (unreg) printf("given back in %.2f s, then ", field(a, "gone "));
+  if (mode == BARE)
+    printf("%-10s nothing page-locked nor touched: ", name);
+  else if (mode == TOUCHED)
+    printf("%-10s faulted in, not page-locked, in %.2f s: ", name, locked);
+  else
+    printf("%-10s pieces of %4" PRIu64 " MiB (%5" PRIu64 "): page-locked in %.2f s; ", name,
+           piece_mib, (pool_bytes + piece - 1) / piece, locked);
+  if (mode == UNREG) printf("given back in %.2f s, then ", field(a, "gone "));
   printf("exit %.2f s (from go to reaped); %d GiB of device memory made in %.3f s%s\n", end,
          dev, made, alone ? " (alone, before the exit)" : " beside the exit");
   close(first.to);
@@ -235,10 +254,11 @@ int main(int argc, char **argv)
   printf("pool: %" PRIu64 " GiB faulted in in %.2f s\n", gib, now() - t0);
   fflush(stdout);
   double alone = 0;
-  one_case("alone", 32, 0, dev, &alone);
-  one_case("exit", 32, 0, dev, NULL);
-  one_case("unreg", 32, 1, dev, NULL);
-  one_case("exit", 256, 0, dev, NULL);
-  one_case("exit", 1024, 0, dev, NULL);
+  one_case("alone", 32, EXIT, dev, &alone);
+  one_case("exit", 32, EXIT, dev, NULL);
+  one_case("unreg", 32, UNREG, dev, NULL);
+  one_case("exit", 1024, EXIT, dev, NULL);
+  one_case("bare", 0, BARE, dev, NULL);
+  one_case("touched", 0, TOUCHED, dev, NULL);
   return 0;
 }

@@ -12,6 +12,8 @@
  *   unreg P      the first gives its pieces back (cudaHostUnregister, timed) before it exits
  *   bare         the first never touches the pool (its context alone)
  *   touched      the first faults the pool into its page tables, page-locks none of it
+ *   munmap       the first unmaps the page-locked pool, then cudaDeviceReset, each timed
+ *   all          the first gives the pieces back, unmaps the pool, cudaDeviceReset, each timed
  * Per case: the first's end from "go" to reaped, and the second's making of memory.
  *   usage: bench_exit_pinned [GiB (94)] [DEV GiB (45)]
  * Exit 0; 1 on an error; 77 without a GPU. */
@@ -107,7 +109,11 @@ static int hear(int fd, char *buf, size_t len)
   return n > 0;
 }
 
-enum mode { EXIT, UNREG, BARE, TOUCHED };
+/* What the first child does: page-lock the pool or not (BARE, TOUCHED), and on "go", before
+ * it exits, the steps of STEP_* it is given, each timed. */
+enum mode { EXIT, UNREG, BARE, TOUCHED, STEPS };
+enum { STEP_UNREG = 1, STEP_MUNMAP = 2, STEP_RESET = 4 };
+static int steps;
 
 /* The first child: page-lock the pool in pieces (BARE: nothing; TOUCHED: only fault it into its
  * own page tables), say "ready <seconds>", wait for "go", then (UNREG) give the pieces back and
@@ -118,7 +124,7 @@ static void first_child(int in, int out, int mode)
   if (cudaFree(0) != cudaSuccess) die("first child", "no CUDA context");
   int failed = 0;
   double took = 0;
-  if (mode == EXIT || mode == UNREG) took = in_threads(lock_pieces, &failed);
+  if (mode == EXIT || mode == UNREG || mode == STEPS) took = in_threads(lock_pieces, &failed);
   if (mode == TOUCHED) {
     double t0 = now();
     if (madvise(pool, pool_bytes, MADV_POPULATE_WRITE) != 0) die("populate", strerror(errno));
@@ -128,8 +134,13 @@ static void first_child(int in, int out, int mode)
   snprintf(buf, sizeof buf, "ready %.3f\n", took);
   say(out, buf);
   if (!hear(in, buf, sizeof buf)) _exit(1);
-  double back = mode == UNREG ? in_threads(unlock_pieces, NULL) : 0;
-  snprintf(buf, sizeof buf, "gone %.3f\n", back);
+  double back = mode == UNREG || (steps & STEP_UNREG) ? in_threads(unlock_pieces, NULL) : 0;
+  double t0 = now();
+  if (steps & STEP_MUNMAP) munmap(pool, pool_bytes);
+  double unmapped = now() - t0;
+  t0 = now();
+  if (steps & STEP_RESET) cudaDeviceReset();
+  snprintf(buf, sizeof buf, "gone %.3f unmapped %.3f reset %.3f\n", back, unmapped, now() - t0);
   say(out, buf);
   /* exit, not _exit: the runtime's and the driver's teardown follow, as in a program's end
    * (the parent flushed its stdout before the fork, so nothing of it is written twice) */
@@ -219,7 +230,9 @@ static void one_case(const char *name, uint64_t piece_mib, int mode, int dev, do
   else
     printf("%-10s pieces of %4" PRIu64 " MiB (%5" PRIu64 "): page-locked in %.2f s; ", name,
            piece_mib, (pool_bytes + piece - 1) / piece, locked);
-  if (mode == UNREG) printf("given back in %.2f s, then ", field(a, "gone "));
+  if (mode == UNREG || (steps & STEP_UNREG)) printf("given back in %.2f s, then ", field(a, "gone "));
+  if (steps & STEP_MUNMAP) printf("munmap %.2f s, then ", field(a, "unmapped "));
+  if (steps & STEP_RESET) printf("cudaDeviceReset %.2f s, then ", field(a, "reset "));
   printf("exit %.2f s (from go to reaped); %d GiB of device memory made in %.3f s%s\n", end,
          dev, made, alone ? " (alone, before the exit)" : " beside the exit");
   close(first.to);
@@ -260,5 +273,9 @@ int main(int argc, char **argv)
   one_case("exit", 1024, EXIT, dev, NULL);
   one_case("bare", 0, BARE, dev, NULL);
   one_case("touched", 0, TOUCHED, dev, NULL);
+  steps = STEP_MUNMAP | STEP_RESET; /* what comes after the page-locked pool's teardown */
+  one_case("munmap", 32, STEPS, dev, NULL);
+  steps = STEP_UNREG | STEP_MUNMAP | STEP_RESET;
+  one_case("all", 32, STEPS, dev, NULL);
   return 0;
 }

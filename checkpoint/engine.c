@@ -1425,15 +1425,25 @@ static void put_back_released(struct engine *e, struct engine_stats *stats) {
               "paused", why, stats->given_back);
 }
 
+/* The bytes of r that went straight between the device and the image: its chunks wholly in the
+ * page-locked part (direct()). A chunk across that part's end was staged whole; counted by the
+ * page-locked bytes, its page-locked share counted twice (e2e_stress_translate, now and then:
+ * the reserve's ready part ended 1 MiB into a chunk). */
+static uint64_t direct_bytes(const struct engine *e, const struct image_region *r) {
+  uint64_t registered = image_direct_bytes(r);
+  return registered == r->region.size ? registered : registered / e->chunk_bytes * e->chunk_bytes;
+}
+
 /* A saved region's share of the result: filled by the kernel, straight into the pool or the
  * reserve, and (the pool) all its bytes in the range lent, staged or not. */
-static void count_placement(const struct image_region *r, struct engine_stats *stats) {
+static void count_placement(const struct engine *e, const struct image_region *r,
+                            struct engine_stats *stats) {
   if (r->untouched) stats->filled_bytes += r->region.size;
   if (r->in_pool) {
-    stats->pool_bytes += image_direct_bytes(r);
+    stats->pool_bytes += direct_bytes(e, r);
     stats->pool_image_bytes += r->region.size;
   } else if (r->in_reserve) {
-    stats->reserve_bytes += image_direct_bytes(r);
+    stats->reserve_bytes += direct_bytes(e, r);
   }
 }
 
@@ -1484,7 +1494,7 @@ int engine_save(struct engine *e, struct engine_stats *stats, char *reason, size
     }
     free(chunks);
     free(sums);
-    for (size_t i = 0; rc == 0 && i < e->image_count; i++) count_placement(&e->image[i], stats);
+    for (size_t i = 0; rc == 0 && i < e->image_count; i++) count_placement(e, &e->image[i], stats);
     image_stop_filling(e);
     for (size_t i = 0; i < e->image_count; i++) e->image[i].fresh = false;
     if (rc && stats->released_early) put_back_released(e, stats);
@@ -1552,7 +1562,7 @@ int engine_precopy(struct engine *e, struct engine_stats *stats, char *reason, s
   free(chunks);
   free(list.items);
   for (size_t i = 0; rc == 0 && i < e->image_count; i++) {
-    count_placement(&e->image[i], stats);
+    count_placement(e, &e->image[i], stats);
     e->image[i].device_sums = true; /* ckpt_delta_hash of the image: the pause compares */
   }
   image_stop_filling(e);

@@ -1,7 +1,6 @@
 /* One program's side of an exchange: its copy's pace from the shared page (exchange_page.h).
- * The program going out writes its image only up to what the other consumed plus the window,
- * and only as fast as the other's arrival needs (incoming_first); the one coming in creates
- * device memory only up to what the other released plus the spare.
+ * The program going out writes its image only up to what the other consumed plus the window;
+ * the one coming in creates device memory only up to what the other released plus the spare.
  * A side whose peer died or finished goes on without a limit: a dead process's memory goes back
  * to the kernel and the driver, and a finished one's is where it will stay. A side whose peer
  * failed stops: the peer's memory stays the peer's. */
@@ -103,33 +102,6 @@ static void side_needed(void *arg, uint64_t pool_from) {
   }
 }
 
-/* The incoming program first: the GPU waits for its arrival, not for the other's departure, and
- * one direction alone runs ~15% faster than both at once (H200: 55 against 46-50 GB/s each
- * way). So while the incoming side's device memory fits in the spare, the going-out side writes
- * nothing, and from there only as far as the incoming side will soon need released: up to its
- * memory made plus a lead, less the spare, plus the lead again for the pieces a release waits
- * for whole. (Both going at once, a 45 GiB handover brought the incoming program in after
- * 1.20-1.28 s, the both-ways ceiling being 0.97 s; H200 as an H100, 2026-11-28.) Lifted while
- * the incoming side has not moved for STALL_SECONDS and may be waiting for this side's memory,
- * so that no piece larger than the lead stops both. */
-#define STALL_SECONDS 0.002
-
-static uint64_t incoming_first(struct exchange_side *side) {
-  const struct exchange_page *page = side->page;
-  uint64_t created = atomic_load(&page->created), spare = page->spare, lead = side->lead;
-  double now = ckpt_now();
-  bool may_wait_for_us = created + lead > atomic_load(&page->released) + spare;
-  if (created != side->seen_created || side->seen_at == 0) {
-    side->seen_created = created;
-    side->seen_at = now;
-  } else if (may_wait_for_us && now - side->seen_at > STALL_SECONDS) {
-    return UINT64_MAX;
-  }
-  if (created + lead <= spare) return 0; /* its next lead bytes need nothing of ours */
-  uint64_t need = created + lead - spare;
-  return need + lead < need ? UINT64_MAX : need + lead;
-}
-
 static uint64_t side_limit(void *arg, bool *final) {
   struct exchange_side *side = arg;
   if (side->delay_ns) { /* tests: a copy slow enough to be interrupted midway */
@@ -145,12 +117,7 @@ static uint64_t side_limit(void *arg, bool *final) {
   }
   uint64_t base = side->out ? atomic_load(&page->consumed) : atomic_load(&page->released);
   uint64_t ahead = side->out ? page->window : page->spare;
-  uint64_t limit = base + ahead < base ? UINT64_MAX : base + ahead;
-  if (side->out) {
-    uint64_t first = incoming_first(side);
-    if (first < limit) limit = first;
-  }
-  return limit;
+  return base + ahead < base ? UINT64_MAX : base + ahead;
 }
 
 static void side_progress(void *arg, uint64_t bytes) {
@@ -172,7 +139,7 @@ static void side_moved(void *arg, uint64_t bytes) {
 int exchange_side_open(struct exchange_side *side, struct exchange_page *page, bool out) {
   pid_t self = getpid(), me = out ? page->out_pid : page->in_pid;
   if (me != self) return -EPERM; /* the orders were meant for another program */
-  *side = (struct exchange_side){.page = page, .out = out, .peer_pidfd = -1, .lead = EXCHANGE_LEAD};
+  *side = (struct exchange_side){.page = page, .out = out, .peer_pidfd = -1};
   /* -1 where pidfds are missing or the peer is gone already: kill() answers then */
   side->peer_pidfd = (int)syscall(SYS_pidfd_open, out ? page->in_pid : page->out_pid, 0);
   if (side->peer_pidfd < 0) side->peer_pidfd = -1;

@@ -321,14 +321,9 @@ struct exchange_side {
   bool out;          /* the program going out (its save releases), else coming in */
   int peer_pidfd;    /* -1: none (kill(pid, 0) instead) */
   uint64_t delay_ns; /* tests: each pace check waits this long, to reach the middle surely */
-  uint64_t lead;      /* going out: how far ahead of the incoming side's need it may write
-                      * (EXCHANGE_LEAD; tests set less) */
-  uint64_t seen_created; /* going out: the incoming side's device memory as last seen change, */
-  double seen_at;        /* and when (0: not yet): a stall lifts the incoming-first limit */
+  uint64_t seen_needed, seen_consumed; /* a handover's side going out: the peer's progress as */
+  double seen_at;                      /* last seen changing (a stall ends the wait) */
 };
-/* How far ahead of what the incoming program will need released the going-out one writes its
- * image (exchange_side.c): generous against the pieces a release waits for whole. */
-#define EXCHANGE_LEAD (4ull << 30)
 /* The side of `page` this process is (out: the one going out): -EPERM when the page names
  * another pid for it. */
 int exchange_side_open(struct exchange_side *side, struct exchange_page *page, bool out);

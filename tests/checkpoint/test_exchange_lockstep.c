@@ -7,8 +7,7 @@
  * creator (cudawd's part) unmapping and closing it midway (nothing changes for the two), and A's
  * copy failing midway (B stops at its next step instead of creating memory A still holds; both
  * then resume byte-exact). A's host reports less memory available than its image (CUDAW_TEST_MEMINFO):
- * an exchange needs only its window up front. Undisturbed once more with a lead of one piece, so
- * that the incoming-first limit binds; and that limit itself, figure by figure. */
+ * an exchange needs only its window up front. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
@@ -39,8 +38,6 @@ static _Atomic int *peak_taken;     /* ... set once A has read it */
 static char meminfo[] = "/tmp/cudaw-lockstep-meminfo-XXXXXX"; /* A's host, short of memory */
 
 enum stop { NOTHING, KILL_OUT, KILL_IN, DROP_PAGE, FAIL_OUT };
-static uint64_t lead; /* the going-out side's lead (0: EXCHANGE_LEAD, which these sizes never
-                       * reach: the incoming-first limit then never binds) */
 
 static struct engine *program(struct fake_host *h, uint32_t seed, const uint64_t *sizes) {
   fake_host_init(h, 1);
@@ -83,7 +80,6 @@ static void child(bool out, int page_fd, int ready, int go, uint64_t delay_ns, e
   struct exchange_side side;
   CHECK_EQ(exchange_side_open(&side, page, out), 0);
   side.delay_ns = delay_ns;
-  if (lead) side.lead = lead;
   struct engine_pace pace;
   exchange_side_pace(&side, &pace);
   if (out) setenv("CUDAW_TEST_MEMINFO", meminfo, 1);
@@ -201,44 +197,7 @@ static void run(enum stop stop) {
   close(ready[1]);
 }
 
-/* The going-out side's limit from the incoming side's progress (exchange_side.c's
- * incoming_first), on a page of this process's own: nothing while the incoming side's next lead
- * bytes fit in the spare; then its need plus the lead; only the window while the incoming side
- * has stalled where it may wait for us; no limit once it is done. */
-static void check_incoming_first(void) {
-  const uint64_t spare = 100u << 20, step = 10u << 20, mib = 1u << 20;
-  int fd;
-  struct exchange_page *page;
-  CHECK_EQ(exchange_page_create(getpid(), getpid(), 1ull << 40, spare, &fd), 0);
-  CHECK_EQ(exchange_page_map(fd, &page), 0);
-  struct exchange_side side;
-  CHECK_EQ(exchange_side_open(&side, page, true), 0);
-  side.lead = step;
-  struct engine_pace pace;
-  exchange_side_pace(&side, &pace);
-  bool final = false;
-  CHECK_EQ(pace.limit(pace.arg, &final), 0); /* nothing made yet: the spare covers it */
-  usleep(3000);
-  CHECK_EQ(pace.limit(pace.arg, &final), 0); /* not moving, but far from needing us */
-  atomic_store(&page->created, spare - step + mib);
-  CHECK_EQ(pace.limit(pace.arg, &final), mib + step);
-  usleep(3000); /* stalled where it needs our memory: only the window */
-  CHECK_EQ(pace.limit(pace.arg, &final), 1ull << 40);
-  atomic_store(&page->released, 2 * mib); /* we released what it needs: not waiting for us */
-  CHECK_EQ(pace.limit(pace.arg, &final), mib + step);
-  atomic_store(&page->created, spare + 5 * mib);
-  CHECK_EQ(pace.limit(pace.arg, &final), 5 * mib + 2 * step);
-  atomic_store(&page->in_done, 1);
-  CHECK_EQ(pace.limit(pace.arg, &final), UINT64_MAX);
-  CHECK(!final, "the incoming side ended well");
-  exchange_side_close(&side, false);
-  exchange_side_wait_peer(&side, 0);
-  exchange_page_unmap(page);
-  close(fd);
-}
-
 int main(void) {
-  check_incoming_first();
   char *shared = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   CHECK(shared != MAP_FAILED, "shared device");
   device = (struct fake_device *)shared;
@@ -249,9 +208,6 @@ int main(void) {
   CHECK(mfd >= 0 && dprintf(mfd, "MemTotal: 1048576 kB\nMemAvailable: 1024 kB\n") > 0, "meminfo");
   close(mfd);
   run(NOTHING);
-  lead = PIECE; /* the incoming-first limit binding, stalls lifting it included */
-  run(NOTHING);
-  lead = 0;
   run(KILL_OUT);
   run(KILL_IN);
   run(DROP_PAGE);

@@ -58,11 +58,12 @@ static uint64_t pool_bytes, piece;
 struct lockers {
   pthread_mutex_t lock;
   uint64_t next;
+  bool lock_them; /* page-lock the pieces, else give them back */
   int failed;
 };
 
 /* Page-lock (or give back) the pool a piece at a time, THREADS threads taking pieces in turn. */
-static void *lock_pieces(void *arg)
+static void *walk_pieces(void *arg)
 {
   struct lockers *l = (struct lockers *)arg;
   for (;;) {
@@ -72,29 +73,20 @@ static void *lock_pieces(void *arg)
     pthread_mutex_unlock(&l->lock);
     if (at >= pool_bytes) return NULL;
     uint64_t n = pool_bytes - at < piece ? pool_bytes - at : piece;
-    if (cudaHostRegister(pool + at, n, cudaHostRegisterPortable) != cudaSuccess) l->failed = 1;
+    if (!l->lock_them)
+      cudaHostUnregister(pool + at);
+    else if (cudaHostRegister(pool + at, n, cudaHostRegisterPortable) != cudaSuccess)
+      l->failed = 1;
   }
 }
 
-static void *unlock_pieces(void *arg)
+/* The seconds THREADS threads took to page-lock the pool (lock_them) or give it back. */
+static double in_threads(bool lock_them, int *failed)
 {
-  struct lockers *l = (struct lockers *)arg;
-  for (;;) {
-    pthread_mutex_lock(&l->lock);
-    uint64_t at = l->next;
-    l->next += piece;
-    pthread_mutex_unlock(&l->lock);
-    if (at >= pool_bytes) return NULL;
-    cudaHostUnregister(pool + at);
-  }
-}
-
-static double in_threads(void *(*fn)(void *), int *failed)
-{
-  struct lockers l = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+  struct lockers l = {PTHREAD_MUTEX_INITIALIZER, 0, lock_them, 0};
   pthread_t t[THREADS];
   double t0 = now();
-  for (int i = 0; i < THREADS; i++) pthread_create(&t[i], NULL, fn, &l);
+  for (int i = 0; i < THREADS; i++) pthread_create(&t[i], NULL, walk_pieces, &l);
   for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
   if (failed) *failed = l.failed;
   return now() - t0;
@@ -124,7 +116,7 @@ static void first_child(int in, int out, int mode)
   if (cudaFree(0) != cudaSuccess) die("first child", "no CUDA context");
   int failed = 0;
   double took = 0;
-  if (mode == EXIT || mode == UNREG || mode == STEPS) took = in_threads(lock_pieces, &failed);
+  if (mode == EXIT || mode == UNREG || mode == STEPS) took = in_threads(true, &failed);
   if (mode == TOUCHED) {
     double t0 = now();
     if (madvise(pool, pool_bytes, MADV_POPULATE_WRITE) != 0) die("populate", strerror(errno));
@@ -134,7 +126,7 @@ static void first_child(int in, int out, int mode)
   snprintf(buf, sizeof buf, "ready %.3f\n", took);
   say(out, buf);
   if (!hear(in, buf, sizeof buf)) _exit(1);
-  double back = mode == UNREG || (steps & STEP_UNREG) ? in_threads(unlock_pieces, NULL) : 0;
+  double back = mode == UNREG || (steps & STEP_UNREG) ? in_threads(false, NULL) : 0;
   double t0 = now();
   if (steps & STEP_MUNMAP) munmap(pool, pool_bytes);
   double unmapped = now() - t0;

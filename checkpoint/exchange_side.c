@@ -157,6 +157,12 @@ void exchange_side_close(struct exchange_side *side, bool failed) {
   atomic_store(side->out ? &side->page->out_done : &side->page->in_done, 1);
 }
 
+void exchange_side_refuse(struct exchange_page *page, bool out) {
+  if ((out ? page->out_pid : page->in_pid) != getpid()) return; /* not ours to end */
+  atomic_store(out ? &page->out_failed : &page->in_failed, 1);
+  atomic_store(out ? &page->out_done : &page->in_done, 1);
+}
+
 int exchange_side_wait_peer(struct exchange_side *side, int timeout_ms) {
   for (int waited = 0; side->page && peer_going(side); waited++) {
     if (waited >= timeout_ms) return -ETIMEDOUT;

@@ -121,10 +121,11 @@ static void wake_waiter(void *arg, const struct ckpt_result *result) {
 /* Submit op (with `with`'s details, NULL: the defaults) and wait for its result (into *out
  * unless NULL). */
 static int request_with(enum ckpt_op op, const struct transition_request *with,
-                        struct ckpt_result *out) {
+                        struct ckpt_result *out, bool *refused) {
   struct waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0, out};
   const char *why = "";
   int rc = transition_submit_with(op, ckpt_now(), with, wake_waiter, &w, &why);
+  if (refused) *refused = rc != 0;
   if (rc) return rc;
   pthread_mutex_lock(&w.lock);
   while (!w.done) pthread_cond_wait(&w.done_cond, &w.lock);
@@ -132,26 +133,30 @@ static int request_with(enum ckpt_op op, const struct transition_request *with,
   return w.error;
 }
 
-int ckpt_request_checkpoint(void) { return request_with(CKPT_OP_CHECKPOINT, NULL, NULL); }
-int ckpt_request_resume(void) { return request_with(CKPT_OP_RESUME, NULL, NULL); }
+int ckpt_request_checkpoint(void) { return request_with(CKPT_OP_CHECKPOINT, NULL, NULL, NULL); }
+int ckpt_request_resume(void) { return request_with(CKPT_OP_RESUME, NULL, NULL, NULL); }
 
 int ckpt_request_spill(const char *dir, struct ckpt_result *result) {
   struct transition_request spill = {0};
   if (!dir || dir[0] != '/' || strlen(dir) >= sizeof spill.to_dir) return -EINVAL;
   snprintf(spill.to_dir, sizeof spill.to_dir, "%s", dir);
-  return request_with(CKPT_OP_SPILL, &spill, result);
+  return request_with(CKPT_OP_SPILL, &spill, result, NULL);
 }
 
 int ckpt_request_unspill(struct ckpt_result *result) {
   struct transition_request unspill = {0};
-  return request_with(CKPT_OP_UNSPILL, &unspill, result);
+  return request_with(CKPT_OP_UNSPILL, &unspill, result, NULL);
 }
 
 int ckpt_request_exchange(int page_fd, bool out, struct ckpt_result *result) {
   struct transition_request exchange = {0};
   int rc = exchange_page_map(page_fd, &exchange.exchange);
   if (rc) return rc;
-  rc = request_with(out ? CKPT_OP_CHECKPOINT : CKPT_OP_RESUME, &exchange, result);
+  bool refused;
+  rc = request_with(out ? CKPT_OP_CHECKPOINT : CKPT_OP_RESUME, &exchange, result, &refused);
+  /* Refused before this side began (the module stopping at exit, a pause of the user's): the
+   * peer must not wait on the page for a copy that never comes, as long as this process lives. */
+  if (refused) exchange_side_refuse(exchange.exchange, out);
   exchange_page_unmap(exchange.exchange);
   return rc;
 }

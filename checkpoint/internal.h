@@ -334,6 +334,9 @@ void exchange_side_pace(struct exchange_side *side, struct engine_pace *pace);
  * device. Failed: the peer stops at its next step (what this side did not move stays here).
  * The page stays mapped. */
 void exchange_side_close(struct exchange_side *side, bool failed);
+/* This process's side of `page` (out: the one going out) was refused before it began: ended
+ * as failed, so that the peer stops waiting for it. Nothing when the page names another pid. */
+void exchange_side_refuse(struct exchange_page *page, bool out);
 /* Wait up to timeout_ms for the peer's copy to end (finished or its process gone): the side
  * going out resumes only after the one coming in is done. 0, or -ETIMEDOUT. */
 int exchange_side_wait_peer(struct exchange_side *side, int timeout_ms);

@@ -512,6 +512,14 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
   case SCHED_GPU_IDLE:
     sched_idle_hint(d, p, msg->value != 0);
     break;
+  case SCHED_LEAVING: /* said once; a repeat does not extend its grace */
+    if (p->joined && !p->borrower && !p->leaving_at) {
+      p->leaving = true;
+      p->leaving_at = now;
+      if (d->config.verbose)
+        fprintf(stderr, "cudawd: pid %ld is exiting: no more orders for it\n", (long)p->pid);
+    }
+    break;
   case SCHED_STATUS: {
     struct sched_snapshot *snapshot = calloc(1, sizeof *snapshot);
     if (!snapshot) break;

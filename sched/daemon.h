@@ -90,6 +90,11 @@ struct program {
   bool share_started;      /* share_seconds was set level with the programs present */
   uint64_t swaps;
   double skip_until;       /* a checkpoint of it failed (pause timeout): try others first */
+  bool leaving;            /* it said it exits (SCHED_LEAVING): not ordered out or in while it
+                            * goes, its memory counted until its connection closes; for
+                            * --client-timeout only (expire_leaving): one that stays is
+                            * scheduled as any other again */
+  double leaving_at;       /* when it said so (0: never) */
   int corrupt_resumes;     /* resumes in a row that found its image corrupt (-EBADMSG) */
   int pending_op;          /* the SCHED_DONE it owes: 1 checkpoint, 2 resume, 3 spill, 0 none */
   double connected_at;
@@ -161,6 +166,7 @@ struct exchange_state {
   struct program *out, *in;  /* NULL once that side answered (or is gone) */
   pid_t out_pid, in_pid;
   int out_status, in_status;
+  bool out_left, in_left;     /* that side's answer came as its program exits (SCHED_LEAVING) */
   struct exchange_page *page; /* cudawd's mapping, for the figures */
   uint64_t window, spare, out_bytes, in_bytes;
   bool handover;              /* in's image lies in the pool: out's goes over it */

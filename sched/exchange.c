@@ -63,7 +63,7 @@ bool sched_exchange_order(struct daemon *d, struct program *out, struct program 
    * pool, where A's image takes its place (a handover); one in its own reserve is only counted
    * (its pages stay), one on disk is not in host memory at all. */
   if (in->state != SCHED_SWAPPED_OUT || in->on_disk || in->reserve_image_bytes ||
-      in->pending_op || out->pending_op || out->loan.length)
+      in->pending_op || out->pending_op || out->loan.length || out->leaving || in->leaving)
     return false;
   uint64_t piece = out->piece_bytes > in->piece_bytes ? out->piece_bytes : in->piece_bytes;
   bool handover = in->loan.length > 0;
@@ -153,6 +153,13 @@ bool sched_exchange_order(struct daemon *d, struct program *out, struct program 
   return true;
 }
 
+/* How one side ended, for the exchange's line. */
+static const char *side_outcome(int status, bool left, const char *success)
+{
+  if (!status) return success;
+  return left ? "exiting: its order came as it went" : strerror(-status);
+}
+
 /* Both sides answered (or are gone): one line, the counts, the page unmapped. */
 static void finish(struct daemon *d)
 {
@@ -160,12 +167,15 @@ static void finish(struct daemon *d)
   double seconds = sched_now() - x->started;
   uint64_t peak = atomic_load(&x->page->peak_ahead);
   uint64_t written = atomic_load(&x->page->written), consumed = atomic_load(&x->page->consumed);
-  bool ok = x->out_status == 0 && x->in_status == 0;
-  if (ok) {
+  /* A side whose program exits (it said so before answering, or left without a word after
+   * saying so) did not fail: the order reached it as it went. No exchange either. */
+  bool cut_short = (x->out_status && x->out_left) || (x->in_status && x->in_left);
+  bool ok = (x->out_status == 0 || x->out_left) && (x->in_status == 0 || x->in_left);
+  if (ok && !cut_short) {
     d->exchanges++;
     d->exchanged_out_bytes += written;
     d->exchanged_in_bytes += consumed;
-  } else {
+  } else if (!ok) {
     d->exchange_failures++;
   }
   if (peak > d->exchange_peak_bytes) d->exchange_peak_bytes = peak;
@@ -174,7 +184,8 @@ static void finish(struct daemon *d)
    * at once, is what such a swap costs (schedule.c, swap_cost). Until one is seen, a swap in the
    * pool is costed at the last plain one's rates, which a first swap into pages not yet faulted
    * in made 2-3x too dear on the H100 for the rest of a run of handovers. */
-  if (ok && x->handover && written + consumed >= SCHED_RATE_MIN_BYTES && seconds > 0)
+  if (ok && !cut_short && x->handover && written + consumed >= SCHED_RATE_MIN_BYTES &&
+      seconds > 0)
     d->rate_out[1] = d->rate_in[1] = (double)(written + consumed) / seconds;
   char window[64];
   if (x->handover) /* A's image went into pool pages B was done with: no extra host memory */
@@ -182,11 +193,12 @@ static void finish(struct daemon *d)
   else
     snprintf(window, sizeof window, "window %.1f MiB", (double)x->window / (1u << 20));
   fprintf(stderr, "cudawd: exchange %s: pid %ld out %.3f GiB (%s), pid %ld in %.3f GiB (%s) in "
-          "%.3f s; peak extra host memory %.1f MiB (%s)\n", ok ? "done" : "FAILED",
-          (long)x->out_pid, (double)written / (1u << 30),
-          x->out_status ? strerror(-x->out_status) : "swapped out", (long)x->in_pid,
-          (double)consumed / (1u << 30), x->in_status ? strerror(-x->in_status) : "resumed",
-          seconds, (double)peak / (1u << 20), window);
+          "%.3f s; peak extra host memory %.1f MiB (%s)\n",
+          !ok ? "FAILED" : cut_short ? "cut short" : "done", (long)x->out_pid,
+          (double)written / (1u << 30), side_outcome(x->out_status, x->out_left, "swapped out"),
+          (long)x->in_pid, (double)consumed / (1u << 30),
+          side_outcome(x->in_status, x->in_left, "resumed"), seconds, (double)peak / (1u << 20),
+          window);
   exchange_page_unmap(x->page);
   *x = (struct exchange_state){0};
 }
@@ -206,9 +218,11 @@ static void answered(struct daemon *d, const struct program *p, int status)
     if (status && status != -ESRCH) x->out->skip_until = sched_now() + EXCHANGE_RETRY;
     x->out = NULL;
     x->out_status = status;
+    x->out_left = p->leaving;
   } else {
     x->in = NULL;
     x->in_status = status;
+    x->in_left = p->leaving;
   }
   if (!x->out && !x->in) finish(d);
 }

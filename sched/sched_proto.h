@@ -99,6 +99,10 @@ enum sched_msg_type {
   SCHED_LOAN,        /* cudawd -> borrower: its standing loan, [held, held + bytes) of the pool,
                       * for every checkpoint until it gives the range back (a resume does not end
                       * it); bytes 0: none, status -ENOSPC: the pool has no room for the image */
+  /* Added within version 2; an older cudawd logs and ignores it. */
+  SCHED_LEAVING,     /* program -> cudawd: it exits (its checkpoint module stops): never order it
+                      * out or in again; its memory counts until its connection closes. An order
+                      * already on its way is answered with an error, which is not a failure */
 };
 
 #define SCHED_HELLO_BORROWER 2

@@ -497,6 +497,11 @@ void sched_done(struct daemon *d, struct program *p, int op, int status, uint64_
     for (int s = 0; s < SCHED_MAX_DEVICES; s++)
       if (p->bytes[s]) d->device[s].swaps++;
     sched_set_state(d, p, SCHED_SWAPPED_OUT);
+  } else if (op == 1 && p->leaving) {
+    /* The order reached it as it exits: its memory goes with its connection. */
+    fprintf(stderr, "cudawd: pid %ld is exiting: not swapped out (%s); its memory is counted "
+            "until it leaves\n", (long)p->pid, strerror(-status));
+    sched_set_state(d, p, SCHED_RUNNING);
   } else if (op == 1) {
     /* It did not reach its pause in time (or the checkpoint failed): try the next candidate.
      * One the host had no room for (ENOMEM: "host image needs ...", such as an image that would
@@ -614,8 +619,9 @@ bool sched_before(const struct program *a, const struct program *b)
 
 bool sched_wanting(const struct program *p)
 {
-  return p->joined && !p->borrower && ((p->state == SCHED_SWAPPED_OUT && (!p->gpu_idle || p->wants)) ||
-                       p->state == SCHED_WAITING || (p->state == SCHED_RUNNING && p->wants));
+  return p->joined && !p->borrower && !p->leaving &&
+         ((p->state == SCHED_SWAPPED_OUT && (!p->gpu_idle || p->wants)) ||
+          p->state == SCHED_WAITING || (p->state == SCHED_RUNNING && p->wants));
 }
 
 /* The first wanting program in the order of `sched_before`; with resumable_only, the first swapped-out
@@ -726,7 +732,7 @@ static void grant_or_deny(struct daemon *d)
 static bool may_preempt(const struct daemon *d, const struct program *v, const struct program *head,
                         double now, bool waiting_too, bool mind_host)
 {
-  if (v == head || !v->joined || v->borrower || v->skip_until > now) return false;
+  if (v == head || !v->joined || v->borrower || v->leaving || v->skip_until > now) return false;
   if (v->state != SCHED_RUNNING && !(waiting_too && v->state == SCHED_WAITING)) return false;
   if (mind_host && !host_room(d, v)) return false;
   /* Brought back ahead of its call and idle since: the room was only lent to it. */
@@ -928,7 +934,7 @@ static bool resume_ahead(struct daemon *d, double now)
   struct program *best = NULL;
   double best_back = 0;
   for (struct program *p = d->programs; p; p = p->next) {
-    if (!p->joined || p->borrower || p->retired) continue;
+    if (!p->joined || p->borrower || p->retired || p->leaving) continue;
     if (sched_wanting(p)) return false;
     if (p->state != SCHED_SWAPPED_OUT || !p->gpu_idle || p->on_disk || p->pending_op ||
         p->skip_until > now || !fits(d, p))
@@ -948,9 +954,22 @@ static bool resume_ahead(struct daemon *d, double now)
   return true;
 }
 
+/* A program that said it exits and is still here after --client-timeout (a bug, or one
+ * keeping its turn so) is scheduled as any other again. */
+static void expire_leaving(struct daemon *d, double now)
+{
+  for (struct program *p = d->programs; p; p = p->next) {
+    if (!p->leaving || now - p->leaving_at < d->config.client_timeout) continue;
+    p->leaving = false;
+    sched_log_noisy(SCHED_NOISE_IGNORED, "cudawd: pid %ld said it exits %.0f s ago and is still "
+                    "here: scheduled as any other\n", (long)p->pid, now - p->leaving_at);
+  }
+}
+
 void sched_step(struct daemon *d)
 {
   double now = sched_now();
+  expire_leaving(d, now);
   check_transition(d, now);
   sched_exchange_check(d, now);
   /* What fits is granted even while a checkpoint or resume is under way: its program's memory

@@ -128,8 +128,8 @@ bool sched_spill_coldest(struct daemon *d, const struct program *head, double no
   uint64_t disk_free, disk_margin;
   bool disk_known = disk_room(d, &disk_free, &disk_margin);
   for (struct program *p = d->programs; p; p = p->next) {
-    if (!p->joined || p->retired || p->state != SCHED_SWAPPED_OUT || p->on_disk ||
-        p->pending_op || p->spill_skip_until > now || !sched_image_bytes(p) ||
+    if (!p->joined || p->retired || p->leaving || p->state != SCHED_SWAPPED_OUT ||
+        p->on_disk || p->pending_op || p->spill_skip_until > now || !sched_image_bytes(p) ||
         p == d->reading_back)
       continue;
     /* Read back ahead of its turn: not spilled again while it still wants it (no ping-pong). */

@@ -22,6 +22,7 @@
 #include "shim_generated.h"
 #include "shim_gpu_share.h"
 #include "shim_profile.h"
+#include "shim_sched.h"
 #include "shim_texture.h"
 #include "shim_vmem.h"
 #include "shim_vmm.h"
@@ -1272,6 +1273,7 @@ __attribute__((destructor)) static void shim_ckpt_stop(void)
   atomic_store(&exiting, 1);
   struct shim_span span;
   shim_span_begin(&span);
+  shim_sched_leaving(); /* before the module stops: cudawd's orders would find it gone */
   ckpt_shutdown();
   shim_span_end(&span, SHIM_PROFILE_EXIT, 1);
 }

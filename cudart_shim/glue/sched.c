@@ -45,6 +45,8 @@ static struct {
   pthread_mutex_t conn_lock;   /* fd and connected */
   int fd;
   _Atomic bool connected;
+  pid_t joined_by;             /* the process that joined (a child forked since did not) */
+  _Atomic bool leaving;        /* the process exits: cudawd was told (shim_sched_leaving) */
   bool warned;                 /* the one "running unshared" warning was given */
   bool paused_by_sched;        /* cudawd paused us: resume ourselves if it goes away */
   time_t lost_at;              /* when the connection was lost (monotonic seconds) */
@@ -161,6 +163,7 @@ static int join(void)
   }
   if (rc == 0) {
     client.generation++;
+    client.joined_by = getpid();
     atomic_store(&client.connected, true);
     client.ever_joined = true;
   }
@@ -234,6 +237,13 @@ static void remove_spilled(void)
 __attribute__((destructor)) static void shim_sched_exit(void)
 {
   remove_spilled();
+}
+
+void shim_sched_leaving(void)
+{
+  if (!atomic_load(&client.connected) || client.joined_by != getpid()) return;
+  atomic_store(&client.leaving, true);
+  send_msg((struct sched_msg){.type = SCHED_LEAVING});
 }
 
 static int resume(void)
@@ -329,6 +339,9 @@ static void transition(int op, uint64_t loan_offset, uint64_t loan_length)
   if (lent) ckpt_pool_lend(0, 0); /* only for this checkpoint */
   if (rc == -EALREADY) rc = 0; /* already paused (or running): what cudawd wanted */
   if (rc == 0) client.paused_by_sched = op == 1;
+  if (rc && atomic_load(&client.leaving))
+    shim_info("sched: cudawd's order to %s came as we exit: not done (%s)",
+              op == 1 ? "checkpoint" : "resume", strerror(-rc));
   struct ckpt_result result = {0};
   ckpt_last_result(&result);
   /* held: the image bytes straight into the range lent, and at least 1 whenever the image lies
@@ -369,7 +382,10 @@ static void exchange(int value, int page_fd, uint64_t loan_offset, uint64_t loan
   }
   if (rc == 0) client.paused_by_sched = out;
   if (rc == 0 && !out) remove_spilled();
-  if (rc)
+  if (rc && atomic_load(&client.leaving))
+    shim_info("sched: the exchange cudawd ordered (%s) came as we exit: not done (%s)",
+              out ? "going out" : "coming in", strerror(-rc));
+  else if (rc)
     shim_warn("sched: the exchange cudawd ordered (%s) failed: %s", out ? "going out"
               : "coming in", result.reason[0] ? result.reason : strerror(-rc));
   else

@@ -26,4 +26,10 @@ int shim_sched_retry(int device, uint64_t size, int attempt);
  * cudawd (which counts failed allocations: sharing should never make one) when sharing. */
 void shim_sched_failed(int device, uint64_t size, int rc);
 
+/* The process exits (glue/checkpoint.c, before the checkpoint module stops): tells cudawd, which
+ * orders us no checkpoint or resume from then on (one already on its way is answered with an
+ * error, which cudawd does not count as a failure). Our memory counts until the connection
+ * closes with the process. A no-op when not joined, or in a child forked since. */
+void shim_sched_leaving(void);
+
 #endif

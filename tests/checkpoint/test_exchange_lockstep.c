@@ -6,8 +6,9 @@
  * byte-exact), B killed -9 midway (A's checkpoint ends and A resumes byte-exact), the page's
  * creator (cudawd's part) unmapping and closing it midway (nothing changes for the two), and A's
  * copy failing midway (B stops at its next step instead of creating memory A still holds; both
- * then resume byte-exact). A's host reports less memory available than its image (CUDAW_TEST_MEMINFO):
- * an exchange needs only its window up front. */
+ * then resume byte-exact); a side refused before it began ends as failed. A's host reports
+ * less memory available than its image (CUDAW_TEST_MEMINFO): an exchange needs only its window
+ * up front. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
@@ -197,6 +198,22 @@ static void run(enum stop stop) {
   close(ready[1]);
 }
 
+/* A side refused before it began (its process exiting): ended as failed, so that the peer stops
+ * (FAIL_OUT shows how); a page naming another pid for that side is left alone. */
+static void refuse(void) {
+  int fd;
+  struct exchange_page *page;
+  CHECK_EQ(exchange_page_create(getpid() + 1, getpid(), WINDOW, SPARE, &fd), 0);
+  CHECK_EQ(exchange_page_map(fd, &page), 0);
+  exchange_side_refuse(page, true); /* out is another pid */
+  CHECK(!atomic_load(&page->out_done) && !atomic_load(&page->out_failed), "another's side ended");
+  exchange_side_refuse(page, false);
+  CHECK(atomic_load(&page->in_done) && atomic_load(&page->in_failed), "our side not ended");
+  exchange_page_unmap(page);
+  close(fd);
+  printf("refused: our side ended as failed, another's left alone\n");
+}
+
 int main(void) {
   char *shared = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   CHECK(shared != MAP_FAILED, "shared device");
@@ -212,6 +229,7 @@ int main(void) {
   run(KILL_IN);
   run(DROP_PAGE);
   run(FAIL_OUT);
+  refuse();
   unlink(meminfo);
   printf("exchange lockstep: ok\n");
   return 0;

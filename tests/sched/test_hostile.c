@@ -19,6 +19,7 @@
  *   usage: sched_test_hostile CUDAWD CUDAW_CTL JOB MODE */
 #define _GNU_SOURCE
 #include <grp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -354,6 +355,91 @@ static void test_pools(void)
   unsetenv("CUDAWD_LEDGER");
 }
 
+/* The next order cudawd sends on fd within `seconds` (what else it sends is skipped): its type,
+ * 0 if none came, -1 when the connection ended. */
+static int next_order(int fd, double seconds)
+{
+  for (double end = client_now() + seconds;;) {
+    int left = (int)((end - client_now()) * 1000);
+    struct pollfd ready = {.fd = fd, .events = POLLIN};
+    if (left <= 0 || poll(&ready, 1, left) == 0) return 0;
+    struct sched_msg msg;
+    if (recv(fd, &msg, sizeof msg, 0) != (ssize_t)sizeof msg) return -1;
+    if (msg.type == SCHED_CHECKPOINT || msg.type == SCHED_RESUME || msg.type == SCHED_EXCHANGE ||
+        msg.type == SCHED_SPILL || msg.type == SCHED_UNSPILL)
+      return (int)msg.type;
+  }
+}
+
+static bool say(int fd, enum sched_msg_type type, int value, int status, uint64_t bytes)
+{
+  struct sched_msg msg = {.version = SCHED_PROTO_VERSION, .type = type, .pid = getpid(),
+                          .value = value, .status = status, .bytes = bytes};
+  if (type == SCHED_DEVICE) memcpy(msg.key, "63756461772d656d752d646576696365", 32);
+  return send(fd, &msg, sizeof msg, MSG_NOSIGNAL) == (ssize_t)sizeof msg;
+}
+
+#define LEAVING_TIMEOUT 3 /* cudawd's --client-timeout in this mode: how long "leaving" holds */
+
+/* A program that holds 80 MiB of the 96 MiB (on the emulated device of 256 MiB, CUDAW_EMU_MEM)
+ * and exits as cudawd orders its checkpoint: it says
+ * it is leaving, answers the order with the error its stopped checkpoint module gives, and then
+ * stays (a program whose teardown is slow, or one keeping its turn so). Exits 0 when cudawd
+ * orders it nothing while its word holds (--client-timeout) and orders its checkpoint again
+ * after; 2: no first order, 3: an order while leaving, 4: none after. */
+static pid_t leaving_program(void)
+{
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid > 0) {
+    children[child_count++] = pid;
+    return pid;
+  }
+  int fd = client_connect(run_dir);
+  if (fd < 0 || !say(fd, SCHED_HELLO, 0, 0, 0) || !say(fd, SCHED_DEVICE, 0, 0, 256 * MIB) ||
+      !say(fd, SCHED_USAGE, 0, 0, 80 * MIB))
+    _exit(1);
+  if (next_order(fd, 10) != SCHED_CHECKPOINT) _exit(2);
+  if (!say(fd, SCHED_LEAVING, 0, 0, 0) || !say(fd, SCHED_DONE, 1, -ENOTCONN, 0)) _exit(1);
+  if (next_order(fd, LEAVING_TIMEOUT - 1) != 0) _exit(3);
+  if (next_order(fd, LEAVING_TIMEOUT + 3) != SCHED_CHECKPOINT) _exit(4);
+  say(fd, SCHED_DONE, 1, -ENOTCONN, 0); /* its word no longer holds: a failure */
+  _exit(0);
+}
+
+/* A program exiting as cudawd's order reaches it (SCHED_LEAVING, as the library says at exit):
+ * its refusal is no failed checkpoint and no order follows while it goes; one that stays past
+ * --client-timeout is scheduled again. The job waiting for its memory gets it once it is gone. */
+static void test_leaving(void)
+{
+  char timeout[16];
+  snprintf(timeout, sizeof timeout, "%d", LEAVING_TIMEOUT);
+  const char *extra[] = {"--client-timeout", timeout, "--verbose", NULL};
+  pid_t daemon = start_cudawd(extra);
+  pid_t leaving = leaving_program();
+  client_sleep_ms(300); /* its usage is in */
+  double seconds = run_job("beside a leaving program");
+  int status;
+  CHECK(waitpid(leaving, &status, 0) == leaving);
+  child_count--;
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the leaving program: %s (see %s)",
+        !WIFEXITED(status) ? "killed" : WEXITSTATUS(status) == 2 ? "no checkpoint ordered"
+        : WEXITSTATUS(status) == 3 ? "an order came while it said it exits"
+        : WEXITSTATUS(status) == 4 ? "no order once its word had expired" : "protocol failure",
+        log_path);
+  char line[128];
+  snprintf(line, sizeof line, "pid %ld is exiting: not swapped out", (long)leaving);
+  CHECK(client_file_has(log_path, line), "the log does not say '%s' (%s)", line, log_path);
+  snprintf(line, sizeof line, "pid %ld said it exits", (long)leaving);
+  CHECK(client_file_has(log_path, line), "the log does not say '%s' (%s)", line, log_path);
+  snprintf(line, sizeof line, "checkpoint of pid %ld failed", (long)leaving);
+  CHECK(client_count_lines(log_path, line) == 1, "'%s' %d times, expected once: after its word "
+        "expired (%s)", line, client_count_lines(log_path, line), log_path);
+  printf("leaving: no order while it exits, one after %d s; the job waited %.2f s and verified\n",
+         LEAVING_TIMEOUT, seconds);
+  stop(daemon);
+}
+
 /* cudawd with --host-memory `size` on a host of 1 GiB with 768 MiB available: its exit status,
  * its standard error in err; -1: still running after 2 s. */
 static int host_memory_run(const char *size, char *err, size_t err_len)
@@ -413,6 +499,7 @@ int main(int argc, char **argv)
   else if (!strcmp(mode, "churn")) test_churn();
   else if (!strcmp(mode, "pools")) test_pools();
   else if (!strcmp(mode, "oversize")) test_oversize();
+  else if (!strcmp(mode, "leaving")) test_leaving();
   else test_fail("unknown mode %s", mode);
   char command[128];
   snprintf(command, sizeof command, "rm -rf '%s'", run_dir);

@@ -424,6 +424,11 @@ int ckpt_pool_grow(void *base, uint64_t size);
  * with one thread in every program, 1.03x (docs/sharing.md). Holds for a pool attached later
  * too. */
 void ckpt_pool_quiet(bool computing);
+/* cudawd schedules no other program and this one is idle on the GPU (SCHED_POOL_ALONE): no swap
+ * needs the pool page-locked, and an exit would wait for the driver to unpin it (94 GiB: 2 s on
+ * the H100). true: the pool's page-locking is given back in the background, piece by piece from
+ * the top; false: page-locked again. Holds for a pool attached later too. */
+void ckpt_pool_alone(bool alone);
 /* The next checkpoint may put its image in [offset, offset + length) of the pool (length 0: no
  * loan). Call right before ckpt_request_checkpoint, and with 0 after it. The image in the range
  * is dropped after the resume: cudawd lends the range again. */

@@ -180,6 +180,7 @@ int ckpt_pool_attach(void *base, uint64_t size, uint64_t mapping) {
 }
 int ckpt_pool_grow(void *base, uint64_t size) { return transition_pool_grow(base, size); }
 void ckpt_pool_quiet(bool computing) { transition_pool_quiet(computing); }
+void ckpt_pool_alone(bool alone) { transition_pool_alone(alone); }
 void ckpt_pool_lend(uint64_t offset, uint64_t length) { transition_pool_lend(offset, length); }
 bool ckpt_pool_lend_standing(uint64_t offset, uint64_t length, bool covers) {
   return transition_pool_lend_standing(offset, length, covers);

@@ -82,7 +82,9 @@ struct reserve *reserve_new_shared(const struct ckpt_host_ops *ops, void *ctx, v
 int reserve_grow_shared(struct reserve *rs, uint64_t size);
 void reserve_free(struct reserve *rs); /* unregisters and unmaps it */
 /* An auto reserve stands by (wants nothing, so gives its memory back) while cudawd's pool takes
- * the images: both would page-lock an image's size each. A fixed size is kept. */
+ * the images: both would page-lock an image's size each. A fixed size is kept. cudawd's pool
+ * stands by while its program is alone and idle (SCHED_POOL_ALONE): it gives back its
+ * page-locking, piece by piece from the top, and keeps its pages (cudawd's). */
 void reserve_standby(struct reserve *rs, bool standby);
 /* Quiet: one piece is page-locked at a time, whatever the threads, and the next only after a
  * pause as long as that took. While a piece is page-locked the driver holds the program's own
@@ -430,6 +432,7 @@ void transition_reserve(struct reserve_info *out); /* all zero without a reserve
 int transition_pool_attach(void *base, uint64_t size, uint64_t mapping); /* ckpt_pool_attach */
 int transition_pool_grow(void *base, uint64_t size); /* see ckpt_pool_grow */
 void transition_pool_quiet(bool quiet);              /* see ckpt_pool_quiet */
+void transition_pool_alone(bool alone);              /* see ckpt_pool_alone */
 void transition_pool_lend(uint64_t offset, uint64_t length);
 bool transition_pool_lend_standing(uint64_t offset, uint64_t length, bool covers);
 int transition_pool_unlend(void); /* see ckpt_pool_unlend */

@@ -34,7 +34,8 @@ struct reserve {
   void *ctx;
   uint64_t fixed;        /* the size asked for, 0 for auto */
   bool shared;           /* cudawd's pool: mapped by the caller, sized by cudawd, no budget */
-  _Atomic bool standby;  /* auto: cudawd's pool takes the images; want nothing (shrinks) */
+  _Atomic bool standby;  /* want nothing (shrinks): auto, as cudawd's pool takes the images;
+                            the pool, while its program is alone and idle (SCHED_POOL_ALONE) */
   struct reserve *yield_to; /* shared: page-lock nothing while this one is (reserve_yield_to) */
   bool quiet;            /* one piece at a time, whatever the threads (reserve_quiet) ... */
   double quiet_until;    /* ... after a pause as long as the last one's page-locking took */
@@ -53,7 +54,10 @@ struct reserve {
   int started;
   bool taken, refused;   /* refused: page-locking failed, the reserve stops growing */
   bool over_budget;      /* the image would pass the budget: it grows up to it, said once */
-  bool shrinking;        /* auto: device memory fell to half the reserve; give back to it */
+  bool shrinking;        /* auto: device memory fell to half the reserve; give back to it (the
+                            pool: on standby, all of it) */
+  double shrink_start;   /* ... since then, from this many bytes ready (for the log) */
+  uint64_t shrink_from;
   _Atomic bool stop;     /* also read between the steps of faulting a piece in */
   uint64_t ready;        /* faulted in and registered, a prefix: usable by a checkpoint */
   uint64_t claimed;      /* [ready, claimed): pieces handed to the threads, done or not */
@@ -279,16 +283,33 @@ static void *grow(void *arg) {
     /* auto: the program gave much of its device memory back; so does the reserve, piece by
      * piece from the top (at half, so that a program that frees and allocates again does not
      * make it shrink and grow each time). Only once no piece is under way above `ready`. */
-    if (!rs->fixed && !rs->taken && want * 2 <= rs->ready) rs->shrinking = true;
-    if (rs->shrinking && (rs->taken || rs->ready <= want)) rs->shrinking = false;
+    /* The pool on standby (the program alone and idle, reserve_standby) gives back all of its
+     * page-locking the same way, and keeps its pages: they are cudawd's. */
+    bool may_shrink = !rs->fixed || (rs->shared && atomic_load(&rs->standby));
+    if (may_shrink && !rs->taken && want * 2 <= rs->ready && rs->ready > want && !rs->shrinking) {
+      rs->shrinking = true;
+      rs->shrink_start = now_seconds();
+      rs->shrink_from = rs->ready;
+    }
+    if (rs->shrinking && (rs->taken || rs->ready <= want)) {
+      rs->shrinking = false;
+      if (rs->shared && rs->ready == 0) {
+        char size[32];
+        ckpt_format_bytes(rs->shrink_from, size, sizeof size);
+        ckpt_logf(CKPT_LOG_INFO, "%s: page-locking of %s given back in %.2f s", rs->name, size,
+                  now_seconds() - rs->shrink_start);
+      }
+    }
     if (rs->shrinking && ckpt_state() == CKPT_RUNNING && rs->claimed == rs->ready) {
-      rs->ready -= rs->piece; /* a checkpoint now cannot take it */
+      uint64_t top_at = (rs->ready - 1) / rs->piece * rs->piece; /* the last may be short */
+      size_t n = (size_t)(rs->ready - top_at);
+      rs->ready = top_at; /* a checkpoint now cannot take it */
       rs->claimed = rs->ready;
       rs->unregistering++;
-      uint8_t *top = rs->base + rs->ready;
+      uint8_t *top = rs->base + top_at;
       pthread_mutex_unlock(&rs->lock);
       rs->ops->host_unregister(rs->ctx, top);
-      madvise(top, (size_t)rs->piece, MADV_DONTNEED);
+      if (!rs->shared) madvise(top, n, MADV_DONTNEED);
       pthread_mutex_lock(&rs->lock);
       rs->unregistering--;
       continue;

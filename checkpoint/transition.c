@@ -1004,6 +1004,9 @@ struct engine *transition_engine(void) { return tr.engine; }
  * they ran at 1.03x, but the window was ready 25% later and a first swap-out staged 72% of its
  * image. Kept here, so that a pool attached later starts so. */
 static _Atomic bool pool_quiet;
+/* cudawd said we are the only program it schedules and idle (ckpt_pool_alone): the pool stands
+ * by. Kept here too, for a pool attached later. */
+static _Atomic bool pool_alone;
 
 int transition_pool_attach(void *base, uint64_t size, uint64_t mapping) {
   pthread_mutex_lock(&tr.lock);
@@ -1016,6 +1019,7 @@ int transition_pool_attach(void *base, uint64_t size, uint64_t mapping) {
                                                  ckpt_rt.options.pool_threads,
                                                  atomic_load(&pool_quiet))))
     rc = -ENOSYS;
+  if (pool && atomic_load(&pool_alone)) reserve_standby(pool, true);
   if (!rc) engine_set_pool(tr.engine, pool); /* no image in the last one: cannot fail */
   static bool said_unlocked; /* under tr.lock: once, not at every new window */
   if (!rc && size && !ckpt_rt.options.pool_threads && !said_unlocked) {
@@ -1031,6 +1035,13 @@ void transition_pool_quiet(bool quiet) {
   pthread_mutex_lock(&tr.lock);
   atomic_store(&pool_quiet, quiet);
   reserve_quiet(tr.engine ? engine_pool(tr.engine) : NULL, quiet);
+  pthread_mutex_unlock(&tr.lock);
+}
+
+void transition_pool_alone(bool alone) {
+  pthread_mutex_lock(&tr.lock);
+  atomic_store(&pool_alone, alone);
+  reserve_standby(tr.engine ? engine_pool(tr.engine) : NULL, alone);
   pthread_mutex_unlock(&tr.lock);
 }
 

@@ -111,6 +111,8 @@ struct program {
                             * lent ranges below this only */
   bool pool_cramped;       /* a checkpoint or handover found no room below pool_acked; the
                             * window may have it: send it */
+  bool pool_alone;         /* told it is alone and idle (SCHED_POOL_ALONE 1): it gives back its
+                            * page-locking of the pool until told 0 (tell_alone) */
   bool pool_grows;         /* it grows a window in place (SCHED_POOL_GROWS): send each larger
                             * one at once */
   struct pool_loan loan;   /* the range lent for its image (length 0: none) */

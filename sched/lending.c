@@ -378,6 +378,33 @@ void sched_pool_borrowers(const struct daemon *d, struct sched_snapshot *out)
           .lent = p->loan.length};
 }
 
+/* The one program scheduled (others only leaving, or borrowers, which page-lock their own
+ * ranges), once idle on the GPU: no swap needs its page-locking of the pool, and at its exit the
+ * driver unpins all of it first (94 GiB: 2 s on the H100, the end of every shared run). It is
+ * told to give it back in the background; it stays so while alone, computing again or not, and
+ * is told to page-lock again once another program joins. */
+static void tell_alone(struct daemon *d)
+{
+  int scheduled = 0;
+  for (const struct program *p = d->programs; p; p = p->next)
+    scheduled += pool_peer(p) && !p->borrower && !p->leaving;
+  for (struct program *p = d->programs; p; p = p->next) {
+    /* One leaving is told nothing more: page-locking again would only delay its exit. */
+    if (!pool_peer(p) || p->borrower || p->leaving || !p->pool_acked || p->uid != geteuid())
+      continue;
+    bool alone = scheduled == 1 && (p->pool_alone || (p->gpu_idle && p->state == SCHED_RUNNING));
+    if (alone == p->pool_alone) continue;
+    struct sched_msg msg = {.version = SCHED_PROTO_VERSION, .type = SCHED_POOL_ALONE,
+                            .pid = p->pid, .value = alone};
+    if (sched_send(p, &msg) != 0) continue;
+    p->pool_alone = alone;
+    if (d->config.verbose)
+      fprintf(stderr, "cudawd: pid %ld %s\n", (long)p->pid, alone ? "is the only program "
+              "scheduled and idle: it gives back its page-locking of the pool" : "is no longer "
+              "alone: it page-locks the pool again");
+  }
+}
+
 void sched_pool_follow(struct daemon *d)
 {
   if (!d->pool.size) return;
@@ -385,6 +412,7 @@ void sched_pool_follow(struct daemon *d)
   follow_demand(d);
   offer_all(d); /* the programs whose window no longer serves them (needs_window) */
   lend_standing(d);
+  tell_alone(d);
 }
 
 void sched_pool_info(const struct daemon *d, struct sched_pool_info *out)

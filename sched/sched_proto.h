@@ -103,6 +103,11 @@ enum sched_msg_type {
   SCHED_LEAVING,     /* program -> cudawd: it exits (its checkpoint module stops): never order it
                       * out or in again; its memory counts until its connection closes. An order
                       * already on its way is answered with an error, which is not a failure */
+  SCHED_POOL_ALONE,  /* cudawd -> program that mapped the pool (added within version 2; an older
+                      * program ignores it): value 1: it is the only program scheduled and idle
+                      * on the GPU, so no swap needs its page-locking of the pool: it gives that
+                      * back in the background (its exit then waits for no unpinning); 0: another
+                      * program joined, page-lock it again */
 };
 
 #define SCHED_HELLO_BORROWER 2

@@ -399,6 +399,16 @@ static void exchange(int value, int page_fd, uint64_t loan_offset, uint64_t loan
                               .device_free = out && rc == 0 ? result.reserve_bytes : 0});
 }
 
+/* cudawd schedules no other program and we are idle on the GPU (or, 0, another joined): the
+ * pool's page-locking serves no swap, and at exit the driver would unpin it first. */
+static void alone(bool alone)
+{
+  shim_info("sched: %s", alone ? "cudawd schedules no other program and we are idle: giving "
+            "back our page-locking of its host-memory pool in the background" : "another "
+            "program joined cudawd: page-locking its host-memory pool again");
+  ckpt_pool_alone(alone);
+}
+
 /* cudawd sent its host-memory pool: map it and hand it to the checkpoint module, which
  * page-locks it in the background; tell cudawd whether it may lend us ranges of it. */
 static void take_pool(int fd, uint64_t size, bool huge)
@@ -555,6 +565,7 @@ static void *run(void *unused)
       else if (msg.type == SCHED_CHECKPOINT) transition(1, msg.held, msg.bytes);
       else if (msg.type == SCHED_RESUME) transition(2, 0, 0);
       else if (msg.type == SCHED_UNSPILL) unspill();
+      else if (msg.type == SCHED_POOL_ALONE) alone(msg.value == 1);
       else if (msg.type == SCHED_REPLY && (msg.status == -EACCES || msg.status == -EUSERS))
         refused(msg.status);
     }

@@ -13,6 +13,9 @@
  *             usage error; any connection restarts the idle count (--idle-exit 2 asked every
  *             0.5 s for 4 s lives on, then exits); a system cudawd refuses a user that is not
  *             root (exit 5; as root)
+ *   alone     a job alone under cudawd and idle on the GPU (host phases) is told so and gives
+ *             back its page-locking of the pool; once a second job joins it page-locks the pool
+ *             again; both verify their data
  *   usage: sched_test_pool_idle CUDAWD CUDAW_CTL JOB MODE */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -242,6 +245,66 @@ static void test_jobs(void)
   free(s);
 }
 
+/* Waits up to `seconds` for the log at path to say `text`. */
+static bool log_says(const char *path, const char *text, double seconds)
+{
+  for (double end = client_now() + seconds; client_now() < end; client_sleep_ms(50))
+    if (client_file_has(path, text)) return true;
+  return client_file_has(path, text);
+}
+
+static pid_t start_job(int i, const char *rounds)
+{
+  char log[128];
+  snprintf(log, sizeof log, "%s/job%d.log", run_dir, i);
+  const char *argv[] = {job_path, "75497472", rounds, "phases", NULL};
+  pid_t pid = client_spawn(argv, log, true);
+  children[child_count++] = pid;
+  return pid;
+}
+
+static void wait_job(pid_t job, int i)
+{
+  int status;
+  CHECK(waitpid(job, &status, 0) == job && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+        "job %d failed (status 0x%x): see %s/job%d.log", i, status, run_dir, i);
+  char log[128];
+  snprintf(log, sizeof log, "%s/job%d.log", run_dir, i);
+  CHECK(client_file_has(log, "verified"), "job %d did not verify its data (%s)", i, log);
+}
+
+/* A program alone under cudawd, idle on the GPU, gives back its page-locking of the pool (its
+ * exit then waits for no unpinning); once another joins it page-locks again. */
+static void test_alone(void)
+{
+  const char *extra[] = {"--host-memory", "256M", NULL};
+  start_cudawd(extra);
+  char log0[128];
+  snprintf(log0, sizeof log0, "%s/job0.log", run_dir);
+  pid_t first = start_job(0, "64"); /* 1.2 s on the CPU every 8 rounds */
+  CHECK(log_says(log0, "MiB page-locked", 20),
+        "the first job never page-locked the pool (%s)", log0);
+  CHECK(log_says(log0, "giving back our page-locking", 20), "the job alone and idle was not "
+        "told to give back its page-locking (%s, %s)", log0, log_path);
+  CHECK(log_says(log0, "MiB given back in", 10), "the job did not give "
+        "its page-locking back (%s)", log0);
+  CHECK(client_file_has(log_path, "is the only program scheduled and idle"),
+        "cudawd's log does not say why (%s)", log_path);
+  pid_t second = start_job(1, "16");
+  CHECK(log_says(log0, "page-locking its host-memory pool again", 20), "the first job was not "
+        "told to page-lock again once a second joined (%s)", log0);
+  bool again = false;
+  for (double end = client_now() + 20; !again && client_now() < end; client_sleep_ms(50))
+    again = client_count_lines(log0, "MiB page-locked") >= 2;
+  CHECK(again, "the first job did not page-lock the pool again (%s)", log0);
+  wait_job(second, 1);
+  wait_job(first, 0);
+  CHECK(client_file_has(log_path, "is no longer alone"), "cudawd's log does not say the first "
+        "job is no longer alone (%s)", log_path);
+  printf("alone: the job alone and idle gave back its page-locking of the pool, and page-locked "
+         "it again once a second job joined; both verified their data\n");
+}
+
 /* cudaw-ctl with args (as uid when not -1), its exit status; its output appended to out. */
 static int ctl(const char *args, const char *out, long uid)
 {
@@ -327,6 +390,7 @@ int main(int argc, char **argv)
   if (!strcmp(argv[4], "giveback")) test_giveback();
   else if (!strcmp(argv[4], "jobs")) test_jobs();
   else if (!strcmp(argv[4], "stop")) test_stop();
+  else if (!strcmp(argv[4], "alone")) test_alone();
   else test_fail("unknown mode %s", argv[4]);
   char command[128];
   snprintf(command, sizeof command, "rm -rf '%s'", run_dir);

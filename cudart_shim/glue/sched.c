@@ -90,15 +90,21 @@ static struct {
 
 static SHIM_TLS bool holds_lease;
 
-static int send_msg(struct sched_msg msg)
+static int send_flags(struct sched_msg msg, int flags)
 {
   msg.version = SCHED_PROTO_VERSION;
   msg.pid = getpid();
   pthread_mutex_lock(&client.conn_lock);
   int rc = client.fd < 0 ? -ENOTCONN
-           : send(client.fd, &msg, sizeof msg, MSG_NOSIGNAL) == (ssize_t)sizeof msg ? 0 : -errno;
+           : send(client.fd, &msg, sizeof msg, MSG_NOSIGNAL | flags) == (ssize_t)sizeof msg
+               ? 0 : -errno;
   pthread_mutex_unlock(&client.conn_lock);
   return rc;
+}
+
+static int send_msg(struct sched_msg msg)
+{
+  return send_flags(msg, 0);
 }
 
 static void answer_waiter(int status)
@@ -243,7 +249,8 @@ void shim_sched_leaving(void)
 {
   if (!atomic_load(&client.connected) || client.joined_by != getpid()) return;
   atomic_store(&client.leaving, true);
-  send_msg((struct sched_msg){.type = SCHED_LEAVING});
+  /* Never blocking the exit: a cudawd that stopped reading (SIGSTOP) misses the word, no more. */
+  send_flags((struct sched_msg){.type = SCHED_LEAVING}, MSG_DONTWAIT);
 }
 
 static int resume(void)

@@ -168,9 +168,11 @@ static void finish(struct daemon *d)
   uint64_t peak = atomic_load(&x->page->peak_ahead);
   uint64_t written = atomic_load(&x->page->written), consumed = atomic_load(&x->page->consumed);
   /* A side whose program exits (it said so before answering, or left without a word after
-   * saying so) did not fail: the order reached it as it went. No exchange either. */
+   * saying so) did not fail: the order reached it as it went. Nor did the other side if it then
+   * stopped (the page said the exiting side moved nothing; its resume is tried again). Neither
+   * is an exchange. */
   bool cut_short = (x->out_status && x->out_left) || (x->in_status && x->in_left);
-  bool ok = (x->out_status == 0 || x->out_left) && (x->in_status == 0 || x->in_left);
+  bool ok = cut_short || (x->out_status == 0 && x->in_status == 0);
   if (ok && !cut_short) {
     d->exchanges++;
     d->exchanged_out_bytes += written;

@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -74,6 +75,50 @@ static inline bool client_send(int fd, enum sched_msg_type type, int value)
 {
   struct sched_msg msg = {.version = SCHED_PROTO_VERSION, .type = type, .value = value};
   return send(fd, &msg, sizeof msg, MSG_NOSIGNAL) == (ssize_t)sizeof msg;
+}
+
+/* A fake program's message on fd (its pid ours); SCHED_DEVICE names the emulated device. */
+static inline bool client_say(int fd, enum sched_msg_type type, int value, int status,
+                              uint64_t bytes)
+{
+  struct sched_msg msg = {.version = SCHED_PROTO_VERSION, .type = type, .pid = getpid(),
+                          .value = value, .status = status, .bytes = bytes};
+  if (type == SCHED_DEVICE) memcpy(msg.key, "63756461772d656d752d646576696365", 32);
+  return send(fd, &msg, sizeof msg, MSG_NOSIGNAL) == (ssize_t)sizeof msg;
+}
+
+/* The next order cudawd sends on fd within `seconds` (what else it sends is skipped), into
+ * *order with the descriptor it carried into *passed (-1: none; NULL: closed): its type, 0 if
+ * none came, -1 when the connection ended. */
+static inline int client_next_order(int fd, double seconds, struct sched_msg *order, int *passed)
+{
+  struct sched_msg msg;
+  if (!order) order = &msg;
+  for (double end = client_now() + seconds;;) {
+    int left = (int)((end - client_now()) * 1000);
+    struct pollfd ready = {.fd = fd, .events = POLLIN};
+    if (left <= 0 || poll(&ready, 1, left) == 0) return 0;
+    union {
+      struct cmsghdr align;
+      char buf[CMSG_SPACE(sizeof(int))];
+    } control;
+    struct iovec iov = {order, sizeof *order};
+    struct msghdr hdr = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+                         .msg_controllen = sizeof control.buf};
+    if (recvmsg(fd, &hdr, MSG_CMSG_CLOEXEC) != (ssize_t)sizeof *order) return -1;
+    int carried = -1;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&hdr);
+    if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+      memcpy(&carried, CMSG_DATA(c), sizeof carried);
+    uint32_t t = order->type;
+    if (t == SCHED_CHECKPOINT || t == SCHED_RESUME || t == SCHED_EXCHANGE || t == SCHED_SPILL ||
+        t == SCHED_UNSPILL) {
+      if (passed) *passed = carried;
+      else if (carried >= 0) close(carried);
+      return (int)t;
+    }
+    if (carried >= 0) close(carried);
+  }
 }
 
 /* The cudawd of dir answered with its whole snapshot. */

@@ -16,6 +16,9 @@
  *                new cudawd resumes the one swapped out, and both verify their data
  *   translate    the same under CUDAW_VMEM=translate, where memory cannot move piece by piece:
  *                no exchange, the old refusal in the log, both jobs verified
+ *   exiting      a fake program coming back paused exits as its exchange is ordered (it says
+ *                SCHED_LEAVING and refuses its side): the exchange is cut short, neither done
+ *                nor failed, and the job going out runs on and verifies its data
  * The pool_ modes run the same with cudawd's host-memory pool on (the default under cudaw run
  * --share), sized for one image and not two (128 MiB: a 72 MiB job is lent 90 MiB), and the
  * host without room for a private image beside it: the image swapped out lies in the pool, and
@@ -30,9 +33,12 @@
  *   usage: sched_test_exchange CUDAWD CUDAW_CTL JOB MODE */
 #define _GNU_SOURCE
 #include <signal.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 
 #include "client.h"
+#include "exchange_page.h"
 
 #define MIB (1024ull * 1024)
 #define JOB_BYTES (72 * MIB)
@@ -373,6 +379,80 @@ static void test_kill_cudawd(void)
          pooled ? "pool_" : "", out, in, out);
 }
 
+/* A fake program that comes back paused with an image of JOB_BYTES (as to a new cudawd) and,
+ * ordered into an exchange, exits as the order comes: it says it is leaving, ends its side on
+ * the page as failed before it began (what the library does, exchange_side_refuse) and answers
+ * with the error its stopped checkpoint module gives. Exits 0 once it did so, 2 if no exchange
+ * came within 20 s. */
+static pid_t exiting_program(void)
+{
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid > 0) return pid;
+  int fd = client_connect(run_dir);
+  if (fd < 0 || !client_say(fd, SCHED_HELLO, 1, 0, 0) ||
+      !client_say(fd, SCHED_DEVICE, 0, 0, 256 * MIB) ||
+      !client_say(fd, SCHED_CAN_EXCHANGE, 0, 0, 2 * MIB) ||
+      !client_say(fd, SCHED_USAGE, 0, 0, JOB_BYTES))
+    _exit(1);
+  struct sched_msg order;
+  int page_fd = -1;
+  if (client_next_order(fd, 20, &order, &page_fd) != SCHED_EXCHANGE || order.value != 2 ||
+      page_fd < 0)
+    _exit(2);
+  struct exchange_page *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, page_fd, 0);
+  if (page == MAP_FAILED || page->in_pid != getpid()) _exit(1);
+  if (!client_say(fd, SCHED_LEAVING, 0, 0, 0)) _exit(1);
+  atomic_store(&page->in_failed, 1);
+  atomic_store(&page->in_done, 1);
+  if (!client_say(fd, SCHED_DONE, 2, -ENOTCONN, 0)) _exit(1);
+  client_sleep_ms(300); /* its teardown */
+  _exit(0);
+}
+
+/* The one coming in exits as its exchange is ordered: the exchange is cut short, not failed, no
+ * exchange is counted, and the job going out stops its side, runs on and verifies its data. */
+static void test_exiting(void)
+{
+  start_cudawd();
+  client_start_jobs(job_path, run_dir, jobs, 1, JOB_BYTES, "80");
+  struct sched_snapshot *s = calloc(1, sizeof *s);
+  CHECK(s != NULL);
+  bool resident = false;
+  for (double end = client_now() + 20; !resident; client_sleep_ms(20)) {
+    CHECK(client_now() < end, "the job never held its memory (see %s)", run_dir);
+    follow(s);
+    for (int i = 0; i < s->programs; i++)
+      resident |= s->program[i].pid == jobs[0] && s->program[i].bytes >= JOB_BYTES;
+  }
+  pid_t fake = exiting_program();
+  int status = 0;
+  for (double end = client_now() + 30; waitpid(fake, &status, WNOHANG) != fake;) {
+    if (client_now() >= end) {
+      kill(fake, SIGKILL);
+      test_fail("the fake program did not end within 30 s (see %s)", run_dir);
+    }
+    follow(s); /* its image counts as in host memory: a plain swap is refused */
+    client_sleep_ms(20);
+  }
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the fake program: %s (see %s)",
+        WIFEXITED(status) && WEXITSTATUS(status) == 2 ? "no exchange ordered" : "failed",
+        run_dir);
+  wait_jobs(50, "after the other program left");
+  CHECK(follow(s), "cudawd did not answer after the job");
+  const char *log = log_path("cudawd.log");
+  CHECK(s->exchange.failures == 0 && s->exchange.exchanges == 0, "%llu exchanges, %llu failed: "
+        "expected neither (see %s)", (unsigned long long)s->exchange.exchanges,
+        (unsigned long long)s->exchange.failures, log);
+  CHECK(client_file_has(log, "exchange cut short") && !client_file_has(log, "exchange FAILED"),
+        "the log does not say the exchange was cut short (see %s)", log);
+  CHECK(client_file_has(log, "(exiting: its order came as it went)"), "the log does not say "
+        "which side was exiting (see %s)", log);
+  printf("exiting: the side coming in exited as its exchange was ordered: cut short, not "
+         "failed; the job going out ran on and verified its data\n");
+  free(s);
+}
+
 int main(int argc, char **argv)
 {
   setpgid(0, 0);
@@ -404,6 +484,7 @@ int main(int argc, char **argv)
   else if (!strcmp(argv[3], "kill_in")) test_kill_job(false);
   else if (!strcmp(argv[3], "kill_cudawd")) test_kill_cudawd();
   else if (!strcmp(argv[3], "translate")) test_translate();
+  else if (!strcmp(argv[3], "exiting")) test_exiting();
   else test_fail("unknown mode %s", argv[3]);
   if (cudawd_pid > 0) kill(cudawd_pid, SIGTERM);
   if (cudawd_pid > 0) waitpid(cudawd_pid, NULL, 0);

@@ -19,7 +19,6 @@
  *   usage: sched_test_hostile CUDAWD CUDAW_CTL JOB MODE */
 #define _GNU_SOURCE
 #include <grp.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -355,30 +354,6 @@ static void test_pools(void)
   unsetenv("CUDAWD_LEDGER");
 }
 
-/* The next order cudawd sends on fd within `seconds` (what else it sends is skipped): its type,
- * 0 if none came, -1 when the connection ended. */
-static int next_order(int fd, double seconds)
-{
-  for (double end = client_now() + seconds;;) {
-    int left = (int)((end - client_now()) * 1000);
-    struct pollfd ready = {.fd = fd, .events = POLLIN};
-    if (left <= 0 || poll(&ready, 1, left) == 0) return 0;
-    struct sched_msg msg;
-    if (recv(fd, &msg, sizeof msg, 0) != (ssize_t)sizeof msg) return -1;
-    if (msg.type == SCHED_CHECKPOINT || msg.type == SCHED_RESUME || msg.type == SCHED_EXCHANGE ||
-        msg.type == SCHED_SPILL || msg.type == SCHED_UNSPILL)
-      return (int)msg.type;
-  }
-}
-
-static bool say(int fd, enum sched_msg_type type, int value, int status, uint64_t bytes)
-{
-  struct sched_msg msg = {.version = SCHED_PROTO_VERSION, .type = type, .pid = getpid(),
-                          .value = value, .status = status, .bytes = bytes};
-  if (type == SCHED_DEVICE) memcpy(msg.key, "63756461772d656d752d646576696365", 32);
-  return send(fd, &msg, sizeof msg, MSG_NOSIGNAL) == (ssize_t)sizeof msg;
-}
-
 #define LEAVING_TIMEOUT 3 /* cudawd's --client-timeout in this mode: how long "leaving" holds */
 
 /* A program that holds 80 MiB of the 96 MiB (on the emulated device of 256 MiB, CUDAW_EMU_MEM)
@@ -396,14 +371,16 @@ static pid_t leaving_program(void)
     return pid;
   }
   int fd = client_connect(run_dir);
-  if (fd < 0 || !say(fd, SCHED_HELLO, 0, 0, 0) || !say(fd, SCHED_DEVICE, 0, 0, 256 * MIB) ||
-      !say(fd, SCHED_USAGE, 0, 0, 80 * MIB))
+  if (fd < 0 || !client_say(fd, SCHED_HELLO, 0, 0, 0) ||
+      !client_say(fd, SCHED_DEVICE, 0, 0, 256 * MIB) ||
+      !client_say(fd, SCHED_USAGE, 0, 0, 80 * MIB))
     _exit(1);
-  if (next_order(fd, 10) != SCHED_CHECKPOINT) _exit(2);
-  if (!say(fd, SCHED_LEAVING, 0, 0, 0) || !say(fd, SCHED_DONE, 1, -ENOTCONN, 0)) _exit(1);
-  if (next_order(fd, LEAVING_TIMEOUT - 1) != 0) _exit(3);
-  if (next_order(fd, LEAVING_TIMEOUT + 3) != SCHED_CHECKPOINT) _exit(4);
-  say(fd, SCHED_DONE, 1, -ENOTCONN, 0); /* its word no longer holds: a failure */
+  if (client_next_order(fd, 10, NULL, NULL) != SCHED_CHECKPOINT) _exit(2);
+  if (!client_say(fd, SCHED_LEAVING, 0, 0, 0) || !client_say(fd, SCHED_DONE, 1, -ENOTCONN, 0))
+    _exit(1);
+  if (client_next_order(fd, LEAVING_TIMEOUT - 1, NULL, NULL) != 0) _exit(3);
+  if (client_next_order(fd, LEAVING_TIMEOUT + 3, NULL, NULL) != SCHED_CHECKPOINT) _exit(4);
+  client_say(fd, SCHED_DONE, 1, -ENOTCONN, 0); /* its word no longer holds: a failure */
   _exit(0);
 }
 

@@ -87,29 +87,44 @@ static inline bool client_say(int fd, enum sched_msg_type type, int value, int s
   return send(fd, &msg, sizeof msg, MSG_NOSIGNAL) == (ssize_t)sizeof msg;
 }
 
+/* Receive one message on fd within timeout_ms, with the descriptor it carried into *passed (-1:
+ * none; NULL: closed); false on timeout or at the connection's end. */
+static inline bool client_receive(int fd, struct sched_msg *msg, int timeout_ms, int *passed)
+{
+  if (passed) *passed = -1;
+  struct pollfd ready = {.fd = fd, .events = POLLIN};
+  if (poll(&ready, 1, timeout_ms > 0 ? timeout_ms : 0) != 1) return false;
+  union {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(sizeof(int))];
+  } control;
+  struct iovec iov = {msg, sizeof *msg};
+  struct msghdr hdr = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+                       .msg_controllen = sizeof control.buf};
+  ssize_t n = recvmsg(fd, &hdr, MSG_CMSG_CLOEXEC);
+  int carried = -1;
+  for (struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&hdr) : NULL; c; c = CMSG_NXTHDR(&hdr, c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+      memcpy(&carried, CMSG_DATA(c), sizeof carried);
+  if (passed) *passed = carried;
+  else if (carried >= 0) close(carried);
+  return n == (ssize_t)sizeof *msg;
+}
+
 /* The next order cudawd sends on fd within `seconds` (what else it sends is skipped), into
- * *order with the descriptor it carried into *passed (-1: none; NULL: closed): its type, 0 if
- * none came, -1 when the connection ended. */
+ * *order (may be NULL) with the descriptor it carried into *passed (NULL: closed): its type, 0
+ * if none came, -1 when the connection ended. */
 static inline int client_next_order(int fd, double seconds, struct sched_msg *order, int *passed)
 {
   struct sched_msg msg;
   if (!order) order = &msg;
   for (double end = client_now() + seconds;;) {
-    int left = (int)((end - client_now()) * 1000);
-    struct pollfd ready = {.fd = fd, .events = POLLIN};
-    if (left <= 0 || poll(&ready, 1, left) == 0) return 0;
-    union {
-      struct cmsghdr align;
-      char buf[CMSG_SPACE(sizeof(int))];
-    } control;
-    struct iovec iov = {order, sizeof *order};
-    struct msghdr hdr = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
-                         .msg_controllen = sizeof control.buf};
-    if (recvmsg(fd, &hdr, MSG_CMSG_CLOEXEC) != (ssize_t)sizeof *order) return -1;
-    int carried = -1;
-    struct cmsghdr *c = CMSG_FIRSTHDR(&hdr);
-    if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-      memcpy(&carried, CMSG_DATA(c), sizeof carried);
+    int left = (int)((end - client_now()) * 1000), carried;
+    if (left <= 0) return 0;
+    if (!client_receive(fd, order, left, &carried)) {
+      struct pollfd ready = {.fd = fd, .events = POLLIN};
+      return poll(&ready, 1, 0) == 1 ? -1 : 0; /* readable yet nothing whole: the end */
+    }
     uint32_t t = order->type;
     if (t == SCHED_CHECKPOINT || t == SCHED_RESUME || t == SCHED_EXCHANGE || t == SCHED_SPILL ||
         t == SCHED_UNSPILL) {

@@ -36,8 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sched_proto.h"
-#include "test.h"
+#include "client.h"
 
 #define MIB (1024ull * 1024)
 static const char *job_bytes = "75497472"; /* 72 MiB: one job fits at a time */
@@ -376,24 +375,13 @@ static void test_off(void)
   printf("off: %llu swaps without a pool\n", (unsigned long long)s.device[0].swaps);
 }
 
-/* Receive one message (closing any descriptor that comes with it); false on timeout or EOF. */
+/* Receive one message (closing any descriptor that comes with it, *passed_fd says which);
+ * false on timeout or EOF. */
 static bool receive(int fd, struct sched_msg *msg, int timeout_ms, int *passed_fd)
 {
-  struct pollfd pfd = {fd, POLLIN, 0};
-  if (poll(&pfd, 1, timeout_ms) != 1) return false;
-  union {
-    struct cmsghdr align;
-    char buf[CMSG_SPACE(sizeof(int))];
-  } control;
-  struct iovec iov = {msg, sizeof *msg};
-  struct msghdr hdr = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
-                       .msg_controllen = sizeof control.buf};
-  ssize_t n = recvmsg(fd, &hdr, MSG_CMSG_CLOEXEC);
-  *passed_fd = -1;
-  for (struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&hdr) : NULL; c; c = CMSG_NXTHDR(&hdr, c))
-    if (c->cmsg_type == SCM_RIGHTS) memcpy(passed_fd, CMSG_DATA(c), sizeof(int));
+  bool got = client_receive(fd, msg, timeout_ms, passed_fd);
   if (*passed_fd >= 0) close(*passed_fd);
-  return n == (ssize_t)sizeof *msg;
+  return got;
 }
 
 static void send_or_fail(int fd, struct sched_msg msg)

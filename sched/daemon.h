@@ -245,6 +245,9 @@ double sched_preempt_cost(const struct daemon *d, const struct program *v,
                           const struct program *head);
 /* The program said it is idle on the GPU (host work), or that it calls again. */
 void sched_idle_hint(struct daemon *d, struct program *p, bool idle);
+/* How long p's idle phase (by the hint) is expected to last: as its last one, or before its
+ * first one has ended, as the last one of its user's same command (0: nothing known). */
+double sched_idle_expected(const struct daemon *d, const struct program *p);
 /* A hash (XXH3) of pid's command line (its arguments, NUL-separated), 0 if unreadable. */
 uint64_t sched_command_key(pid_t pid);
 /* The program is gone (exit, kill, closed socket): its share is free at once. */

@@ -378,11 +378,29 @@ void sched_pool_borrowers(const struct daemon *d, struct sched_snapshot *out)
           .lent = p->loan.length};
 }
 
+/* Unpinning runs at about this rate in the driver (bench_exit_pinned on the H100: 94 GiB in
+ * 1.8-2.1 s), and a program's idle phase must be expected to outlast it, so that the page-locking
+ * is given back while the program makes no CUDA call, and not churned in a program's short pauses
+ * (a PyTorch job's start, whose first swap-out may come as a second job arrives). */
+#define UNPIN_RATE 50e9
+#define ALONE_MIN_IDLE 1.0
+
+/* Whether p's idle phase now is, or is expected to be, long enough to give back its pool's
+ * page-locking inside it. */
+static bool idle_long_enough(const struct daemon *d, const struct program *p)
+{
+  double needed = (double)p->pool_acked / UNPIN_RATE;
+  if (needed < ALONE_MIN_IDLE) needed = ALONE_MIN_IDLE;
+  double expected = sched_idle_expected(d, p), so_far = sched_now() - p->gpu_idle_since;
+  return (expected > so_far ? expected : so_far) >= needed;
+}
+
 /* The one program scheduled (others only leaving, or borrowers, which page-lock their own
- * ranges), once idle on the GPU: no swap needs its page-locking of the pool, and at its exit the
- * driver unpins all of it first (94 GiB: 2 s on the H100, the end of every shared run). It is
- * told to give it back in the background; it stays so while alone, computing again or not, and
- * is told to page-lock again once another program joins. */
+ * ranges), once idle on the GPU for a phase that outlasts the unpinning: no swap needs its
+ * page-locking of the pool, and at its exit the driver unpins all of it first (94 GiB: 2 s on
+ * the H100, the end of every shared run). It is told to give it back in the background; it
+ * stays so while alone, computing again or not, and is told to page-lock again once another
+ * program joins. */
 static void tell_alone(struct daemon *d)
 {
   int scheduled = 0;
@@ -392,7 +410,8 @@ static void tell_alone(struct daemon *d)
     /* One leaving is told nothing more: page-locking again would only delay its exit. */
     if (!pool_peer(p) || p->borrower || p->leaving || !p->pool_acked || p->uid != geteuid())
       continue;
-    bool alone = scheduled == 1 && (p->pool_alone || (p->gpu_idle && p->state == SCHED_RUNNING));
+    bool alone = scheduled == 1 && (p->pool_alone || (p->gpu_idle && p->state == SCHED_RUNNING &&
+                                                      idle_long_enough(d, p)));
     if (alone == p->pool_alone) continue;
     struct sched_msg msg = {.version = SCHED_PROTO_VERSION, .type = SCHED_POOL_ALONE,
                             .pid = p->pid, .value = alone};

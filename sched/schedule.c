@@ -309,9 +309,7 @@ static void remember_idle(struct daemon *d, const struct program *p, double now)
                                       .seconds = p->last_idle, .at = now};
 }
 
-/* How long p's idle phase is expected to last: as its last one, or before its first one has
- * ended, as the last one of its user's same command (0: nothing known). */
-static double idle_history(const struct daemon *d, const struct program *p)
+double sched_idle_expected(const struct daemon *d, const struct program *p)
 {
   if (p->last_idle > 0 || !p->command_key) return p->last_idle;
   for (int i = 0; i < SCHED_IDLE_KIN; i++)
@@ -745,7 +743,7 @@ static bool may_preempt(const struct daemon *d, const struct program *v, const s
   /* Its last idle phase outlasted a swap: this one is taken to be as long (a training job's
    * data loading, an evaluation), and it goes at once. Before its first one has ended, the
    * last of its user's same command counts (three copies of one job, a sweep run again). */
-  if (v->gpu_idle && (now - v->gpu_idle_since >= cost || idle_history(d, v) >= cost)) return true;
+  if (v->gpu_idle && (now - v->gpu_idle_since >= cost || sched_idle_expected(d, v) >= cost)) return true;
   return v->idle && turn >= d->config.min_run && now - v->idle_since >= cost;
 }
 
@@ -939,7 +937,7 @@ static bool resume_ahead(struct daemon *d, double now)
     if (p->state != SCHED_SWAPPED_OUT || !p->gpu_idle || p->on_disk || p->pending_op ||
         p->skip_until > now || !fits(d, p))
       continue;
-    double back = p->gpu_idle_since + idle_history(d, p);
+    double back = p->gpu_idle_since + sched_idle_expected(d, p);
     if (!best || back < best_back) {
       best = p;
       best_back = back;

@@ -25,6 +25,8 @@ struct sched_config {
                             * longer holds up the others */
   const char *gpu_list;    /* --gpu-list: the driver's GPU directory; keys must be its UUIDs
                             * (when it exists); "none": any well-formed key */
+  const char *pci_devices; /* where each GPU's PCIe link is read (NULL: /sys/bus/pci/devices),
+                            * by the directory name of the GPU list: its bus id */
   const char *metrics_file;
   uint64_t host_memory;    /* --host-memory: the pool's size (0: no pool) */
   bool host_memory_set;    /* given; else the default from the machine's memory */
@@ -63,6 +65,8 @@ struct device {
   double outside_at;       /* when `outside` was last observed (or probed) */
   uint64_t max_resident;
   uint64_t swaps;
+  double link_rate;        /* bytes/s a swap is priced at before one is measured, from the
+                            * GPU's PCIe link (0: unknown, the defaults) */
 };
 
 struct program {

@@ -70,9 +70,11 @@ static bool read_uuid(const char *path, char out[33])
 }
 
 /* Whether key names a GPU of this machine: one of the driver's GPU directories lists it, or there
- * is no such directory to ask (no NVIDIA driver: the emulated device, tests) or --gpu-list none. */
-static bool known_gpu(const struct daemon *d, const char *key)
+ * is no such directory to ask (no NVIDIA driver: the emulated device, tests) or --gpu-list none.
+ * Its directory's name (the PCI bus id) into bus ("" when not listed). */
+static bool known_gpu(const struct daemon *d, const char *key, char bus[64])
 {
+  bus[0] = '\0';
   const char *dir = d->config.gpu_list;
   if (!dir || !strcmp(dir, "none")) return true;
   DIR *gpus = opendir(dir);
@@ -84,9 +86,45 @@ static bool known_gpu(const struct daemon *d, const char *key)
     if ((size_t)snprintf(path, sizeof path, "%s/%s/information", dir, e->d_name) < sizeof path &&
         read_uuid(path, uuid))
       known = strncmp(uuid, key, 32) == 0;
+    if (known && strlen(e->d_name) < 64) memcpy(bus, e->d_name, strlen(e->d_name) + 1);
   }
   closedir(gpus);
   return known;
+}
+
+/* Pinned copies reach this share of the link's payload rate (the H100's PCIe 5.0 x16: 55.3 of
+ * 63.0 GB/s, session 25); a link slower than LINK_MIN (a virtual machine's emulated port) is
+ * taken to say nothing. */
+#define LINK_EFFICIENCY 0.85
+#define LINK_MIN 4e9
+
+/* One number from the file dir/bus/name (0: none). */
+static double link_field(const char *dir, const char *bus, const char *name)
+{
+  char path[PATH_MAX];
+  if ((size_t)snprintf(path, sizeof path, "%s/%s/%s", dir, bus, name) >= sizeof path) return 0;
+  FILE *f = fopen(path, "re");
+  double value = 0;
+  if (f && fscanf(f, "%lf", &value) != 1) value = 0;
+  if (f) fclose(f);
+  return value > 0 && value < 1e6 ? value : 0;
+}
+
+/* What a swap over the GPU's PCIe link should run at, each way (bytes/s; 0: unknown): its speed
+ * (GT/s) times its width, less the line code (8b/10b before 8 GT/s, 128b/130b from there on),
+ * at LINK_EFFICIENCY. Said once per device. */
+static double link_rate(const struct daemon *d, const char *bus, const char *key)
+{
+  if (!bus[0]) return 0;
+  const char *dir = d->config.pci_devices ? d->config.pci_devices : "/sys/bus/pci/devices";
+  double speed = link_field(dir, bus, "current_link_speed");
+  double width = link_field(dir, bus, "current_link_width");
+  double payload = speed * 1e9 * width / 8 * (speed >= 8 ? 128.0 / 130 : 0.8);
+  if (payload < LINK_MIN) return 0;
+  double rate = payload * LINK_EFFICIENCY;
+  fprintf(stderr, "cudawd: device %.8s (%s): PCIe %.1f GT/s x%.0f: swaps priced at %.1f GB/s each "
+          "way until one is measured\n", key, bus, speed, width, rate / 1e9);
+  return rate;
 }
 
 /* Whether a joined program uses device slot s (a slot nobody uses can be given to another). */
@@ -101,7 +139,8 @@ static bool slot_in_use(const struct daemon *d, int s)
 int sched_device_slot(struct daemon *d, const char *key, uint64_t total)
 {
   if (!valid_description(key, total)) return -EINVAL;
-  if (!known_gpu(d, key)) return -ENODEV;
+  char bus[64];
+  if (!known_gpu(d, key, bus)) return -ENODEV;
   int reuse = -1;
   for (int s = 0; s < SCHED_MAX_DEVICES; s++)
     if (d->device[s].used && strncmp(d->device[s].key, key, SCHED_KEY_LEN) == 0) {
@@ -122,6 +161,7 @@ int sched_device_slot(struct daemon *d, const char *key, uint64_t total)
                         ? d->config.device_memory
                         : (uint64_t)((double)total * d->config.device_fraction);
     dev->total = total;
+    dev->link_rate = link_rate(d, bus, key);
     return s % SCHED_MAX_DEVICES;
   }
   return -ENOSPC;
@@ -337,8 +377,24 @@ void sched_idle_hint(struct daemon *d, struct program *p, bool idle)
 
 /* Until a swap of SCHED_RATE_MIN_BYTES has been seen, swaps are taken to run at these rates, [0] outside the
  * pool (a first checkpoint into fresh host pages, a resume from them: H100 figures of a 45 GiB
- * job) and [1] in it (tests/sched/pool_bench.sh, 40 GiB on the H100: 47.9 and 43.8 GB/s). */
+ * job) and [1] in it (tests/sched/pool_bench.sh, 40 GiB on the H100: 47.9 and 43.8 GB/s), or
+ * at what the GPU's PCIe link allows (link_rate), the slowest of p's devices: in the pool at
+ * that rate, outside it at the defaults if the link is not slower. On the H100 the link said
+ * 53.6 GB/s, and the first idle phase of share_bench's host scenario waited 2.3 s at the
+ * defaults before its swap-out (session 25), where 1.8 s prices the swap right; a slower link
+ * (PCIe 3.0 x16: 13.4 GB/s) made the defaults 3x too cheap. */
 static const double default_rate_out[2] = {6e9, 45e9}, default_rate_in[2] = {20e9, 40e9};
+
+static double first_rate(const struct daemon *d, const struct program *p, int in_pool,
+                         const double defaults[2])
+{
+  double link = 0;
+  for (int s = 0; s < SCHED_MAX_DEVICES; s++)
+    if (p->bytes[s] && d->device[s].link_rate > 0 && (!link || d->device[s].link_rate < link))
+      link = d->device[s].link_rate;
+  if (!link) return defaults[in_pool];
+  return in_pool || link < defaults[in_pool] ? link : defaults[in_pool];
+}
 
 uint64_t sched_image_bytes(const struct program *p)
 {
@@ -357,8 +413,9 @@ static double swap_cost(const struct daemon *d, const struct program *p, int in_
 {
   double bytes = (double)sched_image_bytes(p);
   double out = d->rate_out[in_pool], in = d->rate_in[in_pool];
-  return bytes / (out > 0 ? out : default_rate_out[in_pool]) +
-         bytes / (in > 0 ? in : default_rate_in[in_pool]) + sched_spill_read_seconds(d, p);
+  return bytes / (out > 0 ? out : first_rate(d, p, in_pool, default_rate_out)) +
+         bytes / (in > 0 ? in : first_rate(d, p, in_pool, default_rate_in)) +
+         sched_spill_read_seconds(d, p);
 }
 
 double sched_swap_cost(const struct daemon *d, const struct program *p)

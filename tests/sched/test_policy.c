@@ -7,7 +7,8 @@
  * program; a checkpoint never answered stops holding up the others after swap_timeout; one that
  * no victim can help does not hold up the next; a stale estimate of the memory outside the books
  * does not block for good; the first in line keeps the memory freed for it, and a program out of
- * its way is resumed beside it; a checkpoint staged in part leaves the pool's rate be. The
+ * its way is resumed beside it; a checkpoint staged in part leaves the pool's rate be; a GPU's
+ * PCIe link prices swaps until one is measured (an emulated port's does not). The
  * messages cudawd would send are recorded by the sched_send below. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -85,6 +86,67 @@ static struct program *line_up(struct daemon *d, const struct sched_config *conf
   f->state = b->state = SCHED_SWAPPED_OUT;
   r->share_seconds = b->share_seconds = 1;
   return b;
+}
+
+/* A GPU's PCIe link prices its swaps until one is measured: PCIe 5.0 x16 at 53.6 GB/s each way
+ * in the pool and outside it the slower defaults; PCIe 3.0 x16 (13.4 GB/s) below the default
+ * for a resume from private memory; an emulated port (2.5 GT/s x1) and a device without a link
+ * file at the defaults. */
+static void test_link_rates(void)
+{
+  char gpus[] = "/tmp/cudaw-gpus-XXXXXX", pci[] = "/tmp/cudaw-pci-XXXXXX", path[160];
+  CHECK(mkdtemp(gpus) != NULL && mkdtemp(pci) != NULL);
+  const char *bus[] = {"0000:01:00.0", "0000:02:00.0", "0000:03:00.0", "0000:04:00.0"};
+  const char *speed[] = {"32.0 GT/s PCIe", "8.0 GT/s PCIe", "2.5 GT/s PCIe", NULL};
+  const char *width[] = {"16", "16", "1", NULL};
+  for (int i = 0; i < 4; i++) {
+    snprintf(path, sizeof path, "%s/%s", gpus, bus[i]);
+    CHECK(mkdir(path, 0700) == 0);
+    snprintf(path, sizeof path, "%s/%s/information", gpus, bus[i]);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fprintf(f, "GPU UUID: \t GPU-%08x-0000-0000-0000-000000000000\n", i + 1);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/%s", pci, bus[i]);
+    CHECK(mkdir(path, 0700) == 0);
+    for (int k = 0; speed[i] && k < 2; k++) {
+      snprintf(path, sizeof path, "%s/%s/%s", pci, bus[i],
+               k ? "current_link_width" : "current_link_speed");
+      f = fopen(path, "w");
+      CHECK(f != NULL);
+      fprintf(f, "%s\n", k ? width[i] : speed[i]);
+      fclose(f);
+    }
+  }
+  static struct daemon d;
+  d.config.quantum = 10;
+  d.config.device_fraction = 1;
+  d.config.gpu_list = gpus;
+  d.config.pci_devices = pci;
+  const double gib = (double)(1ull << 30);
+  double expect[4][2] = {{45 * gib / 6e9 + 45 * gib / 20e9, 2 * 45 * gib / 53.58e9},
+                         {45 * gib / 6e9 + 45 * gib / 13.39e9, 2 * 45 * gib / 13.39e9},
+                         {45 * gib / 6e9 + 45 * gib / 20e9, 45 * gib / 45e9 + 45 * gib / 40e9},
+                         {45 * gib / 6e9 + 45 * gib / 20e9, 45 * gib / 45e9 + 45 * gib / 40e9}};
+  for (int i = 0; i < 4; i++) {
+    char key[33];
+    snprintf(key, sizeof key, "%08x000000000000000000000000", i + 1);
+    int slot = sched_device_slot(&d, key, 1ull << 36);
+    CHECK(slot >= 0, "device %s: %d", bus[i], slot);
+    struct program *p = join(&d, i, slot, 45ull << 30);
+    for (int pooled = 0; pooled < 2; pooled++) {
+      p->loan.length = pooled ? 46ull << 30 : 0;
+      double cost = sched_swap_cost(&d, p);
+      CHECK(cost > expect[i][pooled] * 0.995 && cost < expect[i][pooled] * 1.005,
+            "%s, %s: a 45 GiB swap priced at %.2f s, expected %.2f s", speed[i] ? speed[i] : "no "
+            "link", pooled ? "in the pool" : "outside it", cost, expect[i][pooled]);
+    }
+    d.programs = NULL;
+  }
+  snprintf(path, sizeof path, "rm -rf '%s' '%s'", gpus, pci);
+  CHECK(system(path) == 0);
+  printf("link rates: PCIe 5.0 x16 prices a 45 GiB swap in the pool at %.2f s (defaults %.2f s)\n",
+         expect[0][1], expect[3][1]);
 }
 
 int main(void)
@@ -358,6 +420,7 @@ int main(void)
   sched_done(&rates, ready, 1, 0, gib, 0.05);
   CHECK(rates.rate_out[1] > 21e9 && rates.rate_out[1] < 22e9, "the pool's rate: %.2f GB/s",
         rates.rate_out[1] / 1e9);
+  test_link_rates();
   printf("ok\n");
   return 0;
 }

@@ -323,8 +323,6 @@ struct exchange_side {
   bool out;          /* the program going out (its save releases), else coming in */
   int peer_pidfd;    /* -1: none (kill(pid, 0) instead) */
   uint64_t delay_ns; /* tests: each pace check waits this long, to reach the middle surely */
-  uint64_t seen_needed, seen_consumed; /* a handover's side going out: the peer's progress as */
-  double seen_at;                      /* last seen changing (a stall ends the wait) */
 };
 /* The side of `page` this process is (out: the one going out): -EPERM when the page names
  * another pid for it. */

@@ -15,7 +15,15 @@
  *   munmap       the first unmaps the page-locked pool, then cudaDeviceReset, each timed
  *   all          the first gives the pieces back, unmaps the pool, cudaDeviceReset, each timed
  * Per case: the first's end from "go" to reaped, and the second's making of memory.
- *   usage: bench_exit_pinned [GiB (94)] [DEV GiB (45)]
+ * With `copy` (the end of share_bench host: a swap-in copies at half the link's speed while the
+ * job before it exits), the second child instead copies DEV GiB of the pool, page-locked by
+ * itself, to device memory it made before "go", timed; the first child exits:
+ *   alone        after the copy
+ *   exit         with the pool page-locked (its unpinning beside the copy)
+ *   devexit      holding DEV GiB of device memory it wrote, the pool untouched (the driver
+ *                clears memory freed by one process before another gets it)
+ *   both         with both
+ *   usage: bench_exit_pinned [GiB (94)] [DEV GiB (45)] [copy]
  * Exit 0; 1 on an error; 77 without a GPU. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -103,9 +111,11 @@ static int hear(int fd, char *buf, size_t len)
 
 /* What the first child does: page-lock the pool or not (BARE, TOUCHED), and on "go", before
  * it exits, the steps of STEP_* it is given, each timed. */
-enum mode { EXIT, UNREG, BARE, TOUCHED, STEPS };
+enum mode { EXIT, UNREG, BARE, TOUCHED, STEPS, DEVEXIT, BOTH };
 enum { STEP_UNREG = 1, STEP_MUNMAP = 2, STEP_RESET = 4 };
 static int steps;
+static int first_dev; /* GiB of device memory the first child holds (DEVEXIT, BOTH) */
+static bool copying; /* the second child copies instead of making memory */
 
 /* The first child: page-lock the pool in pieces (BARE: nothing; TOUCHED: only fault it into its
  * own page tables), say "ready <seconds>", wait for "go", then (UNREG) give the pieces back and
@@ -116,7 +126,15 @@ static void first_child(int in, int out, int mode)
   if (cudaFree(0) != cudaSuccess) die("first child", "no CUDA context");
   int failed = 0;
   double took = 0;
-  if (mode == EXIT || mode == UNREG || mode == STEPS) took = in_threads(true, &failed);
+  if (mode == EXIT || mode == UNREG || mode == STEPS || mode == BOTH)
+    took = in_threads(true, &failed);
+  if (mode == DEVEXIT || mode == BOTH) {
+    void *held;
+    size_t n = (size_t)first_dev << 30;
+    if (cudaMalloc(&held, n) != cudaSuccess || cudaMemset(held, 7, n) != cudaSuccess ||
+        cudaDeviceSynchronize() != cudaSuccess)
+      die("first child", "no device memory");
+  }
   if (mode == TOUCHED) {
     double t0 = now();
     if (madvise(pool, pool_bytes, MADV_POPULATE_WRITE) != 0) die("populate", strerror(errno));
@@ -139,11 +157,34 @@ static void first_child(int in, int out, int mode)
   exit(0);
 }
 
+/* The second child copying: dev GiB of the pool, page-locked here, to device memory made before
+ * "go", in 256 MiB copies on one stream, timed from "go" to the last copy's end. */
+static void second_copies(int in, int out, int dev)
+{
+  char buf[128];
+  size_t n = (size_t)dev << 30, part = (size_t)256 << 20;
+  void *to;
+  cudaStream_t s;
+  if (cudaMalloc(&to, n) != cudaSuccess || cudaStreamCreate(&s) != cudaSuccess ||
+      cudaHostRegister(pool, n, cudaHostRegisterPortable) != cudaSuccess)
+    die("second child", "no device memory or no page-locking");
+  say(out, "ready 0\n");
+  if (!hear(in, buf, sizeof buf)) _exit(1);
+  double t0 = now();
+  for (size_t at = 0; at < n; at += part)
+    cudaMemcpyAsync((char *)to + at, pool + at, part, cudaMemcpyHostToDevice, s);
+  if (cudaStreamSynchronize(s) != cudaSuccess) die("second child", "the copy failed");
+  snprintf(buf, sizeof buf, "made %.3f\n", now() - t0);
+  say(out, buf);
+  _exit(0);
+}
+
 /* The second child: its context first; on "go", dev GiB of device memory, timed. */
 static void second_child(int in, int out, int dev)
 {
   char buf[128];
   if (cudaFree(0) != cudaSuccess) die("second child", "no CUDA context");
+  if (copying) second_copies(in, out, dev);
   say(out, "ready 0\n");
   if (!hear(in, buf, sizeof buf)) _exit(1);
   void *p[1024];
@@ -219,14 +260,22 @@ static void one_case(const char *name, uint64_t piece_mib, int mode, int dev, do
     printf("%-10s nothing page-locked nor touched: ", name);
   else if (mode == TOUCHED)
     printf("%-10s faulted in, not page-locked, in %.2f s: ", name, locked);
+  else if (mode == DEVEXIT)
+    printf("%-10s %d GiB of device memory, the pool untouched: ", name, first_dev);
   else
     printf("%-10s pieces of %4" PRIu64 " MiB (%5" PRIu64 "): page-locked in %.2f s; ", name,
            piece_mib, (pool_bytes + piece - 1) / piece, locked);
   if (mode == UNREG || (steps & STEP_UNREG)) printf("given back in %.2f s, then ", field(a, "gone "));
   if (steps & STEP_MUNMAP) printf("munmap %.2f s, then ", field(a, "unmapped "));
   if (steps & STEP_RESET) printf("cudaDeviceReset %.2f s, then ", field(a, "reset "));
-  printf("exit %.2f s (from go to reaped); %d GiB of device memory made in %.3f s%s\n", end,
-         dev, made, alone ? " (alone, before the exit)" : " beside the exit");
+  if (mode == BOTH) printf("and %d GiB of device memory; ", first_dev);
+  if (copying)
+    printf("exit %.2f s (from go to reaped); %d GiB copied to the device in %.3f s (%.1f GB/s)%s\n",
+           end, dev, made, dev * 1.073741824 / made,
+           alone ? " (alone, before the exit)" : " beside the exit");
+  else
+    printf("exit %.2f s (from go to reaped); %d GiB of device memory made in %.3f s%s\n", end,
+           dev, made, alone ? " (alone, before the exit)" : " beside the exit");
   close(first.to);
   close(first.from);
   close(second.to);
@@ -259,6 +308,16 @@ int main(int argc, char **argv)
   printf("pool: %" PRIu64 " GiB faulted in in %.2f s\n", gib, now() - t0);
   fflush(stdout);
   double alone = 0;
+  if (argc > 3 && strcmp(argv[3], "copy") == 0) {
+    copying = true;
+    first_dev = dev;
+    one_case("alone", 32, EXIT, dev, &alone);
+    one_case("exit", 32, EXIT, dev, NULL);
+    one_case("devexit", 0, DEVEXIT, dev, NULL);
+    one_case("both", 32, BOTH, dev, NULL);
+    one_case("alone", 32, BOTH, dev, &alone);
+    return 0;
+  }
   one_case("alone", 32, EXIT, dev, &alone);
   one_case("exit", 32, EXIT, dev, NULL);
   one_case("unreg", 32, UNREG, dev, NULL);

@@ -357,9 +357,10 @@ uint64_t sched_host_margin(const struct daemon *d);
 int sched_spill_open(struct daemon *d);
 /* The host is short of memory for images (why: one phrase): order the coldest swapped-out image
  * to disk, unless it will be needed sooner than it could be read back (head: the program first in
- * the queue, NULL: none). True if an order was sent (it is the transition under way). */
+ * the queue, NULL: none; idle_only: only an image of a program idle on the GPU). True if an order
+ * was sent (it is the transition under way). */
 bool sched_spill_coldest(struct daemon *d, const struct program *head, double now,
-                         const char *why);
+                         const char *why, bool idle_only);
 /* p answered its spill: status 0 or -errno, `bytes` on disk after `seconds`. */
 void sched_spill_done(struct daemon *d, struct program *p, int status, uint64_t bytes,
                       double seconds);

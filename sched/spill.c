@@ -108,6 +108,17 @@ static double turn_in(const struct daemon *d, const struct program *p)
   return seconds;
 }
 
+/* Seconds until p, idle on the GPU, is expected back: its idle phase's start plus the length its
+ * last one (or its command's) had. -1 when not foreseen: it wants its turn already, no idle phase
+ * of it is known, or it is overdue (then its return could be any moment or much later). */
+static double back_in(const struct daemon *d, const struct program *p, double now)
+{
+  double expected = p->gpu_idle ? sched_idle_expected(d, p) : 0;
+  if (expected <= 0) return -1;
+  double left = p->gpu_idle_since + expected - now;
+  return left > 0 ? left : -1;
+}
+
 /* Whether a is colder than b: idle on the GPU before waiting, lower priority, out longer. */
 static bool colder(const struct program *a, const struct program *b)
 {
@@ -118,7 +129,7 @@ static bool colder(const struct program *a, const struct program *b)
 }
 
 bool sched_spill_coldest(struct daemon *d, const struct program *head, double now,
-                         const char *why)
+                         const char *why, bool idle_only)
 {
   if (!d->config.spill_dir || d->spill_fd < 0 || d->transition) return false;
   struct program *best = NULL;
@@ -130,7 +141,7 @@ bool sched_spill_coldest(struct daemon *d, const struct program *head, double no
   for (struct program *p = d->programs; p; p = p->next) {
     if (!p->joined || p->retired || p->leaving || p->state != SCHED_SWAPPED_OUT ||
         p->on_disk || p->pending_op || p->spill_skip_until > now || !sched_image_bytes(p) ||
-        p == d->reading_back)
+        p == d->reading_back || (idle_only && sched_wanting(p)))
       continue;
     /* Read back ahead of its turn: not spilled again while it still wants it (no ping-pong). */
     if (p->read_back && sched_wanting(p)) continue;
@@ -138,8 +149,15 @@ bool sched_spill_coldest(struct daemon *d, const struct program *head, double no
       if (!too_big || colder(p, too_big)) too_big = p;
       continue;
     }
-    double back = (double)sched_image_bytes(p) / read_rate(d), turn = turn_in(d, p);
-    if (p == head || (turn >= 0 && turn < back)) {
+    /* Needed before it could be read back: its turn comes sooner, or (idle on the GPU) its
+     * idle phases say it is back before it could be written and read back, with a margin that
+     * keeps it out of reach of the read-back ahead of a return (sched_spill_read_ahead). */
+    double back = (double)sched_image_bytes(p) / read_rate(d), turn = turn_in(d, p), need = back;
+    if (turn < 0) {
+      turn = back_in(d, p, now);
+      need = 2 * back + 2;
+    }
+    if (p == head || (turn >= 0 && turn < need)) {
       if (!kept || colder(p, kept)) {
         kept = p;
         kept_head = p == head;
@@ -269,14 +287,28 @@ void sched_spill_read_ahead(struct daemon *d, double now)
   uint64_t moving = 0;
   if (t && (t->pending_op == 3 || (t->pending_op == 2 && t->on_disk))) return;
   if (t && t->pending_op == 1 && !t->loan.length) moving = sched_image_bytes(t);
-  /* The image on disk whose turn comes first among those that want one. */
-  struct program *next = NULL;
+  /* The image on disk whose turn comes first among those that want one; else, of those idle on
+   * the GPU, the one expected back first if that is sooner than its read would take (with half
+   * of it again and a second to spare): a notebook's next cell then finds it in host memory. */
+  struct program *next = NULL, *soon = NULL;
+  double soon_in = 0;
   int ahead = 0;
-  for (struct program *p = d->programs; p; p = p->next)
-    if (p->joined && !p->retired && p->state == SCHED_SWAPPED_OUT && p->on_disk &&
-        !p->pending_op && !p->read_back_failed && sched_wanting(p) &&
-        (!next || sched_before(p, next)))
-      next = p;
+  for (struct program *p = d->programs; p; p = p->next) {
+    if (!p->joined || p->retired || p->leaving || p->state != SCHED_SWAPPED_OUT || !p->on_disk ||
+        p->pending_op || p->read_back_failed)
+      continue;
+    if (sched_wanting(p)) {
+      if (!next || sched_before(p, next)) next = p;
+      continue;
+    }
+    double in = back_in(d, p, now);
+    if (in >= 0 && in <= 1.5 * (double)disk_image_bytes(p) / read_rate(d) + 1 &&
+        (!soon || in < soon_in)) {
+      soon = p;
+      soon_in = in;
+    }
+  }
+  if (!next) next = soon;
   if (!next) return;
   for (const struct program *q = d->programs; q; q = q->next)
     ahead += q != next && sched_wanting(q) && sched_before(q, next);
@@ -304,10 +336,15 @@ void sched_spill_read_ahead(struct daemon *d, double now)
     next->read_back_failed = true;
     return;
   }
+  char before[64];
+  if (next == soon)
+    snprintf(before, sizeof before, "idle on the GPU, expected back in %.1f s", soon_in);
+  else
+    snprintf(before, sizeof before, "%d wanting programs before it", ahead);
   fprintf(stderr, "cudawd: reading pid %ld's image (%.2f GiB) back from disk ahead of its turn "
-          "(%d wanting programs before it; %.2f GiB of host memory available, about %.1f s at "
-          "%.2f GB/s)\n", (long)next->pid, (double)bytes / gib, ahead,
-          (double)available / gib, (double)bytes / read_rate(d), read_rate(d) / 1e9);
+          "(%s; %.2f GiB of host memory available, about %.1f s at %.2f GB/s)\n",
+          (long)next->pid, (double)bytes / gib, before, (double)available / gib,
+          (double)bytes / read_rate(d), read_rate(d) / 1e9);
   next->read_back_started = now;
   d->reading_back = next;
   d->host_available = d->host_available > bytes ? d->host_available - bytes : 0;

@@ -8,7 +8,9 @@
  * ahead of its turn is not spilled again while it wants it; a disk without room gets no spill
  * (CUDAWD_TEST_DISK_FREE); read-back ahead goes to the wanting image on disk whose turn comes
  * first, one at a time, only where the host keeps twice its margin; the swap cost counts the
- * disk read. */
+ * disk read. Ahead of need: an idle image moves to disk when a resident program's next swap-out
+ * would not fit on the host, unless its idle phases say it is back before it could be written
+ * and read back; an idle image on disk expected back within its read time is read back first. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -283,6 +285,71 @@ int main(void)
   sched_spill_read_ahead(d, sched_now());
   CHECK_EQ(unspill_sent(), later->pid);
   d->transition = NULL;
+
+  /* Ahead of the next swap-out: nobody waits, but resident r's image would not fit on the host,
+   * so the image of a program idle on the GPU moves to disk before a turn waits for it. One
+   * expected back (its last idle phase: 10 s, idle for 5 s) sooner than it could be written and
+   * read back (60 MiB at 10 MB/s: 2 x 6.3 s + 2) stays; at the default rate it goes. A host with
+   * room for r's image spills nothing. */
+  d = setup(meminfo, dir);
+  write_meminfo(meminfo, 2200); /* above twice the 1 GiB margin: not short by that rule */
+  join(d, 0, SCHED_RUNNING, 1, 0)->bytes[0] = 1536 * MIB; /* + 1 GiB kept free > 2200 MiB */
+  struct program *dozing = join(d, 1, SCHED_SWAPPED_OUT, 1, 5);
+  dozing->gpu_idle = true;
+  dozing->gpu_idle_since = sched_now() - 5;
+  dozing->last_idle = 10;
+  d->disk_read_rate = 1e7;
+  sched_step(d);
+  CHECK(!d->host_blocked && spill_sent(5) == 0,
+        "an idle image expected back before it could be read back was spilled ahead");
+  d->disk_read_rate = 0;
+  sched_step(d);
+  CHECK_EQ(spill_sent(5), dozing->pid);
+  d = setup(meminfo, dir);
+  write_meminfo(meminfo, 4096);
+  join(d, 0, SCHED_RUNNING, 1, 0)->bytes[0] = 1536 * MIB;
+  join(d, 1, SCHED_SWAPPED_OUT, 1, 5)->gpu_idle = true;
+  sched_step(d);
+  CHECK(spill_sent(5) == 0, "spilled ahead with room on the host for the next swap-out");
+  /* Only idle images move ahead of need: r resident (its turn not over), a waiting image, the
+   * host as short as above: nothing moves until r's swap-out is refused. */
+  d = setup(meminfo, dir);
+  write_meminfo(meminfo, 2200);
+  struct program *r = join(d, 0, SCHED_RUNNING, 1, 0);
+  r->bytes[0] = 1536 * MIB;
+  r->resident_since = sched_now();
+  join(d, 1, SCHED_SWAPPED_OUT, 1, 5);
+  sched_step(d);
+  CHECK(!d->host_blocked && spill_sent(5) == 0, "a waiting image was spilled ahead of need");
+  write_meminfo(meminfo, 1075);
+
+  /* Read back ahead of an expected return: an image on disk idle on the GPU, expected back in
+   * 1 s (within 1.5 x its read + 1 s) is read back; one expected in 50 s, or overdue, is not. */
+  d = setup(meminfo, dir);
+  d->host_total = 8ull << 30;
+  d->host_available = 4ull << 30;
+  struct program *early = join(d, 0, SCHED_SWAPPED_OUT, 1, 30);
+  struct program *late = join(d, 1, SCHED_SWAPPED_OUT, 1, 30);
+  struct program *overdue = join(d, 2, SCHED_SWAPPED_OUT, 1, 30);
+  double t = sched_now();
+  for (int i = 0; i < 3; i++) {
+    programs[i].on_disk = true;
+    programs[i].disk_bytes = 60 * MIB;
+    programs[i].gpu_idle = true;
+    programs[i].last_idle = 60;
+  }
+  early->gpu_idle_since = t - 59;
+  late->gpu_idle_since = t - 10;
+  overdue->gpu_idle_since = t - 70;
+  unspill_sent();
+  sched_spill_read_ahead(d, t);
+  CHECK_EQ(unspill_sent(), early->pid);
+  sched_spill_read_done(d, early, 0, 60 * MIB, 0.05);
+  sched_spill_read_ahead(d, t);
+  CHECK(unspill_sent() == 0, "an image expected back in 50 s, or overdue, was read back");
+  /* The image read back is not spilled again while it is expected back soon. */
+  CHECK(!early->on_disk && !sched_spill_coldest(d, NULL, t, "a test", false),
+        "an image read back ahead of its return was spilled again");
 
   /* Without a spill directory, nothing moves to disk. */
   d = setup(meminfo, dir);

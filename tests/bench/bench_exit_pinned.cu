@@ -23,6 +23,9 @@
  *   devexit      holding DEV GiB of device memory it wrote, the pool untouched (the driver
  *                clears memory freed by one process before another gets it)
  *   both         with both
+ * then the same four (made-*) with the second child's memory made after "go", a GiB at a time
+ * just ahead of its copy, as a resume makes it beside its copy (does a process's exit, or the
+ * device memory it frees, slow the making and the copy down together?).
  *   usage: bench_exit_pinned [GiB (94)] [DEV GiB (45)] [copy]
  * Exit 0; 1 on an error; 77 without a GPU. */
 #ifndef _GNU_SOURCE
@@ -116,6 +119,7 @@ enum { STEP_UNREG = 1, STEP_MUNMAP = 2, STEP_RESET = 4 };
 static int steps;
 static int first_dev; /* GiB of device memory the first child holds (DEVEXIT, BOTH) */
 static bool copying; /* the second child copies instead of making memory */
+static bool making;  /* ... and makes the memory after "go", 1 GiB at a time ahead of its copy */
 
 /* The first child: page-lock the pool in pieces (BARE: nothing; TOUCHED: only fault it into its
  * own page tables), say "ready <seconds>", wait for "go", then (UNREG) give the pieces back and
@@ -162,16 +166,22 @@ static void first_child(int in, int out, int mode)
 static void second_copies(int in, int out, int dev)
 {
   char buf[128];
-  size_t n = (size_t)dev << 30, part = (size_t)256 << 20;
-  void *to;
+  size_t n = (size_t)dev << 30, part = (size_t)256 << 20, gib = (size_t)1 << 30;
+  void *to = NULL, *piece_at[1024];
   cudaStream_t s;
-  if (cudaMalloc(&to, n) != cudaSuccess || cudaStreamCreate(&s) != cudaSuccess ||
+  if ((!making && cudaMalloc(&to, n) != cudaSuccess) || cudaStreamCreate(&s) != cudaSuccess ||
       cudaHostRegister(pool, n, cudaHostRegisterPortable) != cudaSuccess)
     die("second child", "no device memory or no page-locking");
   say(out, "ready 0\n");
   if (!hear(in, buf, sizeof buf)) _exit(1);
   double t0 = now();
-  for (size_t at = 0; at < n; at += part)
+  if (making) { /* as a resume that makes memory beside its copy: each GiB, then its copy */
+    for (size_t at = 0; at < n && at / gib < 1024; at += gib) {
+      if (cudaMalloc(&piece_at[at / gib], gib) != cudaSuccess) die("second child", "cudaMalloc");
+      cudaMemcpyAsync(piece_at[at / gib], pool + at, gib, cudaMemcpyHostToDevice, s);
+    }
+  }
+  for (size_t at = 0; !making && at < n; at += part)
     cudaMemcpyAsync((char *)to + at, pool + at, part, cudaMemcpyHostToDevice, s);
   if (cudaStreamSynchronize(s) != cudaSuccess) die("second child", "the copy failed");
   snprintf(buf, sizeof buf, "made %.3f\n", now() - t0);
@@ -270,8 +280,9 @@ static void one_case(const char *name, uint64_t piece_mib, int mode, int dev, do
   if (steps & STEP_RESET) printf("cudaDeviceReset %.2f s, then ", field(a, "reset "));
   if (mode == BOTH) printf("and %d GiB of device memory; ", first_dev);
   if (copying)
-    printf("exit %.2f s (from go to reaped); %d GiB copied to the device in %.3f s (%.1f GB/s)%s\n",
-           end, dev, made, dev * 1.073741824 / made,
+    printf("exit %.2f s (from go to reaped); %d GiB copied to the device%s in %.3f s "
+           "(%.1f GB/s)%s\n", end, dev, making ? ", its memory made beside," : "", made,
+           dev * 1.073741824 / made,
            alone ? " (alone, before the exit)" : " beside the exit");
   else
     printf("exit %.2f s (from go to reaped); %d GiB of device memory made in %.3f s%s\n", end,
@@ -316,6 +327,11 @@ int main(int argc, char **argv)
     one_case("devexit", 0, DEVEXIT, dev, NULL);
     one_case("both", 32, BOTH, dev, NULL);
     one_case("alone", 32, BOTH, dev, &alone);
+    making = true; /* the memory made after "go", beside the copy */
+    one_case("made-alone", 32, EXIT, dev, &alone);
+    one_case("made-exit", 32, EXIT, dev, NULL);
+    one_case("made-dev", 0, DEVEXIT, dev, NULL);
+    one_case("made-both", 32, BOTH, dev, NULL);
     return 0;
   }
   one_case("alone", 32, EXIT, dev, &alone);

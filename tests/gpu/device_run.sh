@@ -3,11 +3,12 @@
 # benchmarks and framework checks. The machine lacks our Debian -dev packages: their .debs travel
 # in .carry/debs (tests/gpu/fetch_debs.sh fetches them here) and are unpacked into /tmp/deps.
 # Usage: tests/gpu/device_run.sh [stage ...]   stages: build test bench pytorch cupy ckpt driver release multi
-# spill pool idle share notebook soon soon_threads poolfault poollaunch demo gpu k8s (default: build test bench). spill: tests/gpu/spill_bench.sh.
+# spill pool idle share notebook soon soon_threads poolfault poollaunch exitcopy demo gpu k8s (default: build test bench). spill: tests/gpu/spill_bench.sh.
 # notebook: tests/sched/notebook_bench.sh (six PyTorch notebooks through cudawd's disk tier).
 # idle: tests/sched/idle_bench.sh. soon: jobs paused ~2 s after allocating (tests/gpu/pause_soon.sh);
 # soon_threads: PyTorch's, with 8, 12 and 16 reserve threads; poolfault: tests/bench/bench_pool_fault;
-# poollaunch: tests/bench/bench_pool_launch (page-locking beside 2-ms kernels).
+# poollaunch: tests/bench/bench_pool_launch (page-locking beside 2-ms kernels); exitcopy:
+# tests/bench/bench_exit_pinned copy (a swap-in's copy beside another program's exit).
 # demo: examples/demo.sh on the built tree (the
 # README's first command, nvidia-smi's figures); gpu: `ctest -L gpu -j4`, the GPU tests side by side; k8s: a
 # PyTorch job under cudaw's CDI edits applied by hand (tests/k8s/gpu_pytorch_cdi.sh). Logs go to $OUT (or /tmp/cudaw-out); the summary is
@@ -168,6 +169,12 @@ if [[ " $stages " == *" poolfault "* ]]; then
   # How fast this host gives cudawd's pool its pages: populate (today) against fallocate.
   "$B/tests/bench/bench_pool_fault" ${POOL_FAULT_GIB:-16} 16 > "$OUT/pool_fault.log" 2>&1
   note "bench_pool_fault (rc $?):"; cat "$OUT/pool_fault.log"
+fi
+if [[ " $stages " == *" exitcopy "* ]]; then
+  # A swap-in's copy (and its memory made beside it) while another program exits: the end of
+  # share_bench host, where two swap-ins ran at 21 GB/s (tests/bench/bench_exit_pinned copy).
+  "$B/tests/bench/bench_exit_pinned" ${EXIT_POOL_GIB:-94} ${EXIT_DEV_GIB:-45} copy > "$OUT/exit_copy.log" 2>&1
+  note "bench_exit_pinned copy (rc $?):"; cat "$OUT/exit_copy.log"
 fi
 if [[ " $stages " == *" poollaunch "* ]]; then
   # What page-locking (own threads, other programs, piece sizes) costs kernels launched beside it.

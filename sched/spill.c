@@ -156,6 +156,10 @@ bool sched_spill_coldest(struct daemon *d, const struct program *head, double no
     if (turn < 0) {
       turn = back_in(d, p, now);
       need = 2 * back + 2;
+      /* Ahead of need, a return not foreseen (no idle phase known, or overdue) must have been
+       * idle as long as the write and the read would take (ski rental): a job's first short
+       * host phase is not sent to disk, only to be read back at once. */
+      if (idle_only && turn < 0 && now - p->gpu_idle_since < need) continue;
     }
     if (p == head || (turn >= 0 && turn < need)) {
       if (!kept || colder(p, kept)) {

@@ -10,7 +10,8 @@
  * first, one at a time, only where the host keeps twice its margin; the swap cost counts the
  * disk read. Ahead of need: an idle image moves to disk when a resident program's next swap-out
  * would not fit on the host, unless its idle phases say it is back before it could be written
- * and read back; an idle image on disk expected back within its read time is read back first. */
+ * and read back, or (none known) it has been idle for less than that; an idle image on disk
+ * expected back within its read time is read back first. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -305,6 +306,19 @@ int main(void)
   d->disk_read_rate = 0;
   sched_step(d);
   CHECK_EQ(spill_sent(5), dozing->pid);
+  /* With no idle phase known, only one idle as long as its write and read would take (60 MiB at
+   * the default rate: 2.06 s) moves ahead of need: idle for 1 s stays, for 3 s goes. */
+  d = setup(meminfo, dir);
+  write_meminfo(meminfo, 2200);
+  join(d, 0, SCHED_RUNNING, 1, 0)->bytes[0] = 1536 * MIB;
+  struct program *fresh = join(d, 1, SCHED_SWAPPED_OUT, 1, 5);
+  fresh->gpu_idle = true;
+  fresh->gpu_idle_since = sched_now() - 1;
+  sched_step(d);
+  CHECK(spill_sent(5) == 0, "an image idle for 1 s, its return not foreseen, spilled ahead");
+  fresh->gpu_idle_since = sched_now() - 3;
+  sched_step(d);
+  CHECK_EQ(spill_sent(5), fresh->pid);
   d = setup(meminfo, dir);
   write_meminfo(meminfo, 4096);
   join(d, 0, SCHED_RUNNING, 1, 0)->bytes[0] = 1536 * MIB;

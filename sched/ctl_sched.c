@@ -89,6 +89,9 @@ static const char *wait_text(const struct sched_program_detail *w, char *out, si
     snprintf(out, size, "waiting for host memory to swap pid %d out (its image %s, host %s "
              "available)", w->behind_pid, need, free_bytes);
     break;
+  case SCHED_WAIT_SPILLING:
+    snprintf(out, size, "its image (%s) is being written to disk; its resume reads it back", need);
+    break;
   default: snprintf(out, size, "-"); break;
   }
   return out;

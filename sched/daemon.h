@@ -214,6 +214,16 @@ struct daemon {
   uint64_t spills, spill_failures, spilled_bytes;
   double disk_read_rate;   /* bytes/s of the last read from disk (0: none yet) */
   struct program *reading_back; /* the one read-back ahead of a turn under way (NULL: none) */
+  /* The one spill under way (NULL: none). It runs beside the swaps, not as the transition: it
+   * moves host memory to disk, and a 20-30 GiB write at 1 GB/s held every turn for 10-26 s
+   * (notebook_bench on the H100-sized run). */
+  struct program *spilling;
+  /* Programs gone (their connection closed) with an image cudawd had them write, whose process
+   * had not finished exiting yet: their directory is removed once it has, or given up on after a
+   * few seconds (a program still alive keeps its files). */
+  struct spill_leftover { pid_t pid; uid_t uid; bool on_disk; uint64_t disk_bytes; double until; }
+      leftovers[8];
+  int leftover_count;
   uint64_t read_backs;
   bool disk_short_logged;  /* said once that the spill directory's disk has no room */
   struct exchange_state exchange;
@@ -376,6 +386,9 @@ void sched_spill_info(const struct daemon *d, struct sched_spill_info *out);
  * margin), one at a time, beside no transition or one that does not read the disk (a
  * checkpoint, whose image counts as taken, or a resume from host memory). */
 void sched_spill_read_ahead(struct daemon *d, double now);
+/* A spill not answered within --swap-timeout no longer holds the next one back; the images of
+ * programs gone since are removed once their process has exited. */
+void sched_spill_check(struct daemon *d, double now);
 /* p answered its read-back (SCHED_DONE value 4). */
 void sched_spill_read_done(struct daemon *d, struct program *p, int status, uint64_t bytes,
                            double seconds);

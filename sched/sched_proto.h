@@ -179,6 +179,8 @@ enum sched_wait_reason {
   SCHED_WAIT_HOST_MEMORY,   /* needs memory that only pid behind_pid can give, whose image the
                              * host has no room for (need_bytes: that image; free_bytes: what the
                              * host has available) */
+  SCHED_WAIT_SPILLING,      /* its image is being written to disk (need_bytes: the image); its
+                             * resume comes after, from disk */
 };
 
 struct sched_program_detail {
@@ -327,9 +329,9 @@ static inline const char *sched_key_printable(const char *key, char out[SCHED_KE
 
 static inline const char *sched_wait_name(int reason)
 {
-  static const char *const names[] = {"none",         "memory",      "queued",
-                                      "swapping_out", "swapping_in", "host_memory"};
-  return reason >= 0 && reason <= SCHED_WAIT_HOST_MEMORY ? names[reason] : "unknown";
+  static const char *const names[] = {"none",        "memory",      "queued",   "swapping_out",
+                                      "swapping_in", "host_memory", "spilling"};
+  return reason >= 0 && reason <= SCHED_WAIT_SPILLING ? names[reason] : "unknown";
 }
 
 static inline const char *sched_state_name(int state)

@@ -488,6 +488,7 @@ static int history_victim(const struct daemon *d)
 void sched_forget(struct daemon *d, struct program *p)
 {
   if (d->transition == p) d->transition = NULL;
+  if (d->spilling == p) d->spilling = NULL;
   sched_exchange_gone(d, p);
   if (!p->joined) return;
   if (p->borrower) { /* never scheduled: no history row */
@@ -686,7 +687,8 @@ static struct program *next_wanting(struct daemon *d, double now, bool resumable
   struct program *best = NULL;
   for (struct program *p = d->programs; p; p = p->next) {
     if (!sched_wanting(p) || never_fits(d, p)) continue;
-    if (resumable_only && (p->state != SCHED_SWAPPED_OUT || p->skip_until > now || !fits(d, p)))
+    if (resumable_only && (p->state != SCHED_SWAPPED_OUT || p->skip_until > now ||
+                           p->pending_op == 3 || !fits(d, p))) /* in its spill */
       continue;
     if (!best || sched_before(p, best)) best = p;
   }
@@ -731,8 +733,8 @@ static struct program *first_in_line(const struct daemon *d)
 {
   struct program *first = NULL;
   for (struct program *p = d->programs; p; p = p->next)
-    if (sched_wanting(p) && !never_fits(d, p) && (fits(d, p) || room_later(d, p, NULL)) &&
-        (!first || sched_before(p, first)))
+    if (sched_wanting(p) && !never_fits(d, p) && p->pending_op != 3 && /* not in its spill */
+        (fits(d, p) || room_later(d, p, NULL)) && (!first || sched_before(p, first)))
       first = p;
   return first;
 }
@@ -860,8 +862,7 @@ static void check_transition(struct daemon *d, double now)
   if (!p->worked && d->config.client_timeout > 0 &&
       (!(limit > 0) || d->config.client_timeout < limit))
     limit = d->config.client_timeout;
-  double since = p->pending_op == 3 ? p->spill_started : p->state_since;
-  if (!(limit > 0) || now - since < limit) return;
+  if (!(limit > 0) || now - p->state_since < limit) return;
   d->transition = NULL;
   if (!p->worked) {
     p->close_reason = p->pending_op == 1 ? "never sent work and did not answer its checkpoint"
@@ -869,8 +870,7 @@ static void check_transition(struct daemon *d, double now)
     return;
   }
   fprintf(stderr, "cudawd: pid %ld did not answer its %s within %.0f s: scheduling the others\n",
-          (long)p->pid, p->pending_op == 1 ? "checkpoint" : p->pending_op == 3 ? "spill" : "resume",
-          limit);
+          (long)p->pid, p->pending_op == 1 ? "checkpoint" : "resume", limit);
 }
 
 #define REJOIN_GRACE 1.5
@@ -1057,6 +1057,7 @@ void sched_step(struct daemon *d)
   double now = sched_now();
   expire_leaving(d, now);
   check_transition(d, now);
+  sched_spill_check(d, now);
   sched_exchange_check(d, now);
   /* What fits is granted even while a checkpoint or resume is under way: its program's memory
    * counts as resident until it answers, so nothing is granted twice; only the next swap waits. */
@@ -1085,7 +1086,7 @@ void sched_step(struct daemon *d)
   struct program *order[SCHED_MAX_PROGRAMS];
   int count = 0;
   for (struct program *p = d->programs; p && count < SCHED_MAX_PROGRAMS; p = p->next)
-    if (sched_wanting(p) && !never_fits(d, p)) order[count++] = p;
+    if (sched_wanting(p) && !never_fits(d, p) && p->pending_op != 3) order[count++] = p;
   struct program *victim = NULL;
   for (int tried = 0; tried < count && !victim; tried++) {
     int best = tried;
@@ -1149,6 +1150,11 @@ void sched_program_detail(const struct daemon *d, const struct program *p,
   if (p->state == SCHED_SWAPPING_OUT) out->wait_reason = SCHED_WAIT_SWAPPING_OUT;
   else if (p->state == SCHED_SWAPPING_IN) out->wait_reason = SCHED_WAIT_SWAPPING_IN;
   if (out->wait_reason || !sched_wanting(p)) return;
+  if (p->pending_op == 3) { /* its spill, beside the swaps: not in line until it answers */
+    out->wait_reason = SCHED_WAIT_SPILLING;
+    out->need_bytes = sched_image_bytes(p);
+    return;
+  }
   /* The device it waits on: its allocation's, or (swapped out) the first one it lacks room on. */
   int slot = p->wants ? p->want_slot : -1;
   for (int s = 0; slot < 0 && s < SCHED_MAX_DEVICES; s++)
@@ -1178,8 +1184,8 @@ void sched_program_detail(const struct daemon *d, const struct program *p,
   if (!ahead || ahead == p) {
     ahead = NULL;
     for (const struct program *q = d->programs; q; q = q->next)
-      if (q != p && sched_wanting(q) && !never_fits(d, q) && sched_before(q, p) &&
-          (!ahead || sched_before(q, ahead)))
+      if (q != p && sched_wanting(q) && !never_fits(d, q) && q->pending_op != 3 &&
+          sched_before(q, p) && (!ahead || sched_before(q, ahead)))
         ahead = q;
   }
   if (ahead) {

@@ -131,7 +131,7 @@ static bool colder(const struct program *a, const struct program *b)
 bool sched_spill_coldest(struct daemon *d, const struct program *head, double now,
                          const char *why, bool idle_only)
 {
-  if (!d->config.spill_dir || d->spill_fd < 0 || d->transition) return false;
+  if (!d->config.spill_dir || d->spill_fd < 0 || d->transition || d->spilling) return false;
   struct program *best = NULL;
   const struct program *kept = NULL; /* the coldest one left in host memory: needed soon */
   const struct program *too_big = NULL; /* the coldest one the disk has no room for */
@@ -202,14 +202,14 @@ bool sched_spill_coldest(struct daemon *d, const struct program *head, double no
   best->pending_op = 3;
   best->spill_started = now;
   best->spill_ordered = true; /* its cudaw-<uid>-<pid> under the spill dir is ours to clean */
-  d->transition = best;
+  d->spilling = best; /* beside the swaps; never resumed until it answers (pending_op) */
   return true;
 }
 
 void sched_spill_done(struct daemon *d, struct program *p, int status, uint64_t bytes,
                       double seconds)
 {
-  if (d->transition == p) d->transition = NULL;
+  if (d->spilling == p) d->spilling = NULL;
   d->host_read_at = 0; /* memory was freed: read MemAvailable afresh */
   if (status != 0) {
     d->spill_failures++;
@@ -289,7 +289,7 @@ void sched_spill_read_ahead(struct daemon *d, double now)
    * the pool, counts as taken already) or a resume from host memory (it frees memory). */
   const struct program *t = d->transition;
   uint64_t moving = 0;
-  if (t && (t->pending_op == 3 || (t->pending_op == 2 && t->on_disk))) return;
+  if (d->spilling || (t && t->pending_op == 2 && t->on_disk)) return;
   if (t && t->pending_op == 1 && !t->loan.length) moving = sched_image_bytes(t);
   /* The image on disk whose turn comes first among those that want one; else, of those idle on
    * the GPU, the one expected back first if that is sooner than its read would take (with half
@@ -384,10 +384,10 @@ void sched_spill_read_done(struct daemon *d, struct program *p, int status, uint
 }
 
 /* Whether process pid has exited (gone, or a zombie). Its connection closes during its exit,
- * a moment before it is a zombie: asked again for up to 0.1 s. */
-static bool exited(pid_t pid)
+ * a moment before it is a zombie: asked `tries` times, 5 ms apart. */
+static bool exited(pid_t pid, int tries)
 {
-  for (int tries = 0; tries < 20; tries++) {
+  for (int i = 0; i < tries; i++) {
     char path[64], buf[512];
     snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
     FILE *f = fopen(path, "r");
@@ -398,35 +398,85 @@ static bool exited(pid_t pid)
     const char *paren = strrchr(buf, ')');
     if (!paren || paren[1] != ' ') return false;
     if (paren[2] == 'Z' || paren[2] == 'X' || paren[2] == 'x') return true;
-    nanosleep(&(struct timespec){.tv_nsec = 5000000}, NULL);
+    if (i + 1 < tries) nanosleep(&(struct timespec){.tv_nsec = 5000000}, NULL);
   }
   return false;
 }
 
+/* A program gone with its image on disk that cudawd does not remove: the program's own files,
+ * only it (its user) knows whether to keep them. */
+static void say_left(const struct daemon *d, pid_t pid, uint64_t disk_bytes, const char *why)
+{
+  const char *dir = d->config.spill_dir;
+  fprintf(stderr, "cudawd: pid %ld left with its image on disk (%.2f GiB, under %s)%s\n",
+          (long)pid, (double)disk_bytes / (1u << 30),
+          dir ? dir : "an earlier cudawd's spill directory", why);
+}
+
+/* Remove the image directory cudawd's order made for program pid, its process gone:
+ * cudaw-<uid>-<pid> under --spill-dir, the program's uid's, not a link. */
+static void clean_up(struct daemon *d, pid_t pid, uid_t uid, bool on_disk, uint64_t disk_bytes)
+{
+  const char *dir = d->config.spill_dir;
+  char name[64];
+  snprintf(name, sizeof name, "cudaw-%u-%ld", (unsigned)uid, (long)pid);
+  int rc = ckpt_remove_image_at(d->spill_fd, name, uid);
+  if (rc == 0) {
+    fprintf(stderr, "cudawd: pid %ld died with %s: removed %s/%s\n", (long)pid,
+            on_disk ? "its image on disk" : "its image files left on disk", dir, name);
+    return;
+  }
+  if (rc != -ENOENT)
+    fprintf(stderr, "cudawd: pid %ld died; cannot remove its image in %s/%s: %s\n", (long)pid,
+            dir, name, strerror(-rc));
+  if (on_disk) say_left(d, pid, disk_bytes, "");
+}
+
+/* Seconds a program gone with an image of cudawd's order may take to finish exiting before
+ * its files are left as they are (one that lives on, closed for breaking the protocol, may yet
+ * resume from them). Its exit can outlast the connection's close by more than 0.1 s on a busy
+ * host (CI: an address space torn down after its sockets). */
+#define LEFTOVER_WAIT 5.0
+
 void sched_spill_forget(struct daemon *d, struct program *p)
 {
   if (d->reading_back == p) d->reading_back = NULL;
-  const char *dir = d->config.spill_dir;
-  /* Only the directory its order made (cudaw-<uid>-<pid> under --spill-dir, the program's uid's,
-   * not a link), never one a user named with cudaw-ctl spill; and never while it still runs
-   * (closed for breaking the protocol, it may resume from it yet). */
-  if (p->spill_ordered && d->spill_fd >= 0 && exited(p->pid)) {
-    char name[64];
-    snprintf(name, sizeof name, "cudaw-%u-%ld", (unsigned)p->uid, (long)p->pid);
-    int rc = ckpt_remove_image_at(d->spill_fd, name, p->uid);
-    if (rc == 0) {
-      fprintf(stderr, "cudawd: pid %ld died with %s: removed %s/%s\n", (long)p->pid,
-              p->on_disk ? "its image on disk" : "its image files left on disk", dir, name);
-      return;
-    }
-    if (rc != -ENOENT)
-      fprintf(stderr, "cudawd: pid %ld died; cannot remove its image in %s/%s: %s\n",
-              (long)p->pid, dir, name, strerror(-rc));
+  if (d->spilling == p) d->spilling = NULL;
+  /* Only the directory its order made, never one a user named with cudaw-ctl spill; and never
+   * while the program still runs (closed for breaking the protocol, it may resume from it). */
+  bool ours = p->spill_ordered && d->spill_fd >= 0 && d->config.spill_dir;
+  if (ours && exited(p->pid, 20)) {
+    clean_up(d, p->pid, p->uid, p->on_disk, p->disk_bytes);
+  } else if (ours && d->leftover_count < (int)(sizeof d->leftovers / sizeof d->leftovers[0])) {
+    d->leftovers[d->leftover_count++] = (struct spill_leftover){
+        .pid = p->pid, .uid = p->uid, .on_disk = p->on_disk, .disk_bytes = p->disk_bytes,
+        .until = sched_now() + LEFTOVER_WAIT};
+  } else if (p->on_disk) {
+    say_left(d, p->pid, p->disk_bytes, "");
   }
-  if (p->on_disk) /* the program's own files: only it (its user) knows whether to keep them */
-    fprintf(stderr, "cudawd: pid %ld left with its image on disk (%.2f GiB, under %s)\n",
-            (long)p->pid, (double)p->disk_bytes / (1u << 30),
-            dir ? dir : "an earlier cudawd's spill directory");
+}
+
+void sched_spill_check(struct daemon *d, double now)
+{
+  for (int i = 0; i < d->leftover_count;) {
+    struct spill_leftover *l = &d->leftovers[i];
+    bool gone = exited(l->pid, 1);
+    if (!gone && now < l->until) {
+      i++;
+      continue;
+    }
+    if (gone)
+      clean_up(d, l->pid, l->uid, l->on_disk, l->disk_bytes);
+    else if (l->on_disk)
+      say_left(d, l->pid, l->disk_bytes, ": its process lives on");
+    *l = d->leftovers[--d->leftover_count];
+  }
+  struct program *p = d->spilling;
+  if (!p || !(d->config.swap_timeout > 0) || now - p->spill_started < d->config.swap_timeout)
+    return;
+  d->spilling = NULL; /* a late answer still lands (pending_op stays) */
+  fprintf(stderr, "cudawd: pid %ld did not answer its spill within %.0f s: another may be "
+          "ordered\n", (long)p->pid, d->config.swap_timeout);
 }
 
 void sched_spill_info(const struct daemon *d, struct sched_spill_info *out)

@@ -11,14 +11,20 @@
  * disk read. Ahead of need: an idle image moves to disk when a resident program's next swap-out
  * would not fit on the host, unless its idle phases say it is back before it could be written
  * and read back, or (none known) it has been idle for less than that; an idle image on disk
- * expected back within its read time is read back first. */
+ * expected back within its read time is read back first. A spill runs beside the swaps (not as
+ * the transition), its program never resumed before it answers; the image of a program gone
+ * while its process still exits is removed once it has exited, kept if it lives on. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -161,10 +167,39 @@ int main(void)
   CHECK(d->host_blocked == programs[0].pid, "the swap of r was not refused for host room");
   pid_t pid = spill_sent(5);
   CHECK(pid == a->pid, "spilled %d, expected the idle one %d (head %d)", pid, a->pid, h->pid);
-  CHECK(d->transition == a && a->pending_op == 3);
+  CHECK(d->spilling == a && !d->transition && a->pending_op == 3,
+        "a spill is not the one transition: it runs beside the swaps");
+  /* Beside the spill: the host has room again (another program exited): r is swapped out for h
+   * at once; a, wanting its turn now, is not resumed before it answers; no second spill. */
+  write_meminfo(meminfo, 4096);
+  d->host_read_at = 0;
+  memset(&last_sent, 0, sizeof last_sent);
+  a->gpu_idle = false;
+  a->wanting_since = sched_now() - 100; /* first in line once it answers */
+  sched_step(d);
+  CHECK(last_sent.type == SCHED_CHECKPOINT && last_sent.pid == programs[0].pid,
+        "no swap beside a spill (sent %u to %d)", last_sent.type, last_sent.pid);
+  CHECK(d->transition == &programs[0] && a->state == SCHED_SWAPPED_OUT && spill_sent(5) == 0);
+  /* What the report says: a waits for its spill; h is not queued behind it. */
+  struct sched_program_detail why;
+  sched_program_detail(d, a, &why);
+  CHECK(why.wait_reason == SCHED_WAIT_SPILLING && why.need_bytes == 60 * MIB &&
+            strcmp(sched_wait_name(why.wait_reason), "spilling") == 0,
+        "a program in its spill waits for %s", sched_wait_name(why.wait_reason));
+  sched_program_detail(d, h, &why);
+  CHECK(why.wait_reason != SCHED_WAIT_QUEUED || why.behind_pid != a->pid,
+        "the head reported queued behind a program in its spill");
+  sched_done(d, &programs[0], 1, 0, 60 * MIB, 0.01);
+  memset(&last_sent, 0, sizeof last_sent);
+  sched_step(d);
+  CHECK(last_sent.type != SCHED_RESUME || last_sent.pid != a->pid, "resumed in its spill");
+  if (d->transition && d->transition != a) sched_done(d, d->transition, 2, 0, 60 * MIB, 0.01);
+  write_meminfo(meminfo, 1075);
+  d->host_read_at = 0;
+  a->gpu_idle = true;
   /* Done: on disk, host memory read afresh, not ordered again. */
   sched_spill_done(d, a, 0, 60 * MIB, 0.1);
-  CHECK(a->on_disk && d->spills == 1 && !d->transition);
+  CHECK(a->on_disk && d->spills == 1 && !d->spilling);
   sched_step(d);
   CHECK(spill_sent(5) == 0, "an image spilled twice, or the head spilled");
   struct sched_spill_info info;
@@ -175,6 +210,16 @@ int main(void)
   sched_done(d, a, 2, 0, 600 * MIB, 0.3);
   sched_spill_resumed(d, a, 0, 600 * MIB, 0.3);
   CHECK(d->rate_in[0] == rate_in && !a->on_disk && d->disk_read_rate > 2e9);
+
+  /* A program in its spill that wants its turn, alone, with the device free: not resumed
+   * before it answers (its image is half on disk). */
+  d = setup(meminfo, dir);
+  struct program *lone = join(d, 0, SCHED_SWAPPED_OUT, 1, 30);
+  lone->pending_op = 3;
+  d->spilling = lone;
+  memset(&last_sent, 0, sizeof last_sent);
+  sched_step(d);
+  CHECK(last_sent.type == 0 && !d->transition, "resumed in its spill (sent %u)", last_sent.type);
 
   /* The head alone is swapped out: nothing is spilled. */
   d = setup(meminfo, dir);
@@ -275,9 +320,11 @@ int main(void)
   later->read_back_failed = false;
   struct program *going = join(d, 3, SCHED_SWAPPING_OUT, 1, 0);
   going->pending_op = 3;
-  d->transition = going;
+  d->spilling = going;
   sched_spill_read_ahead(d, sched_now());
   CHECK(unspill_sent() == 0, "read back beside a spill");
+  d->spilling = NULL;
+  d->transition = going;
   going->pending_op = 1;
   going->bytes[0] = 2ull << 30;
   sched_spill_read_ahead(d, sched_now());
@@ -364,6 +411,45 @@ int main(void)
   /* The image read back is not spilled again while it is expected back soon. */
   CHECK(!early->on_disk && !sched_spill_coldest(d, NULL, t, "a test", false),
         "an image read back ahead of its return was spilled again");
+
+  /* A program gone (its connection closed) while its process still exits: its image directory
+   * stays until the process has exited, then goes (the next step); one whose process lives on
+   * past the wait keeps its files. */
+  d = setup(meminfo, dir);
+  pid_t kids[2];
+  char images[2][700];
+  for (int i = 0; i < 2; i++) {
+    kids[i] = fork();
+    CHECK(kids[i] >= 0);
+    if (kids[i] == 0) { /* gone with this test, whatever happens to it */
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      alarm(60);
+      pause();
+      _exit(0);
+    }
+    struct program *gone = join(d, i, SCHED_SWAPPED_OUT, 1, 30);
+    gone->pid = kids[i];
+    gone->uid = getuid();
+    gone->spill_ordered = gone->on_disk = true;
+    gone->disk_bytes = 60 * MIB;
+    snprintf(images[i], sizeof images[i], "%s/cudaw-%u-%ld", dir, (unsigned)getuid(),
+             (long)kids[i]);
+    CHECK(mkdir(images[i], 0700) == 0, "%s: %s", images[i], strerror(errno));
+    sched_forget(d, gone);
+  }
+  CHECK(access(images[0], F_OK) == 0 && access(images[1], F_OK) == 0 && d->leftover_count == 2,
+        "an image removed while its process still ran");
+  kill(kids[0], SIGKILL);
+  CHECK(waitpid(kids[0], NULL, 0) == kids[0]);
+  sched_spill_check(d, sched_now());
+  CHECK(access(images[0], F_OK) != 0 && access(images[1], F_OK) == 0 && d->leftover_count == 1,
+        "the image of a program whose process exited was not removed, or the other's was");
+  sched_spill_check(d, sched_now() + 10);
+  CHECK(access(images[1], F_OK) == 0 && d->leftover_count == 0,
+        "the files of a program that lives on were removed, or it is still waited for");
+  kill(kids[1], SIGKILL);
+  waitpid(kids[1], NULL, 0);
+  rmdir(images[1]);
 
   /* Without a spill directory, nothing moves to disk. */
   d = setup(meminfo, dir);

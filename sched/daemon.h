@@ -368,7 +368,7 @@ int sched_spill_open(struct daemon *d);
 /* The host is short of memory for images (why: one phrase): order the coldest swapped-out image
  * to disk, unless it will be needed sooner than it could be read back (head: the program first in
  * the queue, NULL: none; idle_only: only an image of a program idle on the GPU). True if an order
- * was sent (it is the transition under way). */
+ * was sent (it is the spill under way, d->spilling, beside the swaps). */
 bool sched_spill_coldest(struct daemon *d, const struct program *head, double now,
                          const char *why, bool idle_only);
 /* p answered its spill: status 0 or -errno, `bytes` on disk after `seconds`. */
@@ -384,7 +384,7 @@ void sched_spill_info(const struct daemon *d, struct sched_spill_info *out);
 /* Read-back ahead of the turn: order the earliest wanting image on disk read back into host
  * memory if the host has room for it and stays above what makes the disk tier spill (twice the
  * margin), one at a time, beside no transition or one that does not read the disk (a
- * checkpoint, whose image counts as taken, or a resume from host memory). */
+ * checkpoint, whose image counts as taken, or a resume from host memory), never beside a spill. */
 void sched_spill_read_ahead(struct daemon *d, double now);
 /* A spill not answered within --swap-timeout no longer holds the next one back; the images of
  * programs gone since are removed once their process has exited. */

@@ -488,7 +488,6 @@ static int history_victim(const struct daemon *d)
 void sched_forget(struct daemon *d, struct program *p)
 {
   if (d->transition == p) d->transition = NULL;
-  if (d->spilling == p) d->spilling = NULL;
   sched_exchange_gone(d, p);
   if (!p->joined) return;
   if (p->borrower) { /* never scheduled: no history row */

@@ -19,7 +19,6 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/vfs.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "ckpt.h"
@@ -383,24 +382,21 @@ void sched_spill_read_done(struct daemon *d, struct program *p, int status, uint
           seconds > 0 ? (double)bytes / seconds / 1e9 : 0.0, took);
 }
 
-/* Whether process pid has exited (gone, or a zombie). Its connection closes during its exit,
- * a moment before it is a zombie: asked `tries` times, 5 ms apart. */
-static bool exited(pid_t pid, int tries)
+/* Whether process pid has exited (gone, or a zombie). Its connection closes during its exit, a
+ * moment before it is a zombie: a caller that finds it not yet exited asks again later
+ * (sched_spill_check), never waits here (cudawd serves everyone from one thread). */
+static bool exited(pid_t pid)
 {
-  for (int i = 0; i < tries; i++) {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return errno == ENOENT || errno == ESRCH;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *paren = strrchr(buf, ')');
-    if (!paren || paren[1] != ' ') return false;
-    if (paren[2] == 'Z' || paren[2] == 'X' || paren[2] == 'x') return true;
-    if (i + 1 < tries) nanosleep(&(struct timespec){.tv_nsec = 5000000}, NULL);
-  }
-  return false;
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return errno == ENOENT || errno == ESRCH;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *paren = strrchr(buf, ')');
+  if (!paren || paren[1] != ' ') return false;
+  return paren[2] == 'Z' || paren[2] == 'X' || paren[2] == 'x';
 }
 
 /* A program gone with its image on disk that cudawd does not remove: the program's own files,
@@ -445,7 +441,7 @@ void sched_spill_forget(struct daemon *d, struct program *p)
   /* Only the directory its order made, never one a user named with cudaw-ctl spill; and never
    * while the program still runs (closed for breaking the protocol, it may resume from it). */
   bool ours = p->spill_ordered && d->spill_fd >= 0 && d->config.spill_dir;
-  if (ours && exited(p->pid, 20)) {
+  if (ours && exited(p->pid)) {
     clean_up(d, p->pid, p->uid, p->on_disk, p->disk_bytes);
   } else if (ours && d->leftover_count < (int)(sizeof d->leftovers / sizeof d->leftovers[0])) {
     d->leftovers[d->leftover_count++] = (struct spill_leftover){
@@ -460,7 +456,7 @@ void sched_spill_check(struct daemon *d, double now)
 {
   for (int i = 0; i < d->leftover_count;) {
     struct spill_leftover *l = &d->leftovers[i];
-    bool gone = exited(l->pid, 1);
+    bool gone = exited(l->pid);
     if (!gone && now < l->until) {
       i++;
       continue;

@@ -132,6 +132,21 @@ static struct daemon *setup(const char *meminfo, const char *dir)
   return &d;
 }
 
+/* A fresh daemon whose host has 4 GiB available of 8 GiB (1 GiB kept free), and programs 0-2
+ * swapped out (out[i] seconds each), their 60 MiB images on disk. */
+static struct daemon *three_on_disk(const char *meminfo, const char *dir, const double out[3])
+{
+  struct daemon *d = setup(meminfo, dir);
+  d->host_total = 8ull << 30;
+  d->host_available = 4ull << 30;
+  for (int i = 0; i < 3; i++) {
+    join(d, i, SCHED_SWAPPED_OUT, 1, out[i]);
+    programs[i].on_disk = true;
+    programs[i].disk_bytes = 60 * MIB;
+  }
+  return d;
+}
+
 /* Resident r, the head waiting, and two idle images (priority and seconds out each): the one
  * spilled must be program `expected` (2 or 3). */
 static void two_idle(const char *meminfo, const char *dir, int priority2, double out2,
@@ -279,17 +294,9 @@ int main(void)
    * kept free): the one whose turn comes first is read back, one at a time; an image on disk
    * idle on the GPU is not; none when the host would fall under twice the margin. The swap cost
    * of an image on disk counts its read. */
-  d = setup(meminfo, dir);
-  d->host_total = 8ull << 30;
-  d->host_available = 4ull << 30;
-  struct program *later = join(d, 0, SCHED_SWAPPED_OUT, 1, 5);
-  struct program *first = join(d, 1, SCHED_SWAPPED_OUT, 1, 30);
-  struct program *idle = join(d, 2, SCHED_SWAPPED_OUT, 1, 60);
+  d = three_on_disk(meminfo, dir, (const double[3]){5, 30, 60});
+  struct program *later = &programs[0], *first = &programs[1], *idle = &programs[2];
   idle->gpu_idle = true;
-  for (int i = 0; i < 3; i++) {
-    programs[i].on_disk = true;
-    programs[i].disk_bytes = 60 * MIB;
-  }
   double cost_on_disk = sched_swap_cost(d, first);
   first->on_disk = false;
   double cost = sched_swap_cost(d, first);
@@ -386,16 +393,10 @@ int main(void)
 
   /* Read back ahead of an expected return: an image on disk idle on the GPU, expected back in
    * 1 s (within 1.5 x its read + 1 s) is read back; one expected in 50 s, or overdue, is not. */
-  d = setup(meminfo, dir);
-  d->host_total = 8ull << 30;
-  d->host_available = 4ull << 30;
-  struct program *early = join(d, 0, SCHED_SWAPPED_OUT, 1, 30);
-  struct program *late = join(d, 1, SCHED_SWAPPED_OUT, 1, 30);
-  struct program *overdue = join(d, 2, SCHED_SWAPPED_OUT, 1, 30);
+  d = three_on_disk(meminfo, dir, (const double[3]){30, 30, 30});
+  struct program *early = &programs[0], *late = &programs[1], *overdue = &programs[2];
   double t = sched_now();
   for (int i = 0; i < 3; i++) {
-    programs[i].on_disk = true;
-    programs[i].disk_bytes = 60 * MIB;
     programs[i].gpu_idle = true;
     programs[i].last_idle = 60;
   }

@@ -121,7 +121,7 @@ fi
 if [[ " $stages " == *" idle "* ]]; then
   # An idle cudawd gives its memory back: two jobs of IDLE_GIB through the pool, then 65 s idle.
   bash "$SRC/tests/sched/idle_bench.sh" "$B" "${IDLE_GIB:-16}" "$OUT/idle" > "$OUT/idle_bench.log" 2>&1
-  note "idle_bench (rc $?):"; grep -vE "^\s*$" "$OUT/idle_bench.log" | tail -14
+  note "idle_bench (rc $?):"; grep -vE "^\s*$" "$OUT/idle_bench.log" | tail -16
 fi
 if [[ " $stages " == *" notebook "* ]]; then
   # The disk tier: six notebooks of 20-30 GiB, idle most of the time (SIZES, COMPUTE, IDLE, ROUNDS).

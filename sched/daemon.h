@@ -417,9 +417,10 @@ int sched_write_metrics(const struct daemon *d, const char *path);
  * sent) where an exchange does not apply: a program that cannot (an older one, or translate),
  * an image in its own reserve or on disk, a window under a piece and a chunk, A's image not
  * fitting even once B's is gone; for a handover, a program that does not pace one, no range
- * for A over B's, or run-ahead and spare under the window. */
+ * for A over B's, or run-ahead and spare under the window: then why_not says why, for the
+ * refusal's line. */
 bool sched_exchange_order(struct daemon *d, struct program *out, struct program *in,
-                          uint64_t host_room, uint64_t spare);
+                          uint64_t host_room, uint64_t spare, char *why_not, size_t why_len);
 /* p is one side of the exchange under way. */
 bool sched_exchange_member(const struct daemon *d, const struct program *p);
 /* p answered its side (status 0 or -errno), or is gone: when both are, the log line. */

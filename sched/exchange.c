@@ -43,27 +43,54 @@ bool sched_exchange_member(const struct daemon *d, const struct program *p)
  * hold the window a private exchange would have: out's pieces go back only once written. */
 static bool handover_ready(struct daemon *d, struct program *out, struct program *in,
                            uint64_t piece, uint64_t spare, struct pool_loan *in_loan,
-                           uint64_t *run_ahead)
+                           uint64_t *run_ahead, char *why_not, size_t why_len)
 {
+  double mib = 1u << 20;
   *in_loan = in->loan;
   struct pool_loan range;
-  if (!out->handover || !in->handover || sched_pool_handover(d, out, in, &range) != 0)
+  if (!out->handover || !in->handover) {
+    snprintf(why_not, why_len, "pid %ld's image lies in the pool and pid %ld cannot take a "
+             "range over it (an older cudaw)", (long)in->pid,
+             (long)(!out->handover ? out->pid : in->pid));
     return false;
+  }
+  if (sched_pool_handover(d, out, in, &range) != 0) {
+    snprintf(why_not, why_len, "pid %ld's image (%.0f MiB) does not fit in the pool over pid "
+             "%ld's range (%.0f MiB) and the free pool space next to it", (long)out->pid,
+             (double)sched_image_bytes(out) / mib, (long)in->pid, (double)in_loan->length / mib);
+    return false;
+  }
   *run_ahead = in_loan->offset - range.offset;
   if (*run_ahead + spare >= piece * WINDOW_PIECES + CHUNK_SLACK) return true;
   sched_pool_handover_undo(d, out, in, *in_loan);
+  snprintf(why_not, why_len, "the free pool space ahead of pid %ld's range (%.0f MiB) and the "
+           "device's spare (%.0f MiB) hold less than the window", (long)in->pid,
+           (double)*run_ahead / mib, (double)spare / mib);
   return false;
 }
 
 bool sched_exchange_order(struct daemon *d, struct program *out, struct program *in,
-                          uint64_t host_room, uint64_t spare)
+                          uint64_t host_room, uint64_t spare, char *why_not, size_t why_len)
 {
-  if (d->exchange.active || !out->piece_bytes || !in->piece_bytes) return false;
+  double mib = 1u << 20;
+  snprintf(why_not, why_len, "pid %ld or pid %ld is busy", (long)out->pid, (long)in->pid);
+  if (d->exchange.active) return false;
+  if (!out->piece_bytes || !in->piece_bytes) {
+    snprintf(why_not, why_len, "pid %ld's memory cannot move piece by piece (an exchange needs "
+             "CUDAW_VMEM=remap and a cudaw that exchanges)",
+             (long)(!out->piece_bytes ? out->pid : in->pid));
+    return false;
+  }
   /* B's image must lie in private host memory, which its resume frees as it goes, or in the
    * pool, where A's image takes its place (a handover); one in its own reserve is only counted
    * (its pages stay), one on disk is not in host memory at all. */
-  if (in->state != SCHED_SWAPPED_OUT || in->on_disk || in->reserve_image_bytes ||
-      in->pending_op || out->pending_op || out->loan.length || out->leaving || in->leaving)
+  if (in->on_disk || in->reserve_image_bytes) {
+    snprintf(why_not, why_len, "pid %ld's image is %s", (long)in->pid,
+             in->on_disk ? "on disk" : "in its own reserve, whose pages stay");
+    return false;
+  }
+  if (in->state != SCHED_SWAPPED_OUT || in->pending_op || out->pending_op || out->loan.length ||
+      out->leaving || in->leaving)
     return false;
   uint64_t piece = out->piece_bytes > in->piece_bytes ? out->piece_bytes : in->piece_bytes;
   bool handover = in->loan.length > 0;
@@ -72,15 +99,24 @@ bool sched_exchange_order(struct daemon *d, struct program *out, struct program 
   if (handover) {
     /* The pool's pages are page-locked by every program that maps them: none goes back to the
      * kernel during an exchange, so A's image must go where B's was, never beside it. */
-    if (!handover_ready(d, out, in, piece, spare, &in_loan, &run_ahead)) return false;
+    if (!handover_ready(d, out, in, piece, spare, &in_loan, &run_ahead, why_not, why_len))
+      return false;
     window = UINT64_MAX; /* no bound in bytes: the place of each chunk is (exchange_page.h) */
   } else {
     window = piece * WINDOW_PIECES + CHUNK_SLACK;
     if (window > host_room) window = host_room;
     /* Progress needs a whole piece and a chunk ahead (docs/sharing.md), and A's image must fit
      * once B's is gone. */
-    if (window < piece + CHUNK_SLACK || sched_image_bytes(out) > host_room + sched_image_bytes(in))
+    if (window < piece + CHUNK_SLACK) {
+      snprintf(why_not, why_len, "the host has %.0f MiB to spare, less than a piece and a chunk "
+               "(%.0f MiB)", (double)host_room / mib, (double)(piece + CHUNK_SLACK) / mib);
       return false;
+    }
+    if (sched_image_bytes(out) > host_room + sched_image_bytes(in)) {
+      snprintf(why_not, why_len, "pid %ld's image (%.0f MiB) would not fit even once pid %ld's "
+               "is gone", (long)out->pid, (double)sched_image_bytes(out) / mib, (long)in->pid);
+      return false;
+    }
   }
   int fd = -1;
   int rc = exchange_page_create(out->pid, in->pid, window, spare, &fd);

@@ -923,26 +923,44 @@ static void probe(struct daemon *d, struct program **order, int count, double no
 static uint64_t available(const struct daemon *d, int slot);
 
 /* The host lacks room for the victim's image beside head's: exchange them where the victim alone
- * covers head's deficit on one device (the spare is that device's free memory). */
-static bool exchange(struct daemon *d, struct program *head, double now, bool waiting_too)
+ * covers head's deficit on one device (the spare is that device's free memory). Else why_not
+ * says why not (empty: no victim). */
+static bool exchange(struct daemon *d, struct program *head, double now, bool waiting_too,
+                     char *why_not, size_t why_len)
 {
+  why_not[0] = '\0';
   struct program *v = choose_victim(d, head, now, waiting_too, false);
-  if (!v || head->state != SCHED_SWAPPED_OUT || !d->host_total) return false;
+  if (!v || !d->host_total) return false;
+  if (head->state != SCHED_SWAPPED_OUT) {
+    snprintf(why_not, why_len, "pid %ld is not swapped out (it waits to allocate more)",
+             (long)head->pid);
+    return false;
+  }
   int slot = -1;
   for (int s = 0; s < SCHED_MAX_DEVICES; s++) {
     if (!d->device[s].used || !(head->bytes[s] || v->bytes[s])) continue;
-    if (slot >= 0 || deficit(d, head, s) > v->bytes[s]) return false;
+    if (slot >= 0 || deficit(d, head, s) > v->bytes[s]) {
+      if (slot >= 0)
+        snprintf(why_not, why_len, "pid %ld and pid %ld use more than one device", (long)v->pid,
+                 (long)head->pid);
+      else
+        snprintf(why_not, why_len, "pid %ld's memory alone would not make room for pid %ld",
+                 (long)v->pid, (long)head->pid);
+      return false;
+    }
     slot = s;
   }
   if (slot < 0) return false;
   uint64_t margin = host_margin(d);
   uint64_t room = d->host_available > margin ? d->host_available - margin : 0;
-  return sched_exchange_order(d, v, head, room, available(d, slot));
+  return sched_exchange_order(d, v, head, room, available(d, slot), why_not, why_len);
 }
 
 /* No victim could be found for head while the host lacks room for an image: say once which
- * program cannot be swapped out, and show head waiting for host memory. */
-static void note_host_short(struct daemon *d, struct program *head, double now, bool waiting_too)
+ * program cannot be swapped out (and why it is not exchanged: no_exchange, may be empty), and
+ * show head waiting for host memory. */
+static void note_host_short(struct daemon *d, struct program *head, double now, bool waiting_too,
+                            const char *no_exchange)
 {
   struct program *v = choose_victim(d, head, now, waiting_too, false);
   if (!v) return;
@@ -951,10 +969,10 @@ static void note_host_short(struct daemon *d, struct program *head, double now, 
   if (v->host_refused) return;
   v->host_refused = true;
   fprintf(stderr, "cudawd: not swapping pid %ld out for pid %ld: its image (%.2f GiB) would "
-          "leave the host short (%.2f GiB available, %.2f GiB kept free); pid %ld waits\n",
+          "leave the host short (%.2f GiB available, %.2f GiB kept free)%s%s; pid %ld waits\n",
           (long)v->pid, (long)head->pid, (double)sched_image_bytes(v) / (1u << 30),
           (double)d->host_available / (1u << 30), (double)host_margin(d) / (1u << 30),
-          (long)head->pid);
+          no_exchange[0] ? "; no exchange: " : "", no_exchange, (long)head->pid);
 }
 
 /* The resident program whose next swap-out the host could not take now (its image neither lent
@@ -1100,8 +1118,9 @@ void sched_step(struct daemon *d)
     if (can_make_room(d, head, now, waiting_too, true))
       victim = choose_victim(d, head, now, waiting_too, true);
     else if (!d->host_blocked && can_make_room(d, head, now, waiting_too, false)) {
-      if (exchange(d, head, now, waiting_too)) return;
-      note_host_short(d, head, now, waiting_too);
+      char no_exchange[200];
+      if (exchange(d, head, now, waiting_too, no_exchange, sizeof no_exchange)) return;
+      note_host_short(d, head, now, waiting_too, no_exchange);
     }
   }
   if (!victim && !count && resume_ahead(d, now)) return;

@@ -15,7 +15,7 @@
  *   kill_cudawd  cudawd is killed in the middle: both finish the exchange on their own page; a
  *                new cudawd resumes the one swapped out, and both verify their data
  *   translate    the same under CUDAW_VMEM=translate, where memory cannot move piece by piece:
- *                no exchange, the old refusal in the log, both jobs verified
+ *                no exchange, the old refusal in the log (saying why not), both jobs verified
  *   exiting      a fake program coming back paused exits as its exchange is ordered (it says
  *                SCHED_LEAVING and refuses its side): the exchange is cut short, neither done
  *                nor failed, and the job going out runs on and verifies its data
@@ -277,8 +277,13 @@ static void test_translate(void)
         (unsigned long long)(s->exchange.exchanges + s->exchange.failures));
   CHECK(client_file_has(log_path("cudawd.log"), "would leave the host short"),
         "no refusal for host memory in the log: the host was never short");
-  printf("translate: no exchange, the swap refused for host memory as before; both jobs "
-         "verified their data\n");
+  /* The refusal says why no exchange: a user sees what to change. */
+  CHECK(client_file_has(log_path("cudawd.log"), "; no exchange: pid ") &&
+        client_file_has(log_path("cudawd.log"), "memory cannot move piece by piece (an exchange "
+                        "needs CUDAW_VMEM=remap"),
+        "the refusal does not say why there is no exchange (see %s)", log_path("cudawd.log"));
+  printf("translate: no exchange, the swap refused for host memory as before (saying why); both "
+         "jobs verified their data\n");
   free(s);
 }
 

@@ -647,6 +647,18 @@ bool fake_host_registered(struct fake_host *host, const void *p, size_t n) {
 static void host_unregister(void *ctx, void *p) {
   struct fake_host *host = ctx;
   pthread_mutex_lock(&host->lock);
+  int delay = host->unregister_delay_us;
+  if (++host->unregistering > host->unregistering_most)
+    host->unregistering_most = host->unregistering;
+  pthread_mutex_unlock(&host->lock);
+  double t0 = now();
+  if (delay > 0) {
+    struct timespec pause = {0, (long)(rand() % delay) * 1000};
+    nanosleep(&pause, NULL);
+  }
+  pthread_mutex_lock(&host->lock);
+  host->unregistering--;
+  host->unregistering_s += now() - t0;
   int found = 0;
   for (int i = 0; i < PINNED_MAX; i++)
     if (pinned[i].base == p) {

@@ -51,6 +51,9 @@ struct fake_host {
   int registering, registering_most; /* host_register calls under way now, and at most */
   double registering_s;        /* seconds spent inside host_register, all calls together */
   int register_fail_after;     /* the Nth host_register from now fails with -EIO (0: none) */
+  int unregister_delay_us;     /* host_unregister takes up to this long (a random share) */
+  int unregistering, unregistering_most; /* host_unregister calls under way now, and at most */
+  double unregistering_s;      /* seconds spent inside host_unregister, all calls together */
   /* Exchanges: with piece_bytes set, device memory moves in pieces of that size per region
    * (release_range, recreate_range, range_missing; else they answer -ENOSYS). device_used and
    * device_peak: resident bytes now and at most. */

@@ -33,6 +33,9 @@ NB="$SRC/examples/pytorch/notebook.py"
 MIN_AVAIL=${MIN_AVAILABLE_GIB:-4}
 HELPER="$B/tests/gpu/ckpt_mem_helper"
 calc() { awk "BEGIN { printf \"%.2f\", $1 }"; }
+# cudawd's lines with the time they were written (bash's clock): a wait over its bound is read
+# against the spills, reads and swaps around it.
+stamp() { while IFS= read -r line; do printf '%s %s\n' "${EPOCHREALTIME:-$(date +%s.%N)}" "$line"; done; }
 
 [ -x "$HELPER" ] || { echo "no $HELPER (built with nvcc only)"; exit 1; }
 ceiling=$("$HELPER" ceiling 2>&1)
@@ -94,7 +97,7 @@ sampler=$!
 # CUDAWD_ARGS: cudawd started here with those options (--device-memory 81559M: an H100's room on
 # a larger GPU); the notebooks' `cudaw run --share` joins it.
 if [ -n "${CUDAWD_ARGS:-}" ]; then
-  "$B/bin/cudawd" --spill-dir "$SPILL_DIR" $CUDAWD_ARGS >> "$OUT/run/cudawd.log" 2>&1 &
+  "$B/bin/cudawd" --spill-dir "$SPILL_DIR" $CUDAWD_ARGS > >(stamp >> "$OUT/run/cudawd.log") 2>&1 &
   daemon=$!
   for _ in $(seq 50); do [ -S "$CUDAW_RUN_DIR/cudawd.sock" ] && break; sleep 0.1; done
   [ -S "$CUDAW_RUN_DIR/cudawd.sock" ] || { echo "cudawd $CUDAWD_ARGS did not start"; exit 1; }

@@ -112,6 +112,16 @@ bool sched_exchange_order(struct daemon *d, struct program *out, struct program 
                "(%.0f MiB)", (double)host_room / mib, (double)(piece + CHUNK_SLACK) / mib);
       return false;
     }
+    /* Each side moves whole pieces: A gives a piece back only once all of it is written, and B
+     * makes one only where the spare and what A gave back hold all of it. Where the window and
+     * the spare together hold less than a piece of each and a chunk, A can wait for B to consume
+     * while B waits for A's piece: both would wait for ever. */
+    if (window + spare < 2 * piece + CHUNK_SLACK) {
+      snprintf(why_not, why_len, "the window (%.0f MiB) and the device's spare (%.0f MiB) hold "
+               "less than a piece of each program and a chunk (%.0f MiB)", (double)window / mib,
+               (double)spare / mib, (double)(2 * piece + CHUNK_SLACK) / mib);
+      return false;
+    }
     if (sched_image_bytes(out) > host_room + sched_image_bytes(in)) {
       snprintf(why_not, why_len, "pid %ld's image (%.0f MiB) would not fit even once pid %ld's "
                "is gone", (long)out->pid, (double)sched_image_bytes(out) / mib, (long)in->pid);

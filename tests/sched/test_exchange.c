@@ -16,6 +16,10 @@
  *                new cudawd resumes the one swapped out, and both verify their data
  *   translate    the same under CUDAW_VMEM=translate, where memory cannot move piece by piece:
  *                no exchange, the old refusal in the log (saying why not), both jobs verified
+ *   big_pieces   pieces of 36 MiB (CUDAW_VMEM_PIECE): the window (60 MiB) and the device's spare
+ *                (24 MiB) hold less than a piece of each job and a chunk, so each side could wait
+ *                for the other's whole piece for ever: no exchange, the refusal says why, both
+ *                jobs verified (one after the other)
  *   exiting      a fake program coming back paused exits as its exchange is ordered (it says
  *                SCHED_LEAVING and refuses its side): the exchange is cut short, neither done
  *                nor failed, and the job going out runs on and verifies its data
@@ -287,6 +291,26 @@ static void test_translate(void)
   free(s);
 }
 
+static void test_big_pieces(void)
+{
+  start_cudawd();
+  start_jobs("40");
+  wait_jobs(50, "");
+  struct sched_snapshot *s = calloc(1, sizeof *s);
+  CHECK(s != NULL && follow(s), "cudawd did not answer after the jobs");
+  CHECK(s->exchange.exchanges == 0 && s->exchange.failures == 0,
+        "%llu exchanges with pieces larger than the window and the spare can hold",
+        (unsigned long long)(s->exchange.exchanges + s->exchange.failures));
+  const char *log = log_path("cudawd.log");
+  CHECK(client_file_has(log, "would leave the host short") &&
+        client_file_has(log, "; no exchange: the window (60 MiB) and the device's spare (24 MiB) "
+                        "hold less than a piece of each program and a chunk (88 MiB)"),
+        "the refusal does not say that the window and the spare hold too little (see %s)", log);
+  printf("big_pieces: no exchange with pieces of 36 MiB (window 60 MiB, spare 24 MiB), the "
+         "refusal says why; both jobs verified their data\n");
+  free(s);
+}
+
 /* Wait until an exchange is under way and both sides have begun moving; its pids into out/in. */
 static void wait_middle(pid_t *out, pid_t *in)
 {
@@ -463,7 +487,7 @@ int main(int argc, char **argv)
   setpgid(0, 0);
   atexit(end_children);
   CHECK(argc == 5, "usage: %s CUDAWD CUDAW_CTL JOB [pool_]rotate|kill_out|kill_in|kill_cudawd "
-        "or translate", argv[0]);
+        "or translate|big_pieces|exiting", argv[0]);
   cudawd_path = argv[1];
   ctl_path = argv[2];
   job_path = argv[3];
@@ -481,7 +505,7 @@ int main(int argc, char **argv)
   setenv("CUDAW_SHARE", "1", 1);
   setenv("CUDAW_LOG", "info", 1);
   setenv("CUDAW_VMEM", strcmp(argv[3], "translate") ? "remap" : "translate", 1);
-  setenv("CUDAW_VMEM_PIECE", "2M", 1);
+  setenv("CUDAW_VMEM_PIECE", strcmp(argv[3], "big_pieces") ? "2M" : "36M", 1);
   setenv("CUDAW_CKPT_RESERVE", "off", 1); /* the image in private memory, freed as consumed */
   if (strcmp(argv[3], "rotate") != 0) setenv("CUDAW_TEST_EXCHANGE_DELAY_MS", "50", 1);
   if (!strcmp(argv[3], "rotate")) pooled ? test_pool_rotate() : test_rotate();
@@ -489,6 +513,7 @@ int main(int argc, char **argv)
   else if (!strcmp(argv[3], "kill_in")) test_kill_job(false);
   else if (!strcmp(argv[3], "kill_cudawd")) test_kill_cudawd();
   else if (!strcmp(argv[3], "translate")) test_translate();
+  else if (!strcmp(argv[3], "big_pieces")) test_big_pieces();
   else if (!strcmp(argv[3], "exiting")) test_exiting();
   else test_fail("unknown mode %s", argv[3]);
   if (cudawd_pid > 0) kill(cudawd_pid, SIGTERM);

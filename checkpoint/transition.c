@@ -115,15 +115,16 @@ static void remember_disk_regions(void) {
   tr.disk_region_count = regions ? count : 0;
 }
 
-/* Where an exchange side's time went (docs/sharing.md: a handover should run near the link's
- * speed both ways at once). Per copy thread, averaged. */
-static void log_exchange_side(bool out, const struct engine_stats *stats, double seconds) {
+/* Where a copy's time went, per copy thread, averaged: an exchange side's (docs/sharing.md: a
+ * handover should run near the link's speed both ways at once) or a resume's (share_bench host:
+ * the swap-ins beside another program's exit ran at 17-21 GB/s, cause not yet known). */
+static void log_copy_times(const char *what, const struct engine_stats *stats, double seconds) {
   const struct engine_times *t = &stats->times;
-  ckpt_logf(CKPT_LOG_DEBUG, "exchange side %s: %.3f GiB in %.3f s, %d threads each waiting %.3f s "
-            "on the DMA, %.3f in the driver, %.3f refused by the pace, %.3f hashing, %.3f copying "
-            "staged (%.3f GiB); checks on the device %.3f s, %.3f s after the copy",
-            out ? "out" : "in", (double)stats->bytes / (1u << 30), seconds, stats->threads, t->wait,
-            t->issue, t->admit, t->hash, t->copy, (double)stats->staged_bytes / (1u << 30),
+  ckpt_logf(CKPT_LOG_DEBUG, "%s: %.3f GiB in %.3f s, %d threads each waiting %.3f s on the DMA, "
+            "%.3f in the driver, %.3f refused by the pace, %.3f hashing, %.3f copying staged "
+            "(%.3f GiB); checks on the device %.3f s, %.3f s after the copy", what,
+            (double)stats->bytes / (1u << 30), seconds, stats->threads, t->wait, t->issue,
+            t->admit, t->hash, t->copy, (double)stats->staged_bytes / (1u << 30),
             stats->device_hash_seconds, stats->verify_tail_seconds);
 }
 
@@ -271,7 +272,7 @@ static void pause_program(struct ckpt_result *r, double requested_at) {
   if (held) ops->live_end(ctx);
   held = false;
   r->copy_seconds = ckpt_now() - t;
-  if (tr.side.page) log_exchange_side(true, &stats, r->copy_seconds);
+  if (tr.side.page) log_copy_times("exchange side out", &stats, r->copy_seconds);
   r->setup_seconds += stats.setup_seconds;
   result_from_stats(r, &stats);
   r->recopy_bytes = stats.bytes - stats.unchanged_bytes;
@@ -475,7 +476,7 @@ static void exchange_resume(struct ckpt_result *r) {
   double t = ckpt_now();
   int rc = engine_restore_creating(tr.engine, &tr.pace, &stats, reason, sizeof reason);
   r->copy_seconds = ckpt_now() - t;
-  log_exchange_side(false, &stats, r->copy_seconds);
+  log_copy_times("exchange side in", &stats, r->copy_seconds);
   r->setup_seconds = stats.setup_seconds;
   result_from_stats(r, &stats);
   if (rc) {
@@ -573,6 +574,10 @@ static void resume_program(struct ckpt_result *r) {
   r->copy_seconds = ckpt_now() - t;
   r->setup_seconds = stats.setup_seconds;
   result_from_stats(r, &stats);
+  if (rc == 0)
+    log_copy_times(source ? "resume copy from disk" : beside ? "resume copy, memory made beside"
+                                                             : "resume copy",
+                   &stats, r->copy_seconds);
   if (beside) {
     r->memory_beside = true;
     r->memory_seconds = stats.create_seconds;

@@ -220,21 +220,23 @@ static void refused(int status)
 static pthread_mutex_t spilled_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic pid_t spilled_by;
 
-/* Running again: remove the image cudawd had us spill (read back, nobody reads it again).
- * Every way back to running calls it: a resume, and the coming-in side of an exchange (cudawd
- * may order one for an image read back ahead of its turn, whose files stay until then). */
-static void remove_spilled(void)
+/* Remove the image cudawd had us spill once nobody reads it again: read back into host memory
+ * ahead of our turn, or running again (a resume, the coming-in side of an exchange, a resume
+ * that streamed it). `after` says which, for the warning. Whether files were removed. */
+static bool remove_spilled(const char *after)
 {
-  if (atomic_load(&spilled_by) != getpid()) return;
+  if (atomic_load(&spilled_by) != getpid()) return false;
   pthread_mutex_lock(&spilled_lock);
-  if (client.spilled[0]) {
+  bool had = client.spilled[0] != '\0';
+  if (had) {
     int removed = ckpt_remove_image(client.spilled);
     if (removed)
-      shim_warn("sched: cannot remove the spilled image in %s after resuming from it: %s",
-                client.spilled, strerror(-removed));
+      shim_warn("sched: cannot remove the spilled image in %s after %s: %s", client.spilled,
+                after, strerror(-removed));
     client.spilled[0] = '\0';
   }
   pthread_mutex_unlock(&spilled_lock);
+  return had;
 }
 
 /* At exit: a program that ends has no use for the image cudawd had us spill. Its resume may have
@@ -242,7 +244,7 @@ static void remove_spilled(void)
  * one in CI, with some of its files gone and one left behind). */
 __attribute__((destructor)) static void shim_sched_exit(void)
 {
-  remove_spilled();
+  remove_spilled("its program's end");
 }
 
 void shim_sched_leaving(void)
@@ -256,7 +258,7 @@ void shim_sched_leaving(void)
 static int resume(void)
 {
   int rc = ckpt_request_resume();
-  if (rc == 0) remove_spilled();
+  if (rc == 0) remove_spilled("resuming from it");
   return rc;
 }
 
@@ -311,21 +313,27 @@ static void spill(int dir_fd)
 }
 
 /* cudawd asks us (paused, image on disk) to read our image back into host memory ahead of our
- * turn; its files stay until the resume (resume() removes them). Answered with SCHED_DONE
- * value 4. */
+ * turn. Read back and checked, its files serve nothing more (a later spill writes anew), so they
+ * go at once: they used to stay until the resume, and on notebook_bench's 64 GiB disk (session
+ * 29) such files left a spill without room. Answered with SCHED_DONE value 4. */
 static void unspill(void)
 {
   struct ckpt_result result = {0};
   int rc = ckpt_request_unspill(&result);
-  if (rc == 0)
-    shim_info("sched: cudawd had our image read back from disk ahead of our turn (%llu bytes, "
-              "%.3f s)", (unsigned long long)result.disk_bytes, result.disk_seconds);
-  else
+  if (rc)
     shim_warn("sched: cudawd asked us to read our image back from disk: %s; the resume reads it "
               "from there", rc == -EALREADY ? "it is not on disk" : strerror(-rc));
+  /* cudawd hears first that the image is in host memory, then the files go: its word that an
+   * image is on disk stays true but for the moment its message is on its way. */
   send_msg((struct sched_msg){.type = SCHED_DONE, .value = 4, .status = rc,
                               .bytes = rc == 0 ? result.disk_bytes : 0,
                               .seconds = rc == 0 ? result.disk_seconds : 0});
+  if (rc == 0) {
+    bool removed = remove_spilled("reading it back");
+    shim_info("sched: cudawd had our image read back from disk ahead of our turn (%llu bytes, "
+              "%.3f s)%s", (unsigned long long)result.disk_bytes, result.disk_seconds,
+              removed ? "; its files on disk removed" : "");
+  }
 }
 
 /* Run the checkpoint (op 1) or resume (op 2) cudawd asked for and tell it how it went. A
@@ -388,7 +396,7 @@ static void exchange(int value, int page_fd, uint64_t loan_offset, uint64_t loan
     rc = 0;
   }
   if (rc == 0) client.paused_by_sched = out;
-  if (rc == 0 && !out) remove_spilled();
+  if (rc == 0 && !out) remove_spilled("coming in through an exchange");
   if (rc && atomic_load(&client.leaving))
     shim_info("sched: the exchange cudawd ordered (%s) came as we exit: not done (%s)",
               out ? "going out" : "coming in", strerror(-rc));

@@ -311,6 +311,9 @@ static void test_readback(void)
   snprintf(log, sizeof log, "%s/job%d.log", tier.run_dir, job_index_of(pids, pid));
   CHECK(client_file_has(log, "read back from disk ahead of our turn"),
         "pid %d's log does not say its image was read back ahead of its turn", pid);
+  /* Its files went with the read-back, not only at its resume: they serve nothing more. */
+  CHECK(client_file_has(log, "; its files on disk removed"),
+        "pid %d's read-back left its files on disk until its resume (see %s)", pid, log);
   CHECK(spill_dir_empty(), "images left in %s after every job resumed", tier.spill_dir);
   snprintf(log, sizeof log, "%s/cudawd.log", tier.run_dir);
   printf("readback: %d read-backs ahead of a turn, %d spills; pid %d read back, then resumed "

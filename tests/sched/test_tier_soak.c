@@ -214,8 +214,9 @@ static int reap(void)
 }
 
 /* A job's image on disk that cudawd shows must be there: check a living job seen swapped out
- * with its image on disk (looked at again before failing: it may have been read back and
- * removed between the snapshot and the look). */
+ * with its image on disk (looked at again, every 100 ms for up to 2 s, before failing: it may
+ * have been read back and removed between the snapshot and the look, its word to cudawd still
+ * on its way or not yet read by a loaded cudawd). */
 static void check_images_kept(const struct sched_snapshot *s)
 {
   for (int k = 0; k < s->programs; k++) {
@@ -225,12 +226,16 @@ static void check_images_kept(const struct sched_snapshot *s)
       continue;
     struct sched_snapshot *again = calloc(1, sizeof *again);
     CHECK(again != NULL);
-    bool still = false;
-    if (client_snapshot(tier.run_dir, again))
-      for (int m = 0; m < again->programs; m++)
-        still |= again->program[m].pid == jobs[i].pid && again->disk[m].on_disk &&
-                 again->program[m].state == SCHED_SWAPPED_OUT &&
-                 again->program[m].swaps == s->program[k].swaps;
+    bool still = true;
+    for (int look = 0; still && image_state(i) != 1 && look < 20; look++) {
+      client_sleep_ms(100);
+      still = false;
+      if (client_snapshot(tier.run_dir, again))
+        for (int m = 0; m < again->programs; m++)
+          still |= again->program[m].pid == jobs[i].pid && again->disk[m].on_disk &&
+                   again->program[m].state == SCHED_SWAPPED_OUT &&
+                   again->program[m].swaps == s->program[k].swaps;
+    }
     free(again);
     CHECK(!still || image_state(i) == 1, "seed %u: job %d (pid %d) is swapped out with its "
           "image on disk, and its image is gone from %s", seed, i, jobs[i].pid, tier.spill_dir);

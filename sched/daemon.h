@@ -415,8 +415,9 @@ int sched_write_metrics(const struct daemon *d, const char *path);
  * through a shared page, both orders at once. host_room: what the host can spare beyond its
  * margin; spare: what the device has free for `in` ahead of out's releases. False (nothing
  * sent) where an exchange does not apply: a program that cannot (an older one, or translate),
- * an image in its own reserve or on disk, a window under a piece and a chunk, A's image not
- * fitting even once B's is gone; for a handover, a program that does not pace one, no range
+ * an image in its own reserve or on disk, a window under a piece and a chunk, the window and
+ * the spare under two pieces and a chunk (each side waiting for the other's whole piece), A's
+ * image not fitting even once B's is gone; for a handover, a program that does not pace one, no range
  * for A over B's, or run-ahead and spare under the window: then why_not says why, for the
  * refusal's line. */
 bool sched_exchange_order(struct daemon *d, struct program *out, struct program *in,

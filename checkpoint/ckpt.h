@@ -94,6 +94,12 @@ struct ckpt_host_ops {
    * undefined). All or nothing: on error nothing is held and *shortfall is the number of
    * bytes missing (0 if unknown), so that a later retry may succeed. */
   int (*recreate_all)(void *ctx, uint64_t *shortfall);
+  /* Optional: set back what the contexts gave up while paused besides memory (their stack
+   * reservation), as recreate_all does first. A resume that makes memory beside its copy calls
+   * it before anything else: called at the end, after the copy, it waited 1.4-1.7 s behind
+   * another process's exit (H200 run as an H100, share_bench host, session 30). All or nothing:
+   * on error nothing of it is held. release_all gives it up again. */
+  int (*restore_context)(void *ctx);
   /* Exchanges (optional, NULL where memory cannot be moved piece by piece, e.g. translate):
    * release_range gives back the device memory of every piece wholly inside [vaddr, vaddr +
    * bytes); recreate_range makes every missing piece overlapping it (content undefined; all or

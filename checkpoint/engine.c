@@ -1603,9 +1603,11 @@ static int check_fits(struct engine *e, const uint64_t *lacks, struct engine_sta
 }
 
 /* engine_restore_beside's copy of `chunks` (held, in list order; reordered in place): first
- * the chunks of regions whose memory the range operations make, with that memory made beside
- * the copy; then ops->recreate_all for the rest (memory the program maps itself, which the
- * range operations do not know, and the stacks), and the rest's chunks. recreate_all runs only
+ * the contexts (ops->restore_context, where the host has it); then the chunks of regions whose
+ * memory the range operations make, with that memory made beside the copy; then
+ * ops->recreate_all for the rest (memory the program maps itself, which the range operations
+ * do not know, and the stacks where restore_context did not set them back), and the rest's
+ * chunks. recreate_all runs only
  * once no copy is in flight: on error it gives back what it holds, vmem's memory too. */
 static int restore_beside(struct engine *e, struct chunk_ref *chunks, uint64_t count,
                           struct engine_stats *stats, char *reason, size_t len) {
@@ -1620,6 +1622,21 @@ static int restore_beside(struct engine *e, struct chunk_ref *chunks, uint64_t c
   for (size_t i = 0; i < e->image_count; i++) lacks[i] = NOT_ASKED;
   uint64_t missing = 0, first = 0;
   int rc = 0;
+  /* The contexts first (their stacks: what the driver reserves counts in the free memory that
+   * check_fits sees), while nothing else is in flight. */
+  if (e->ops->restore_context) {
+    double t0 = ckpt_now();
+    rc = e->ops->restore_context(e->ctx);
+    stats->create_seconds += ckpt_now() - t0;
+    if (rc) {
+      stats->create_failed = true;
+      snprintf(reason, len, "the contexts' stack memory could not be set back: %s",
+               strerror(-rc));
+      free(lacks);
+      free(rest);
+      return rc;
+    }
+  }
   for (uint64_t k = 0; k < count && rc == 0; k++) {
     const struct image_region *r = &e->image[chunks[k].region];
     if (lacks[chunks[k].region] != NOT_ASKED) continue;

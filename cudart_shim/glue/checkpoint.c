@@ -482,6 +482,13 @@ static int recreate_all(void *ctx, uint64_t *shortfall)
   return rc;
 }
 
+/* A resume that makes memory beside its copy sets the stacks back first (ckpt.h). */
+static int restore_context(void *ctx)
+{
+  (void)ctx;
+  return restore_stacks();
+}
+
 /* Exchanges: vmem's memory piece by piece (remap only; vmem says -ENOSYS under translate). Memory
  * the program maps itself and the stacks move with release_all / recreate_all as always. */
 static uint64_t piece_bytes(void *ctx)
@@ -1225,6 +1232,7 @@ static const struct ckpt_host_ops host_ops = {
   .for_each_region = for_each_region,
   .release_all = release_all,
   .recreate_all = recreate_all,
+  .restore_context = restore_context,
   .release_range = release_range,
   .recreate_range = recreate_range,
   .range_missing = range_missing,

@@ -279,8 +279,24 @@ static int release_all(void *ctx) {
   }
   account(host, -(int64_t)host->device_used);
   host->released = true;
+  host->context_given_up = true;
   pthread_mutex_unlock(&host->lock);
   return 0;
+}
+
+static int restore_context(void *ctx) {
+  struct fake_host *host = ctx;
+  pthread_mutex_lock(&host->lock);
+  host->context_event = ++host->events;
+  int rc = 0;
+  if (host->context_failures > 0) {
+    host->context_failures--;
+    rc = -ENOMEM;
+  } else {
+    host->context_given_up = false;
+  }
+  pthread_mutex_unlock(&host->lock);
+  return rc;
 }
 
 static int recreate_all(void *ctx, uint64_t *shortfall) {
@@ -297,6 +313,7 @@ static int recreate_all(void *ctx, uint64_t *shortfall) {
   }
   for (size_t i = 0; i < host->region_count; i++) make_whole(host, &host->regions[i]);
   host->released = false;
+  host->context_given_up = false;
   pthread_mutex_unlock(&host->lock);
   return 0;
 }
@@ -725,6 +742,7 @@ const struct ckpt_host_ops fake_host_ops = {
     .for_each_region = for_each_region,
     .release_all = release_all,
     .recreate_all = recreate_all,
+    .restore_context = restore_context,
     .park_other = park_other,
     .unpark_other = unpark_other,
     .release_range = release_range,

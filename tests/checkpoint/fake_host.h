@@ -77,6 +77,9 @@ struct fake_host {
    * 1: the last such recreate_range's number, and the first copy to the device's (0: none);
    * range_created: the bytes recreate_range made. The test resets them. */
   uint64_t events, last_create_event, first_h2d_event, range_created;
+  uint64_t context_event;      /* restore_context's number in that order (0: not called) */
+  int context_failures;        /* the next N restore_context calls fail with -ENOMEM */
+  bool context_given_up;       /* release_all gave the context up, restore_context set it back */
   /* what happened */
   int gate_closes, gate_opens, release_calls, recreate_calls, copies, park_calls, unpark_calls;
   int pinned_live, streams_live, registered_live;

@@ -291,6 +291,12 @@ static void *grow(void *arg) {
       rs->shrinking = true;
       rs->shrink_start = now_seconds();
       rs->shrink_from = rs->ready;
+      if (rs->shared) {
+        char size[32];
+        ckpt_format_bytes(rs->ready, size, sizeof size);
+        ckpt_logf(CKPT_LOG_DEBUG, "%s: giving back the page-locking of %s from now%s", rs->name,
+                  size, rs->quiet ? " (quiet: one piece at a time)" : "");
+      }
     }
     if (rs->shrinking && (rs->taken || rs->ready <= want)) {
       rs->shrinking = false;

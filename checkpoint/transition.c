@@ -913,6 +913,13 @@ void transition_stop(void) {
   tr.engine = NULL;
   tr.started = false;
   pthread_mutex_unlock(&tr.lock);
+  /* What of cudawd's pool is still page-locked here, the driver unpins as the process ends
+   * (about 50 GB/s): a lone program's standby should have given it back before (share_bench
+   * host's last exit took 2.2 s, session 30). */
+  uint64_t pinned = engine ? reserve_ready(engine_pool(engine)) : 0;
+  if (pinned)
+    ckpt_logf(CKPT_LOG_DEBUG, "checkpoint: at exit %.2f GiB of cudawd's pool still page-locked",
+              (double)pinned / (1u << 30));
   free(tr.disk_regions);
   tr.disk_regions = NULL;
   /* Giving the reserve and the pool back is one host_unregister per 32 MiB piece: a program that

@@ -491,8 +491,19 @@ static void watch_idle(void)
   if (client.idle_seconds <= 0) return;
   double now = seconds_now();
   uint64_t calls = shim_gate_calls_begun();
-  if (calls != client.calls_seen || shim_gate_calls_in_flight() || shim_gate_waiters() ||
-      shim_gate_calls_blocking() || atomic_load(&client.asking) || !client.active_at) {
+  unsigned in_flight = shim_gate_calls_in_flight(), waiters = shim_gate_waiters();
+  unsigned blocking = shim_gate_calls_blocking();
+  int asking = atomic_load(&client.asking);
+  if (calls != client.calls_seen || in_flight || waiters || blocking || asking ||
+      !client.active_at) {
+    /* Which sign ended the idleness: a lone program resumed while idle looked busy at once on
+     * the H200, and its pool's standby then gave back its page-locking at the quiet pace (the
+     * rest at its exit: 2.2 s, share_bench host, session 30). */
+    if (client.idle_told)
+      shim_debug("sched: busy again after %.3f s idle: %llu calls begun, %u in flight, %u waiting "
+                 "at the gate, %u waiting for the device, %d allocations asking cudawd",
+                 now - client.active_at, (unsigned long long)(calls - client.calls_seen),
+                 in_flight, waiters, blocking, asking);
     client.calls_seen = calls;
     client.active_at = now;
     if (client.idle_told && send_msg((struct sched_msg){.type = SCHED_GPU_IDLE, .value = 0}) == 0)

@@ -71,8 +71,9 @@ run_scenario() { # name phases kernels_per_phase host_ms [serial s, name of its 
   t0=$(t_now)
   pids=()
   for j in 1 2 3; do
-    CUDAW_LOG_FILE="$OUT/${name}_cudaw$j.log" "$B/bin/cudaw" run --share -- \
-      "$JOB" "$gib" "$phases" "$kernels" "$host_ms" "$iters" > "$OUT/${name}_shared$j.log" 2>&1 &
+    # cudaw's log (standard error), each line stamped with the wall clock as cudawd's are.
+    "$B/bin/cudaw" run --share -- "$JOB" "$gib" "$phases" "$kernels" "$host_ms" "$iters" \
+      > "$OUT/${name}_shared$j.log" 2> >(stamp > "$OUT/${name}_cudaw$j.log") &
     pids+=($!)
   done
   # GPU time of each while all three are there: the last snapshot before the first one exits.

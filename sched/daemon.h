@@ -148,6 +148,7 @@ struct program {
   bool spill_ordered;      /* this cudawd ordered it to disk: its cudaw-<uid>-<pid> under
                             * --spill-dir is cudawd's to remove if it dies */
   bool read_back;          /* read back ahead of its turn: not spilled again while it wants it */
+  double read_back_at;     /* when that read-back ended (0: none): not spilled again soon */
   bool read_back_refused;  /* logged: no host room to read it back ahead */
   bool read_back_failed;   /* a read-back failed or went unanswered: its resume streams */
   double read_back_started;

@@ -133,8 +133,8 @@ bool sched_spill_coldest(struct daemon *d, const struct program *head, double no
   if (!d->config.spill_dir || d->spill_fd < 0 || d->transition || d->spilling) return false;
   struct program *best = NULL;
   const struct program *kept = NULL; /* the coldest one left in host memory: needed soon */
+  const char *kept_why = "";
   const struct program *too_big = NULL; /* the coldest one the disk has no room for */
-  bool kept_head = false;
   uint64_t disk_free, disk_margin;
   bool disk_known = disk_room(d, &disk_free, &disk_margin);
   for (struct program *p = d->programs; p; p = p->next) {
@@ -160,10 +160,18 @@ bool sched_spill_coldest(struct daemon *d, const struct program *head, double no
        * host phase is not sent to disk, only to be read back at once. */
       if (idle_only && turn < 0 && now - p->gpu_idle_since < need) continue;
     }
-    if (p == head || (turn >= 0 && turn < need)) {
+    /* Read back ahead of a return its idle phases foretold, and not back yet: kept as long as
+     * writing and reading it again would take (ski rental). A return a little late is not
+     * foreseen any more (back_in), and notebook_bench's notebook 4 was read back 0.4 s before
+     * its foreseen return, spilled again 0.4 s later and back 8.4 s after: 32 s more of disk
+     * and a wait of 58 s (H200 as an H100, session 30). */
+    bool just_read = p->read_back && p->read_back_at > 0 && now - p->read_back_at < 2 * back + 2;
+    if (p == head || just_read || (turn >= 0 && turn < need)) {
       if (!kept || colder(p, kept)) {
         kept = p;
-        kept_head = p == head;
+        kept_why = p == head ? "its turn is next"
+                   : just_read ? "read back for its return, not yet come"
+                               : "its turn comes before it could be read back";
       }
       continue;
     }
@@ -192,7 +200,7 @@ bool sched_spill_coldest(struct daemon *d, const struct program *head, double no
   char stays[96] = "";
   if (kept)
     snprintf(stays, sizeof stays, "; pid %ld stays in host memory (%s)", (long)kept->pid,
-             kept_head ? "its turn is next" : "its turn comes before it could be read back");
+             kept_why);
   fprintf(stderr, "cudawd: spilling pid %ld's image (%.2f GiB) to %s: %s; it is the coldest "
           "swapped-out image (%s, priority %d, out for %.1f s)%s\n", (long)best->pid,
           (double)sched_image_bytes(best) / (1u << 30), d->config.spill_dir, why,
@@ -375,6 +383,7 @@ void sched_spill_read_done(struct daemon *d, struct program *p, int status, uint
   p->on_disk = false;
   p->disk_bytes = 0;
   p->read_back = true;
+  p->read_back_at = sched_now();
   d->read_backs++;
   fprintf(stderr, "cudawd: pid %ld read back from disk ahead of its turn: %.3f GiB in %.3f s "
           "(%.2f GB/s; %.3f s since ordered); its resume copies from host memory\n",

@@ -5,7 +5,8 @@
  * priority, then the longest out. The head of the queue is never spilled, nor one whose turn
  * comes before its image could be read back at the disk rate seen; an image on disk is not
  * spilled again; a resume from disk does not count as a host-memory rate. An image read back
- * ahead of its turn is not spilled again while it wants it; a disk without room gets no spill
+ * ahead of its turn is not spilled again while it wants it, nor, idle, sooner than a write and
+ * a read of it would take after its read-back; a disk without room gets no spill
  * (CUDAWD_TEST_DISK_FREE); read-back ahead goes to the wanting image on disk whose turn comes
  * first, one at a time, only where the host keeps twice its margin; the swap cost counts the
  * disk read. Ahead of need: an idle image moves to disk when a resident program's next swap-out
@@ -272,6 +273,14 @@ int main(void)
   sched_step(d);
   CHECK(spill_sent(5) == 0, "an image read back ahead of its turn was spilled again");
   back->gpu_idle = true;
+  /* Idle on the GPU, just read back for a return its idle phases foretold (now a little
+   * late): kept as long as writing and reading it again would take (2 x 60 MiB at 100 MB/s +
+   * 2 s: 3.3 s). */
+  d->disk_read_rate = 100e6;
+  back->read_back_at = sched_now() - 1;
+  sched_step(d);
+  CHECK(spill_sent(5) == 0, "an image read back 1 s ago for its return was spilled again");
+  back->read_back_at = sched_now() - 5;
   sched_step(d);
   CHECK(spill_sent(5) == back->pid, "an image read back, idle again, was not spilled");
 

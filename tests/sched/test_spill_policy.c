@@ -8,7 +8,8 @@
  * ahead of its turn is not spilled again while it wants it, nor, idle, sooner than a write and
  * a read of it would take after its read-back; a disk without room gets no spill
  * (CUDAWD_TEST_DISK_FREE); read-back ahead goes to the wanting image on disk whose turn comes
- * first, one at a time, only where the host keeps twice its margin; the swap cost counts the
+ * first, one at a time, only where the host keeps twice its margin (and, while one before it
+ * waits in host memory, room for the largest resident image's swap-out); the swap cost counts the
  * disk read. Ahead of need: an idle image moves to disk when a resident program's next swap-out
  * would not fit on the host, unless its idle phases say it is back before it could be written
  * and read back, or (none known) it has been idle for less than that; an idle image on disk
@@ -349,6 +350,29 @@ int main(void)
   sched_spill_read_ahead(d, sched_now());
   CHECK_EQ(unspill_sent(), later->pid);
   d->transition = NULL;
+
+  /* The first in line waits with its image in host memory: its swap needs host room for the
+   * resident program's image (3 GiB), which the read-back for the next one (60 MiB, beside 4 GiB
+   * available and 2 GiB kept) would take: none. With a resident image of 1 GiB: read back. */
+  {
+    struct daemon *k = three_on_disk(meminfo, dir, (const double[3]){5, 30, 60});
+    struct program *in_host = &programs[2], *after = &programs[1];
+    in_host->on_disk = false;
+    struct program *resident = join(k, 3, SCHED_RUNNING, 1, 0);
+    resident->bytes[0] = 3ull << 30;
+    unspill_sent();
+    sched_spill_read_ahead(k, sched_now());
+    CHECK(unspill_sent() == 0 && after->read_back_refused && !k->reading_back,
+          "read back for pid %d while pid %d, before it, needs the host room for a swap-out",
+          after->pid, in_host->pid);
+    resident->bytes[0] = 1ull << 30;
+    sched_spill_read_ahead(k, sched_now());
+    CHECK_EQ(unspill_sent(), after->pid);
+    sched_spill_read_done(k, after, 0, 60 * MIB, 0.05);
+    close(peer_end[3]);
+    close(programs[3].fd);
+    peer_end[3] = 0;
+  }
 
   /* Ahead of the next swap-out: nobody waits, but resident r's image would not fit on the host,
    * so the image of a program idle on the GPU moves to disk before a turn waits for it. One

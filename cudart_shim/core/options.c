@@ -69,6 +69,10 @@ static const struct ckpt_option_info own[] = {
                           "launches are metered and held back (cudaw-ctl limit <pid> --gpu "
                           "changes it live; 0 or off: no limit)",
    CKPT_OPTION_PERCENT, "off|none", 0, 100, NULL},
+  {"CUDAW_TEST_REMOVE_DELAY_MS", "0", "test-only: removing a spilled image's files (docs/"
+                                     "sharing.md, the disk tier) takes this much longer, as on "
+                                     "a slow disk; never set it in production",
+   CKPT_OPTION_NUMBER, NULL, 0, 10000, "milliseconds"},
   {"CUDAW_PROFILE", "0", "1: time cudaw's start-up (loading, registrations, vmem's start) and "
                          "print the profile at exit", BOOL},
 };

@@ -220,21 +220,87 @@ static void refused(int status)
 static pthread_mutex_t spilled_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic pid_t spilled_by;
 
+static double seconds_now(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Removing an image's files can take seconds (each file's extents, and the page cache a read
+ * left): this thread serves cudawd's orders, and in notebook_bench a resume it had ordered began
+ * 7.9 s after the read-back's word, with only the removal of 20 GiB of files in between (H200 as
+ * an H100, session 30). So the files go on a thread of their own (a spill into the same
+ * directory, and the exit, wait for it: remove_wait). */
+struct removal {
+  char dir[PATH_MAX];
+  const char *after;
+};
+static pthread_mutex_t removing_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t removed_cond = PTHREAD_COND_INITIALIZER;
+static int removing; /* removals under way, in the process spilled_by names */
+
+static void remove_files(const char *dir, const char *after)
+{
+  double t0 = seconds_now();
+  long delay_ms = strtol(cudaw_option("CUDAW_TEST_REMOVE_DELAY_MS"), NULL, 10);
+  if (delay_ms > 0) nanosleep(&(struct timespec){delay_ms / 1000, delay_ms % 1000 * 1000000}, NULL);
+  int rc = ckpt_remove_image(dir);
+  if (rc)
+    shim_warn("sched: cannot remove the spilled image in %s after %s: %s", dir, after,
+              strerror(-rc));
+  else
+    shim_info("sched: the image we spilled is read no more (%s): its files on disk removed in "
+              "%.3f s", after, seconds_now() - t0);
+}
+
+static void *remove_thread(void *arg)
+{
+  struct removal *job = arg;
+  remove_files(job->dir, job->after);
+  free(job);
+  pthread_mutex_lock(&removing_lock);
+  removing--;
+  pthread_cond_broadcast(&removed_cond);
+  pthread_mutex_unlock(&removing_lock);
+  return NULL;
+}
+
+/* Wait until no removal runs: before a spill writes into the directory again, and at exit. */
+static void remove_wait(void)
+{
+  if (atomic_load(&spilled_by) != getpid()) return; /* a child's count is its parent's */
+  pthread_mutex_lock(&removing_lock);
+  while (removing > 0) pthread_cond_wait(&removed_cond, &removing_lock);
+  pthread_mutex_unlock(&removing_lock);
+}
+
 /* Remove the image cudawd had us spill once nobody reads it again: read back into host memory
  * ahead of our turn, or running again (a resume, the coming-in side of an exchange, a resume
- * that streamed it). `after` says which, for the warning. Whether files were removed. */
-static bool remove_spilled(const char *after)
+ * that streamed it). `after` says which, for the log. In the background unless `now` (or no
+ * thread can be had). Whether there were files to remove. */
+static bool remove_spilled(const char *after, bool now)
 {
   if (atomic_load(&spilled_by) != getpid()) return false;
   pthread_mutex_lock(&spilled_lock);
   bool had = client.spilled[0] != '\0';
-  if (had) {
-    int removed = ckpt_remove_image(client.spilled);
-    if (removed)
-      shim_warn("sched: cannot remove the spilled image in %s after %s: %s", client.spilled,
-                after, strerror(-removed));
-    client.spilled[0] = '\0';
+  struct removal *job = had && !now ? malloc(sizeof *job) : NULL;
+  if (job) {
+    snprintf(job->dir, sizeof job->dir, "%s", client.spilled);
+    job->after = after;
+    pthread_mutex_lock(&removing_lock);
+    removing++;
+    pthread_mutex_unlock(&removing_lock);
+    if (shim_sched_start_thread_arg(remove_thread, job) != 0) {
+      pthread_mutex_lock(&removing_lock);
+      removing--;
+      pthread_mutex_unlock(&removing_lock);
+      free(job);
+      job = NULL;
+    }
   }
+  if (had && !job) remove_files(client.spilled, after);
+  client.spilled[0] = '\0';
   pthread_mutex_unlock(&spilled_lock);
   return had;
 }
@@ -244,7 +310,8 @@ static bool remove_spilled(const char *after)
  * one in CI, with some of its files gone and one left behind). */
 __attribute__((destructor)) static void shim_sched_exit(void)
 {
-  remove_spilled("its program's end");
+  remove_spilled("its program's end", true);
+  remove_wait();
 }
 
 void shim_sched_leaving(void)
@@ -258,7 +325,7 @@ void shim_sched_leaving(void)
 static int resume(void)
 {
   int rc = ckpt_request_resume();
-  if (rc == 0) remove_spilled("resuming from it");
+  if (rc == 0) remove_spilled("resuming from it", false);
   return rc;
 }
 
@@ -285,6 +352,7 @@ static void spill(int dir_fd)
       rc = -ENAMETOOLONG;
   }
   struct ckpt_result result = {0};
+  remove_wait(); /* the last image's files, in the same directory, go first */
   if (rc == 0) rc = ckpt_request_spill(dir, &result);
   uint64_t disk_bytes = result.disk_bytes;
   char where[PATH_MAX];
@@ -329,10 +397,9 @@ static void unspill(void)
                               .bytes = rc == 0 ? result.disk_bytes : 0,
                               .seconds = rc == 0 ? result.disk_seconds : 0});
   if (rc == 0) {
-    bool removed = remove_spilled("reading it back");
     shim_info("sched: cudawd had our image read back from disk ahead of our turn (%llu bytes, "
-              "%.3f s)%s", (unsigned long long)result.disk_bytes, result.disk_seconds,
-              removed ? "; its files on disk removed" : "");
+              "%.3f s)", (unsigned long long)result.disk_bytes, result.disk_seconds);
+    remove_spilled("read back", false);
   }
 }
 
@@ -396,7 +463,7 @@ static void exchange(int value, int page_fd, uint64_t loan_offset, uint64_t loan
     rc = 0;
   }
   if (rc == 0) client.paused_by_sched = out;
-  if (rc == 0 && !out) remove_spilled("coming in through an exchange");
+  if (rc == 0 && !out) remove_spilled("come in through an exchange", false);
   if (rc && atomic_load(&client.leaving))
     shim_info("sched: the exchange cudawd ordered (%s) came as we exit: not done (%s)",
               out ? "going out" : "coming in", strerror(-rc));
@@ -474,13 +541,6 @@ static void report_usage(void)
     send_msg((struct sched_msg){.type = SCHED_USAGE, .device = d, .bytes = held});
   }
   pthread_mutex_unlock(&client.lease_lock);
-}
-
-static double seconds_now(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* The idle hint: any counted call begun, in flight, or waiting at a closed gate is activity, and

@@ -102,13 +102,15 @@ int shim_sched_detach_pool(void)
   return rc;
 }
 
-int shim_sched_start_thread(void *(*run)(void *))
+int shim_sched_start_thread_arg(void *(*run)(void *), void *arg)
 {
   pthread_t thread;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  int rc = pthread_create(&thread, &attr, run, NULL);
+  int rc = pthread_create(&thread, &attr, run, arg);
   pthread_attr_destroy(&attr);
   return rc;
 }
+
+int shim_sched_start_thread(void *(*run)(void *)) { return shim_sched_start_thread_arg(run, NULL); }

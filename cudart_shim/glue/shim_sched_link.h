@@ -32,5 +32,7 @@ int shim_sched_detach_pool(void);
 
 /* Start the client's thread, detached (it runs for the program's life). 0 or an errno number. */
 int shim_sched_start_thread(void *(*run)(void *));
+/* The same with an argument, for a thread that ends by itself (a spilled image's removal). */
+int shim_sched_start_thread_arg(void *(*run)(void *), void *arg);
 
 #endif

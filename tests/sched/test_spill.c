@@ -295,10 +295,29 @@ static void run_jobs(double seconds, struct watch *w, void (*each)(void))
   free(s);
 }
 
+/* The number (from 1) of the first line of `path` after line `after` that holds `text`; 0 if
+ * none. */
+static int line_number(const char *path, const char *text, int after)
+{
+  FILE *f = fopen(path, "r");
+  CHECK(f != NULL, "%s: %s", path, strerror(errno));
+  char line[1024];
+  int n = 0, found = 0;
+  while (!found && fgets(line, sizeof line, f))
+    if (++n > after && strstr(line, text)) found = n;
+  fclose(f);
+  return found;
+}
+
 static void test_readback(void)
 {
   start_cudawd();
+  /* Removing the files takes 8 s more (a slow disk): the resume cudawd orders meanwhile must not
+   * wait for it (the job's connection thread removed them itself, and a resume waited 7.9 s on
+   * the GPU machine, session 30). */
+  setenv("CUDAW_TEST_REMOVE_DELAY_MS", "8000", 1);
   start_jobs("60");
+  unsetenv("CUDAW_TEST_REMOVE_DELAY_MS");
   pid_t pids[JOBS];
   memcpy(pids, jobs, sizeof pids);
   struct watch w = {0};
@@ -311,9 +330,16 @@ static void test_readback(void)
   snprintf(log, sizeof log, "%s/job%d.log", tier.run_dir, job_index_of(pids, pid));
   CHECK(client_file_has(log, "read back from disk ahead of our turn"),
         "pid %d's log does not say its image was read back ahead of its turn", pid);
-  /* Its files went with the read-back, not only at its resume: they serve nothing more. */
-  CHECK(client_file_has(log, "; its files on disk removed"),
-        "pid %d's read-back left its files on disk until its resume (see %s)", pid, log);
+  /* Its files went with the read-back, not only at its resume: they serve nothing more. And
+   * on a thread of their own: the resume came while they were still being removed. */
+  int read_at = line_number(log, "had our image read back", 0);
+  int resumed_at = line_number(log, "resuming -> running", read_at);
+  int removed_at = line_number(log, "(read back): its files on disk removed", read_at);
+  CHECK(removed_at > 0, "pid %d's read-back left its files on disk until its resume (see %s)",
+        pid, log);
+  CHECK(resumed_at > 0 && resumed_at < removed_at, "pid %d's resume (line %d) waited for its "
+        "files' removal (line %d, 8 s more: CUDAW_TEST_REMOVE_DELAY_MS; see %s)", pid, resumed_at,
+        removed_at, log);
   CHECK(spill_dir_empty(), "images left in %s after every job resumed", tier.spill_dir);
   snprintf(log, sizeof log, "%s/cudawd.log", tier.run_dir);
   printf("readback: %d read-backs ahead of a turn, %d spills; pid %d read back, then resumed "

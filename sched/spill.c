@@ -325,7 +325,7 @@ void sched_spill_read_ahead(struct daemon *d, double now)
    * resident one, whose image needs host room unless the pool takes it: the read-back leaves
    * room for the largest such image too. notebook_bench (H200 as an H100, session 30): a 24 GiB
    * read-back for notebook 3 left 26 GiB where notebook 2, first in line, needed a swap-out of
-   * 28 GiB; notebook 2 waited 30 s more, for a spill that the read beside it slowed to 0.91 GB/s. */
+   * 28 GiB; notebook 2 waited 30 s more, for a spill the read beside it slowed to 0.91 GB/s. */
   const struct program *first_in_host = NULL;
   uint64_t keep = 0;
   for (const struct program *q = d->programs; q; q = q->next) {

@@ -485,11 +485,12 @@ static bool on_message(struct daemon *d, struct program *p, const struct sched_m
     if (msg->value == 1 && msg->status == 0 && p->loan.length)
       d->pool.placed_bytes += msg->held < p->loan.length ? msg->held : p->loan.length;
     /* The range holds the image until the resume is done; a failed checkpoint, or one that put
-     * nothing into the range (too small, past the window it mapped), left nothing in it. */
+     * nothing into the range (too small, past the window it mapped), left nothing in it; nor
+     * does an empty image (a program that freed its memory as it exits, ordered out meanwhile). */
     if (msg->value == 1 && msg->status != 0)
       sched_pool_take_back(d, p, "its checkpoint failed");
     else if (msg->value == 1 && msg->held == 0)
-      sched_pool_take_back(d, p, "its image went elsewhere");
+      sched_pool_take_back(d, p, msg->bytes ? "its image went elsewhere" : "its image is empty");
     sched_done(d, p, msg->value, msg->status > 0 ? -EINVAL : msg->status, msg->bytes,
                msg->seconds >= 0 && msg->seconds < 1e9 ? msg->seconds : 0);
     sched_exchange_done(d, p, msg->status > 0 ? -EINVAL : msg->status);

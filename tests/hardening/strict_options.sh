@@ -37,6 +37,7 @@ invalid() {
     CUDAW_SHARE_IDLE_MS) echo -5 ;;
     CUDAW_BORROW_POOL) echo on ;;
     CUDAW_GPU_SHARE) echo 150 ;;
+    CUDAW_TEST_REMOVE_DELAY_MS) echo 99999 ;;
     CUDAW_PROFILE) echo x ;;
     CUDAW_STRICT) echo maybe ;;
     CUDAW_PAUSE_TIMEOUT) echo soon ;;

@@ -1607,8 +1607,8 @@ static int check_fits(struct engine *e, const uint64_t *lacks, struct engine_sta
  * memory the range operations make, with that memory made beside the copy; then
  * ops->recreate_all for the rest (memory the program maps itself, which the range operations
  * do not know, and the stacks where restore_context did not set them back), and the rest's
- * chunks. recreate_all runs only
- * once no copy is in flight: on error it gives back what it holds, vmem's memory too. */
+ * chunks. recreate_all runs only once no copy is in flight: on error it gives back what it
+ * holds, vmem's memory too. */
 static int restore_beside(struct engine *e, struct chunk_ref *chunks, uint64_t count,
                           struct engine_stats *stats, char *reason, size_t len) {
   uint64_t *lacks = malloc((e->image_count ? e->image_count : 1) * sizeof *lacks);

@@ -418,9 +418,9 @@ int sched_write_metrics(const struct daemon *d, const char *path);
  * sent) where an exchange does not apply: a program that cannot (an older one, or translate),
  * an image in its own reserve or on disk, a window under a piece and a chunk, the window and
  * the spare under two pieces and a chunk (each side waiting for the other's whole piece), A's
- * image not fitting even once B's is gone; for a handover, a program that does not pace one, no range
- * for A over B's, or run-ahead and spare under the window: then why_not says why, for the
- * refusal's line. */
+ * image not fitting even once B's is gone; for a handover, a program that does not pace one, no
+ * range for A over B's, or run-ahead and spare under the window: then why_not says why, for
+ * the refusal's line. */
 bool sched_exchange_order(struct daemon *d, struct program *out, struct program *in,
                           uint64_t host_room, uint64_t spare, char *why_not, size_t why_len);
 /* p is one side of the exchange under way. */

@@ -556,9 +556,8 @@ static void watch_idle(void)
   int asking = atomic_load(&client.asking);
   if (calls != client.calls_seen || in_flight || waiters || blocking || asking ||
       !client.active_at) {
-    /* Which sign ended the idleness: a lone program resumed while idle looked busy at once on
-     * the H200, and its pool's standby then gave back its page-locking at the quiet pace (the
-     * rest at its exit: 2.2 s, share_bench host, session 30). */
+    /* Which sign ended the idleness (debug): what the pool's pace and cudawd's swaps follow,
+     * to tell a program's own call from anything else that counts as activity. */
     if (client.idle_told)
       shim_debug("sched: busy again after %.3f s idle: %llu calls begun, %u in flight, %u waiting "
                  "at the gate, %u waiting for the device, %d allocations asking cudawd",
